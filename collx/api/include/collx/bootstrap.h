@@ -1,0 +1,66 @@
+// Bootstrap: where a process learns its rank, the world size and the store.
+//
+// Each value is taken from the first of these that provides it (and a source that provides
+// one of rank / world size must provide both):
+//   1. BootstrapOptions set in code
+//   2. collx:    COLLX_RANK, COLLX_WORLD_SIZE, COLLX_LOCAL_RANK           (collx-run sets them)
+//   3. torchrun: RANK, WORLD_SIZE, LOCAL_RANK
+//   4. Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
+//   5. Slurm:    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+// The store: BootstrapOptions::store, else COLLX_STORE, else tcp://MASTER_ADDR:MASTER_PORT
+// (rank 0 hosts that store, as torch's env:// does), else, for a world of one, a store in
+// this process. The job id: COLLX_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID[.SLURM_STEP_ID],
+// OMPI_MCA_ess_base_jobid, else "default". The generation: COLLX_GENERATION (default 0).
+// With nothing set at all, the process is rank 0 of a world of one.
+//
+// A missing, malformed or contradictory value (a rank outside the world, half of a source)
+// throws InvalidArgument naming the variable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace collx {
+
+class Config;
+
+namespace rendezvous {
+class Store;
+}
+
+struct BootstrapOptions {
+  std::optional<int> rank;
+  std::optional<int> worldSize;
+  std::optional<int> localRank;
+  // A store URL (tcp://host:port, file:///dir, redis://host:port[/db]) ...
+  std::optional<std::string> store;
+  // ... or a store object (e.g. one shared by an embedding framework); wins over `store`.
+  std::shared_ptr<rendezvous::Store> storeObject;
+  std::optional<std::string> jobId;
+  std::optional<std::int64_t> generation;
+  std::optional<std::chrono::milliseconds> timeout;
+};
+
+// The resolved parameters, with where each came from ("COLLX_RANK=3", "options", ...).
+struct Bootstrap {
+  int rank = 0;
+  int worldSize = 1;
+  int localRank = -1;  // -1: not given
+  std::string storeUrl;  // "" when storeObject was given
+  // MASTER_ADDR convention: rank 0 starts the TCP store server and keeps it up until every
+  // rank's context has ended.
+  bool rank0HostsStore = false;
+  std::string jobId;
+  std::int64_t generation = 0;
+  std::chrono::milliseconds timeout{0};
+  std::string launcher;  // "options", "collx", "torchrun", "openmpi", "slurm", "none"
+  std::vector<std::pair<std::string, std::string>> origin;  // value name -> its source
+
+  static Bootstrap resolve(const BootstrapOptions& options, const Config& config);
+};
+
+}  // namespace collx

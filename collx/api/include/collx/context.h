@@ -1,0 +1,100 @@
+// Context: one rank's membership of a job: its rank, the world size, the store, and the
+// peers it joined with. Later layers hang transports and collectives off it.
+//
+// Joining (Context::create) happens under "collx/<job id>/<generation>/" in the store: each
+// rank claims "rank/<r>" with its host and pid (two processes claiming one rank is a
+// MismatchError naming both), checks that all agree on the world size, and waits until every
+// rank has joined (TimeoutError naming the ranks that did not). A new context of the same job
+// joins under a new generation, so a job can form again without restarting its processes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collx/bootstrap.h"
+
+namespace collx {
+
+namespace rendezvous {
+class Store;
+class TcpStoreServer;
+}  // namespace rendezvous
+
+struct ContextOptions {
+  std::string jobId = "default";
+  std::int64_t generation = 0;
+  int localRank = -1;
+  // Every rank records in the store when its context ends, and rank 0 waits (bounded by the
+  // timeout) for the others to leave first: set when rank 0 hosts the store.
+  bool leaveBarrier = false;
+  // Deadline of every blocking wait of this context; unset means COLLX_TIMEOUT.
+  std::optional<std::chrono::milliseconds> timeout;
+};
+
+// What a rank told the others when it joined.
+struct PeerInfo {
+  int rank = -1;
+  std::string hostname;
+  std::string bootId;  // /proc/sys/kernel/random/boot_id: tells hosts with equal names apart
+  std::int64_t pid = 0;
+  int localRank = -1;
+};
+
+class Context {
+ public:
+  // Joins `store` as `rank` of `size` (blocking, bounded by the timeout). The store is the
+  // job's store; the context works in its own namespace inside it.
+  static std::shared_ptr<Context> create(std::shared_ptr<rendezvous::Store> store, int rank,
+                                         int size, const ContextOptions& options = {});
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  int localRank() const noexcept { return localRank_; }
+  const std::string& jobId() const noexcept { return jobId_; }
+  std::int64_t generation() const noexcept { return generation_; }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  // This context's namespace in the store ("collx/<job>/<generation>").
+  const std::shared_ptr<rendezvous::Store>& store() const noexcept { return store_; }
+  // Every rank's join record, indexed by rank.
+  const std::vector<PeerInfo>& peers() const noexcept { return peers_; }
+
+ private:
+  struct Key {};
+
+ public:
+  // Use create() or init().
+  Context(Key, std::shared_ptr<rendezvous::Store> store, int rank, int size,
+          const ContextOptions& options, std::unique_ptr<rendezvous::TcpStoreServer> server);
+
+ private:
+  friend std::shared_ptr<Context> init(const BootstrapOptions& options);
+  void join();
+  void leave() noexcept;
+
+  int rank_;
+  int size_;
+  int localRank_;
+  std::string jobId_;
+  std::int64_t generation_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<rendezvous::Store> store_;
+  std::vector<PeerInfo> peers_;
+  bool leaveBarrier_;
+  // Rank 0 hosts the store under the MASTER_ADDR convention; it outlives the others' use.
+  std::unique_ptr<rendezvous::TcpStoreServer> server_;
+};
+
+// Bootstraps from the environment (see bootstrap.h) and joins: the usual way in.
+std::shared_ptr<Context> init(const BootstrapOptions& options = {});
+
+// This host's name and boot id, as PeerInfo reports them.
+PeerInfo localPeerInfo(int rank, int localRank);
+
+}  // namespace collx

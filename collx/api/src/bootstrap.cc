@@ -1,0 +1,227 @@
+#include "collx/bootstrap.h"
+
+#include <cctype>
+
+#include "collx/base/config.h"
+#include "collx/base/error.h"
+#include "collx/rendezvous/store.h"
+#include "collx/rendezvous/tcp_store.h"
+
+namespace collx {
+
+namespace {
+
+struct RankSource {
+  const char* launcher;
+  const char* rankVar;
+  const char* sizeVar;
+  const char* localRankVar;
+};
+
+constexpr RankSource kRankSources[] = {
+    {"collx", "COLLX_RANK", "COLLX_WORLD_SIZE", "COLLX_LOCAL_RANK"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+};
+
+const Where kWhere{-1, "bootstrap", -1};
+
+[[noreturn]] void fail(const std::string& detail) { throw InvalidArgument(kWhere, detail); }
+
+std::string show(const std::string& name, const std::string& value) {
+  return name + "='" + value + "'";
+}
+
+int parseIntVar(const std::string& name, const std::string& value, int min, int max) {
+  try {
+    return static_cast<int>(parseInt(value, min, max, name));
+  } catch (const InvalidArgument& e) {
+    fail(e.detail());
+  }
+}
+
+void validateJobId(const std::string& jobId, const std::string& source) {
+  if (jobId.empty() || jobId.size() > 200) {
+    fail(source + ": a job id has 1..200 characters");
+  }
+  for (char c : jobId) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' &&
+        c != ':') {
+      fail(source + ": a job id may contain letters, digits and - _ . : only");
+    }
+  }
+}
+
+}  // namespace
+
+Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& config) {
+  Bootstrap b;
+  auto env = [&](const char* name) { return config.env(name); };
+
+  // ---- rank and world size ----
+  bool haveRank = false;
+  if (options.rank || options.worldSize) {
+    if (!options.rank || !options.worldSize) {
+      fail(std::string("BootstrapOptions sets ") + (options.rank ? "rank" : "worldSize") +
+           " but not " + (options.rank ? "worldSize" : "rank"));
+    }
+    b.rank = *options.rank;
+    b.worldSize = *options.worldSize;
+    b.launcher = "options";
+    b.origin.emplace_back("rank", "options");
+    b.origin.emplace_back("world size", "options");
+    if (b.worldSize < 1) fail("BootstrapOptions::worldSize=" + std::to_string(b.worldSize) +
+                              " must be at least 1");
+    if (b.rank < 0 || b.rank >= b.worldSize) {
+      fail("BootstrapOptions::rank=" + std::to_string(b.rank) + " is outside [0, " +
+           std::to_string(b.worldSize) + ")");
+    }
+    haveRank = true;
+  }
+  for (const RankSource& source : kRankSources) {
+    if (haveRank) break;
+    auto rank = env(source.rankVar);
+    auto size = env(source.sizeVar);
+    if (!rank && !size) continue;
+    if (!rank) fail(show(source.sizeVar, *size) + " is set but " + source.rankVar + " is not");
+    if (!size) fail(show(source.rankVar, *rank) + " is set but " + source.sizeVar + " is not");
+    b.worldSize = parseIntVar(source.sizeVar, *size, 1, 1 << 24);
+    b.rank = parseIntVar(source.rankVar, *rank, 0, 1 << 24);
+    if (b.rank >= b.worldSize) {
+      fail(show(source.rankVar, *rank) + " is not below " + show(source.sizeVar, *size));
+    }
+    b.launcher = source.launcher;
+    b.origin.emplace_back("rank", std::string(source.rankVar) + "=" + *rank);
+    b.origin.emplace_back("world size", std::string(source.sizeVar) + "=" + *size);
+    if (auto local = env(source.localRankVar)) {
+      b.localRank = parseIntVar(source.localRankVar, *local, 0, 1 << 24);
+      if (b.localRank >= b.worldSize) {
+        fail(show(source.localRankVar, *local) + " is not below " + show(source.sizeVar, *size));
+      }
+      b.origin.emplace_back("local rank", std::string(source.localRankVar) + "=" + *local);
+    }
+    haveRank = true;
+  }
+  if (options.localRank) {
+    b.localRank = *options.localRank;
+    if (b.localRank < 0 || b.localRank >= b.worldSize) {
+      fail("BootstrapOptions::localRank=" + std::to_string(b.localRank) + " is outside [0, " +
+           std::to_string(b.worldSize) + ")");
+    }
+    b.origin.emplace_back("local rank", "options");
+  }
+
+  // ---- store ----
+  auto masterAddr = env("MASTER_ADDR");
+  auto masterPort = env("MASTER_PORT");
+  if (options.storeObject) {
+    b.origin.emplace_back("store", "options (store object)");
+  } else if (options.store) {
+    rendezvous::StoreUrl::parse(*options.store);
+    b.storeUrl = *options.store;
+    b.origin.emplace_back("store", "options");
+  } else if (auto url = env("COLLX_STORE")) {
+    try {
+      rendezvous::StoreUrl::parse(*url);
+    } catch (const InvalidArgument& e) {
+      fail("COLLX_STORE: " + e.detail());
+    }
+    b.storeUrl = *url;
+    b.origin.emplace_back("store", "COLLX_STORE=" + *url);
+  } else if (masterAddr || masterPort) {
+    if (!masterAddr) fail(show("MASTER_PORT", *masterPort) + " is set but MASTER_ADDR is not");
+    if (!masterPort) fail(show("MASTER_ADDR", *masterAddr) + " is set but MASTER_PORT is not");
+    if (masterAddr->empty()) fail("MASTER_ADDR is empty");
+    int port = parseIntVar("MASTER_PORT", *masterPort, 1, 65535);
+    b.storeUrl = rendezvous::tcpUrl(*masterAddr, static_cast<std::uint16_t>(port));
+    b.rank0HostsStore = true;
+    b.origin.emplace_back("store", "MASTER_ADDR=" + *masterAddr + ", MASTER_PORT=" + *masterPort +
+                                       " (hosted by rank 0)");
+  } else if (b.worldSize == 1) {
+    b.storeUrl = "hash://";
+    b.origin.emplace_back("store", "in-process (world of one)");
+  } else {
+    fail("no store for a world of " + std::to_string(b.worldSize) +
+         " ranks: set COLLX_STORE (tcp://host:port, file:///shared/dir) or MASTER_ADDR and "
+         "MASTER_PORT, or launch through collx-run");
+  }
+  if (!haveRank) {
+    if (!b.storeUrl.empty() && b.storeUrl != "hash://") {
+      fail("a store is given (" + b.origin.back().second +
+           ") but no rank: set COLLX_RANK and COLLX_WORLD_SIZE (or launch through collx-run, "
+           "torchrun, mpirun or srun)");
+    }
+    b.launcher = "none";
+    b.origin.emplace_back("rank", "default (nothing set: rank 0 of 1)");
+  }
+
+  // ---- job id, generation, timeout ----
+  if (options.jobId) {
+    validateJobId(*options.jobId, "BootstrapOptions::jobId='" + *options.jobId + "'");
+    b.jobId = *options.jobId;
+    b.origin.emplace_back("job id", "options");
+  } else {
+    struct JobSource {
+      const char* var;
+      const char* stepVar;
+    };
+    static constexpr JobSource kJobSources[] = {
+        {"COLLX_JOB_ID", nullptr},
+        {"TORCHELASTIC_RUN_ID", nullptr},
+        {"SLURM_JOB_ID", "SLURM_STEP_ID"},
+        {"OMPI_MCA_ess_base_jobid", nullptr},
+    };
+    b.jobId = "default";
+    std::string origin = "default";
+    for (const JobSource& source : kJobSources) {
+      auto value = env(source.var);
+      if (!value) continue;
+      std::string jobId = *value;
+      origin = std::string(source.var) + "=" + *value;
+      if (source.stepVar != nullptr) {
+        if (auto step = env(source.stepVar)) {
+          jobId += "." + *step;
+          origin += ", " + std::string(source.stepVar) + "=" + *step;
+        }
+      }
+      validateJobId(jobId, origin);
+      b.jobId = jobId;
+      break;
+    }
+    b.origin.emplace_back("job id", origin);
+  }
+  if (options.generation) {
+    b.generation = *options.generation;
+    if (b.generation < 0) fail("BootstrapOptions::generation must not be negative");
+    b.origin.emplace_back("generation", "options");
+  } else {
+    try {
+      b.generation = *config.getInt("COLLX_GENERATION", 0, std::int64_t{1} << 62);
+    } catch (const InvalidArgument& e) {
+      fail(e.detail());
+    }
+    b.origin.emplace_back("generation", config.isSet("COLLX_GENERATION")
+                                            ? "COLLX_GENERATION=" + config.getString("COLLX_GENERATION")
+                                            : std::string("default"));
+  }
+  if (options.timeout) {
+    b.timeout = *options.timeout;
+    b.origin.emplace_back("timeout", "options");
+  } else {
+    try {
+      b.timeout = config.getDuration("COLLX_TIMEOUT");
+    } catch (const InvalidArgument& e) {
+      fail(e.detail());
+    }
+    b.origin.emplace_back("timeout", config.isSet("COLLX_TIMEOUT")
+                                         ? "COLLX_TIMEOUT=" + config.getString("COLLX_TIMEOUT")
+                                         : std::string("default"));
+  }
+  if (b.timeout.count() <= 0) {
+    fail("the timeout must be positive, got " + std::to_string(b.timeout.count()) + " ms");
+  }
+  return b;
+}
+
+}  // namespace collx

@@ -1,0 +1,224 @@
+#include "collx/context.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "collx/base/config.h"
+#include "collx/base/log.h"
+#include "collx/rendezvous/prefix_store.h"
+#include "collx/rendezvous/store.h"
+#include "collx/rendezvous/tcp_store.h"
+
+namespace collx {
+
+using rendezvous::Bytes;
+
+namespace {
+
+Bytes encodePeer(const PeerInfo& info) {
+  std::string text = "host=" + info.hostname + "\nboot=" + info.bootId +
+                     "\npid=" + std::to_string(info.pid) +
+                     "\nlocal_rank=" + std::to_string(info.localRank) + "\n";
+  return rendezvous::toBytes(text);
+}
+
+PeerInfo decodePeer(int rank, const Bytes& bytes) {
+  PeerInfo info;
+  info.rank = rank;
+  std::istringstream in(rendezvous::toString(bytes));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = line.substr(0, eq);
+    std::string value = line.substr(eq + 1);
+    try {
+      if (key == "host") info.hostname = value;
+      if (key == "boot") info.bootId = value;
+      if (key == "pid") info.pid = std::stoll(value);
+      if (key == "local_rank") info.localRank = std::stoi(value);
+    } catch (const std::exception&) {
+      // A malformed field leaves the default; the record is informational.
+    }
+  }
+  return info;
+}
+
+std::string describePeer(const PeerInfo& info) {
+  return "pid " + std::to_string(info.pid) + " on host " + info.hostname;
+}
+
+std::string rankKey(int rank) { return "rank/" + std::to_string(rank); }
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size() && i < 16; ++i) {
+    out += (i ? ", " : "") + std::to_string(ranks[i]);
+  }
+  if (ranks.size() > 16) out += ", ... " + std::to_string(ranks.size() - 16) + " more";
+  return out;
+}
+
+}  // namespace
+
+PeerInfo localPeerInfo(int rank, int localRank) {
+  PeerInfo info;
+  info.rank = rank;
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) == 0) info.hostname = host;
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::getline(boot, info.bootId);
+  info.pid = ::getpid();
+  info.localRank = localRank;
+  return info;
+}
+
+Context::Context(Key, std::shared_ptr<rendezvous::Store> store, int rank, int size,
+                 const ContextOptions& options, std::unique_ptr<rendezvous::TcpStoreServer> server)
+    : rank_(rank),
+      size_(size),
+      localRank_(options.localRank),
+      jobId_(options.jobId),
+      generation_(options.generation),
+      timeout_(options.timeout ? *options.timeout
+                               : Config::process().getDuration("COLLX_TIMEOUT")),
+      leaveBarrier_(options.leaveBarrier),
+      server_(std::move(server)) {
+  Where where{rank, "Context::create", -1};
+  if (!store) throw InvalidArgument(where, "the store is null");
+  if (size < 1) throw InvalidArgument(where, "size " + std::to_string(size) + " is not positive");
+  if (rank < 0 || rank >= size) {
+    throw InvalidArgument(where, "rank " + std::to_string(rank) + " is outside [0, " +
+                                     std::to_string(size) + ")");
+  }
+  if (timeout_.count() <= 0) {
+    throw InvalidArgument(where, "timeout must be positive, got " +
+                                     std::to_string(timeout_.count()) + " ms");
+  }
+  rendezvous::StoreOptions storeOptions;
+  storeOptions.timeout = timeout_;
+  storeOptions.rank = rank;
+  store_ = std::make_shared<rendezvous::PrefixStore>(
+      "collx/" + jobId_ + "/" + std::to_string(generation_), std::move(store), storeOptions);
+}
+
+std::shared_ptr<Context> Context::create(std::shared_ptr<rendezvous::Store> store, int rank,
+                                         int size, const ContextOptions& options) {
+  auto context = std::make_shared<Context>(Key{}, std::move(store), rank, size, options, nullptr);
+  context->join();
+  return context;
+}
+
+void Context::join() {
+  Where where{rank_, "join(job " + jobId_ + ", generation " + std::to_string(generation_) + ")",
+              -1};
+  const auto started = std::chrono::steady_clock::now();
+  PeerInfo self = localPeerInfo(rank_, localRank_);
+  Bytes mine = encodePeer(self);
+  Bytes claimed = store_->compareSet(rankKey(rank_), {}, mine);
+  if (claimed != mine) {
+    throw MismatchError(where, "rank " + std::to_string(rank_) + " is already taken by " +
+                                   describePeer(decodePeer(rank_, claimed)) +
+                                   ": two processes were given the same rank, or the store "
+                                   "still holds an earlier job's keys (use a new COLLX_JOB_ID "
+                                   "or COLLX_GENERATION, or a fresh store)");
+  }
+  Bytes size = rendezvous::toBytes(std::to_string(size_));
+  Bytes agreed = store_->compareSet("world_size", {}, size);
+  if (agreed != size) {
+    throw MismatchError(where, "this rank was started with world size " + std::to_string(size_) +
+                                   " but another rank joined with world size " +
+                                   rendezvous::toString(agreed));
+  }
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(rankKey(r));
+  std::vector<Bytes> records;
+  try {
+    records = store_->multiGet(keys, timeout_);
+  } catch (const TimeoutError&) {
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (!store_->check({rankKey(r)})) missing.push_back(r);
+    }
+    throw TimeoutError(where, std::to_string(missing.size()) + " of " + std::to_string(size_) +
+                                  " ranks did not join within " +
+                                  std::to_string(timeout_.count()) + " ms: rank" +
+                                  (missing.size() == 1 ? " " : "s ") + rankList(missing) +
+                                  " (store " + store_->describe() + ")");
+  }
+  peers_.clear();
+  for (int r = 0; r < size_; ++r) peers_.push_back(decodePeer(r, records[r]));
+  COLLX_DEBUG(kRdzv, "rank {}: joined job {} generation {} as rank {} of {} in {} ms", rank_,
+              jobId_, generation_, rank_, size_,
+              std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - started)
+                  .count());
+}
+
+void Context::leave() noexcept {
+  if (!leaveBarrier_ || size_ == 1) return;
+  try {
+    store_->add("left", 1);
+    if (!server_) return;
+    // This rank hosts the store: keep it up until every rank has left (or the timeout).
+    auto deadline = std::chrono::steady_clock::now() + timeout_;
+    auto step = std::chrono::milliseconds(1);
+    std::int64_t left = 0;
+    while ((left = store_->add("left", 0)) < size_) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        COLLX_WARN(kRdzv,
+                   "rank {}: stopping the store after {} ms although only {} of {} ranks have "
+                   "left; the others will lose it",
+                   rank_, timeout_.count(), left, size_);
+        return;
+      }
+      rendezvous::detail::backoffSleep(step, deadline, std::chrono::milliseconds(50));
+    }
+  } catch (const std::exception& e) {
+    COLLX_WARN(kRdzv, "rank {}: leaving job {}: {}", rank_, jobId_, e.what());
+  }
+}
+
+Context::~Context() { leave(); }
+
+std::shared_ptr<Context> init(const BootstrapOptions& options) {
+  Bootstrap b = Bootstrap::resolve(options, Config::process());
+  log::setProcessRank(b.rank);
+  std::unique_ptr<rendezvous::TcpStoreServer> server;
+  std::shared_ptr<rendezvous::Store> store = options.storeObject;
+  rendezvous::StoreOptions storeOptions;
+  storeOptions.timeout = b.timeout;
+  storeOptions.rank = b.rank;
+  if (!store) {
+    if (b.rank0HostsStore && b.rank == 0) {
+      rendezvous::StoreUrl url = rendezvous::StoreUrl::parse(b.storeUrl);
+      rendezvous::TcpStoreServer::Options serverOptions;
+      bool loopback = url.host == "localhost" || url.host.rfind("127.", 0) == 0 || url.host == "::1";
+      serverOptions.host = loopback ? url.host : (url.host.find(':') != std::string::npos ? "::" : "0.0.0.0");
+      serverOptions.port = url.port;
+      try {
+        server = std::make_unique<rendezvous::TcpStoreServer>(serverOptions);
+      } catch (const IoError& e) {
+        throw IoError(Where{b.rank, "init", -1},
+                      "rank 0 hosts the store at MASTER_ADDR:MASTER_PORT but cannot: " +
+                          e.detail());
+      }
+    }
+    store = rendezvous::openStore(b.storeUrl, storeOptions);
+  }
+  ContextOptions contextOptions;
+  contextOptions.jobId = b.jobId;
+  contextOptions.generation = b.generation;
+  contextOptions.localRank = b.localRank;
+  contextOptions.timeout = b.timeout;
+  contextOptions.leaveBarrier = b.rank0HostsStore;
+  auto context = std::make_shared<Context>(Context::Key{}, store, b.rank, b.worldSize,
+                                           contextOptions, std::move(server));
+  context->join();
+  return context;
+}
+
+}  // namespace collx

@@ -1,0 +1,211 @@
+#include "collx/base/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "collx/base/error.h"
+
+extern char** environ;
+
+namespace collx {
+
+// The table. Each layer's variables live here so that collx-info and the typo check know
+// every one of them; the code that reads a variable reads it through Config.
+const std::vector<ConfigVar>& configVars() {
+  static const std::vector<ConfigVar> kVars = {
+      {"COLLX_RANK", "",
+       "This process's rank in [0, COLLX_WORLD_SIZE). Set by collx-run; otherwise taken from "
+       "torchrun (RANK), Open MPI (OMPI_COMM_WORLD_RANK) or Slurm (SLURM_PROCID)."},
+      {"COLLX_WORLD_SIZE", "",
+       "Number of ranks in the job. Set by collx-run; otherwise WORLD_SIZE, "
+       "OMPI_COMM_WORLD_SIZE or SLURM_NTASKS."},
+      {"COLLX_LOCAL_RANK", "",
+       "Rank among the processes of this host (informational only: collx detects locality "
+       "itself). Otherwise LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID."},
+      {"COLLX_STORE", "",
+       "Rendezvous store: tcp://host:port, file:///path/to/shared/dir or redis://host:port[/db]. "
+       "Otherwise tcp://MASTER_ADDR:MASTER_PORT, hosted by rank 0."},
+      {"COLLX_JOB_ID", "",
+       "Job id that namespaces this job's keys in the store. Set by collx-run; otherwise "
+       "TORCHELASTIC_RUN_ID, SLURM_JOB_ID.SLURM_STEP_ID, or 'default'."},
+      {"COLLX_GENERATION", "0",
+       "Generation of the job to join; a new context of the same job joins a new generation."},
+      {"COLLX_TIMEOUT", "300s",
+       "Deadline of every blocking wait: store operations, connecting, collectives "
+       "(e.g. 30s, 500ms, 2m; a plain number is seconds)."},
+      {"COLLX_LOG_LEVEL", "warn",
+       "Log levels: a default and per-logger overrides, e.g. 'info,collx.rdzv=debug'. Levels: "
+       "trace debug info warn error off. Loggers: collx collx.rdzv collx.tcp collx.shm "
+       "collx.ibverbs collx.algo collx.run."},
+  };
+  return kVars;
+}
+
+const ConfigVar* findConfigVar(std::string_view name) noexcept {
+  for (const ConfigVar& var : configVars()) {
+    if (name == var.name) return &var;
+  }
+  return nullptr;
+}
+
+namespace {
+
+const ConfigVar& requireVar(std::string_view name) {
+  const ConfigVar* var = findConfigVar(name);
+  if (var == nullptr) {
+    throw std::logic_error("collx: " + std::string(name) + " is not in the configuration table");
+  }
+  return *var;
+}
+
+[[noreturn]] void badValue(std::string_view what, std::string_view text,
+                           const std::string& expected) {
+  throw InvalidArgument(Where{-1, "config", -1},
+                        std::string(what) + "='" + std::string(text) + "': expected " + expected);
+}
+
+std::size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::int64_t parseInt(std::string_view text, std::int64_t min, std::int64_t max,
+                      std::string_view what) {
+  std::int64_t value = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) {
+    badValue(what, text, "an integer");
+  }
+  if (value < min || value > max) {
+    badValue(what, text,
+             "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  return value;
+}
+
+std::chrono::milliseconds parseDuration(std::string_view text, std::string_view what) {
+  const std::string expected = "a duration such as 30s, 500ms, 2m, 1h or a number of seconds";
+  std::size_t unitPos = text.find_first_not_of("0123456789.");
+  std::string_view number = text.substr(0, unitPos);
+  std::string_view unit = unitPos == std::string_view::npos ? "" : text.substr(unitPos);
+  if (number.empty() || std::count(number.begin(), number.end(), '.') > 1) {
+    badValue(what, text, expected);
+  }
+  double scale = 0;
+  if (unit.empty() || unit == "s") {
+    scale = 1000.0;
+  } else if (unit == "ms") {
+    scale = 1.0;
+  } else if (unit == "m" || unit == "min") {
+    scale = 60'000.0;
+  } else if (unit == "h") {
+    scale = 3'600'000.0;
+  } else {
+    badValue(what, text, expected);
+  }
+  std::string copy(number);
+  char* parsedEnd = nullptr;
+  errno = 0;
+  double value = std::strtod(copy.c_str(), &parsedEnd);
+  if (errno != 0 || parsedEnd != copy.c_str() + copy.size() || !std::isfinite(value)) {
+    badValue(what, text, expected);
+  }
+  double ms = value * scale;
+  if (ms > 1e15) badValue(what, text, "a duration under 30000 years");
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(ms)));
+}
+
+Config::Config(Environment env) : env_(std::move(env)) {}
+
+Config Config::fromProcessEnvironment() {
+  Environment env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view item(*entry);
+    std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1)));
+  }
+  return Config(std::move(env));
+}
+
+const Config& Config::process() {
+  static const Config config = fromProcessEnvironment();
+  return config;
+}
+
+std::optional<std::string> Config::env(std::string_view name) const {
+  auto it = env_.find(name);
+  if (it == env_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool Config::isSet(std::string_view name) const {
+  requireVar(name);
+  return env_.find(name) != env_.end();
+}
+
+std::string Config::getString(std::string_view name) const {
+  const ConfigVar& var = requireVar(name);
+  auto it = env_.find(name);
+  return it != env_.end() ? it->second : std::string(var.defaultValue);
+}
+
+std::optional<std::int64_t> Config::getInt(std::string_view name, std::int64_t min,
+                                           std::int64_t max) const {
+  std::string text = getString(name);
+  if (text.empty()) return std::nullopt;
+  return parseInt(text, min, max, name);
+}
+
+std::chrono::milliseconds Config::getDuration(std::string_view name) const {
+  return parseDuration(getString(name), name);
+}
+
+bool Config::getBool(std::string_view name) const {
+  std::string text = getString(name);
+  std::string lower;
+  for (char c : text) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "1" || lower == "true" || lower == "yes" || lower == "on") return true;
+  if (lower.empty() || lower == "0" || lower == "false" || lower == "no" || lower == "off") {
+    return false;
+  }
+  badValue(name, text, "a boolean (1/0, true/false, yes/no, on/off)");
+}
+
+std::vector<std::string> Config::unknownVariables() const {
+  std::vector<std::string> unknown;
+  for (const auto& [name, value] : env_) {
+    if (name.rfind("COLLX_", 0) != 0 || findConfigVar(name) != nullptr) continue;
+    std::string entry = name;
+    std::size_t best = 4;
+    for (const ConfigVar& var : configVars()) {
+      std::size_t distance = editDistance(name, var.name);
+      if (distance < best) {
+        best = distance;
+        entry = name + " (did you mean " + var.name + "?)";
+      }
+    }
+    unknown.push_back(entry);
+  }
+  return unknown;
+}
+
+}  // namespace collx

@@ -1,0 +1,22 @@
+#include "collx/base/version.h"
+
+#include "collx_build_config.h"
+
+namespace collx {
+
+const char* versionString() noexcept { return COLLX_VERSION_STRING; }
+
+const std::vector<BuildFeature>& buildFeatures() {
+  static const std::vector<BuildFeature> kFeatures = {
+      {"hash store (in process)", true, "always built"},
+      {"file store", true, "always built"},
+      {"tcp store (server and client)", true, "always built (standalone Asio)"},
+      {"redis store", COLLX_HAVE_REDIS != 0, COLLX_REDIS_TEXT},
+      {"MPI bootstrap", COLLX_HAVE_MPI != 0, COLLX_MPI_TEXT},
+      {"ibverbs transport", false, "not implemented yet; dependency: " COLLX_IBVERBS_TEXT},
+      {"python module", false, "not implemented yet; dependency: " COLLX_PYTHON_TEXT},
+  };
+  return kFeatures;
+}
+
+}  // namespace collx

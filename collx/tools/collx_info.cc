@@ -1,0 +1,110 @@
+// collx-info: prints collx's version, what this build contains and the configuration table;
+// with --rendezvous, joins the job described by the environment and prints what it saw.
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "collx/collx.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: collx-info [--rendezvous] [--help]
+
+Prints the collx version, the transports and optional parts of this build, and the
+configuration table: every COLLX_* variable with its default, its value in this
+environment, and what it does.
+
+  --rendezvous   also join the job described by the environment (COLLX_RANK,
+                 COLLX_WORLD_SIZE, COLLX_STORE, or torchrun / Open MPI / Slurm
+                 variables) and print what this rank saw: rank, world size, job,
+                 generation, where each value came from, and every peer.
+                 Run it under a launcher:  collx-run -n 4 -- collx-info --rendezvous
+  --help         this text
+)";
+
+void wrap(const std::string& text, std::size_t indent, std::size_t width) {
+  std::size_t column = indent;
+  std::cout << std::string(indent, ' ');
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find(' ', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string word = text.substr(pos, end - pos);
+    if (column > indent && column + 1 + word.size() > width) {
+      std::cout << "\n" << std::string(indent, ' ');
+      column = indent;
+    } else if (column > indent) {
+      std::cout << ' ';
+      ++column;
+    }
+    std::cout << word;
+    column += word.size();
+    pos = end + 1;
+  }
+  std::cout << "\n";
+}
+
+void printInfo() {
+  std::cout << "collx " << collx::versionString() << "\n\nbuild:\n";
+  for (const collx::BuildFeature& f : collx::buildFeatures()) {
+    std::printf("  %-32s %-4s %s\n", f.name.c_str(), f.built ? "yes" : "no", f.detail.c_str());
+  }
+  const collx::Config& config = collx::Config::process();
+  std::cout << "\nconfiguration (precedence: explicit option > environment > default):\n";
+  for (const collx::ConfigVar& var : collx::configVars()) {
+    std::string value = config.isSet(var.name) ? "'" + config.getString(var.name) + "'" : "unset";
+    std::string def = var.defaultValue[0] != '\0' ? std::string(var.defaultValue) : "none";
+    std::printf("  %-20s default: %-8s environment: %s\n", var.name, def.c_str(), value.c_str());
+    wrap(var.help, 6, 96);
+  }
+  std::vector<std::string> unknown = config.unknownVariables();
+  if (!unknown.empty()) {
+    std::cout << "\nunknown COLLX_* variables in the environment (ignored):\n";
+    for (const std::string& name : unknown) std::cout << "  " << name << "\n";
+  }
+}
+
+int rendezvous() {
+  collx::Bootstrap b = collx::Bootstrap::resolve({}, collx::Config::process());
+  auto context = collx::init();
+  std::string out = "rank " + std::to_string(context->rank()) + " of " +
+                    std::to_string(context->size()) + ": job " + context->jobId() +
+                    " generation " + std::to_string(context->generation()) + ", launcher " +
+                    b.launcher + ", store " + (b.storeUrl.empty() ? "(object)" : b.storeUrl) + "\n";
+  for (const auto& [what, origin] : b.origin) out += "  " + what + " from " + origin + "\n";
+  out += "  peers:";
+  for (const collx::PeerInfo& peer : context->peers()) {
+    out += " " + std::to_string(peer.rank) + "=" + peer.hostname + ":" + std::to_string(peer.pid);
+  }
+  out += "\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);  // one write: lines of ranks do not interleave
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool join = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (std::strcmp(argv[i], "--rendezvous") == 0) {
+      join = true;
+      continue;
+    }
+    std::cerr << "collx-info: unknown argument '" << argv[i] << "'\n" << kUsage;
+    return 2;
+  }
+  try {
+    if (join) return rendezvous();
+    printInfo();
+    return 0;
+  } catch (const collx::Error& e) {
+    std::cerr << "collx-info: " << collx::errorKindName(e.kind()) << ": " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,42 @@
+// HashStore: a Store in this process's memory, shared by every thread that holds it (ranks
+// as threads in tests, single-process jobs). Waiters block on a condition variable.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include "collx/rendezvous/store.h"
+
+namespace collx::rendezvous {
+
+class HashStore final : public Store {
+ public:
+  explicit HashStore(const StoreOptions& options = {});
+  std::string describe() const override { return "hash://"; }
+
+ protected:
+  void doSet(const std::string& key, const Bytes& value) override;
+  void doMultiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  std::vector<std::string> doWait(const std::vector<std::string>& keys,
+                                  Clock::time_point deadline) override;
+  std::vector<std::string> doMultiGet(const std::vector<std::string>& keys,
+                                      Clock::time_point deadline,
+                                      std::vector<Bytes>& values) override;
+  std::int64_t doAdd(const std::string& key, std::int64_t delta) override;
+  Bytes doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool doCheck(const std::vector<std::string>& keys) override;
+  bool doErase(const std::string& key) override;
+
+ private:
+  // Waits under `lock` until every key exists or the deadline; returns the missing keys.
+  std::vector<std::string> waitLocked(std::unique_lock<std::mutex>& lock,
+                                      const std::vector<std::string>& keys,
+                                      Clock::time_point deadline);
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, Bytes, std::less<>> data_;
+};
+
+}  // namespace collx::rendezvous

@@ -1,0 +1,50 @@
+// RedisStore: a Store in a Redis server (optional: built when hiredis is found). Values are
+// Redis strings; add() is INCRBY, compareSet() a Lua script, waiting polls with a short
+// backoff (1..20 ms). Keys are used as given: share a server between jobs through
+// PrefixStore (collx::init() does so with the job id).
+#pragma once
+
+#include <mutex>
+
+#include "collx/rendezvous/store.h"
+
+namespace collx::rendezvous {
+
+class RedisStore final : public Store {
+ public:
+  // Connects (retrying until the timeout) and selects database `db`. Throws TimeoutError when
+  // nothing answers, IoError when what answers is not a Redis server.
+  RedisStore(std::string host, std::uint16_t port, int db = 0, const StoreOptions& options = {});
+  ~RedisStore() override;
+
+  std::string describe() const override;
+
+ protected:
+  void doSet(const std::string& key, const Bytes& value) override;
+  void doMultiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  std::vector<std::string> doWait(const std::vector<std::string>& keys,
+                                  Clock::time_point deadline) override;
+  std::vector<std::string> doMultiGet(const std::vector<std::string>& keys,
+                                      Clock::time_point deadline,
+                                      std::vector<Bytes>& values) override;
+  std::int64_t doAdd(const std::string& key, std::int64_t delta) override;
+  Bytes doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool doCheck(const std::vector<std::string>& keys) override;
+  bool doErase(const std::string& key) override;
+
+ private:
+  struct Connection;
+  class ReplyPtr;
+  // Runs one command (argv form, binary-safe) and returns its reply; throws IoError on a
+  // broken connection (the next command reconnects) and InvalidArgument on a Redis error.
+  ReplyPtr command(std::string_view op, const std::vector<std::string_view>& argv);
+  void connectLocked(Clock::time_point deadline, std::string_view op);
+
+  std::string host_;
+  std::uint16_t port_;
+  int db_;
+  std::mutex mutex_;
+  std::unique_ptr<Connection> connection_;
+};
+
+}  // namespace collx::rendezvous

@@ -1,0 +1,148 @@
+// The Store: a small key-value service through which ranks find each other.
+//
+// Keys are strings (1..kMaxKeyBytes bytes), values are bytes. Every method is thread-safe and
+// every blocking method has a deadline: it throws TimeoutError naming the keys it waited for
+// when the deadline passes. Implementations: HashStore (one process), FileStore (a shared
+// directory), TcpStore (client of a TcpStoreServer), RedisStore (optional), PrefixStore (a
+// namespace inside another store).
+//
+// The public methods are non-virtual: they validate arguments, measure deadlines and word
+// the errors once for every store; an implementation overrides the protected hooks only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collx/base/error.h"
+
+namespace collx::rendezvous {
+
+using Bytes = std::vector<std::uint8_t>;
+using Clock = std::chrono::steady_clock;
+
+inline constexpr std::size_t kMaxKeyBytes = 4096;
+
+Bytes toBytes(std::string_view text);
+std::string toString(const Bytes& bytes);
+
+struct StoreOptions {
+  // Deadline of blocking calls made without an explicit timeout; unset means COLLX_TIMEOUT.
+  std::optional<std::chrono::milliseconds> timeout;
+  // The rank that uses this store, named in error messages (-1: not a rank).
+  int rank = -1;
+};
+
+class Store {
+ public:
+  virtual ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Stores `value` under `key`, replacing any previous value, and wakes its waiters.
+  void set(const std::string& key, const Bytes& value);
+  void set(const std::string& key, std::string_view value) { set(key, toBytes(value)); }
+  void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
+
+  // Returns the value of `key`, waiting until it exists (blocking, bounded by the timeout).
+  Bytes get(const std::string& key);
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout);
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys);
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
+                              std::chrono::milliseconds timeout);
+
+  // Blocks until every key exists.
+  void wait(const std::vector<std::string>& keys);
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+
+  // Atomically adds `delta` to the integer stored (as decimal text) under `key`, starting from
+  // 0 when absent, and returns the new value. InvalidArgument if the value is not an integer.
+  std::int64_t add(const std::string& key, std::int64_t delta);
+
+  // Atomically: if `key` holds `expected` (or is absent and `expected` is empty), store
+  // `desired`. Returns the value held afterwards (desired on success, the current one on
+  // failure; empty when the key is absent and was not set).
+  Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired);
+
+  // Non-blocking: true when every key exists.
+  bool check(const std::vector<std::string>& keys);
+  // Removes `key`; true if it existed.
+  bool erase(const std::string& key);
+
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  void setTimeout(std::chrono::milliseconds timeout);
+  int rank() const noexcept { return rank_; }
+  void setRank(int rank) noexcept { rank_ = rank; }
+
+  // A description for messages and logs: "tcp://127.0.0.1:29500", "file:///tmp/x", ...
+  virtual std::string describe() const = 0;
+
+ protected:
+  explicit Store(const StoreOptions& options);
+
+  // The hooks. Keys are validated; deadlines are absolute. A wait hook returns the keys still
+  // missing at its deadline (empty: all present) instead of throwing, so that every store
+  // reports timeouts with the same words.
+  virtual void doSet(const std::string& key, const Bytes& value) = 0;
+  virtual void doMultiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
+  virtual std::vector<std::string> doWait(const std::vector<std::string>& keys,
+                                          Clock::time_point deadline) = 0;
+  // Fills `values` (one per key) or returns the missing keys.
+  virtual std::vector<std::string> doMultiGet(const std::vector<std::string>& keys,
+                                              Clock::time_point deadline,
+                                              std::vector<Bytes>& values) = 0;
+  virtual std::int64_t doAdd(const std::string& key, std::int64_t delta) = 0;
+  virtual Bytes doCompareSet(const std::string& key, const Bytes& expected,
+                             const Bytes& desired) = 0;
+  virtual bool doCheck(const std::vector<std::string>& keys) = 0;
+  virtual bool doErase(const std::string& key) = 0;
+
+  // Where an error happened, for implementations that throw IoError themselves.
+  Where where(std::string_view op) const;
+
+ private:
+  void validateKey(const std::string& key, std::string_view op) const;
+  void validateKeys(const std::vector<std::string>& keys, std::string_view op) const;
+  [[noreturn]] void throwTimeout(std::string_view op, std::chrono::milliseconds timeout,
+                                 const std::vector<std::string>& requested,
+                                 const std::vector<std::string>& missing) const;
+
+  std::chrono::milliseconds timeout_;
+  int rank_;
+};
+
+// Helpers for implementations.
+namespace detail {
+// add() on a stored value (nullptr: absent): the new counter value. Throws InvalidArgument
+// naming the key when the value is not a decimal integer or the sum overflows.
+std::int64_t applyAdd(const Bytes* current, std::int64_t delta, const std::string& key,
+                      const Where& where);
+Bytes formatCounter(std::int64_t value);
+// Sleeps for the next step of a polling backoff (1 ms doubling to `max`), not past deadline.
+void backoffSleep(std::chrono::milliseconds& step, Clock::time_point deadline,
+                  std::chrono::milliseconds max = std::chrono::milliseconds(20));
+}  // namespace detail
+
+// A parsed store URL: tcp://host:port, tcp://[v6addr]:port, file:///absolute/dir,
+// redis://host:port[/db], hash:// (in-process).
+struct StoreUrl {
+  std::string scheme;  // "tcp", "file", "redis", "hash"
+  std::string host;    // tcp, redis (without brackets)
+  std::uint16_t port = 0;
+  std::string path;    // file
+  int db = 0;          // redis
+  // Throws InvalidArgument naming `url` and what is wrong with it.
+  static StoreUrl parse(const std::string& url);
+  std::string str() const;
+};
+
+// Opens a store from a URL: tcp://host:port, file:///path, redis://host:port[/db]
+// (hash:// is an in-process HashStore). InvalidArgument names a malformed URL; connecting
+// is bounded by the timeout.
+std::unique_ptr<Store> openStore(const std::string& url, const StoreOptions& options = {});
+
+}  // namespace collx::rendezvous

@@ -1,0 +1,96 @@
+// The TCP store: TcpStoreServer (an Asio server on its own thread, serving many clients at
+// once) and TcpStore (a client; plain sockets, one request in flight, thread-safe).
+//
+// The wire protocol is length-prefixed and versioned (rendezvous/src/tcp_store_protocol.h).
+// The server bounds key and value sizes and the number of connections; a malformed,
+// truncated or oversized request gets an error reply (or its connection closed) for that
+// client alone while everyone else is served. A client that reaches something that is not a
+// collx store gets a clear error, never a hang.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "collx/rendezvous/store.h"
+
+namespace collx::rendezvous {
+
+class TcpStoreServer {
+ public:
+  struct Options {
+    // Address to listen on: "127.0.0.1" (default: this host only), "0.0.0.0" or "::" (every
+    // interface), or a host name. Port 0 picks a free port (see port()).
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 0;
+    std::size_t maxValueBytes = std::size_t{1} << 30;
+    std::size_t maxKeysPerRequest = 1 << 16;
+    std::size_t maxConnections = 4096;
+  };
+
+  // Binds and starts serving on a thread of its own. Throws IoError when it cannot bind.
+  explicit TcpStoreServer(const Options& options);
+  TcpStoreServer();
+  // Stops serving and closes every connection (blocking until the thread has ended).
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  std::uint16_t port() const noexcept;
+  // The address clients should use: "tcp://127.0.0.1:29500" ("tcp://[::1]:29500").
+  std::string url() const;
+  // Number of client connections currently open.
+  std::size_t connections() const noexcept;
+  void stop() noexcept;
+
+  struct Impl;  // opaque: keeps Asio out of this header
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class TcpStore final : public Store {
+ public:
+  // Connects to the server at host:port, retrying until the timeout (the server may not be
+  // up yet). Throws TimeoutError if it never answers, IoError if what answers is not a collx
+  // store or speaks another protocol version.
+  TcpStore(std::string host, std::uint16_t port, const StoreOptions& options = {});
+  ~TcpStore() override;
+
+  std::string describe() const override;
+  // Round trip to the server; throws IoError or TimeoutError when it does not answer.
+  void ping();
+
+ protected:
+  void doSet(const std::string& key, const Bytes& value) override;
+  void doMultiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  std::vector<std::string> doWait(const std::vector<std::string>& keys,
+                                  Clock::time_point deadline) override;
+  std::vector<std::string> doMultiGet(const std::vector<std::string>& keys,
+                                      Clock::time_point deadline,
+                                      std::vector<Bytes>& values) override;
+  std::int64_t doAdd(const std::string& key, std::int64_t delta) override;
+  Bytes doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool doCheck(const std::vector<std::string>& keys) override;
+  bool doErase(const std::string& key) override;
+
+ private:
+  struct Reply;
+  void connectLocked(Clock::time_point deadline, std::string_view op);
+  void closeLocked() noexcept;
+  // Sends one request frame and reads its reply; `serverWait` is how long the server may
+  // legitimately hold the request (a wait), on top of the store's timeout for the I/O.
+  Reply roundTrip(std::string_view op, std::vector<std::uint8_t>& frame,
+                  std::chrono::milliseconds serverWait);
+
+  std::string host_;
+  std::uint16_t port_;
+  std::mutex mutex_;
+  int fd_ = -1;
+};
+
+// "tcp://host:port" for a host and port, with brackets around IPv6 literals.
+std::string tcpUrl(const std::string& host, std::uint16_t port);
+
+}  // namespace collx::rendezvous

@@ -1,0 +1,116 @@
+#include <charconv>
+
+#include "collx/rendezvous/file_store.h"
+#include "collx/rendezvous/hash_store.h"
+#include "collx/rendezvous/store.h"
+#include "collx/rendezvous/tcp_store.h"
+#include "collx_rendezvous_config.h"
+#if COLLX_HAVE_REDIS
+#include "collx/rendezvous/redis_store.h"
+#endif
+
+namespace collx::rendezvous {
+
+namespace {
+
+[[noreturn]] void badUrl(const std::string& url, const std::string& why) {
+  throw InvalidArgument(Where{-1, "store URL", -1},
+                        "'" + url + "': " + why +
+                            " (expected tcp://host:port, file:///path, redis://host:port[/db])");
+}
+
+// "host:port" or "[v6]:port" (port required when `defaultPort` is 0).
+void parseHostPort(const std::string& url, std::string_view text, std::uint16_t defaultPort,
+                   StoreUrl& out) {
+  std::string_view portText;
+  if (!text.empty() && text.front() == '[') {
+    std::size_t close = text.find(']');
+    if (close == std::string_view::npos) badUrl(url, "unterminated '[' in the host");
+    out.host = std::string(text.substr(1, close - 1));
+    std::string_view rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') badUrl(url, "expected ':' after ']'");
+      portText = rest.substr(1);
+    }
+  } else {
+    std::size_t colon = text.rfind(':');
+    if (colon != std::string_view::npos && text.find(':') != colon) {
+      badUrl(url, "IPv6 addresses need brackets, e.g. tcp://[::1]:29500");
+    }
+    out.host = std::string(text.substr(0, colon));
+    if (colon != std::string_view::npos) portText = text.substr(colon + 1);
+  }
+  if (out.host.empty()) badUrl(url, "the host is empty");
+  if (portText.empty()) {
+    if (defaultPort == 0) badUrl(url, "the port is missing");
+    out.port = defaultPort;
+    return;
+  }
+  unsigned value = 0;
+  auto [ptr, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), value);
+  if (ec != std::errc() || ptr != portText.data() + portText.size() || value == 0 ||
+      value > 65535) {
+    badUrl(url, "the port '" + std::string(portText) + "' is not in 1..65535");
+  }
+  out.port = static_cast<std::uint16_t>(value);
+}
+
+}  // namespace
+
+StoreUrl StoreUrl::parse(const std::string& url) {
+  StoreUrl out;
+  std::size_t sep = url.find("://");
+  if (sep == std::string::npos) badUrl(url, "no scheme");
+  out.scheme = url.substr(0, sep);
+  std::string_view rest = std::string_view(url).substr(sep + 3);
+  if (out.scheme == "tcp") {
+    if (rest.find('/') != std::string_view::npos) badUrl(url, "a tcp store URL has no path");
+    parseHostPort(url, rest, 0, out);
+  } else if (out.scheme == "redis") {
+    std::size_t slash = rest.find('/');
+    parseHostPort(url, rest.substr(0, slash), 6379, out);
+    if (slash != std::string_view::npos) {
+      std::string_view db = rest.substr(slash + 1);
+      auto [ptr, ec] = std::from_chars(db.data(), db.data() + db.size(), out.db);
+      if (db.empty() || ec != std::errc() || ptr != db.data() + db.size() || out.db < 0) {
+        badUrl(url, "the database '" + std::string(db) + "' is not a number");
+      }
+    }
+  } else if (out.scheme == "file") {
+    if (rest.empty() || rest.front() != '/') {
+      badUrl(url, "a file store needs an absolute path: file:///path/to/dir");
+    }
+    out.path = std::string(rest);
+  } else if (out.scheme == "hash") {
+    if (!rest.empty()) badUrl(url, "hash:// takes nothing after the scheme");
+  } else {
+    badUrl(url, "unknown scheme '" + out.scheme + "'");
+  }
+  return out;
+}
+
+std::string StoreUrl::str() const {
+  if (scheme == "tcp") return tcpUrl(host, port);
+  if (scheme == "redis") {
+    std::string base = tcpUrl(host, port).replace(0, 3, "redis");
+    return db == 0 ? base : base + "/" + std::to_string(db);
+  }
+  if (scheme == "file") return "file://" + path;
+  return scheme + "://";
+}
+
+std::unique_ptr<Store> openStore(const std::string& url, const StoreOptions& options) {
+  StoreUrl parsed = StoreUrl::parse(url);
+  if (parsed.scheme == "tcp") return std::make_unique<TcpStore>(parsed.host, parsed.port, options);
+  if (parsed.scheme == "file") return std::make_unique<FileStore>(parsed.path, options);
+  if (parsed.scheme == "hash") return std::make_unique<HashStore>(options);
+#if COLLX_HAVE_REDIS
+  return std::make_unique<RedisStore>(parsed.host, parsed.port, parsed.db, options);
+#else
+  throw Unsupported(Where{options.rank, "store URL", -1},
+                    "'" + url + "': this build has no Redis store (configure with "
+                    "COLLX_WITH_REDIS=ON and libhiredis-dev installed)");
+#endif
+}
+
+}  // namespace collx::rendezvous

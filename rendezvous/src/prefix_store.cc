@@ -1,0 +1,95 @@
+#include "collx/rendezvous/prefix_store.h"
+
+namespace collx::rendezvous {
+
+namespace {
+StoreOptions innerOptions(const std::shared_ptr<Store>& inner) {
+  if (!inner) throw InvalidArgument(Where{-1, "PrefixStore", -1}, "the inner store is null");
+  StoreOptions options;
+  options.timeout = inner->timeout();
+  options.rank = inner->rank();
+  return options;
+}
+}  // namespace
+
+PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> inner)
+    : PrefixStore(std::move(prefix), inner, innerOptions(inner)) {}
+
+PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> inner,
+                         const StoreOptions& options)
+    : Store(options), prefix_(std::move(prefix)), inner_(std::move(inner)) {
+  if (!inner_) throw InvalidArgument(Where{rank(), "PrefixStore", -1}, "the inner store is null");
+  if (prefix_.empty()) throw InvalidArgument(Where{rank(), "PrefixStore", -1}, "the prefix is empty");
+}
+
+std::string PrefixStore::describe() const { return inner_->describe() + " prefix " + prefix_; }
+
+std::vector<std::string> PrefixStore::full(const std::vector<std::string>& keys) const {
+  std::vector<std::string> out;
+  out.reserve(keys.size());
+  for (const std::string& key : keys) out.push_back(full(key));
+  return out;
+}
+
+void PrefixStore::doSet(const std::string& key, const Bytes& value) { inner_->set(full(key), value); }
+
+void PrefixStore::doMultiSet(const std::vector<std::string>& keys,
+                             const std::vector<Bytes>& values) {
+  inner_->multiSet(full(keys), values);
+}
+
+std::vector<std::string> PrefixStore::waitInner(const std::vector<std::string>& keys,
+                                                Clock::time_point deadline,
+                                                std::vector<Bytes>* values) {
+  auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (remaining.count() <= 0) remaining = std::chrono::milliseconds(1);
+  try {
+    if (values != nullptr) {
+      *values = inner_->multiGet(full(keys), remaining);
+    } else {
+      inner_->wait(full(keys), remaining);
+    }
+    return {};
+  } catch (const TimeoutError&) {
+    // Report the missing keys in this store's terms.
+    std::vector<std::string> missing;
+    for (const std::string& key : keys) {
+      if (!inner_->check({full(key)})) missing.push_back(key);
+    }
+    if (!missing.empty()) return missing;
+    // Every key appeared just after the inner deadline: take them without waiting again.
+    if (values == nullptr) return {};
+    try {
+      *values = inner_->multiGet(full(keys), std::chrono::milliseconds(1));
+      return {};
+    } catch (const TimeoutError&) {
+      return keys;
+    }
+  }
+}
+
+std::vector<std::string> PrefixStore::doWait(const std::vector<std::string>& keys,
+                                             Clock::time_point deadline) {
+  return waitInner(keys, deadline, nullptr);
+}
+
+std::vector<std::string> PrefixStore::doMultiGet(const std::vector<std::string>& keys,
+                                                 Clock::time_point deadline,
+                                                 std::vector<Bytes>& values) {
+  return waitInner(keys, deadline, &values);
+}
+
+std::int64_t PrefixStore::doAdd(const std::string& key, std::int64_t delta) {
+  return inner_->add(full(key), delta);
+}
+
+Bytes PrefixStore::doCompareSet(const std::string& key, const Bytes& expected,
+                                const Bytes& desired) {
+  return inner_->compareSet(full(key), expected, desired);
+}
+
+bool PrefixStore::doCheck(const std::vector<std::string>& keys) { return inner_->check(full(keys)); }
+
+bool PrefixStore::doErase(const std::string& key) { return inner_->erase(full(key)); }
+
+}  // namespace collx::rendezvous

@@ -1,0 +1,191 @@
+#include "collx/rendezvous/store.h"
+
+#include <algorithm>
+#include <charconv>
+#include <thread>
+
+#include "collx/base/config.h"
+
+namespace collx::rendezvous {
+
+Bytes toBytes(std::string_view text) { return Bytes(text.begin(), text.end()); }
+std::string toString(const Bytes& bytes) { return std::string(bytes.begin(), bytes.end()); }
+
+namespace {
+
+std::string describeKeys(const std::vector<std::string>& keys) {
+  constexpr std::size_t kShown = 8;
+  std::string out = "[";
+  for (std::size_t i = 0; i < keys.size() && i < kShown; ++i) {
+    if (i > 0) out += ", ";
+    out += keys[i];
+  }
+  if (keys.size() > kShown) out += ", ... " + std::to_string(keys.size() - kShown) + " more";
+  return out + "]";
+}
+
+std::chrono::milliseconds resolveTimeout(const StoreOptions& options) {
+  if (options.timeout) return *options.timeout;
+  return Config::process().getDuration("COLLX_TIMEOUT");
+}
+
+}  // namespace
+
+Store::Store(const StoreOptions& options)
+    : timeout_(resolveTimeout(options)), rank_(options.rank) {
+  if (timeout_.count() <= 0) {
+    throw InvalidArgument(Where{rank_, "store", -1},
+                          "timeout must be positive, got " + std::to_string(timeout_.count()) +
+                              " ms");
+  }
+}
+
+Store::~Store() = default;
+
+void Store::setTimeout(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) {
+    throw InvalidArgument(where("setTimeout"),
+                          "timeout must be positive, got " + std::to_string(timeout.count()) +
+                              " ms");
+  }
+  timeout_ = timeout;
+}
+
+Where Store::where(std::string_view op) const {
+  return Where{rank_, "store " + std::string(op) + " (" + describe() + ")", -1};
+}
+
+void Store::validateKey(const std::string& key, std::string_view op) const {
+  if (key.empty()) throw InvalidArgument(where(op), "the key is empty");
+  if (key.size() > kMaxKeyBytes) {
+    throw InvalidArgument(where(op), "key of " + std::to_string(key.size()) +
+                                         " bytes exceeds the limit of " +
+                                         std::to_string(kMaxKeyBytes) + " bytes");
+  }
+}
+
+void Store::validateKeys(const std::vector<std::string>& keys, std::string_view op) const {
+  for (const std::string& key : keys) validateKey(key, op);
+}
+
+void Store::throwTimeout(std::string_view op, std::chrono::milliseconds timeout,
+                         const std::vector<std::string>& requested,
+                         const std::vector<std::string>& missing) const {
+  std::string detail = "timed out after " + std::to_string(timeout.count()) +
+                       " ms waiting for " + (missing.size() == 1 ? "key " : "keys ") +
+                       describeKeys(missing);
+  if (missing.size() != requested.size()) {
+    detail += " (" + std::to_string(missing.size()) + " of " + std::to_string(requested.size()) +
+              " keys missing)";
+  }
+  throw TimeoutError(where(op), detail);
+}
+
+void Store::set(const std::string& key, const Bytes& value) {
+  validateKey(key, "set");
+  doSet(key, value);
+}
+
+void Store::multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  validateKeys(keys, "multiSet");
+  if (keys.size() != values.size()) {
+    throw InvalidArgument(where("multiSet"), std::to_string(keys.size()) + " keys but " +
+                                                 std::to_string(values.size()) + " values");
+  }
+  if (!keys.empty()) doMultiSet(keys, values);
+}
+
+void Store::doMultiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  for (std::size_t i = 0; i < keys.size(); ++i) doSet(keys[i], values[i]);
+}
+
+Bytes Store::get(const std::string& key) { return get(key, timeout_); }
+
+Bytes Store::get(const std::string& key, std::chrono::milliseconds timeout) {
+  validateKey(key, "get");
+  std::vector<Bytes> values;
+  std::vector<std::string> keys{key};
+  std::vector<std::string> missing = doMultiGet(keys, Clock::now() + timeout, values);
+  if (!missing.empty()) throwTimeout("get", timeout, keys, missing);
+  return std::move(values.at(0));
+}
+
+std::vector<Bytes> Store::multiGet(const std::vector<std::string>& keys) {
+  return multiGet(keys, timeout_);
+}
+
+std::vector<Bytes> Store::multiGet(const std::vector<std::string>& keys,
+                                   std::chrono::milliseconds timeout) {
+  validateKeys(keys, "multiGet");
+  std::vector<Bytes> values;
+  if (keys.empty()) return values;
+  std::vector<std::string> missing = doMultiGet(keys, Clock::now() + timeout, values);
+  if (!missing.empty()) throwTimeout("multiGet", timeout, keys, missing);
+  return values;
+}
+
+void Store::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
+
+void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  validateKeys(keys, "wait");
+  if (keys.empty()) return;
+  std::vector<std::string> missing = doWait(keys, Clock::now() + timeout);
+  if (!missing.empty()) throwTimeout("wait", timeout, keys, missing);
+}
+
+std::int64_t Store::add(const std::string& key, std::int64_t delta) {
+  validateKey(key, "add");
+  return doAdd(key, delta);
+}
+
+Bytes Store::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  validateKey(key, "compareSet");
+  return doCompareSet(key, expected, desired);
+}
+
+bool Store::check(const std::vector<std::string>& keys) {
+  validateKeys(keys, "check");
+  return keys.empty() || doCheck(keys);
+}
+
+bool Store::erase(const std::string& key) {
+  validateKey(key, "erase");
+  return doErase(key);
+}
+
+namespace detail {
+
+std::int64_t applyAdd(const Bytes* current, std::int64_t delta, const std::string& key,
+                      const Where& where) {
+  std::int64_t result = 0;
+  if (current != nullptr) {
+    const Bytes& value = *current;
+  const char* begin = reinterpret_cast<const char*>(value.data());
+  const char* end = begin + value.size();
+  auto [ptr, ec] = std::from_chars(begin, end, result);
+  if (value.empty() || ec != std::errc() || ptr != end) {
+    throw InvalidArgument(where, "add on key '" + key + "': its value (" +
+                                     std::to_string(value.size()) +
+                                     " bytes) is not a decimal integer");
+  }
+  }
+  if (__builtin_add_overflow(result, delta, &result)) {
+    throw InvalidArgument(where, "add on key '" + key + "': the counter would overflow");
+  }
+  return result;
+}
+
+Bytes formatCounter(std::int64_t value) { return toBytes(std::to_string(value)); }
+
+void backoffSleep(std::chrono::milliseconds& step, Clock::time_point deadline,
+                  std::chrono::milliseconds max) {
+  auto now = Clock::now();
+  if (now >= deadline) return;
+  auto sleep = std::min<Clock::duration>(step, deadline - now);
+  std::this_thread::sleep_for(sleep);
+  step = std::min(step * 2, max);
+}
+
+}  // namespace detail
+
+}  // namespace collx::rendezvous

@@ -1,0 +1,301 @@
+// TcpStore: the client side of the TCP store. Plain non-blocking sockets with poll() for
+// deadlines; one request in flight per store object (a mutex serializes callers). A broken
+// connection is dropped and the next call connects again.
+#include <unistd.h>
+
+#include <bit>
+#include <cctype>
+#include <thread>
+
+#include "collx/base/log.h"
+#include "collx/rendezvous/tcp_store.h"
+#include "socket_io.h"
+#include "tcp_store_protocol.h"
+
+namespace collx::rendezvous {
+
+static_assert(std::endian::native == std::endian::little, "the store protocol is little endian");
+
+namespace {
+
+// Extra time allowed for the server's reply beyond the wait it was asked to do.
+constexpr std::chrono::milliseconds kReplySlack(5000);
+
+std::string printable(const std::uint8_t* data, std::size_t size) {
+  std::string hex, text;
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (std::size_t i = 0; i < size; ++i) {
+    if (i > 0) hex += ' ';
+    hex += kHex[data[i] >> 4];
+    hex += kHex[data[i] & 15];
+    text += std::isprint(data[i]) ? static_cast<char>(data[i]) : '.';
+  }
+  return hex + " '" + text + "'";
+}
+
+std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
+
+}  // namespace
+
+struct TcpStore::Reply {
+  proto::Status status = proto::Status::kOk;
+  std::vector<std::uint8_t> body;  // after the status byte
+  proto::Reader reader() const { return proto::Reader(body.data(), body.size()); }
+};
+
+TcpStore::TcpStore(std::string host, std::uint16_t port, const StoreOptions& options)
+    : Store(options), host_(std::move(host)), port_(port) {
+  if (host_.size() > 2 && host_.front() == '[' && host_.back() == ']') {
+    host_ = host_.substr(1, host_.size() - 2);
+  }
+  if (host_.empty()) throw InvalidArgument(Where{rank(), "TcpStore", -1}, "the host is empty");
+  if (port_ == 0) throw InvalidArgument(Where{rank(), "TcpStore", -1}, "the port is 0");
+  std::lock_guard<std::mutex> lock(mutex_);
+  connectLocked(Clock::now() + timeout(), "connect");
+}
+
+TcpStore::~TcpStore() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  closeLocked();
+}
+
+std::string TcpStore::describe() const { return tcpUrl(host_, port_); }
+
+void TcpStore::closeLocked() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void TcpStore::connectLocked(Clock::time_point deadline, std::string_view op) {
+  using sockio::Result;
+  auto step = std::chrono::milliseconds(10);
+  std::string lastError;
+  const auto started = Clock::now();
+  while (true) {
+    int fd = sockio::connectTcp(host_, port_, deadline, lastError);
+    if (fd >= 0) {
+      fd_ = fd;
+      std::uint8_t hello[proto::kClientHelloBytes];
+      std::memcpy(hello, proto::kMagic, 4);
+      std::uint32_t version = proto::kVersion;
+      std::memcpy(hello + 4, &version, 4);
+      sockio::Outcome out = sockio::sendAll(fd_, hello, sizeof(hello), deadline);
+      std::uint8_t answer[proto::kServerHelloBytes];
+      if (out.result == Result::kOk) out = sockio::recvAll(fd_, answer, 4, deadline);
+      if (out.result == Result::kOk && std::memcmp(answer, proto::kMagic, 4) != 0) {
+        closeLocked();
+        throw IoError(where(op), describe() + " is not a collx store: it answered " +
+                                     printable(answer, 4));
+      }
+      if (out.result == Result::kOk) out = sockio::recvAll(fd_, answer + 4, 8, deadline);
+      if (out.result == Result::kTimeout) {
+        closeLocked();
+        throw TimeoutError(where(op), "connected, but no collx store handshake came back within " +
+                                          ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              Clock::now() - started)) +
+                                          ": is it a collx store?");
+      }
+      if (out.result != Result::kOk) {
+        closeLocked();
+        throw IoError(where(op), "the connection failed during the store handshake (" +
+                                     out.describe() +
+                                     "): is it a collx store, and is it still running?");
+      }
+      std::uint32_t serverVersion, status;
+      std::memcpy(&serverVersion, answer + 4, 4);
+      std::memcpy(&status, answer + 8, 4);
+      if (status == proto::kHelloOk) return;
+      closeLocked();
+      if (status == proto::kHelloBadVersion) {
+        throw IoError(where(op), "the store speaks protocol v" + std::to_string(serverVersion) +
+                                     ", this client v" + std::to_string(proto::kVersion));
+      }
+      if (status == proto::kHelloTooManyConnections) {
+        throw IoError(where(op), "the store refused the connection: it has too many connections");
+      }
+      throw IoError(where(op), "the store refused the connection (status " +
+                                   std::to_string(status) + ")");
+    }
+    if (Clock::now() >= deadline) {
+      throw TimeoutError(where(op), "could not connect within " +
+                                        ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            Clock::now() - started)) +
+                                        " (last error: " + lastError + ")");
+    }
+    COLLX_DEBUG(kRdzv, "store {}: connect failed ({}); retrying", describe(), lastError);
+    detail::backoffSleep(step, deadline, std::chrono::milliseconds(500));
+  }
+}
+
+TcpStore::Reply TcpStore::roundTrip(std::string_view op, std::vector<std::uint8_t>& frame,
+                                    std::chrono::milliseconds serverWait) {
+  using sockio::Result;
+  if (frame.size() - 4 > 0xFFFFFFFFull) {
+    throw InvalidArgument(where(op), "request of " + std::to_string(frame.size()) +
+                                         " bytes exceeds the protocol's 4 GiB limit");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (fd_ < 0) connectLocked(Clock::now() + timeout(), op);
+  auto fail = [&](const sockio::Outcome& out, const char* phase) {
+    closeLocked();
+    if (out.result == Result::kTimeout) {
+      throw TimeoutError(where(op), std::string("timed out ") + phase + " (the store did not " +
+                                        "answer within " + ms(timeout() + serverWait) + ")");
+    }
+    throw IoError(where(op), std::string("lost the connection to the store ") + phase + ": " +
+                                 out.describe());
+  };
+  sockio::Outcome out = sockio::sendAll(fd_, frame.data(), frame.size(), Clock::now() + timeout());
+  if (out.result != Result::kOk) fail(out, "sending the request");
+  auto replyDeadline = Clock::now() + timeout() + serverWait;
+  std::uint32_t length = 0;
+  out = sockio::recvAll(fd_, &length, 4, replyDeadline);
+  if (out.result != Result::kOk) fail(out, "waiting for the reply");
+  if (length == 0) {
+    closeLocked();
+    throw IoError(where(op), "the store sent an empty reply");
+  }
+  Reply reply;
+  reply.body.resize(length);
+  out = sockio::recvAll(fd_, reply.body.data(), length, replyDeadline);
+  if (out.result != Result::kOk) fail(out, "reading the reply");
+  reply.status = static_cast<proto::Status>(reply.body[0]);
+  reply.body.erase(reply.body.begin());
+  if (reply.status == proto::Status::kError) {
+    proto::Reader r = reply.reader();
+    try {
+      auto kind = static_cast<ErrorKind>(r.u8());
+      std::string message(r.str());
+      throwError(kind, where(op), "the store server refused the request: " + message);
+    } catch (const proto::ProtocolError& e) {
+      closeLocked();
+      throw IoError(where(op), std::string("malformed error reply from the store: ") + e.what());
+    }
+  }
+  if (reply.status != proto::Status::kOk && reply.status != proto::Status::kTimeout) {
+    closeLocked();
+    throw IoError(where(op), "the store replied with unknown status " +
+                                 std::to_string(static_cast<int>(reply.status)));
+  }
+  return reply;
+}
+
+namespace {
+
+void checkEncodable(const Store& store, const Bytes& value, const Where& where) {
+  (void)store;
+  if (value.size() > 0xFFFFFFF0ull) {
+    throw InvalidArgument(where, "value of " + std::to_string(value.size()) +
+                                     " bytes exceeds the protocol's 4 GiB limit");
+  }
+}
+
+std::chrono::milliseconds remaining(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return left.count() > 0 ? left : std::chrono::milliseconds(0);
+}
+
+template <typename Fn>
+auto parsed(const Where& where, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const proto::ProtocolError& e) {
+    throw IoError(where, std::string("malformed reply from the store: ") + e.what());
+  }
+}
+
+}  // namespace
+
+void TcpStore::ping() {
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Op::kPing));
+  roundTrip("ping", w.finish(), std::chrono::milliseconds(0));
+}
+
+void TcpStore::doSet(const std::string& key, const Bytes& value) {
+  checkEncodable(*this, value, where("set"));
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Op::kSet)).str(key).bytes(value.data(), value.size());
+  roundTrip("set", w.finish(), std::chrono::milliseconds(0));
+}
+
+void TcpStore::doMultiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Op::kMultiSet)).keys(keys);
+  w.u32(static_cast<std::uint32_t>(values.size()));
+  for (const Bytes& value : values) {
+    checkEncodable(*this, value, where("multiSet"));
+    w.bytes(value.data(), value.size());
+  }
+  roundTrip("multiSet", w.finish(), std::chrono::milliseconds(0));
+}
+
+std::vector<std::string> TcpStore::doWait(const std::vector<std::string>& keys,
+                                          Clock::time_point deadline) {
+  auto wait = remaining(deadline);
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Op::kWait)).u64(wait.count()).keys(keys);
+  Reply reply = roundTrip("wait", w.finish(), wait + kReplySlack);
+  if (reply.status == proto::Status::kOk) return {};
+  return parsed(where("wait"), [&] { return reply.reader().keys(keys.size()); });
+}
+
+std::vector<std::string> TcpStore::doMultiGet(const std::vector<std::string>& keys,
+                                              Clock::time_point deadline,
+                                              std::vector<Bytes>& values) {
+  auto wait = remaining(deadline);
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Op::kGet)).u64(wait.count()).keys(keys);
+  Reply reply = roundTrip("get", w.finish(), wait + kReplySlack);
+  return parsed(where("get"), [&] {
+    proto::Reader r = reply.reader();
+    if (reply.status != proto::Status::kOk) return r.keys(keys.size());
+    std::uint32_t count = r.u32();
+    if (count != keys.size()) {
+      throw proto::ProtocolError(std::to_string(count) + " values for " +
+                                 std::to_string(keys.size()) + " keys");
+    }
+    values.clear();
+    for (std::uint32_t i = 0; i < count; ++i) {
+      std::string_view v = r.str();
+      values.emplace_back(v.begin(), v.end());
+    }
+    return std::vector<std::string>();
+  });
+}
+
+std::int64_t TcpStore::doAdd(const std::string& key, std::int64_t delta) {
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Op::kAdd)).str(key).i64(delta);
+  Reply reply = roundTrip("add", w.finish(), std::chrono::milliseconds(0));
+  return parsed(where("add"), [&] { return reply.reader().i64(); });
+}
+
+Bytes TcpStore::doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  checkEncodable(*this, expected, where("compareSet"));
+  checkEncodable(*this, desired, where("compareSet"));
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Op::kCompareSet)).str(key);
+  w.bytes(expected.data(), expected.size()).bytes(desired.data(), desired.size());
+  Reply reply = roundTrip("compareSet", w.finish(), std::chrono::milliseconds(0));
+  return parsed(where("compareSet"), [&] {
+    std::string_view v = reply.reader().str();
+    return Bytes(v.begin(), v.end());
+  });
+}
+
+bool TcpStore::doCheck(const std::vector<std::string>& keys) {
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Op::kCheck)).keys(keys);
+  Reply reply = roundTrip("check", w.finish(), std::chrono::milliseconds(0));
+  return parsed(where("check"), [&] { return reply.reader().u8() != 0; });
+}
+
+bool TcpStore::doErase(const std::string& key) {
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Op::kErase)).str(key);
+  Reply reply = roundTrip("erase", w.finish(), std::chrono::milliseconds(0));
+  return parsed(where("erase"), [&] { return reply.reader().u8() != 0; });
+}
+
+}  // namespace collx::rendezvous

@@ -1,0 +1,171 @@
+// The TCP store's wire protocol (internal to the client and the server).
+//
+// Connection: the client sends a hello, "CLXS" + u32 version; the server answers
+// "CLXS" + u32 version + u32 status (kHelloOk, kHelloBadVersion, kHelloTooManyConnections)
+// and closes the connection unless the status is kHelloOk.
+//
+// Then requests and replies alternate, one request in flight per connection:
+//   request: u32 length | u8 op     | payload        (length counts op + payload)
+//   reply:   u32 length | u8 status | payload        (length counts status + payload)
+// All integers are little endian; byte strings are u32 length + bytes; key lists are
+// u32 count + strings.
+//
+//   op          request payload                        ok reply payload
+//   kPing       -                                      -
+//   kSet        key, value                             -
+//   kMultiSet   keys, u32 count + values               -
+//   kGet        u64 timeout_ms, keys                   u32 count + values   (get = multiGet)
+//   kWait       u64 timeout_ms, keys                   -
+//   kAdd        key, i64 delta                         i64 new value
+//   kCompareSet key, expected, desired                 value
+//   kCheck      keys                                   u8 all present
+//   kErase      key                                    u8 existed
+//
+// Status kTimeout carries the keys still missing; kError carries u8 ErrorKind + message.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace collx::rendezvous::proto {
+
+inline constexpr char kMagic[4] = {'C', 'L', 'X', 'S'};
+inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::size_t kClientHelloBytes = 8;
+inline constexpr std::size_t kServerHelloBytes = 12;
+inline constexpr std::uint32_t kHelloOk = 0;
+inline constexpr std::uint32_t kHelloBadVersion = 1;
+inline constexpr std::uint32_t kHelloTooManyConnections = 2;
+
+enum class Op : std::uint8_t {
+  kPing = 1,
+  kSet = 2,
+  kMultiSet = 3,
+  kGet = 4,
+  kWait = 5,
+  kAdd = 6,
+  kCompareSet = 7,
+  kCheck = 8,
+  kErase = 9,
+};
+
+inline const char* opName(Op op) {
+  switch (op) {
+    case Op::kPing: return "ping";
+    case Op::kSet: return "set";
+    case Op::kMultiSet: return "multiSet";
+    case Op::kGet: return "get";
+    case Op::kWait: return "wait";
+    case Op::kAdd: return "add";
+    case Op::kCompareSet: return "compareSet";
+    case Op::kCheck: return "check";
+    case Op::kErase: return "erase";
+  }
+  return "unknown";
+}
+
+enum class Status : std::uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
+
+// A malformed message: the reader ran past the end or found an impossible value.
+class ProtocolError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Builds one frame: reserves the u32 length prefix, which finish() fills in.
+class Writer {
+ public:
+  Writer() : buf_(4, 0) {}
+  Writer& u8(std::uint8_t v) {
+    buf_.push_back(v);
+    return *this;
+  }
+  Writer& u32(std::uint32_t v) { return raw(&v, 4); }
+  Writer& u64(std::uint64_t v) { return raw(&v, 8); }
+  Writer& i64(std::int64_t v) { return raw(&v, 8); }
+  Writer& bytes(const void* data, std::size_t size) {
+    u32(static_cast<std::uint32_t>(size));
+    return raw(data, size);
+  }
+  Writer& str(std::string_view s) { return bytes(s.data(), s.size()); }
+  Writer& keys(const std::vector<std::string>& keys) {
+    u32(static_cast<std::uint32_t>(keys.size()));
+    for (const std::string& key : keys) str(key);
+    return *this;
+  }
+  // The frame, length prefix included.
+  std::vector<std::uint8_t>& finish() {
+    std::uint32_t length = static_cast<std::uint32_t>(buf_.size() - 4);
+    std::memcpy(buf_.data(), &length, 4);
+    return buf_;
+  }
+
+ private:
+  Writer& raw(const void* data, std::size_t size) {
+    const auto* p = static_cast<const std::uint8_t*>(data);
+    buf_.insert(buf_.end(), p, p + size);
+    return *this;
+  }
+  std::vector<std::uint8_t> buf_;
+};
+
+// Reads a frame's body (after the length prefix), bounds-checked.
+class Reader {
+ public:
+  Reader(const std::uint8_t* data, std::size_t size) : p_(data), end_(data + size) {}
+  std::uint8_t u8() {
+    need(1);
+    return *p_++;
+  }
+  std::uint32_t u32() { return raw<std::uint32_t>(); }
+  std::uint64_t u64() { return raw<std::uint64_t>(); }
+  std::int64_t i64() { return raw<std::int64_t>(); }
+  std::string_view str() {
+    std::uint32_t size = u32();
+    need(size);
+    std::string_view out(reinterpret_cast<const char*>(p_), size);
+    p_ += size;
+    return out;
+  }
+  std::vector<std::string> keys(std::size_t maxCount) {
+    std::uint32_t count = u32();
+    if (count > maxCount) {
+      throw ProtocolError("a list of " + std::to_string(count) + " keys exceeds the limit of " +
+                          std::to_string(maxCount));
+    }
+    std::vector<std::string> out;
+    out.reserve(count);
+    for (std::uint32_t i = 0; i < count; ++i) out.emplace_back(str());
+    return out;
+  }
+  bool done() const { return p_ == end_; }
+  void expectDone() const {
+    if (!done()) {
+      throw ProtocolError(std::to_string(end_ - p_) + " unexpected bytes after the message");
+    }
+  }
+
+ private:
+  template <typename T>
+  T raw() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, p_, sizeof(T));
+    p_ += sizeof(T);
+    return v;
+  }
+  void need(std::size_t n) const {
+    if (static_cast<std::size_t>(end_ - p_) < n) {
+      throw ProtocolError("the message is truncated: " + std::to_string(n) + " more bytes needed, " +
+                          std::to_string(end_ - p_) + " left");
+    }
+  }
+  const std::uint8_t* p_;
+  const std::uint8_t* end_;
+};
+
+}  // namespace collx::rendezvous::proto

@@ -1,0 +1,570 @@
+// TcpStoreServer: one Asio io_context on one thread serves every client. Each connection is
+// a Session that alternates strictly between reading one request and writing its reply, so
+// a client can never make the server buffer more than one request (flow control for free).
+// Requests that wait (get, wait) park a Waiter until their keys exist or their timer fires;
+// meanwhile the session watches its socket so that a client that goes away frees its slot.
+#include <asio.hpp>
+
+#include <atomic>
+#include <bit>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "collx/base/log.h"
+#include "collx/rendezvous/tcp_store.h"
+#include "tcp_store_protocol.h"
+
+namespace collx::rendezvous {
+
+static_assert(std::endian::native == std::endian::little, "the store protocol is little endian");
+
+using asio::ip::tcp;
+
+namespace {
+
+constexpr std::chrono::milliseconds kMaxServerWait = std::chrono::hours(24);
+constexpr std::size_t kFrameOverhead = std::size_t{1} << 20;
+
+class Session;
+
+struct Waiter {
+  Waiter(asio::io_context& io, std::shared_ptr<Session> s, std::vector<std::string> k, bool values)
+      : session(std::move(s)), keys(std::move(k)), wantValues(values), timer(io) {}
+  std::shared_ptr<Session> session;
+  std::vector<std::string> keys;
+  bool wantValues;
+  bool done = false;
+  std::string registeredKey;  // the missing key under which it is parked
+  asio::steady_timer timer;
+};
+
+std::string hexPrefix(const std::uint8_t* data, std::size_t size) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < size; ++i) {
+    if (i > 0) out += ' ';
+    out += kHex[data[i] >> 4];
+    out += kHex[data[i] & 15];
+  }
+  return out;
+}
+
+std::vector<std::uint8_t> errorReply(ErrorKind kind, std::string_view message) {
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Status::kError)).u8(static_cast<std::uint8_t>(kind));
+  w.str(message);
+  return std::move(w.finish());
+}
+
+std::vector<std::uint8_t> okReply() {
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Status::kOk));
+  return std::move(w.finish());
+}
+
+}  // namespace
+
+struct TcpStoreServer::Impl {
+  explicit Impl(const Options& opts) : options(opts), acceptor(io), retryTimer(io) {}
+
+  void accept();
+  void notify(const std::string& key);
+  // Completes `waiter` if every key exists, else parks it under its first missing key.
+  bool tryComplete(const std::shared_ptr<Waiter>& waiter);
+  void expire(const std::shared_ptr<Waiter>& waiter);
+  void unpark(const std::shared_ptr<Waiter>& waiter);
+  void shutdown();
+
+  Options options;
+  std::size_t maxFrameBytes = 0;
+  std::atomic<std::size_t> connections{0};
+  std::unordered_set<Session*> sessions;
+  std::unordered_map<std::string, Bytes> data;
+  std::unordered_map<std::string, std::vector<std::shared_ptr<Waiter>>> waiters;
+  asio::io_context io;
+  tcp::acceptor acceptor;
+  asio::steady_timer retryTimer;
+  std::uint16_t port = 0;
+  std::string urlHost;
+  std::thread thread;
+  std::atomic<bool> stopped{false};
+};
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(TcpStoreServer::Impl& server, tcp::socket socket)
+      : server_(server), socket_(std::move(socket)) {
+    asio::error_code ec;
+    auto endpoint = socket_.remote_endpoint(ec);
+    peer_ = ec ? std::string("unknown peer")
+               : endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+    server_.sessions.insert(this);
+    server_.connections.fetch_add(1);
+  }
+  ~Session() {
+    server_.sessions.erase(this);
+    server_.connections.fetch_sub(1);
+  }
+
+  void start(bool reject) {
+    if (reject) {
+      COLLX_WARN(kRdzv, "store server: refusing connection from {}: {} connections already open",
+                 peer_, server_.options.maxConnections);
+      sendHello(proto::kHelloTooManyConnections, /*thenClose=*/true);
+      return;
+    }
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(hello_),
+                     [this, self](const asio::error_code& ec, std::size_t) {
+                       if (ec) return;
+                       onHello();
+                     });
+  }
+
+  void close() {
+    asio::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
+
+  // The waiter of this session finished: stop watching the socket, reply, read on.
+  void finishWait(std::vector<std::uint8_t> frame) {
+    waiter_.reset();
+    asio::error_code ignored;
+    socket_.cancel(ignored);
+    send(std::move(frame), false);
+  }
+
+ private:
+  void onHello() {
+    if (std::memcmp(hello_.data(), proto::kMagic, 4) != 0) {
+      COLLX_WARN(kRdzv,
+                 "store server: closing connection from {}: it is not a collx store client "
+                 "(first bytes: {})",
+                 peer_, hexPrefix(hello_.data(), hello_.size()));
+      close();
+      return;
+    }
+    std::uint32_t version;
+    std::memcpy(&version, hello_.data() + 4, 4);
+    if (version != proto::kVersion) {
+      COLLX_WARN(kRdzv, "store server: closing connection from {}: protocol v{} (this server: v{})",
+                 peer_, version, proto::kVersion);
+      sendHello(proto::kHelloBadVersion, true);
+      return;
+    }
+    sendHello(proto::kHelloOk, false);
+  }
+
+  void sendHello(std::uint32_t status, bool thenClose) {
+    proto::Writer w;  // reuse the little-endian encoding, without a length prefix
+    std::vector<std::uint8_t> frame(proto::kServerHelloBytes);
+    std::memcpy(frame.data(), proto::kMagic, 4);
+    std::uint32_t version = proto::kVersion;
+    std::memcpy(frame.data() + 4, &version, 4);
+    std::memcpy(frame.data() + 8, &status, 4);
+    send(std::move(frame), thenClose);
+  }
+
+  // One write in flight at most: requests and replies alternate.
+  void send(std::vector<std::uint8_t> frame, bool thenClose) {
+    out_ = std::move(frame);
+    auto self = shared_from_this();
+    asio::async_write(socket_, asio::buffer(out_),
+                      [this, self, thenClose](const asio::error_code& ec, std::size_t) {
+                        out_.clear();
+                        out_.shrink_to_fit();
+                        if (ec || thenClose) {
+                          close();
+                          return;
+                        }
+                        readHeader();
+                      });
+  }
+
+  void readHeader() {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(header_),
+                     [this, self](const asio::error_code& ec, std::size_t) {
+                       if (ec) return;  // closed by the client (or truncated): nothing to answer
+                       std::uint32_t length;
+                       std::memcpy(&length, header_.data(), 4);
+                       if (length == 0 || length > server_.maxFrameBytes) {
+                         COLLX_WARN(kRdzv, "store server: closing connection from {}: request of {} bytes (limit {})",
+                                    peer_, length, server_.maxFrameBytes);
+                         send(errorReply(ErrorKind::kInvalidArgument,
+                                         "request of " + std::to_string(length) +
+                                             " bytes is outside the server's limits (1.." +
+                                             std::to_string(server_.maxFrameBytes) + " bytes)"),
+                              true);
+                         return;
+                       }
+                       body_.resize(length);
+                       readBody();
+                     });
+  }
+
+  void readBody() {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(body_),
+                     [this, self](const asio::error_code& ec, std::size_t) {
+                       if (ec) return;
+                       handle();
+                     });
+  }
+
+  void handle() {
+    std::vector<std::uint8_t> body = std::move(body_);
+    body_ = {};
+    proto::Op op = proto::Op::kPing;
+    try {
+      proto::Reader r(body.data(), body.size());
+      op = static_cast<proto::Op>(r.u8());
+      dispatch(op, r);
+    } catch (const proto::ProtocolError& e) {
+      COLLX_WARN(kRdzv, "store server: malformed {} request from {}: {}", proto::opName(op), peer_,
+                 e.what());
+      send(errorReply(ErrorKind::kInvalidArgument,
+                      std::string("malformed ") + proto::opName(op) + " request: " + e.what()),
+           false);
+    } catch (const Error& e) {
+      send(errorReply(e.kind(), e.detail()), false);
+    }
+  }
+
+  void checkKey(const std::string& key) {
+    if (key.empty() || key.size() > kMaxKeyBytes) {
+      throw InvalidArgument(Where{}, "key of " + std::to_string(key.size()) +
+                                         " bytes is outside 1.." + std::to_string(kMaxKeyBytes));
+    }
+  }
+  void checkKeys(const std::vector<std::string>& keys) {
+    for (const auto& key : keys) checkKey(key);
+  }
+  void checkValue(std::string_view value) {
+    if (value.size() > server_.options.maxValueBytes) {
+      throw InvalidArgument(Where{}, "value of " + std::to_string(value.size()) +
+                                         " bytes exceeds the server's limit of " +
+                                         std::to_string(server_.options.maxValueBytes) + " bytes");
+    }
+  }
+
+  void dispatch(proto::Op op, proto::Reader& r) {
+    auto& data = server_.data;
+    const std::size_t maxKeys = server_.options.maxKeysPerRequest;
+    switch (op) {
+      case proto::Op::kPing:
+        r.expectDone();
+        send(okReply(), false);
+        return;
+      case proto::Op::kSet: {
+        std::string key(r.str());
+        std::string_view value = r.str();
+        r.expectDone();
+        checkKey(key);
+        checkValue(value);
+        data[key] = Bytes(value.begin(), value.end());
+        send(okReply(), false);
+        server_.notify(key);
+        return;
+      }
+      case proto::Op::kMultiSet: {
+        std::vector<std::string> keys = r.keys(maxKeys);
+        std::uint32_t count = r.u32();
+        if (count != keys.size()) {
+          throw proto::ProtocolError(std::to_string(keys.size()) + " keys but " +
+                                     std::to_string(count) + " values");
+        }
+        std::vector<std::string_view> values;
+        for (std::uint32_t i = 0; i < count; ++i) values.push_back(r.str());
+        r.expectDone();
+        checkKeys(keys);
+        for (auto value : values) checkValue(value);
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          data[keys[i]] = Bytes(values[i].begin(), values[i].end());
+        }
+        send(okReply(), false);
+        for (const auto& key : keys) server_.notify(key);
+        return;
+      }
+      case proto::Op::kGet:
+      case proto::Op::kWait: {
+        auto timeout = std::chrono::milliseconds(r.u64());
+        std::vector<std::string> keys = r.keys(maxKeys);
+        r.expectDone();
+        checkKeys(keys);
+        auto waiter = std::make_shared<Waiter>(server_.io, shared_from_this(), std::move(keys),
+                                               op == proto::Op::kGet);
+        if (server_.tryComplete(waiter)) return;
+        waiter_ = waiter;
+        waiter->timer.expires_after(std::min(timeout, kMaxServerWait));
+        std::weak_ptr<Waiter> weak = waiter;
+        waiter->timer.async_wait([this, weak](const asio::error_code& ec) {
+          if (ec) return;
+          if (auto w = weak.lock()) server_.expire(w);
+        });
+        watchWhileWaiting();
+        return;
+      }
+      case proto::Op::kAdd: {
+        std::string key(r.str());
+        std::int64_t delta = r.i64();
+        r.expectDone();
+        checkKey(key);
+        auto it = data.find(key);
+        std::int64_t result = detail::applyAdd(it == data.end() ? nullptr : &it->second, delta,
+                                               key, Where{});
+        data[key] = detail::formatCounter(result);
+        proto::Writer w;
+        w.u8(static_cast<std::uint8_t>(proto::Status::kOk)).i64(result);
+        send(std::move(w.finish()), false);
+        server_.notify(key);
+        return;
+      }
+      case proto::Op::kCompareSet: {
+        std::string key(r.str());
+        std::string_view expected = r.str();
+        std::string_view desired = r.str();
+        r.expectDone();
+        checkKey(key);
+        checkValue(desired);
+        auto it = data.find(key);
+        bool swap = it == data.end()
+                        ? expected.empty()
+                        : std::string_view(reinterpret_cast<const char*>(it->second.data()),
+                                           it->second.size()) == expected;
+        proto::Writer w;
+        w.u8(static_cast<std::uint8_t>(proto::Status::kOk));
+        if (swap) {
+          data[key] = Bytes(desired.begin(), desired.end());
+          w.str(desired);
+        } else if (it == data.end()) {
+          w.str("");
+        } else {
+          w.bytes(it->second.data(), it->second.size());
+        }
+        send(std::move(w.finish()), false);
+        if (swap) server_.notify(key);
+        return;
+      }
+      case proto::Op::kCheck: {
+        std::vector<std::string> keys = r.keys(maxKeys);
+        r.expectDone();
+        checkKeys(keys);
+        bool all = true;
+        for (const auto& key : keys) all = all && data.count(key) > 0;
+        proto::Writer w;
+        w.u8(static_cast<std::uint8_t>(proto::Status::kOk)).u8(all ? 1 : 0);
+        send(std::move(w.finish()), false);
+        return;
+      }
+      case proto::Op::kErase: {
+        std::string key(r.str());
+        r.expectDone();
+        checkKey(key);
+        bool existed = data.erase(key) > 0;
+        proto::Writer w;
+        w.u8(static_cast<std::uint8_t>(proto::Status::kOk)).u8(existed ? 1 : 0);
+        send(std::move(w.finish()), false);
+        return;
+      }
+    }
+    throw proto::ProtocolError("unknown operation " + std::to_string(static_cast<int>(op)));
+  }
+
+  // While a request waits, the client must not send anything: a read completing means it
+  // closed the connection (or broke the protocol), and its waiter is dropped at once.
+  void watchWhileWaiting() {
+    auto self = shared_from_this();
+    socket_.async_read_some(asio::buffer(&probe_, 1),
+                            [this, self](const asio::error_code& ec, std::size_t) {
+                              if (ec == asio::error::operation_aborted) return;
+                              if (auto waiter = waiter_) {
+                                COLLX_DEBUG(kRdzv, "store server: {} left while waiting", peer_);
+                                waiter->done = true;
+                                waiter->timer.cancel();
+                                server_.unpark(waiter);
+                                waiter->session.reset();
+                                waiter_.reset();
+                              }
+                              close();
+                            });
+  }
+
+  TcpStoreServer::Impl& server_;
+  tcp::socket socket_;
+  std::string peer_;
+  std::array<std::uint8_t, proto::kClientHelloBytes> hello_{};
+  std::array<std::uint8_t, 4> header_{};
+  std::vector<std::uint8_t> body_;
+  std::vector<std::uint8_t> out_;
+  std::uint8_t probe_ = 0;
+  std::shared_ptr<Waiter> waiter_;
+};
+
+}  // namespace
+
+void TcpStoreServer::Impl::accept() {
+  acceptor.async_accept([this](const asio::error_code& ec, tcp::socket socket) {
+    if (stopped.load()) return;
+    if (ec) {
+      if (ec == asio::error::operation_aborted) return;
+      // Out of descriptors and the like: back off instead of spinning.
+      COLLX_WARN(kRdzv, "store server: accept failed: {}; retrying in 100 ms", ec.message());
+      retryTimer.expires_after(std::chrono::milliseconds(100));
+      retryTimer.async_wait([this](const asio::error_code& e) {
+        if (!e) accept();
+      });
+      return;
+    }
+    asio::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    bool reject = connections.load() >= options.maxConnections;
+    std::make_shared<Session>(*this, std::move(socket))->start(reject);
+    accept();
+  });
+}
+
+bool TcpStoreServer::Impl::tryComplete(const std::shared_ptr<Waiter>& waiter) {
+  for (const std::string& key : waiter->keys) {
+    if (data.find(key) == data.end()) {
+      waiter->registeredKey = key;
+      waiters[key].push_back(waiter);
+      return false;
+    }
+  }
+  waiter->done = true;
+  waiter->timer.cancel();
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Status::kOk));
+  if (waiter->wantValues) {
+    w.u32(static_cast<std::uint32_t>(waiter->keys.size()));
+    for (const std::string& key : waiter->keys) {
+      const Bytes& value = data.at(key);
+      w.bytes(value.data(), value.size());
+    }
+  }
+  std::shared_ptr<Session> session = std::move(waiter->session);
+  session->finishWait(std::move(w.finish()));
+  return true;
+}
+
+void TcpStoreServer::Impl::notify(const std::string& key) {
+  auto it = waiters.find(key);
+  if (it == waiters.end()) return;
+  std::vector<std::shared_ptr<Waiter>> parked = std::move(it->second);
+  waiters.erase(it);
+  for (const auto& waiter : parked) {
+    if (!waiter->done) tryComplete(waiter);
+  }
+}
+
+void TcpStoreServer::Impl::unpark(const std::shared_ptr<Waiter>& waiter) {
+  auto it = waiters.find(waiter->registeredKey);
+  if (it == waiters.end()) return;
+  std::erase(it->second, waiter);
+  if (it->second.empty()) waiters.erase(it);
+}
+
+void TcpStoreServer::Impl::expire(const std::shared_ptr<Waiter>& waiter) {
+  if (waiter->done) return;
+  waiter->done = true;
+  unpark(waiter);
+  std::vector<std::string> missing;
+  for (const std::string& key : waiter->keys) {
+    if (data.find(key) == data.end()) missing.push_back(key);
+  }
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Status::kTimeout)).keys(missing);
+  std::shared_ptr<Session> session = std::move(waiter->session);
+  if (session) session->finishWait(std::move(w.finish()));
+}
+
+void TcpStoreServer::Impl::shutdown() {
+  asio::error_code ignored;
+  acceptor.close(ignored);
+  retryTimer.cancel();
+  for (auto& [key, parked] : waiters) {
+    for (auto& waiter : parked) {
+      waiter->done = true;
+      waiter->timer.cancel();
+      waiter->session.reset();
+    }
+  }
+  waiters.clear();
+  std::vector<Session*> open(sessions.begin(), sessions.end());
+  for (Session* session : open) session->close();
+}
+
+TcpStoreServer::TcpStoreServer() : TcpStoreServer(Options{}) {}
+
+TcpStoreServer::TcpStoreServer(const Options& options) : impl_(std::make_unique<Impl>(options)) {
+  Impl& impl = *impl_;
+  impl.maxFrameBytes = options.maxValueBytes + kFrameOverhead;
+  Where where{-1, "store server (" + options.host + ":" + std::to_string(options.port) + ")", -1};
+  asio::error_code ec;
+  tcp::resolver resolver(impl.io);
+  auto endpoints = resolver.resolve(options.host, std::to_string(options.port),
+                                    tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec) throw IoError(where, "cannot resolve '" + options.host + "': " + ec.message());
+  std::string lastError = "no address";
+  for (const auto& entry : endpoints) {
+    tcp::endpoint endpoint = entry.endpoint();
+    asio::error_code e;
+    impl.acceptor.open(endpoint.protocol(), e);
+    if (!e) impl.acceptor.set_option(tcp::acceptor::reuse_address(true), e);
+    if (!e && endpoint.address().is_v6()) impl.acceptor.set_option(asio::ip::v6_only(false), e);
+    if (!e) impl.acceptor.bind(endpoint, e);
+    if (!e) impl.acceptor.listen(asio::socket_base::max_listen_connections, e);
+    if (!e) break;
+    lastError = endpoint.address().to_string() + ": " + e.message();
+    asio::error_code ignored;
+    impl.acceptor.close(ignored);
+  }
+  if (!impl.acceptor.is_open()) {
+    throw IoError(where, "cannot listen on " + options.host + ":" + std::to_string(options.port) +
+                             ": " + lastError);
+  }
+  tcp::endpoint local = impl.acceptor.local_endpoint();
+  impl.port = local.port();
+  asio::ip::address address = local.address();
+  if (address.is_unspecified()) {
+    address = address.is_v6() ? asio::ip::address(asio::ip::address_v6::loopback())
+                              : asio::ip::address(asio::ip::address_v4::loopback());
+  }
+  impl.urlHost = address.to_string();
+  impl.accept();
+  impl.thread = std::thread([&impl] {
+    log::ScopedLogRank noRank(-1);
+    try {
+      impl.io.run();
+    } catch (const std::exception& e) {
+      COLLX_ERROR(kRdzv, "store server: stopped by an unexpected error: {}", e.what());
+    }
+  });
+  COLLX_DEBUG(kRdzv, "store server listening on {}", url());
+}
+
+TcpStoreServer::~TcpStoreServer() { stop(); }
+
+void TcpStoreServer::stop() noexcept {
+  if (!impl_ || impl_->stopped.exchange(true)) return;
+  asio::post(impl_->io, [impl = impl_.get()] { impl->shutdown(); });
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+std::uint16_t TcpStoreServer::port() const noexcept { return impl_->port; }
+
+std::string TcpStoreServer::url() const { return tcpUrl(impl_->urlHost, impl_->port); }
+
+std::size_t TcpStoreServer::connections() const noexcept { return impl_->connections.load(); }
+
+std::string tcpUrl(const std::string& host, std::uint16_t port) {
+  if (host.find(':') != std::string::npos) return "tcp://[" + host + "]:" + std::to_string(port);
+  return "tcp://" + host + ":" + std::to_string(port);
+}
+
+}  // namespace collx::rendezvous
