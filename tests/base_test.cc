@@ -1,0 +1,191 @@
+// The base vocabulary: data types, reduce ops, errors, the configuration table, log levels.
+#include <gtest/gtest.h>
+
+#include "collx/base/check.h"
+#include "collx/base/config.h"
+#include "collx/base/data_type.h"
+#include "collx/base/error.h"
+#include "collx/base/log.h"
+#include "collx/base/reduce_op.h"
+#include "collx/base/version.h"
+
+namespace collx {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(DataTypeTest, SizesNamesAndParsing) {
+  const std::pair<DataType, std::size_t> expected[] = {
+      {DataType::kInt8, 1},    {DataType::kUint8, 1},    {DataType::kInt32, 4},
+      {DataType::kInt64, 8},   {DataType::kFloat16, 2},  {DataType::kBfloat16, 2},
+      {DataType::kFloat32, 4}, {DataType::kFloat64, 8},
+  };
+  for (auto [type, size] : expected) {
+    EXPECT_EQ(dataTypeSize(type), size) << dataTypeName(type);
+    EXPECT_EQ(parseDataType(dataTypeName(type)), type);
+  }
+  EXPECT_EQ(parseDataType("bf16"), DataType::kBfloat16);
+  EXPECT_EQ(parseDataType("f32"), DataType::kFloat32);
+  EXPECT_EQ(parseDataType("double"), DataType::kFloat64);
+  EXPECT_FALSE(parseDataType("float128").has_value());
+  EXPECT_TRUE(isFloatingPoint(DataType::kFloat16));
+  EXPECT_TRUE(isInteger(DataType::kUint8));
+}
+
+TEST(ReduceOpTest, BitwiseOpsRefuseFloatingPointNamingRankAndOp) {
+  Where where{3, "allreduce(ring, seq 7)", -1};
+  for (ReduceOpKind kind : {ReduceOpKind::kBand, ReduceOpKind::kBor, ReduceOpKind::kBxor}) {
+    ReduceOp op(kind);
+    EXPECT_NO_THROW(op.validate(DataType::kInt32, where));
+    try {
+      op.validate(DataType::kFloat32, where);
+      FAIL() << op.name() << " accepted float32";
+    } catch (const InvalidArgument& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find("rank 3"), std::string::npos) << what;
+      EXPECT_NE(what.find("allreduce"), std::string::npos) << what;
+      EXPECT_NE(what.find(op.name()), std::string::npos) << what;
+      EXPECT_NE(what.find("float32"), std::string::npos) << what;
+    }
+  }
+  for (ReduceOpKind kind : {ReduceOpKind::kSum, ReduceOpKind::kProd, ReduceOpKind::kMin,
+                            ReduceOpKind::kMax, ReduceOpKind::kAvg}) {
+    for (DataType type : kAllDataTypes) EXPECT_NO_THROW(ReduceOp(kind).validate(type, where));
+  }
+}
+
+TEST(ReduceOpTest, CustomOpCarriesItsFunction) {
+  int calls = 0;
+  ReduceOp op = ReduceOp::custom(
+      [&](void* inout, const void* in, std::size_t count, DataType) {
+        auto* a = static_cast<int*>(inout);
+        const auto* b = static_cast<const int*>(in);
+        for (std::size_t i = 0; i < count; ++i) a[i] = a[i] * 10 + b[i];
+        ++calls;
+      },
+      "shift", /*commutative=*/false);
+  EXPECT_EQ(op.kind(), ReduceOpKind::kCustom);
+  EXPECT_FALSE(op.commutative());
+  int a[2] = {1, 2}, b[2] = {3, 4};
+  op.function()(a, b, 2, DataType::kInt32);
+  EXPECT_EQ(a[0], 13);
+  EXPECT_EQ(a[1], 24);
+  EXPECT_EQ(calls, 1);
+  EXPECT_THROW(ReduceOp::custom(nullptr).validate(DataType::kInt8, {}), InvalidArgument);
+  EXPECT_EQ(parseReduceOpKind("bxor"), ReduceOpKind::kBxor);
+  EXPECT_FALSE(parseReduceOpKind("custom").has_value());
+}
+
+TEST(ErrorTest, MessagesNameRankOperationAndPeer) {
+  try {
+    throwError(ErrorKind::kTimeout, Where{3, "allreduce(ring, seq 7)", 2},
+               "timed out after 30000 ms");
+    FAIL();
+  } catch (const TimeoutError& e) {
+    EXPECT_STREQ(e.what(), "rank 3: allreduce(ring, seq 7) (peer rank 2): timed out after 30000 ms");
+    EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
+    EXPECT_EQ(e.rank(), 3);
+    EXPECT_EQ(e.peer(), 2);
+    EXPECT_EQ(e.detail(), "timed out after 30000 ms");
+  }
+  for (ErrorKind kind : {ErrorKind::kIo, ErrorKind::kInvalidArgument, ErrorKind::kMismatch,
+                         ErrorKind::kUnsupported, ErrorKind::kAborted}) {
+    try {
+      throwError(kind, Where{0, "op", -1}, "x");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind);
+    }
+  }
+  EXPECT_THROW(throwError(ErrorKind::kMismatch, {}, "x"), MismatchError);
+  EXPECT_THROW(throwError(ErrorKind::kAborted, {}, "x"), Aborted);
+}
+
+TEST(CheckTest, FailedCheckPrintsBothOperands) {
+  try {
+    int a = 3, b = 4;
+    COLLX_CHECK_EQ(a, b);
+    FAIL();
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("a == b (3 vs 4)"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(COLLX_CHECK_LT(1, 2));
+}
+
+TEST(ConfigTest, DurationsAndIntegers) {
+  EXPECT_EQ(parseDuration("30", "X"), 30s);
+  EXPECT_EQ(parseDuration("1.5", "X"), 1500ms);
+  EXPECT_EQ(parseDuration("500ms", "X"), 500ms);
+  EXPECT_EQ(parseDuration("2m", "X"), 120s);
+  EXPECT_EQ(parseDuration("1h", "X"), 3600s);
+  for (const char* bad : {"", "abc", "10 s", "-5", "1.2.3", "5 days"}) {
+    try {
+      parseDuration(bad, "COLLX_TIMEOUT");
+      FAIL() << "accepted '" << bad << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("COLLX_TIMEOUT"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(parseInt("42", 0, 100, "X"), 42);
+  EXPECT_THROW(parseInt("101", 0, 100, "X"), InvalidArgument);
+  EXPECT_THROW(parseInt("4x", 0, 100, "X"), InvalidArgument);
+}
+
+TEST(ConfigTest, EnvironmentOverDefaultAndTypoSuggestions) {
+  Config config(Config::Environment{{"COLLX_TIMEOUT", "5s"}, {"COLLX_TIMOUT", "1s"},
+                                    {"COLLX_GENERATION", "x"}, {"RANK", "3"}});
+  EXPECT_EQ(config.getDuration("COLLX_TIMEOUT"), 5s);
+  EXPECT_TRUE(config.isSet("COLLX_TIMEOUT"));
+  EXPECT_FALSE(config.isSet("COLLX_LOG_LEVEL"));
+  EXPECT_EQ(config.getString("COLLX_LOG_LEVEL"), "warn");
+  EXPECT_EQ(config.env("RANK"), "3");
+  EXPECT_FALSE(config.getInt("COLLX_RANK", 0, 10).has_value());
+  try {
+    config.getInt("COLLX_GENERATION", 0, 100);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("COLLX_GENERATION='x'"), std::string::npos) << e.what();
+  }
+  auto unknown = config.unknownVariables();
+  ASSERT_EQ(unknown.size(), 1u);
+  EXPECT_EQ(unknown[0], "COLLX_TIMOUT (did you mean COLLX_TIMEOUT?)");
+  EXPECT_THROW(config.getString("COLLX_NOT_IN_TABLE"), std::logic_error);
+}
+
+TEST(ConfigTest, EveryVariableHasHelpAndAValidDefault) {
+  Config empty(Config::Environment{});
+  for (const ConfigVar& var : configVars()) {
+    EXPECT_EQ(std::string(var.name).rfind("COLLX_", 0), 0u) << var.name;
+    EXPECT_GT(std::string(var.help).size(), 20u) << var.name;
+    EXPECT_EQ(findConfigVar(var.name), &var);
+  }
+  EXPECT_EQ(empty.getDuration("COLLX_TIMEOUT"), 300s);
+}
+
+TEST(LogTest, LevelSpecsAreValidatedNamingTheVariable) {
+  EXPECT_NO_THROW(log::configure("info,collx.rdzv=debug"));
+  EXPECT_TRUE(log::enabled(log::Logger::kRdzv, log::Level::kDebug));
+  EXPECT_FALSE(log::enabled(log::Logger::kTcp, log::Level::kDebug));
+  EXPECT_TRUE(log::enabled(log::Logger::kTcp, log::Level::kInfo));
+  try {
+    log::configure("loud");
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("COLLX_LOG_LEVEL"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("unknown level 'loud'"), std::string::npos);
+  }
+  EXPECT_THROW(log::configure("warn,collx.nope=debug"), InvalidArgument);
+  log::configure("warn");
+  EXPECT_FALSE(log::enabled(log::Logger::kRdzv, log::Level::kInfo));
+}
+
+TEST(VersionTest, BuildFeaturesAreListed) {
+  EXPECT_STRNE(versionString(), "");
+  bool tcpStore = false;
+  for (const BuildFeature& f : buildFeatures()) {
+    if (f.name.find("tcp store") != std::string::npos) tcpStore = f.built;
+  }
+  EXPECT_TRUE(tcpStore);
+}
+
+}  // namespace
+}  // namespace collx

@@ -1,0 +1,302 @@
+// collx-run as users run it: exit codes, failing and hanging ranks, signals, output tagging,
+// multi-node on one host, and nothing left behind (processes, ports, files).
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "util/test_util.h"
+
+namespace collx {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Process;
+using test::RunResult;
+using test::TempDir;
+
+std::string launcher() { return test::binDir() + "/collx-run"; }
+
+std::map<std::string, std::string> cleanEnv() {
+  return {{"COLLX_JOB_ID", ""}, {"COLLX_STORE", ""}, {"COLLX_TIMEOUT", "20s"}};
+}
+
+RunResult runLauncher(std::vector<std::string> args, std::chrono::milliseconds timeout = 60s) {
+  args.insert(args.begin(), launcher());
+  return test::run(args, cleanEnv(), timeout);
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(line);
+  return out;
+}
+
+std::vector<pid_t> readPids(const std::string& dir, const std::string& prefix) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind(prefix, 0) != 0) continue;
+    std::ifstream in(entry.path());
+    pid_t pid = 0;
+    if (in >> pid) pids.push_back(pid);
+  }
+  return pids;
+}
+
+// Every listed process is gone (reaped by someone or killed) within a moment.
+void expectGone(const std::vector<pid_t>& pids) {
+  auto deadline = std::chrono::steady_clock::now() + 3s;
+  for (pid_t pid : pids) {
+    while (test::processAlive(pid) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_FALSE(test::processAlive(pid)) << "pid " << pid << " outlived the job";
+  }
+}
+
+TEST(LauncherTest, AnyProgramGetsItsRank) {
+  RunResult r = runLauncher({"-n", "4", "--", "sh", "-c", "echo $COLLX_RANK"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  auto out = lines(r.out);
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, (std::vector<std::string>{"0", "1", "2", "3"}));
+}
+
+TEST(LauncherTest, EnvironmentIsSetConsistently) {
+  RunResult r = runLauncher(
+      {"-n", "3", "-t", "sh", "-c",
+       "echo $COLLX_WORLD_SIZE $COLLX_LOCAL_RANK $COLLX_STORE $COLLX_JOB_ID"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::set<std::string> stores, jobs;
+  std::regex line(R"(\[(\d)\] 3 (\d) (tcp://127\.0\.0\.1:\d+) (run-[0-9a-f]+))");
+  int matched = 0;
+  for (const std::string& l : lines(r.out)) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(l, m, line)) << l;
+    EXPECT_EQ(m[1], m[2]);  // rank == local rank on one node
+    stores.insert(m[3]);
+    jobs.insert(m[4]);
+    ++matched;
+  }
+  EXPECT_EQ(matched, 3);
+  EXPECT_EQ(stores.size(), 1u);
+  EXPECT_EQ(jobs.size(), 1u);
+  // The store was collx-run's own and is gone with it.
+  int port = std::stoi(stores.begin()->substr(stores.begin()->rfind(':') + 1));
+  EXPECT_FALSE(test::portOpen(port));
+}
+
+TEST(LauncherTest, TagsEveryLineOfStdoutAndStderr) {
+  RunResult r = runLauncher({"-n", "2", "--tag-output", "--", "sh", "-c",
+                             "printf 'a\\nb\\npartial'; echo oops >&2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto out = lines(r.out);
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, (std::vector<std::string>{"[0] a", "[0] b", "[0] partial", "[1] a", "[1] b",
+                                           "[1] partial"}));
+  auto err = lines(r.err);
+  std::sort(err.begin(), err.end());
+  EXPECT_EQ(err, (std::vector<std::string>{"[0] oops", "[1] oops"}));
+}
+
+TEST(LauncherTest, RanksRendezvousThroughTheStore) {
+  RunResult r = runLauncher({"-n", "4", "--", test::binDir() + "/collx-info", "--rendezvous"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(r.out.find("rank " + std::to_string(rank) + " of 4"), std::string::npos) << r.out;
+  }
+}
+
+TEST(LauncherTest, FileStoreJobDirectoryIsRemoved) {
+  TempDir dir;
+  RunResult r = runLauncher({"-n", "3", "--store", "file://" + dir.path(), "--",
+                             test::binDir() + "/collx-info", "--rendezvous"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank 2 of 3"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+TEST(LauncherTest, FailingRankStopsTheOthersAndIsNamed) {
+  TempDir dir;
+  auto start = std::chrono::steady_clock::now();
+  RunResult r = runLauncher(
+      {"-n", "4", "--grace", "2s", "--", "sh", "-c",
+       "echo $$ > " + dir.path() + "/pid.$COLLX_RANK; "
+       "if [ $COLLX_RANK = 2 ]; then sleep 0.3; exit 3; fi; sleep 30"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(rank 2 \(pid \d+\) exited with code 3)")))
+      << r.err;
+  EXPECT_NE(r.err.find("stopping ranks 0, 1, 3"), std::string::npos) << r.err;
+  auto pids = readPids(dir.path(), "pid.");
+  EXPECT_EQ(pids.size(), 4u);
+  expectGone(pids);
+}
+
+TEST(LauncherTest, RankKilledBySignalIsReported) {
+  RunResult r = runLauncher(
+      {"-n", "2", "--", "sh", "-c", "if [ $COLLX_RANK = 1 ]; then kill -9 $$; fi; sleep 30"});
+  EXPECT_EQ(r.code, 128 + 9);
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("killed by signal 9"), std::string::npos) << r.err;
+}
+
+TEST(LauncherTest, TimeoutStopsAHangingJob) {
+  auto start = std::chrono::steady_clock::now();
+  RunResult r = runLauncher({"-n", "2", "--timeout", "1s", "--", "sleep", "30"});
+  EXPECT_EQ(r.code, 124);
+  EXPECT_NE(r.err.find("exceeded --timeout 1000 ms"), std::string::npos) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+TEST(LauncherTest, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  TempDir dir;
+  auto start = std::chrono::steady_clock::now();
+  RunResult r = runLauncher({"-n", "2", "--timeout", "500ms", "--grace", "500ms", "--", "sh",
+                             "-c", "trap '' TERM; echo $$ > " + dir.path() +
+                                       "/pid.$COLLX_RANK; while true; do sleep 0.05; done"});
+  EXPECT_EQ(r.code, 124);
+  EXPECT_NE(r.err.find("SIGKILL"), std::string::npos) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  expectGone(readPids(dir.path(), "pid."));
+}
+
+TEST(LauncherTest, SignalsAreForwardedToEveryRank) {
+  TempDir dir;
+  Process p({launcher(), "-n", "3", "--", "sh", "-c",
+             "trap 'echo $COLLX_RANK > " + dir.path() + "/term.$COLLX_RANK; exit 0' TERM; "
+             "sleep 30 & echo $! > " + dir.path() + "/child.$COLLX_RANK; wait"},
+            cleanEnv());
+  // Wait until every rank has started its child.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (readPids(dir.path(), "child.").size() < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(readPids(dir.path(), "child.").size(), 3u);
+  p.signal(SIGTERM);
+  ASSERT_TRUE(p.wait(15s));
+  EXPECT_EQ(p.exitCode(), 128 + SIGTERM);
+  EXPECT_NE(p.err().find("forwarded to every rank"), std::string::npos) << p.err();
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(std::filesystem::exists(dir.path() + "/term." + std::to_string(rank)))
+        << "rank " << rank << " did not get SIGTERM";
+  }
+  // The ranks' own children (sleep) do not outlive the job either.
+  expectGone(readPids(dir.path(), "child."));
+}
+
+TEST(LauncherTest, BackgroundChildrenOfASuccessfulJobAreCleanedUp) {
+  TempDir dir;
+  RunResult r = runLauncher({"-n", "2", "--", "sh", "-c",
+                             "sleep 60 & echo $! > " + dir.path() + "/child.$COLLX_RANK; exit 0"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  auto pids = readPids(dir.path(), "child.");
+  EXPECT_EQ(pids.size(), 2u);
+  expectGone(pids);
+}
+
+TEST(LauncherTest, KillingTheLauncherTakesTheRanksWithIt) {
+  TempDir dir;
+  Process p({launcher(), "-n", "2", "--", "sh", "-c",
+             "echo $$ > " + dir.path() + "/pid.$COLLX_RANK; exec sleep 30"},
+            cleanEnv());
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (readPids(dir.path(), "pid.").size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  auto pids = readPids(dir.path(), "pid.");
+  ASSERT_EQ(pids.size(), 2u);
+  ::kill(p.pid(), SIGKILL);
+  ASSERT_TRUE(p.wait(5s));
+  expectGone(pids);
+}
+
+TEST(LauncherTest, TwoNodesOnOneHost) {
+  const std::string port = std::to_string(test::freePort());
+  auto env = cleanEnv();
+  std::vector<std::unique_ptr<Process>> nodes;
+  for (int node = 1; node >= 0; --node) {  // node 1 first: it must wait for node 0's store
+    nodes.push_back(std::make_unique<Process>(
+        std::vector<std::string>{launcher(), "-n", "2", "--nnodes", "2", "--node-rank",
+                                 std::to_string(node), "--master-addr", "127.0.0.1",
+                                 "--master-port", port, "--", test::binDir() + "/collx-info",
+                                 "--rendezvous"},
+        env));
+    std::this_thread::sleep_for(200ms);
+  }
+  std::string all;
+  for (auto& node : nodes) {
+    ASSERT_TRUE(node->wait(30s));
+    EXPECT_EQ(node->exitCode(), 0) << node->err();
+    all += node->out();
+  }
+  std::set<std::string> jobs;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(all.find("rank " + std::to_string(rank) + " of 4"), std::string::npos) << all;
+  }
+  std::regex job(R"(job (run-[0-9a-f]+))");
+  for (auto it = std::sregex_iterator(all.begin(), all.end(), job); it != std::sregex_iterator();
+       ++it) {
+    jobs.insert((*it)[1]);
+  }
+  EXPECT_EQ(jobs.size(), 1u) << all;
+}
+
+TEST(LauncherTest, BadArgumentsAreClearErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string mentions;
+  };
+  const Case cases[] = {
+      {{"--", "true"}, 2, "-n P (the number of ranks) is required"},
+      {{"-n", "0", "true"}, 2, "-n='0'"},
+      {{"-n", "2"}, 2, "no program to run"},
+      {{"-n", "2", "--frobnicate", "true"}, 2, "unknown option '--frobnicate'"},
+      {{"-n", "2", "--timeout", "soon", "true"}, 2, "--timeout='soon'"},
+      {{"-n", "2", "--store", "tcp://nohost", "true"}, 2, "port is missing"},
+      {{"-n", "2", "--nnodes", "2", "true"}, 2, "--master-addr"},
+      {{"-n", "2", "--nnodes", "2", "--node-rank", "2", "--master-addr", "x", "true"}, 2,
+       "--node-rank 2 is not below --nnodes 2"},
+      {{"-n", "2", "--", "no-such-program-xyz"}, 127, "'no-such-program-xyz' not found in PATH"},
+  };
+  for (const Case& c : cases) {
+    RunResult r = runLauncher(c.args, 20s);
+    EXPECT_EQ(r.code, c.code) << c.mentions << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.mentions), std::string::npos) << r.err;
+  }
+  RunResult help = runLauncher({"--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("usage: collx-run -n P"), std::string::npos);
+  EXPECT_NE(help.out.find("--timeout"), std::string::npos);
+}
+
+TEST(LauncherTest, CollxInfoPrintsTheConfigurationTable) {
+  RunResult r = test::run({test::binDir() + "/collx-info"}, {{"COLLX_TIMEOUT", "42s"},
+                                                             {"COLLX_TIMOUT", "1"}});
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* name : {"COLLX_RANK", "COLLX_WORLD_SIZE", "COLLX_STORE", "COLLX_TIMEOUT",
+                           "COLLX_LOG_LEVEL", "COLLX_JOB_ID", "COLLX_GENERATION"}) {
+    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+  }
+  EXPECT_NE(r.out.find("environment: '42s'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("COLLX_TIMOUT (did you mean COLLX_TIMEOUT?)"), std::string::npos);
+  EXPECT_NE(r.out.find("tcp store"), std::string::npos);
+  RunResult bad = test::run({test::binDir() + "/collx-info", "--bogus"});
+  EXPECT_EQ(bad.code, 2);
+  RunResult help = test::run({test::binDir() + "/collx-info", "--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("--rendezvous"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace collx

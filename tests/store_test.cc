@@ -1,0 +1,400 @@
+// One suite for every Store: semantics, timeouts, concurrency, large and binary values, and
+// waiters woken from another process. Parameterized over hash, file, tcp, prefix and redis.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "collx/rendezvous/file_store.h"
+#include "collx/rendezvous/hash_store.h"
+#include "collx/rendezvous/prefix_store.h"
+#include "collx/rendezvous/tcp_store.h"
+#include "collx_rendezvous_config.h"
+#include "util/test_util.h"
+#if COLLX_HAVE_REDIS
+#include "collx/rendezvous/redis_store.h"
+#endif
+
+namespace collx::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+using test::RedisServer;
+using test::TempDir;
+
+// A store service and a way to make clients of it.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::shared_ptr<Store> client(const StoreOptions& options) = 0;
+  // A URL another process can open, or "" when the store lives in this process only.
+  virtual std::string url() const { return ""; }
+  // Why this backend cannot run here ("" when it can).
+  virtual std::string unavailable() const { return ""; }
+};
+
+class HashBackend : public Backend {
+ public:
+  std::shared_ptr<Store> client(const StoreOptions& options) override {
+    if (!store_) store_ = std::make_shared<HashStore>(options);
+    store_->setTimeout(options.timeout.value_or(store_->timeout()));
+    return store_;
+  }
+
+ private:
+  std::shared_ptr<HashStore> store_;
+};
+
+class FileBackend : public Backend {
+ public:
+  std::shared_ptr<Store> client(const StoreOptions& options) override {
+    return std::make_shared<FileStore>(dir_.path() + "/store", options);
+  }
+  std::string url() const override { return "file://" + dir_.path() + "/store"; }
+
+ private:
+  TempDir dir_;
+};
+
+class TcpBackend : public Backend {
+ public:
+  std::shared_ptr<Store> client(const StoreOptions& options) override {
+    return std::make_shared<TcpStore>("127.0.0.1", server_.port(), options);
+  }
+  std::string url() const override { return server_.url(); }
+
+ private:
+  TcpStoreServer server_;
+};
+
+// PrefixStore over a TCP store: namespacing must not change any semantics.
+class PrefixBackend : public Backend {
+ public:
+  std::shared_ptr<Store> client(const StoreOptions& options) override {
+    auto inner = std::make_shared<TcpStore>("127.0.0.1", server_.port(), options);
+    return std::make_shared<PrefixStore>("job/7", inner, options);
+  }
+
+ private:
+  TcpStoreServer server_;
+};
+
+#if COLLX_HAVE_REDIS
+class RedisBackend : public Backend {
+ public:
+  std::shared_ptr<Store> client(const StoreOptions& options) override {
+    return std::make_shared<RedisStore>("127.0.0.1", static_cast<std::uint16_t>(server_.port()),
+                                        0, options);
+  }
+  std::string url() const override {
+    return "redis://127.0.0.1:" + std::to_string(server_.port());
+  }
+  std::string unavailable() const override {
+    return server_.available() ? "" : server_.whyUnavailable();
+  }
+
+ private:
+  RedisServer server_;
+};
+#endif
+
+struct Kind {
+  std::string name;
+  std::function<std::unique_ptr<Backend>()> make;
+};
+
+std::vector<Kind> kinds() {
+  std::vector<Kind> out = {
+      {"hash", [] { return std::make_unique<HashBackend>(); }},
+      {"file", [] { return std::make_unique<FileBackend>(); }},
+      {"tcp", [] { return std::make_unique<TcpBackend>(); }},
+      {"prefix", [] { return std::make_unique<PrefixBackend>(); }},
+  };
+#if COLLX_HAVE_REDIS
+  out.push_back({"redis", [] { return std::make_unique<RedisBackend>(); }});
+#endif
+  return out;
+}
+
+class StoreTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    backend_ = GetParam().make();
+    if (!backend_->unavailable().empty()) GTEST_SKIP() << backend_->unavailable();
+  }
+  std::shared_ptr<Store> client(std::chrono::milliseconds timeout = 10s, int rank = -1) {
+    StoreOptions options;
+    options.timeout = timeout;
+    options.rank = rank;
+    return backend_->client(options);
+  }
+  std::unique_ptr<Backend> backend_;
+};
+
+TEST_P(StoreTest, SetGetOverwrite) {
+  auto store = client();
+  store->set("alpha", "one");
+  EXPECT_EQ(toString(store->get("alpha")), "one");
+  store->set("alpha", "two");
+  EXPECT_EQ(toString(store->get("alpha")), "two");
+  // A second client sees the same data.
+  auto other = client();
+  EXPECT_EQ(toString(other->get("alpha")), "two");
+}
+
+TEST_P(StoreTest, GetTimesOutNamingTheKeyAndRank) {
+  auto store = client(10s, 5);
+  auto start = Clock::now();
+  try {
+    store->get("never-set", 200ms);
+    FAIL() << "get of a missing key returned";
+  } catch (const TimeoutError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("never-set"), std::string::npos) << what;
+    EXPECT_NE(what.find("rank 5"), std::string::npos) << what;
+    EXPECT_NE(what.find("timed out after 200 ms"), std::string::npos) << what;
+    EXPECT_EQ(e.rank(), 5);
+  }
+  auto elapsed = Clock::now() - start;
+  EXPECT_GE(elapsed, 190ms);
+  EXPECT_LT(elapsed, 5s);
+}
+
+TEST_P(StoreTest, WaitReportsOnlyMissingKeys) {
+  auto store = client();
+  store->set("present", "x");
+  try {
+    store->wait({"present", "absent"}, 150ms);
+    FAIL() << "wait returned with a key missing";
+  } catch (const TimeoutError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("absent"), std::string::npos) << what;
+    EXPECT_EQ(what.find("present"), std::string::npos) << what;
+    EXPECT_NE(what.find("1 of 2 keys missing"), std::string::npos) << what;
+  }
+}
+
+TEST_P(StoreTest, WaitIsWokenBySetFromAnotherThread) {
+  auto store = client();
+  auto setter = client();
+  std::thread t([&] {
+    std::this_thread::sleep_for(50ms);
+    setter->set("k1", "1");
+    std::this_thread::sleep_for(20ms);
+    setter->set("k2", "2");
+  });
+  auto start = Clock::now();
+  store->wait({"k1", "k2"}, 10s);
+  EXPECT_LT(Clock::now() - start, 5s);
+  auto values = store->multiGet({"k2", "k1"});
+  EXPECT_EQ(toString(values[0]), "2");
+  EXPECT_EQ(toString(values[1]), "1");
+  t.join();
+}
+
+TEST_P(StoreTest, AddCountsAtomically) {
+  auto store = client();
+  EXPECT_EQ(store->add("counter", 5), 5);
+  EXPECT_EQ(store->add("counter", -2), 3);
+  EXPECT_EQ(store->add("counter", 0), 3);
+  EXPECT_EQ(toString(store->get("counter")), "3");
+  store->set("text", "not a number");
+  EXPECT_THROW(store->add("text", 1), InvalidArgument);
+  EXPECT_EQ(toString(store->get("text")), "not a number");
+}
+
+TEST_P(StoreTest, CompareSet) {
+  auto store = client();
+  // Absent and expected empty: sets.
+  EXPECT_EQ(toString(store->compareSet("cas", {}, toBytes("a"))), "a");
+  // Wrong expectation: returns the current value and leaves it.
+  EXPECT_EQ(toString(store->compareSet("cas", toBytes("zzz"), toBytes("b"))), "a");
+  EXPECT_EQ(toString(store->get("cas")), "a");
+  // Right expectation: swaps.
+  EXPECT_EQ(toString(store->compareSet("cas", toBytes("a"), toBytes("b"))), "b");
+  EXPECT_EQ(toString(store->get("cas")), "b");
+  // Absent with a non-empty expectation: nothing is set.
+  EXPECT_TRUE(store->compareSet("cas-absent", toBytes("x"), toBytes("y")).empty());
+  EXPECT_FALSE(store->check({"cas-absent"}));
+}
+
+TEST_P(StoreTest, CheckAndErase) {
+  auto store = client();
+  EXPECT_FALSE(store->check({"e1"}));
+  store->set("e1", "v");
+  store->set("e2", "v");
+  EXPECT_TRUE(store->check({"e1", "e2"}));
+  EXPECT_FALSE(store->check({"e1", "e3"}));
+  EXPECT_TRUE(store->erase("e1"));
+  EXPECT_FALSE(store->erase("e1"));
+  EXPECT_FALSE(store->check({"e1"}));
+  EXPECT_TRUE(store->check({}));
+}
+
+TEST_P(StoreTest, MultiSetMultiGet) {
+  auto store = client();
+  std::vector<std::string> keys;
+  std::vector<Bytes> values;
+  for (int i = 0; i < 100; ++i) {
+    keys.push_back("m/" + std::to_string(i));
+    values.push_back(toBytes("value " + std::to_string(i * i)));
+  }
+  store->multiSet(keys, values);
+  EXPECT_EQ(store->multiGet(keys), values);
+  EXPECT_THROW(store->multiSet({"a", "b"}, {toBytes("1")}), InvalidArgument);
+  EXPECT_TRUE(store->multiGet({}).empty());
+}
+
+TEST_P(StoreTest, ZeroByteAndBinaryValues) {
+  auto store = client();
+  store->set("empty", Bytes{});
+  EXPECT_TRUE(store->check({"empty"}));
+  EXPECT_TRUE(store->get("empty").empty());
+  Bytes binary(256 * 4);
+  for (std::size_t i = 0; i < binary.size(); ++i) binary[i] = static_cast<std::uint8_t>(i * 7);
+  store->set("binary", binary);
+  EXPECT_EQ(store->get("binary"), binary);
+  // Keys with separators, spaces and non-ASCII bytes.
+  std::string key = "a/b c\t%d\xc3\xa9/../x";
+  store->set(key, "odd key");
+  EXPECT_EQ(toString(store->get(key)), "odd key");
+}
+
+TEST_P(StoreTest, SixtyFourMebibyteValue) {
+  auto store = client(60s);
+  Bytes big(64u << 20);
+  std::mt19937_64 rng(42);
+  for (std::size_t i = 0; i + 8 <= big.size(); i += 8) {
+    std::uint64_t v = rng();
+    std::memcpy(big.data() + i, &v, 8);
+  }
+  store->set("big", big);
+  Bytes back = client(60s)->get("big");
+  ASSERT_EQ(back.size(), big.size());
+  EXPECT_TRUE(back == big);
+}
+
+TEST_P(StoreTest, InvalidKeys) {
+  auto store = client();
+  EXPECT_THROW(store->set("", "x"), InvalidArgument);
+  EXPECT_THROW(store->get(std::string(kMaxKeyBytes + 1, 'k')), InvalidArgument);
+  EXPECT_THROW(store->wait({"ok", ""}), InvalidArgument);
+  store->set(std::string(kMaxKeyBytes - 64, 'k'), "long key");  // long but within the limit
+  EXPECT_EQ(toString(store->get(std::string(kMaxKeyBytes - 64, 'k'))), "long key");
+}
+
+TEST_P(StoreTest, SixtyFourConcurrentClients) {
+  constexpr int kClients = 64;
+  constexpr int kAdds = 20;
+  std::vector<std::shared_ptr<Store>> clients;
+  for (int i = 0; i < kClients; ++i) clients.push_back(client(60s, i));
+  std::vector<std::string> everyone;
+  for (int i = 0; i < kClients; ++i) everyone.push_back("client/" + std::to_string(i));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        Store& s = *clients[i];
+        for (int a = 0; a < kAdds; ++a) s.add("hammer", 1);
+        s.set(everyone[i], std::to_string(i));
+        s.wait(everyone);
+        auto values = s.multiGet(everyone);
+        for (int j = 0; j < kClients; ++j) {
+          if (toString(values[j]) != std::to_string(j)) failures++;
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "client " << i << ": " << e.what();
+        failures++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(client()->add("hammer", 0), kClients * kAdds);
+}
+
+TEST_P(StoreTest, WaiterWokenBySetFromAnotherProcess) {
+  if (backend_->url().empty()) {
+    GTEST_SKIP() << GetParam().name
+                 << " has no URL another process could open (hash: in-process; prefix: a "
+                    "wrapper, tested here over tcp)";
+  }
+  auto store = client(30s);
+  test::Process helper({test::binDir() + "/collx-test-store-helper", backend_->url(), "set",
+                        "from-child", "hello", "300"});
+  auto start = Clock::now();
+  EXPECT_EQ(toString(store->get("from-child", 20s)), "hello");
+  EXPECT_GE(Clock::now() - start, 250ms);  // it really waited for the other process
+  ASSERT_TRUE(helper.wait(10s));
+  EXPECT_EQ(helper.exitCode(), 0) << helper.err();
+  // And the other way round: the other process waits for our set.
+  test::Process waiter({test::binDir() + "/collx-test-store-helper", backend_->url(), "get",
+                        "from-parent", "", "0"});
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(waiter.exited());
+  store->set("from-parent", "hi child");
+  ASSERT_TRUE(waiter.wait(10s));
+  EXPECT_EQ(waiter.exitCode(), 0) << waiter.err();
+  EXPECT_EQ(waiter.out(), "hi child\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllStores, StoreTest, ::testing::ValuesIn(kinds()),
+                         [](const auto& param) { return param.param.name; });
+
+TEST(StoreUrl, ParsesEveryScheme) {
+  StoreUrl tcp = StoreUrl::parse("tcp://node1:29500");
+  EXPECT_EQ(tcp.scheme, "tcp");
+  EXPECT_EQ(tcp.host, "node1");
+  EXPECT_EQ(tcp.port, 29500);
+  StoreUrl v6 = StoreUrl::parse("tcp://[::1]:123");
+  EXPECT_EQ(v6.host, "::1");
+  EXPECT_EQ(v6.str(), "tcp://[::1]:123");
+  StoreUrl file = StoreUrl::parse("file:///shared/dir");
+  EXPECT_EQ(file.path, "/shared/dir");
+  StoreUrl redis = StoreUrl::parse("redis://cache:6380/3");
+  EXPECT_EQ(redis.port, 6380);
+  EXPECT_EQ(redis.db, 3);
+  EXPECT_EQ(StoreUrl::parse("redis://cache").port, 6379);
+}
+
+TEST(StoreUrl, RejectsMalformedUrlsWithReasons) {
+  auto reason = [](const std::string& url) {
+    try {
+      StoreUrl::parse(url);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(reason("tcp://host").find("port is missing"), std::string::npos);
+  EXPECT_NE(reason("tcp://host:99999").find("not in 1..65535"), std::string::npos);
+  EXPECT_NE(reason("tcp://::1:5").find("brackets"), std::string::npos);
+  EXPECT_NE(reason("file://relative").find("absolute path"), std::string::npos);
+  EXPECT_NE(reason("ftp://x:1").find("unknown scheme"), std::string::npos);
+  EXPECT_NE(reason("nonsense").find("no scheme"), std::string::npos);
+}
+
+TEST(FileStoreTest, LeavesNoTemporaryFiles) {
+  TempDir dir;
+  FileStore store(dir.path());
+  for (int i = 0; i < 20; ++i) store.set("k" + std::to_string(i % 3), std::to_string(i));
+  store.add("n", 3);
+  int temporaries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().filename().string().rfind(".tmp", 0) == 0) ++temporaries;
+  }
+  EXPECT_EQ(temporaries, 0);
+}
+
+TEST(FileStoreTest, UnwritableDirectoryIsAnIoError) {
+  EXPECT_THROW(FileStore("/proc/collx-cannot-exist"), IoError);
+}
+
+}  // namespace
+}  // namespace collx::rendezvous

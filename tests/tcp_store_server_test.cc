@@ -1,0 +1,423 @@
+// The TCP store server under bad clients, and the client against things that are not a
+// collx store. Every bad client is refused alone: the others keep being served.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "collx/rendezvous/tcp_store.h"
+#include "tcp_store_protocol.h"
+#include "util/test_util.h"
+
+namespace collx::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A raw TCP connection for speaking (or mangling) the protocol by hand.
+class RawClient {
+ public:
+  explicit RawClient(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      throw std::runtime_error("connect failed");
+    }
+  }
+  ~RawClient() { close(); }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  void send(const void* data, std::size_t size) {
+    ASSERT_EQ(::send(fd_, data, size, MSG_NOSIGNAL), static_cast<ssize_t>(size));
+  }
+  void send(const std::vector<std::uint8_t>& bytes) { send(bytes.data(), bytes.size()); }
+  void hello(std::uint32_t version = proto::kVersion) {
+    std::uint8_t bytes[8];
+    std::memcpy(bytes, proto::kMagic, 4);
+    std::memcpy(bytes + 4, &version, 4);
+    send(bytes, 8);
+  }
+  // Reads exactly n bytes; fewer if the peer closes or 5 s pass.
+  std::vector<std::uint8_t> read(std::size_t n) {
+    std::vector<std::uint8_t> out;
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      std::uint8_t buf[4096];
+      ssize_t got = ::recv(fd_, buf, std::min(sizeof(buf), n - out.size()), 0);
+      if (got <= 0) break;
+      out.insert(out.end(), buf, buf + got);
+    }
+    return out;
+  }
+  // True when the server closed the connection within `timeout`.
+  bool closedByPeer(std::chrono::milliseconds timeout = 5s) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
+    std::uint8_t buf[256];
+    while (true) {
+      ssize_t got = ::recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
+      if (got == 0) return true;
+      if (got < 0) return errno != EAGAIN;
+      // skip data (an error reply) and look again
+      if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
+    }
+  }
+  // Reads one reply frame: status and body.
+  std::pair<proto::Status, std::vector<std::uint8_t>> reply() {
+    auto header = read(4);
+    if (header.size() != 4) return {proto::Status::kError, {}};
+    std::uint32_t length;
+    std::memcpy(&length, header.data(), 4);
+    auto body = read(length);
+    if (body.empty()) return {proto::Status::kError, {}};
+    auto status = static_cast<proto::Status>(body[0]);
+    body.erase(body.begin());
+    return {status, body};
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+std::string errorMessage(const std::vector<std::uint8_t>& body) {
+  proto::Reader r(body.data(), body.size());
+  r.u8();  // kind
+  return std::string(r.str());
+}
+
+class TcpStoreServerTest : public ::testing::Test {
+ protected:
+  TcpStoreServer::Options options() {
+    TcpStoreServer::Options o;
+    o.maxValueBytes = 1 << 20;
+    return o;
+  }
+  // A well-behaved client keeps working while a bad one is refused.
+  void expectServing() {
+    StoreOptions o;
+    o.timeout = 5s;
+    TcpStore good("127.0.0.1", server_.port(), o);
+    good.set("still", "serving");
+    EXPECT_EQ(toString(good.get("still")), "serving");
+  }
+  TcpStoreServer server_{options()};
+};
+
+TEST_F(TcpStoreServerTest, GarbageInsteadOfHelloClosesOnlyThatConnection) {
+  RawClient bad(server_.port());
+  const char http[] = "GET / HTTP/1.0\r\n\r\n";
+  bad.send(http, sizeof(http) - 1);
+  EXPECT_TRUE(bad.closedByPeer());
+  expectServing();
+}
+
+TEST_F(TcpStoreServerTest, WrongProtocolVersionIsTold) {
+  RawClient old(server_.port());
+  old.hello(99);
+  auto answer = old.read(proto::kServerHelloBytes);
+  ASSERT_EQ(answer.size(), proto::kServerHelloBytes);
+  std::uint32_t status;
+  std::memcpy(&status, answer.data() + 8, 4);
+  EXPECT_EQ(status, proto::kHelloBadVersion);
+  EXPECT_TRUE(old.closedByPeer());
+  expectServing();
+}
+
+TEST_F(TcpStoreServerTest, MalformedRequestGetsAnErrorReplyAndTheConnectionLives) {
+  RawClient client(server_.port());
+  client.hello();
+  ASSERT_EQ(client.read(proto::kServerHelloBytes).size(), proto::kServerHelloBytes);
+  // A set whose key claims 1000 bytes in a 10-byte frame.
+  proto::Writer w;
+  w.u8(static_cast<std::uint8_t>(proto::Op::kSet)).u32(1000).u8('x');
+  client.send(w.finish());
+  auto [status, body] = client.reply();
+  ASSERT_EQ(status, proto::Status::kError);
+  EXPECT_NE(errorMessage(body).find("truncated"), std::string::npos) << errorMessage(body);
+  // An unknown operation.
+  proto::Writer unknown;
+  unknown.u8(200);
+  client.send(unknown.finish());
+  auto [status2, body2] = client.reply();
+  ASSERT_EQ(status2, proto::Status::kError);
+  EXPECT_NE(errorMessage(body2).find("unknown operation 200"), std::string::npos);
+  // The same connection still works.
+  proto::Writer ping;
+  ping.u8(static_cast<std::uint8_t>(proto::Op::kPing));
+  client.send(ping.finish());
+  EXPECT_EQ(client.reply().first, proto::Status::kOk);
+  expectServing();
+}
+
+TEST_F(TcpStoreServerTest, OversizedRequestIsRefusedAndClosed) {
+  RawClient client(server_.port());
+  client.hello();
+  ASSERT_EQ(client.read(proto::kServerHelloBytes).size(), proto::kServerHelloBytes);
+  std::uint32_t huge = 0x7fffffff;
+  client.send(&huge, 4);
+  auto [status, body] = client.reply();
+  ASSERT_EQ(status, proto::Status::kError);
+  EXPECT_NE(errorMessage(body).find("outside the server's limits"), std::string::npos);
+  EXPECT_TRUE(client.closedByPeer());
+  expectServing();
+}
+
+TEST_F(TcpStoreServerTest, ValueOverTheLimitIsInvalidArgumentAndTheClientGoesOn) {
+  StoreOptions o;
+  o.timeout = 5s;
+  TcpStore store("127.0.0.1", server_.port(), o);
+  try {
+    store.set("big", Bytes((1 << 20) + 1));
+    FAIL() << "a value over the server's limit was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds the server's limit"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(store.check({"big"}));
+  store.set("small", "ok");
+  EXPECT_EQ(toString(store.get("small")), "ok");
+}
+
+TEST_F(TcpStoreServerTest, TruncatedRequestAndVanishingClientsFreeTheirSlots) {
+  const std::size_t before = server_.connections();
+  {
+    RawClient truncated(server_.port());
+    truncated.hello();
+    truncated.read(proto::kServerHelloBytes);
+    std::uint32_t length = 100;
+    truncated.send(&length, 4);
+    truncated.send("only ten b", 10);
+  }  // closes mid-request
+  {
+    RawClient waiting(server_.port());
+    waiting.hello();
+    waiting.read(proto::kServerHelloBytes);
+    proto::Writer w;
+    w.u8(static_cast<std::uint8_t>(proto::Op::kWait)).u64(60000).keys({"never"});
+    waiting.send(w.finish());
+    std::this_thread::sleep_for(50ms);
+  }  // goes away while the server holds its wait
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (server_.connections() > before && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(server_.connections(), before);
+  expectServing();
+}
+
+TEST(TcpStoreServerLimits, TooManyConnectionsIsAClearRefusal) {
+  TcpStoreServer::Options o;
+  o.maxConnections = 2;
+  TcpStoreServer server(o);
+  StoreOptions so;
+  so.timeout = 5s;
+  auto first = std::make_unique<TcpStore>("127.0.0.1", server.port(), so);
+  TcpStore second("127.0.0.1", server.port(), so);
+  try {
+    TcpStore third("127.0.0.1", server.port(), so);
+    FAIL() << "a third connection was accepted with a limit of 2";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("too many connections"), std::string::npos) << e.what();
+  }
+  first.reset();
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (server.connections() > 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  TcpStore fourth("127.0.0.1", server.port(), so);  // a slot is free again
+  fourth.set("k", "v");
+  EXPECT_EQ(toString(second.get("k")), "v");
+}
+
+TEST(TcpStoreServerLifetime, StoppingTheServerFailsWaitersAtOnce) {
+  auto server = std::make_unique<TcpStoreServer>();
+  StoreOptions so;
+  so.timeout = 30s;
+  TcpStore store("127.0.0.1", server->port(), so);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(200ms);
+    server->stop();
+  });
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(store.wait({"never"}), IoError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  stopper.join();
+}
+
+TEST(TcpStoreServerLifetime, PortIsReleasedWhenTheServerEnds) {
+  int port;
+  {
+    TcpStoreServer server;
+    port = server.port();
+    EXPECT_TRUE(test::portOpen(port));
+  }
+  EXPECT_FALSE(test::portOpen(port));
+}
+
+TEST(TcpStoreServerBind, CannotBindIsAnIoErrorNamingTheAddress) {
+  TcpStoreServer first;
+  TcpStoreServer::Options o;
+  o.port = first.port();
+  try {
+    TcpStoreServer second(o);
+    FAIL() << "two servers bound one port";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(first.port())), std::string::npos);
+  }
+}
+
+TEST(TcpStoreServerBind, ServesOverIpv6Loopback) {
+  TcpStoreServer::Options o;
+  o.host = "::1";
+  std::unique_ptr<TcpStoreServer> server;
+  try {
+    server = std::make_unique<TcpStoreServer>(o);
+  } catch (const IoError& e) {
+    GTEST_SKIP() << "no IPv6 loopback on this machine: " << e.what();
+  }
+  EXPECT_EQ(server->url().rfind("tcp://[::1]:", 0), 0u) << server->url();
+  auto store = openStore(server->url());
+  store->set("v6", "yes");
+  EXPECT_EQ(toString(store->get("v6")), "yes");
+}
+
+// A listener that is not a collx store.
+class FakeServer {
+ public:
+  explicit FakeServer(std::string greeting) : greeting_(std::move(greeting)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ::listen(fd_, 8);
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      while (true) {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, 50) <= 0) {
+          if (stop_) return;
+          continue;
+        }
+        int client = ::accept(fd_, nullptr, nullptr);
+        if (client < 0) continue;
+        if (!greeting_.empty()) {
+          ssize_t ignored = ::send(client, greeting_.data(), greeting_.size(), MSG_NOSIGNAL);
+          (void)ignored;
+        }
+        clients_.push_back(client);  // held open, silent after the greeting
+      }
+    });
+  }
+  ~FakeServer() {
+    stop_ = true;
+    thread_.join();
+    for (int c : clients_) ::close(c);
+    ::close(fd_);
+  }
+  std::uint16_t port() const { return static_cast<std::uint16_t>(port_); }
+
+ private:
+  std::string greeting_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::vector<int> clients_;
+  std::thread thread_;
+};
+
+TEST(TcpStoreClient, SomethingElseAnsweringIsAClearError) {
+  FakeServer http("HTTP/1.1 400 Bad Request\r\n\r\n");
+  StoreOptions o;
+  o.timeout = 10s;
+  o.rank = 3;
+  auto start = std::chrono::steady_clock::now();
+  try {
+    TcpStore store("127.0.0.1", http.port(), o);
+    FAIL() << "connected to an HTTP server as if it were a store";
+  } catch (const IoError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("is not a collx store"), std::string::npos) << what;
+    EXPECT_NE(what.find("HTTP"), std::string::npos) << what;
+    EXPECT_NE(what.find("rank 3"), std::string::npos) << what;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);  // at once, not at the timeout
+}
+
+TEST(TcpStoreClient, SilentListenerIsATimeoutNotAHang) {
+  FakeServer silent("");
+  StoreOptions o;
+  o.timeout = 300ms;
+  auto start = std::chrono::steady_clock::now();
+  try {
+    TcpStore store("127.0.0.1", silent.port(), o);
+    FAIL() << "a silent listener was taken for a store";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("handshake"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
+TEST(TcpStoreClient, NothingListeningTimesOutWithTheLastError) {
+  int port = test::freePort();
+  StoreOptions o;
+  o.timeout = 300ms;
+  try {
+    TcpStore store("127.0.0.1", static_cast<std::uint16_t>(port), o);
+    FAIL() << "connected to a closed port";
+  } catch (const TimeoutError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("could not connect"), std::string::npos) << what;
+    EXPECT_NE(what.find("refused"), std::string::npos) << what;
+  }
+}
+
+TEST(TcpStoreClient, RetriesUntilTheServerComesUp) {
+  int port = test::freePort();
+  std::unique_ptr<TcpStoreServer> server;
+  std::thread late([&] {
+    std::this_thread::sleep_for(300ms);
+    TcpStoreServer::Options o;
+    o.port = static_cast<std::uint16_t>(port);
+    server = std::make_unique<TcpStoreServer>(o);
+  });
+  StoreOptions so;
+  so.timeout = 10s;
+  TcpStore store("127.0.0.1", static_cast<std::uint16_t>(port), so);
+  late.join();
+  store.set("late", "but fine");
+  EXPECT_EQ(toString(store.get("late")), "but fine");
+}
+
+TEST(TcpStoreClient, ReconnectsAfterTheServerRestarts) {
+  auto server = std::make_unique<TcpStoreServer>();
+  const std::uint16_t port = server->port();
+  StoreOptions so;
+  so.timeout = 5s;
+  TcpStore store("127.0.0.1", port, so);
+  store.set("a", "1");
+  server.reset();
+  EXPECT_THROW(store.get("a"), IoError);  // the connection is gone
+  TcpStoreServer::Options o;
+  o.port = port;
+  server = std::make_unique<TcpStoreServer>(o);
+  store.set("b", "2");  // the next call connects again
+  EXPECT_EQ(toString(store.get("b")), "2");
+}
+
+}  // namespace
+}  // namespace collx::rendezvous

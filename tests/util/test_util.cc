@@ -1,0 +1,229 @@
+#include "test_util.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace collx::test {
+
+TempDir::TempDir() {
+  char pattern[] = "/tmp/collx-test-XXXXXX";
+  if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+Process::Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry(*e);
+    std::size_t eq = entry.find('=');
+    merged[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  for (const auto& [name, value] : env) {
+    if (value.empty()) {
+      merged.erase(name);
+    } else {
+      merged[name] = value;
+    }
+  }
+  std::vector<std::string> envStrings;
+  for (const auto& [name, value] : merged) envStrings.push_back(name + "=" + value);
+  std::vector<char*> envp, args;
+  for (auto& s : envStrings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argvCopy = argv;
+  for (auto& s : argvCopy) args.push_back(s.data());
+  args.push_back(nullptr);
+
+  int outPipe[2], errPipe[2];
+  if (::pipe2(outPipe, O_CLOEXEC) != 0 || ::pipe2(errPipe, O_CLOEXEC) != 0) {
+    throw std::runtime_error("pipe failed");
+  }
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    ::setpgid(0, 0);
+    ::dup2(outPipe[1], 1);
+    ::dup2(errPipe[1], 2);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve(args[0], args.data(), envp.data());
+    ::_exit(127);
+  }
+  ::setpgid(pid_, pid_);
+  ::close(outPipe[1]);
+  ::close(errPipe[1]);
+  outFd_ = outPipe[0];
+  errFd_ = errPipe[0];
+}
+
+Process::~Process() {
+  if (!done_ && pid_ > 0) {
+    ::kill(-pid_, SIGKILL);
+    ::waitpid(pid_, &status_, 0);
+  }
+  if (outFd_ >= 0) ::close(outFd_);
+  if (errFd_ >= 0) ::close(errFd_);
+}
+
+void Process::signal(int sig) const {
+  if (!done_) ::kill(pid_, sig);
+}
+
+void Process::pump(int timeoutMs) {
+  struct pollfd fds[2] = {{outFd_, POLLIN, 0}, {errFd_, POLLIN, 0}};
+  int n = (outFd_ >= 0 ? 1 : 0);
+  (void)n;
+  if (outFd_ < 0 && errFd_ < 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(timeoutMs));
+    return;
+  }
+  fds[0].fd = outFd_;
+  fds[1].fd = errFd_;
+  if (::poll(fds, 2, timeoutMs) <= 0) return;
+  for (int i = 0; i < 2; ++i) {
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    char buf[65536];
+    ssize_t got = ::read(fds[i].fd, buf, sizeof(buf));
+    if (got > 0) {
+      (i == 0 ? out_ : err_).append(buf, static_cast<std::size_t>(got));
+    } else {
+      ::close(fds[i].fd);
+      (i == 0 ? outFd_ : errFd_) = -1;
+    }
+  }
+}
+
+bool Process::wait(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done_) {
+    pid_t got = ::waitpid(pid_, &status_, WNOHANG);
+    if (got == pid_) {
+      done_ = true;
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    pump(10);
+  }
+  // Drain what is left in the pipes (bounded: a grandchild might hold them open).
+  auto drainUntil = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while ((outFd_ >= 0 || errFd_ >= 0) && std::chrono::steady_clock::now() < drainUntil) pump(10);
+  return true;
+}
+
+int Process::exitCode() const {
+  if (!done_) return -1;
+  if (WIFEXITED(status_)) return WEXITSTATUS(status_);
+  if (WIFSIGNALED(status_)) return 128 + WTERMSIG(status_);
+  return -1;
+}
+
+bool Process::killedBySignal(int sig) const {
+  return done_ && WIFSIGNALED(status_) && WTERMSIG(status_) == sig;
+}
+
+RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+              std::chrono::milliseconds timeout) {
+  Process p(argv, env);
+  if (!p.wait(timeout)) {
+    throw std::runtime_error("'" + argv[0] + "' did not finish within " +
+                             std::to_string(timeout.count()) + " ms; output so far:\n" + p.out() +
+                             "\n" + p.err());
+  }
+  return {p.exitCode(), p.out(), p.err()};
+}
+
+std::string binDir() {
+  char path[4096];
+  ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return ".";
+  path[n] = '\0';
+  return std::filesystem::path(path).parent_path().string();
+}
+
+bool processAlive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  std::string content;
+  std::getline(stat, content);
+  std::size_t close = content.rfind(')');
+  if (close == std::string::npos || close + 2 >= content.size()) return false;
+  char state = content[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+bool portOpen(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool open = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return open;
+}
+
+int freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+RedisServer::RedisServer() {
+  const char* candidates[] = {"/usr/bin/redis-server", "/usr/local/bin/redis-server"};
+  std::string binary;
+  for (const char* c : candidates) {
+    if (::access(c, X_OK) == 0) binary = c;
+  }
+  if (binary.empty()) {
+    why_ = "redis-server is not installed (apt-get install redis-server)";
+    return;
+  }
+  for (int attempt = 0; attempt < 5 && !process_; ++attempt) {
+    port_ = freePort();
+    auto p = std::make_unique<Process>(std::vector<std::string>{
+        binary, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
+        "--appendonly", "no", "--dir", dir_.path(), "--daemonize", "no"});
+    for (int i = 0; i < 200 && !portOpen(port_); ++i) {
+      if (p->wait(std::chrono::milliseconds(10))) break;  // exited: port taken, retry
+    }
+    if (!p->exited() && portOpen(port_)) process_ = std::move(p);
+  }
+  if (!process_) why_ = "redis-server did not start";
+}
+
+RedisServer::~RedisServer() {
+  if (process_) {
+    process_->signal(SIGTERM);
+    if (!process_->wait(std::chrono::seconds(5))) process_->signal(SIGKILL);
+  }
+}
+
+}  // namespace collx::test

@@ -1,0 +1,99 @@
+// Helpers shared by the test suites: temporary directories, child processes, a Redis server.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace collx::test {
+
+// A fresh directory under /tmp, removed with its contents when this goes away.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A child process with its stdout and stderr captured.
+class Process {
+ public:
+  // Starts argv[0] (a path) with the current environment plus `env` (NAME -> value; an empty
+  // value unsets NAME). The child is in its own process group.
+  Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+  // Kills the process group if still running.
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int sig) const;
+  // Waits for the exit; false when `timeout` passed first (the child keeps running).
+  bool wait(std::chrono::milliseconds timeout);
+  // Collected so far (all of it after wait() returned true).
+  const std::string& out() const { return out_; }
+  const std::string& err() const { return err_; }
+  bool exited() const { return done_; }
+  // Exit code, or 128 + signal when killed by a signal; -1 before exit.
+  int exitCode() const;
+  bool killedBySignal(int sig) const;
+
+ private:
+  void pump(int timeoutMs);
+  pid_t pid_ = -1;
+  int outFd_ = -1;
+  int errFd_ = -1;
+  bool done_ = false;
+  int status_ = 0;
+  std::string out_;
+  std::string err_;
+};
+
+// Runs to completion (or kills it after `timeout` and fails the test).
+struct RunResult {
+  int code;
+  std::string out;
+  std::string err;
+};
+RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
+              std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// Where the build put collx's tools and test helpers (bin/ of the build tree).
+std::string binDir();
+
+// True when a process with this pid exists (and is not a zombie).
+bool processAlive(pid_t pid);
+
+// True when something accepts TCP connections on 127.0.0.1:port.
+bool portOpen(int port);
+
+// A free TCP port on 127.0.0.1 (bound and released).
+int freePort();
+
+// A redis-server started on a free port for the lifetime of this object, or unavailable()
+// with the reason (redis-server not installed).
+class RedisServer {
+ public:
+  RedisServer();
+  ~RedisServer();
+  bool available() const { return process_ != nullptr; }
+  const std::string& whyUnavailable() const { return why_; }
+  int port() const { return port_; }
+
+ private:
+  std::unique_ptr<Process> process_;
+  int port_ = 0;
+  std::string why_;
+  TempDir dir_;
+};
+
+}  // namespace collx::test
