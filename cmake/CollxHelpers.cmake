@@ -74,10 +74,13 @@ function(collx_apply_sanitizers list)
   add_link_options(${_flags})
 endfunction()
 
-# collx_add_library(name ALIAS ns::alias SOURCES ...): a layer library with the house
-# defaults: the collx_ output name, an ALIAS, warnings, export for install.
+# collx_add_library(name ALIAS ns::alias [EXPORT set] SOURCES ...): a layer library with the
+# house defaults: an ALIAS, warnings, installed into an export set (default collxTargets).
 function(collx_add_library name)
-  cmake_parse_arguments(ARG "" "ALIAS" "SOURCES" ${ARGN})
+  cmake_parse_arguments(ARG "" "ALIAS;EXPORT" "SOURCES" ${ARGN})
+  if(NOT ARG_EXPORT)
+    set(ARG_EXPORT collxTargets)
+  endif()
   add_library(${name} ${ARG_SOURCES})
   add_library(${ARG_ALIAS} ALIAS ${name})
   string(REGEX REPLACE "^collx::" "" _export_name "${ARG_ALIAS}")
@@ -85,7 +88,7 @@ function(collx_add_library name)
     VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
   target_compile_features(${name} PUBLIC cxx_std_17)
   collx_target_warnings(${name})
-  install(TARGETS ${name} EXPORT collxTargets
+  install(TARGETS ${name} EXPORT ${ARG_EXPORT}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}

@@ -16,8 +16,8 @@ using namespace std::chrono_literals;
 
 TEST(DataTypeTest, SizesNamesAndParsing) {
   const std::pair<DataType, std::size_t> expected[] = {
-      {DataType::kInt8, 1},    {DataType::kUint8, 1},    {DataType::kInt32, 4},
-      {DataType::kInt64, 8},   {DataType::kFloat16, 2},  {DataType::kBfloat16, 2},
+      {DataType::kInt8, 1},    {DataType::kUint8, 1},   {DataType::kInt32, 4},
+      {DataType::kInt64, 8},   {DataType::kFloat16, 2}, {DataType::kBfloat16, 2},
       {DataType::kFloat32, 4}, {DataType::kFloat64, 8},
   };
   for (auto [type, size] : expected) {
@@ -82,7 +82,8 @@ TEST(ErrorTest, MessagesNameRankOperationAndPeer) {
                "timed out after 30000 ms");
     FAIL();
   } catch (const TimeoutError& e) {
-    EXPECT_STREQ(e.what(), "rank 3: allreduce(ring, seq 7) (peer rank 2): timed out after 30000 ms");
+    EXPECT_STREQ(e.what(),
+                 "rank 3: allreduce(ring, seq 7) (peer rank 2): timed out after 30000 ms");
     EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
     EXPECT_EQ(e.rank(), 3);
     EXPECT_EQ(e.peer(), 2);
@@ -131,8 +132,8 @@ TEST(ConfigTest, DurationsAndIntegers) {
 }
 
 TEST(ConfigTest, EnvironmentOverDefaultAndTypoSuggestions) {
-  Config config(Config::Environment{{"COLLX_TIMEOUT", "5s"}, {"COLLX_TIMOUT", "1s"},
-                                    {"COLLX_GENERATION", "x"}, {"RANK", "3"}});
+  Config config(Config::Environment{
+      {"COLLX_TIMEOUT", "5s"}, {"COLLX_TIMOUT", "1s"}, {"COLLX_GENERATION", "x"}, {"RANK", "3"}});
   EXPECT_EQ(config.getDuration("COLLX_TIMEOUT"), 5s);
   EXPECT_TRUE(config.isSet("COLLX_TIMEOUT"));
   EXPECT_FALSE(config.isSet("COLLX_LOG_LEVEL"));

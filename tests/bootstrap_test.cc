@@ -1,14 +1,14 @@
 // Bootstrap from the environment (collx, torchrun, Open MPI, Slurm conventions) and joining
 // a job: ranks as threads over real stores, and real processes through the conventions.
-#include <unistd.h>
+#include "collx/bootstrap.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
 
 #include "collx/base/config.h"
-#include "collx/bootstrap.h"
 #include "collx/context.h"
 #include "collx/rendezvous/hash_store.h"
 #include "collx/rendezvous/tcp_store.h"
@@ -153,17 +153,20 @@ TEST(BootstrapResolve, ErrorsNameTheVariable) {
       {{{"COLLX_RANK", "1"}, {"COLLX_STORE", "tcp://h:1"}}, {"COLLX_RANK='1'", "COLLX_WORLD_SIZE"}},
       {{{"WORLD_SIZE", "4"}}, {"WORLD_SIZE='4'", "RANK is not"}},
       {{{"RANK", "abc"}, {"WORLD_SIZE", "4"}}, {"RANK='abc'", "integer"}},
-      {{{"COLLX_RANK", "4"}, {"COLLX_WORLD_SIZE", "4"}}, {"COLLX_RANK='4'", "COLLX_WORLD_SIZE='4'"}},
+      {{{"COLLX_RANK", "4"}, {"COLLX_WORLD_SIZE", "4"}},
+       {"COLLX_RANK='4'", "COLLX_WORLD_SIZE='4'"}},
       {{{"COLLX_RANK", "-1"}, {"COLLX_WORLD_SIZE", "4"}}, {"COLLX_RANK='-1'"}},
       {{{"COLLX_RANK", "0"}, {"COLLX_WORLD_SIZE", "0"}}, {"COLLX_WORLD_SIZE='0'"}},
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}, {"COLLX_STORE", "tcp://h:1"}},
        {"LOCAL_RANK='2'"}},
-      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}, {"MASTER_ADDR='h'", "MASTER_PORT"}},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}},
+       {"MASTER_ADDR='h'", "MASTER_PORT"}},
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}},
        {"MASTER_PORT='70000'"}},
       {{{"COLLX_RANK", "0"}, {"COLLX_WORLD_SIZE", "2"}, {"COLLX_STORE", "http://x"}},
        {"COLLX_STORE", "unknown scheme"}},
-      {{{"COLLX_RANK", "0"}, {"COLLX_WORLD_SIZE", "2"}}, {"no store", "COLLX_STORE", "MASTER_ADDR"}},
+      {{{"COLLX_RANK", "0"}, {"COLLX_WORLD_SIZE", "2"}},
+       {"no store", "COLLX_STORE", "MASTER_ADDR"}},
       {{{"COLLX_STORE", "tcp://h:1"}}, {"no rank", "COLLX_RANK"}},
       {{{"COLLX_JOB_ID", "a/b"}}, {"COLLX_JOB_ID=a/b"}},
       {{{"COLLX_TIMEOUT", "0"}}, {"timeout must be positive"}},
@@ -239,18 +242,17 @@ TEST_P(JoinTest, EveryRankSeesEveryPeer) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Sizes, JoinTest,
-    ::testing::ValuesIn([] {
-      std::vector<JoinCase> cases;
-      for (const char* store : {"hash", "tcp"}) {
-        for (int p : {1, 2, 3, 4, 5, 7, 8, 11, 16}) cases.push_back({store, p});
-      }
-      return cases;
-    }()),
-    [](const auto& param) {
-      return param.param.store + "_P" + std::to_string(param.param.size);
-    });
+INSTANTIATE_TEST_SUITE_P(Sizes, JoinTest, ::testing::ValuesIn([] {
+                           std::vector<JoinCase> cases;
+                           for (const char* store : {"hash", "tcp"}) {
+                             for (int p : {1, 2, 3, 4, 5, 7, 8, 11, 16})
+                               cases.push_back({store, p});
+                           }
+                           return cases;
+                         }()),
+                         [](const auto& param) {
+                           return param.param.store + "_P" + std::to_string(param.param.size);
+                         });
 
 ContextOptions quick(int localRank = -1, std::int64_t generation = 0) {
   ContextOptions options;
@@ -435,11 +437,9 @@ TEST(BootstrapProcesses, BadEnvironmentFailsNamingTheVariable) {
   env["COLLX_RANK"] = "3";
   env["COLLX_WORLD_SIZE"] = "2";
   env["COLLX_STORE"] = "tcp://127.0.0.1:1";
-  test::RunResult result =
-      test::run({test::binDir() + "/collx-info", "--rendezvous"}, env, 20s);
+  test::RunResult result = test::run({test::binDir() + "/collx-info", "--rendezvous"}, env, 20s);
   EXPECT_EQ(result.code, 1);
-  EXPECT_NE(result.err.find("COLLX_RANK='3' is not below COLLX_WORLD_SIZE='2'"),
-            std::string::npos)
+  EXPECT_NE(result.err.find("COLLX_RANK='3' is not below COLLX_WORLD_SIZE='2'"), std::string::npos)
       << result.err;
 }
 

@@ -1,8 +1,7 @@
 // collx-run as users run it: exit codes, failing and hanging ranks, signals, output tagging,
 // multi-node on one host, and nothing left behind (processes, ports, files).
-#include <signal.h>
-
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -72,9 +71,9 @@ TEST(LauncherTest, AnyProgramGetsItsRank) {
 }
 
 TEST(LauncherTest, EnvironmentIsSetConsistently) {
-  RunResult r = runLauncher(
-      {"-n", "3", "-t", "sh", "-c",
-       "echo $COLLX_WORLD_SIZE $COLLX_LOCAL_RANK $COLLX_STORE $COLLX_JOB_ID"});
+  RunResult r =
+      runLauncher({"-n", "3", "-t", "sh", "-c",
+                   "echo $COLLX_WORLD_SIZE $COLLX_LOCAL_RANK $COLLX_STORE $COLLX_JOB_ID"});
   ASSERT_EQ(r.code, 0) << r.err;
   std::set<std::string> stores, jobs;
   std::regex line(R"(\[(\d)\] 3 (\d) (tcp://127\.0\.0\.1:\d+) (run-[0-9a-f]+))");
@@ -96,8 +95,8 @@ TEST(LauncherTest, EnvironmentIsSetConsistently) {
 }
 
 TEST(LauncherTest, TagsEveryLineOfStdoutAndStderr) {
-  RunResult r = runLauncher({"-n", "2", "--tag-output", "--", "sh", "-c",
-                             "printf 'a\\nb\\npartial'; echo oops >&2"});
+  RunResult r = runLauncher(
+      {"-n", "2", "--tag-output", "--", "sh", "-c", "printf 'a\\nb\\npartial'; echo oops >&2"});
   ASSERT_EQ(r.code, 0) << r.err;
   auto out = lines(r.out);
   std::sort(out.begin(), out.end());
@@ -116,6 +115,26 @@ TEST(LauncherTest, RanksRendezvousThroughTheStore) {
   }
 }
 
+TEST(LauncherTest, LogLinesCarryTheRankAndHonourPerLoggerLevels) {
+  auto env = cleanEnv();
+  env["COLLX_LOG_LEVEL"] = "warn,collx.rdzv=debug";
+  RunResult r = test::run(
+      {launcher(), "-n", "2", "--", test::binDir() + "/collx-info", "--rendezvous"}, env, 60s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(std::regex_search(
+        r.err,
+        std::regex("\\[rank " + std::to_string(rank) + "\\] \\[collx\\.rdzv\\] \\[debug\\] rank " +
+                   std::to_string(rank) + ": joined job run-[0-9a-f]+ generation 0")))
+        << r.err;
+  }
+  env["COLLX_LOG_LEVEL"] = "warn";
+  RunResult quiet = test::run(
+      {launcher(), "-n", "2", "--", test::binDir() + "/collx-info", "--rendezvous"}, env, 60s);
+  ASSERT_EQ(quiet.code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find("[debug]"), std::string::npos) << quiet.err;
+}
+
 TEST(LauncherTest, FileStoreJobDirectoryIsRemoved) {
   TempDir dir;
   RunResult r = runLauncher({"-n", "3", "--store", "file://" + dir.path(), "--",
@@ -128,10 +147,10 @@ TEST(LauncherTest, FileStoreJobDirectoryIsRemoved) {
 TEST(LauncherTest, FailingRankStopsTheOthersAndIsNamed) {
   TempDir dir;
   auto start = std::chrono::steady_clock::now();
-  RunResult r = runLauncher(
-      {"-n", "4", "--grace", "2s", "--", "sh", "-c",
-       "echo $$ > " + dir.path() + "/pid.$COLLX_RANK; "
-       "if [ $COLLX_RANK = 2 ]; then sleep 0.3; exit 3; fi; sleep 30"});
+  RunResult r = runLauncher({"-n", "4", "--grace", "2s", "--", "sh", "-c",
+                             "echo $$ > " + dir.path() +
+                                 "/pid.$COLLX_RANK; "
+                                 "if [ $COLLX_RANK = 2 ]; then sleep 0.3; exit 3; fi; sleep 30"});
   EXPECT_EQ(r.code, 3);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(rank 2 \(pid \d+\) exited with code 3)")))
@@ -161,9 +180,9 @@ TEST(LauncherTest, TimeoutStopsAHangingJob) {
 TEST(LauncherTest, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
   TempDir dir;
   auto start = std::chrono::steady_clock::now();
-  RunResult r = runLauncher({"-n", "2", "--timeout", "500ms", "--grace", "500ms", "--", "sh",
-                             "-c", "trap '' TERM; echo $$ > " + dir.path() +
-                                       "/pid.$COLLX_RANK; while true; do sleep 0.05; done"});
+  RunResult r = runLauncher({"-n", "2", "--timeout", "500ms", "--grace", "500ms", "--", "sh", "-c",
+                             "trap '' TERM; echo $$ > " + dir.path() +
+                                 "/pid.$COLLX_RANK; while true; do sleep 0.05; done"});
   EXPECT_EQ(r.code, 124);
   EXPECT_NE(r.err.find("SIGKILL"), std::string::npos) << r.err;
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
@@ -173,8 +192,10 @@ TEST(LauncherTest, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
 TEST(LauncherTest, SignalsAreForwardedToEveryRank) {
   TempDir dir;
   Process p({launcher(), "-n", "3", "--", "sh", "-c",
-             "trap 'echo $COLLX_RANK > " + dir.path() + "/term.$COLLX_RANK; exit 0' TERM; "
-             "sleep 30 & echo $! > " + dir.path() + "/child.$COLLX_RANK; wait"},
+             "trap 'echo $COLLX_RANK > " + dir.path() +
+                 "/term.$COLLX_RANK; exit 0' TERM; "
+                 "sleep 30 & echo $! > " +
+                 dir.path() + "/child.$COLLX_RANK; wait"},
             cleanEnv());
   // Wait until every rank has started its child.
   auto deadline = std::chrono::steady_clock::now() + 10s;
@@ -265,7 +286,8 @@ TEST(LauncherTest, BadArgumentsAreClearErrors) {
       {{"-n", "2", "--timeout", "soon", "true"}, 2, "--timeout='soon'"},
       {{"-n", "2", "--store", "tcp://nohost", "true"}, 2, "port is missing"},
       {{"-n", "2", "--nnodes", "2", "true"}, 2, "--master-addr"},
-      {{"-n", "2", "--nnodes", "2", "--node-rank", "2", "--master-addr", "x", "true"}, 2,
+      {{"-n", "2", "--nnodes", "2", "--node-rank", "2", "--master-addr", "x", "true"},
+       2,
        "--node-rank 2 is not below --nnodes 2"},
       {{"-n", "2", "--", "no-such-program-xyz"}, 127, "'no-such-program-xyz' not found in PATH"},
   };
@@ -281,8 +303,8 @@ TEST(LauncherTest, BadArgumentsAreClearErrors) {
 }
 
 TEST(LauncherTest, CollxInfoPrintsTheConfigurationTable) {
-  RunResult r = test::run({test::binDir() + "/collx-info"}, {{"COLLX_TIMEOUT", "42s"},
-                                                             {"COLLX_TIMOUT", "1"}});
+  RunResult r = test::run({test::binDir() + "/collx-info"},
+                          {{"COLLX_TIMEOUT", "42s"}, {"COLLX_TIMOUT", "1"}});
   EXPECT_EQ(r.code, 0) << r.err;
   for (const char* name : {"COLLX_RANK", "COLLX_WORLD_SIZE", "COLLX_STORE", "COLLX_TIMEOUT",
                            "COLLX_LOG_LEVEL", "COLLX_JOB_ID", "COLLX_GENERATION"}) {

@@ -88,12 +88,10 @@ class PrefixBackend : public Backend {
 class RedisBackend : public Backend {
  public:
   std::shared_ptr<Store> client(const StoreOptions& options) override {
-    return std::make_shared<RedisStore>("127.0.0.1", static_cast<std::uint16_t>(server_.port()),
-                                        0, options);
+    return std::make_shared<RedisStore>("127.0.0.1", static_cast<std::uint16_t>(server_.port()), 0,
+                                        options);
   }
-  std::string url() const override {
-    return "redis://127.0.0.1:" + std::to_string(server_.port());
-  }
+  std::string url() const override { return "redis://127.0.0.1:" + std::to_string(server_.port()); }
   std::string unavailable() const override {
     return server_.available() ? "" : server_.whyUnavailable();
   }
@@ -106,18 +104,29 @@ class RedisBackend : public Backend {
 struct Kind {
   std::string name;
   std::function<std::unique_ptr<Backend>()> make;
+  bool crossProcess;  // other processes can open it by URL
 };
+
+void PrintTo(const Kind& kind, std::ostream* os) { *os << kind.name; }
 
 std::vector<Kind> kinds() {
   std::vector<Kind> out = {
-      {"hash", [] { return std::make_unique<HashBackend>(); }},
-      {"file", [] { return std::make_unique<FileBackend>(); }},
-      {"tcp", [] { return std::make_unique<TcpBackend>(); }},
-      {"prefix", [] { return std::make_unique<PrefixBackend>(); }},
+      {"hash", [] { return std::make_unique<HashBackend>(); }, false},
+      {"file", [] { return std::make_unique<FileBackend>(); }, true},
+      {"tcp", [] { return std::make_unique<TcpBackend>(); }, true},
+      {"prefix", [] { return std::make_unique<PrefixBackend>(); }, false},
   };
 #if COLLX_HAVE_REDIS
-  out.push_back({"redis", [] { return std::make_unique<RedisBackend>(); }});
+  out.push_back({"redis", [] { return std::make_unique<RedisBackend>(); }, true});
 #endif
+  return out;
+}
+
+std::vector<Kind> crossProcessKinds() {
+  std::vector<Kind> out;
+  for (const Kind& kind : kinds()) {
+    if (kind.crossProcess) out.push_back(kind);
+  }
   return out;
 }
 
@@ -319,12 +328,11 @@ TEST_P(StoreTest, SixtyFourConcurrentClients) {
   EXPECT_EQ(client()->add("hammer", 0), kClients * kAdds);
 }
 
-TEST_P(StoreTest, WaiterWokenBySetFromAnotherProcess) {
-  if (backend_->url().empty()) {
-    GTEST_SKIP() << GetParam().name
-                 << " has no URL another process could open (hash: in-process; prefix: a "
-                    "wrapper, tested here over tcp)";
-  }
+// Stores that other processes can open by URL (not hash, in-process; not prefix, a wrapper).
+class CrossProcessStoreTest : public StoreTest {};
+
+TEST_P(CrossProcessStoreTest, WaiterWokenBySetFromAnotherProcess) {
+  ASSERT_FALSE(backend_->url().empty());
   auto store = client(30s);
   test::Process helper({test::binDir() + "/collx-test-store-helper", backend_->url(), "set",
                         "from-child", "hello", "300"});
@@ -345,6 +353,9 @@ TEST_P(StoreTest, WaiterWokenBySetFromAnotherProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStores, StoreTest, ::testing::ValuesIn(kinds()),
+                         [](const auto& param) { return param.param.name; });
+INSTANTIATE_TEST_SUITE_P(SharedStores, CrossProcessStoreTest,
+                         ::testing::ValuesIn(crossProcessKinds()),
                          [](const auto& param) { return param.param.name; });
 
 TEST(StoreUrl, ParsesEveryScheme) {

@@ -1,12 +1,11 @@
 // The TCP store server under bad clients, and the client against things that are not a
 // collx store. Every bad client is refused alone: the others keep being served.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <thread>
 

@@ -150,7 +150,8 @@ void blockHandledSignals() {
 std::string findProgram(const std::string& name) {
   auto executable = [](const std::string& path) {
     struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+           ::access(path.c_str(), X_OK) == 0;
   };
   if (name.empty()) return "";
   if (name.find('/') != std::string::npos) return executable(name) ? name : "";
@@ -332,8 +333,9 @@ int supervise(const SuperviseOptions& options) {
           continue;
         }
         // Forward the signal itself, then escalate after the grace period.
-        stop(sig, 128 + sig, std::string("received signal ") + std::to_string(sig) + " (" +
-                                 ::strsignal(sig) + "), forwarded to every rank");
+        stop(sig, 128 + sig,
+             std::string("received signal ") + std::to_string(sig) + " (" + ::strsignal(sig) +
+                 "), forwarded to every rank");
       }
     }
     for (std::size_t i = 0; i < streams.size(); ++i) {

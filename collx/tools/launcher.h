@@ -19,8 +19,8 @@ struct SuperviseOptions {
   std::vector<std::string> argv;  // argv[0] is the program as the user wrote it
   std::vector<RankSpec> ranks;
   std::optional<std::chrono::milliseconds> timeout;  // bound on the whole job
-  std::chrono::milliseconds grace{5000};  // SIGTERM -> SIGKILL delay when stopping ranks
-  bool tagOutput = false;                 // prefix every output line with "[rank] "
+  std::chrono::milliseconds grace{5000};             // SIGTERM -> SIGKILL delay when stopping ranks
+  bool tagOutput = false;                            // prefix every output line with "[rank] "
 };
 
 // Blocks the signals supervise() handles, in the calling thread and every thread it starts

@@ -80,8 +80,8 @@ class FileStore::Lock {
       : fd_(::open((store.directory_ + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
     if (fd_.get() < 0) {
       int err = errno;
-      throw IoError(store.where(op), "cannot open the lock file " + store.directory_ +
-                                         "/.lock: " + errnoText(err));
+      throw IoError(store.where(op),
+                    "cannot open the lock file " + store.directory_ + "/.lock: " + errnoText(err));
     }
     struct flock fl {};
     fl.l_type = F_WRLCK;
@@ -91,14 +91,13 @@ class FileStore::Lock {
     while (::fcntl(fd_.get(), F_OFD_SETLK, &fl) != 0) {
       int err = errno;
       if (err != EAGAIN && err != EACCES && err != EINTR) {
-        throw IoError(store.where(op), "cannot lock " + store.directory_ + "/.lock: " +
-                                           errnoText(err));
+        throw IoError(store.where(op),
+                      "cannot lock " + store.directory_ + "/.lock: " + errnoText(err));
       }
       if (Clock::now() >= deadline) {
-        throw TimeoutError(store.where(op), "timed out after " +
-                                                std::to_string(store.timeout().count()) +
-                                                " ms waiting for the lock " + store.directory_ +
-                                                "/.lock");
+        throw TimeoutError(store.where(op),
+                           "timed out after " + std::to_string(store.timeout().count()) +
+                               " ms waiting for the lock " + store.directory_ + "/.lock");
       }
       detail::backoffSleep(step, deadline, std::chrono::milliseconds(5));
     }

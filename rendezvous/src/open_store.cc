@@ -108,8 +108,9 @@ std::unique_ptr<Store> openStore(const std::string& url, const StoreOptions& opt
   return std::make_unique<RedisStore>(parsed.host, parsed.port, parsed.db, options);
 #else
   throw Unsupported(Where{options.rank, "store URL", -1},
-                    "'" + url + "': this build has no Redis store (configure with "
-                    "COLLX_WITH_REDIS=ON and libhiredis-dev installed)");
+                    "'" + url +
+                        "': this build has no Redis store (configure with "
+                        "COLLX_WITH_REDIS=ON and libhiredis-dev installed)");
 #endif
 }
 

@@ -19,7 +19,8 @@ PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> inner,
                          const StoreOptions& options)
     : Store(options), prefix_(std::move(prefix)), inner_(std::move(inner)) {
   if (!inner_) throw InvalidArgument(Where{rank(), "PrefixStore", -1}, "the inner store is null");
-  if (prefix_.empty()) throw InvalidArgument(Where{rank(), "PrefixStore", -1}, "the prefix is empty");
+  if (prefix_.empty())
+    throw InvalidArgument(Where{rank(), "PrefixStore", -1}, "the prefix is empty");
 }
 
 std::string PrefixStore::describe() const { return inner_->describe() + " prefix " + prefix_; }
@@ -31,7 +32,9 @@ std::vector<std::string> PrefixStore::full(const std::vector<std::string>& keys)
   return out;
 }
 
-void PrefixStore::doSet(const std::string& key, const Bytes& value) { inner_->set(full(key), value); }
+void PrefixStore::doSet(const std::string& key, const Bytes& value) {
+  inner_->set(full(key), value);
+}
 
 void PrefixStore::doMultiSet(const std::vector<std::string>& keys,
                              const std::vector<Bytes>& values) {
@@ -88,7 +91,9 @@ Bytes PrefixStore::doCompareSet(const std::string& key, const Bytes& expected,
   return inner_->compareSet(full(key), expected, desired);
 }
 
-bool PrefixStore::doCheck(const std::vector<std::string>& keys) { return inner_->check(full(keys)); }
+bool PrefixStore::doCheck(const std::vector<std::string>& keys) {
+  return inner_->check(full(keys));
+}
 
 bool PrefixStore::doErase(const std::string& key) { return inner_->erase(full(key)); }
 

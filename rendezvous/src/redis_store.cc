@@ -134,14 +134,14 @@ RedisStore::ReplyPtr RedisStore::command(std::string_view op,
     bool timedOut = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == ETIMEDOUT);
     connection_.reset();
     if (timedOut) {
-      throw TimeoutError(where(op), "Redis did not answer within " +
-                                        std::to_string(timeout().count()) + " ms");
+      throw TimeoutError(
+          where(op), "Redis did not answer within " + std::to_string(timeout().count()) + " ms");
     }
     throw IoError(where(op), "lost the connection to Redis: " + why);
   }
   if (reply->type == REDIS_REPLY_ERROR) {
-    throw InvalidArgument(where(op), "Redis refused the command: " +
-                                         std::string(reply->str, reply->len));
+    throw InvalidArgument(where(op),
+                          "Redis refused the command: " + std::string(reply->str, reply->len));
   }
   return reply;
 }
@@ -150,7 +150,8 @@ void RedisStore::doSet(const std::string& key, const Bytes& value) {
   command("set", {"SET", key, view(value)});
 }
 
-void RedisStore::doMultiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+void RedisStore::doMultiSet(const std::vector<std::string>& keys,
+                            const std::vector<Bytes>& values) {
   std::vector<std::string_view> argv{"MSET"};
   for (std::size_t i = 0; i < keys.size(); ++i) {
     argv.push_back(keys[i]);
@@ -204,7 +205,8 @@ std::int64_t RedisStore::doAdd(const std::string& key, std::int64_t delta) {
   return command("add", {"INCRBY", key, amount})->integer;
 }
 
-Bytes RedisStore::doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
+Bytes RedisStore::doCompareSet(const std::string& key, const Bytes& expected,
+                               const Bytes& desired) {
   ReplyPtr reply =
       command("compareSet", {"EVAL", kCompareSetScript, "1", key, view(expected), view(desired)});
   return toBytes(reply.get());
@@ -216,6 +218,8 @@ bool RedisStore::doCheck(const std::vector<std::string>& keys) {
   return command("check", argv)->integer == static_cast<long long>(keys.size());
 }
 
-bool RedisStore::doErase(const std::string& key) { return command("erase", {"DEL", key})->integer > 0; }
+bool RedisStore::doErase(const std::string& key) {
+  return command("erase", {"DEL", key})->integer > 0;
+}
 
 }  // namespace collx::rendezvous

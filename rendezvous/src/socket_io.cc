@@ -25,7 +25,9 @@ int remainingMs(Clock::time_point deadline) {
 // Waits for `events` on fd; false on timeout.
 bool waitFor(int fd, short events, Clock::time_point deadline) {
   while (true) {
-    struct pollfd p {fd, events, 0};
+    struct pollfd p {
+      fd, events, 0
+    };
     int timeout = remainingMs(deadline);
     int rc = ::poll(&p, 1, timeout);
     if (rc > 0) return true;
@@ -38,10 +40,14 @@ bool waitFor(int fd, short events, Clock::time_point deadline) {
 
 std::string Outcome::describe() const {
   switch (result) {
-    case Result::kOk: return "ok";
-    case Result::kTimeout: return "timed out";
-    case Result::kClosed: return "connection closed by the peer";
-    case Result::kError: return std::strerror(error);
+    case Result::kOk:
+      return "ok";
+    case Result::kTimeout:
+      return "timed out";
+    case Result::kClosed:
+      return "connection closed by the peer";
+    case Result::kError:
+      return std::strerror(error);
   }
   return "unknown";
 }

@@ -31,12 +31,10 @@ std::chrono::milliseconds resolveTimeout(const StoreOptions& options) {
 
 }  // namespace
 
-Store::Store(const StoreOptions& options)
-    : timeout_(resolveTimeout(options)), rank_(options.rank) {
+Store::Store(const StoreOptions& options) : timeout_(resolveTimeout(options)), rank_(options.rank) {
   if (timeout_.count() <= 0) {
-    throw InvalidArgument(Where{rank_, "store", -1},
-                          "timeout must be positive, got " + std::to_string(timeout_.count()) +
-                              " ms");
+    throw InvalidArgument(Where{rank_, "store", -1}, "timeout must be positive, got " +
+                                                         std::to_string(timeout_.count()) + " ms");
   }
 }
 
@@ -44,9 +42,8 @@ Store::~Store() = default;
 
 void Store::setTimeout(std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) {
-    throw InvalidArgument(where("setTimeout"),
-                          "timeout must be positive, got " + std::to_string(timeout.count()) +
-                              " ms");
+    throw InvalidArgument(where("setTimeout"), "timeout must be positive, got " +
+                                                   std::to_string(timeout.count()) + " ms");
   }
   timeout_ = timeout;
 }
@@ -71,9 +68,8 @@ void Store::validateKeys(const std::vector<std::string>& keys, std::string_view 
 void Store::throwTimeout(std::string_view op, std::chrono::milliseconds timeout,
                          const std::vector<std::string>& requested,
                          const std::vector<std::string>& missing) const {
-  std::string detail = "timed out after " + std::to_string(timeout.count()) +
-                       " ms waiting for " + (missing.size() == 1 ? "key " : "keys ") +
-                       describeKeys(missing);
+  std::string detail = "timed out after " + std::to_string(timeout.count()) + " ms waiting for " +
+                       (missing.size() == 1 ? "key " : "keys ") + describeKeys(missing);
   if (missing.size() != requested.size()) {
     detail += " (" + std::to_string(missing.size()) + " of " + std::to_string(requested.size()) +
               " keys missing)";
@@ -160,14 +156,14 @@ std::int64_t applyAdd(const Bytes* current, std::int64_t delta, const std::strin
   std::int64_t result = 0;
   if (current != nullptr) {
     const Bytes& value = *current;
-  const char* begin = reinterpret_cast<const char*>(value.data());
-  const char* end = begin + value.size();
-  auto [ptr, ec] = std::from_chars(begin, end, result);
-  if (value.empty() || ec != std::errc() || ptr != end) {
-    throw InvalidArgument(where, "add on key '" + key + "': its value (" +
-                                     std::to_string(value.size()) +
-                                     " bytes) is not a decimal integer");
-  }
+    const char* begin = reinterpret_cast<const char*>(value.data());
+    const char* end = begin + value.size();
+    auto [ptr, ec] = std::from_chars(begin, end, result);
+    if (value.empty() || ec != std::errc() || ptr != end) {
+      throw InvalidArgument(where, "add on key '" + key + "': its value (" +
+                                       std::to_string(value.size()) +
+                                       " bytes) is not a decimal integer");
+    }
   }
   if (__builtin_add_overflow(result, delta, &result)) {
     throw InvalidArgument(where, "add on key '" + key + "': the counter would overflow");

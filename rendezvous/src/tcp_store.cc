@@ -1,6 +1,8 @@
 // TcpStore: the client side of the TCP store. Plain non-blocking sockets with poll() for
 // deadlines; one request in flight per store object (a mutex serializes callers). A broken
 // connection is dropped and the next call connects again.
+#include "collx/rendezvous/tcp_store.h"
+
 #include <unistd.h>
 
 #include <bit>
@@ -8,7 +10,6 @@
 #include <thread>
 
 #include "collx/base/log.h"
-#include "collx/rendezvous/tcp_store.h"
 #include "socket_io.h"
 #include "tcp_store_protocol.h"
 
@@ -84,16 +85,17 @@ void TcpStore::connectLocked(Clock::time_point deadline, std::string_view op) {
       if (out.result == Result::kOk) out = sockio::recvAll(fd_, answer, 4, deadline);
       if (out.result == Result::kOk && std::memcmp(answer, proto::kMagic, 4) != 0) {
         closeLocked();
-        throw IoError(where(op), describe() + " is not a collx store: it answered " +
-                                     printable(answer, 4));
+        throw IoError(where(op),
+                      describe() + " is not a collx store: it answered " + printable(answer, 4));
       }
       if (out.result == Result::kOk) out = sockio::recvAll(fd_, answer + 4, 8, deadline);
       if (out.result == Result::kTimeout) {
         closeLocked();
-        throw TimeoutError(where(op), "connected, but no collx store handshake came back within " +
-                                          ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                              Clock::now() - started)) +
-                                          ": is it a collx store?");
+        throw TimeoutError(
+            where(op),
+            "connected, but no collx store handshake came back within " +
+                ms(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started)) +
+                ": is it a collx store?");
       }
       if (out.result != Result::kOk) {
         closeLocked();
@@ -113,14 +115,15 @@ void TcpStore::connectLocked(Clock::time_point deadline, std::string_view op) {
       if (status == proto::kHelloTooManyConnections) {
         throw IoError(where(op), "the store refused the connection: it has too many connections");
       }
-      throw IoError(where(op), "the store refused the connection (status " +
-                                   std::to_string(status) + ")");
+      throw IoError(where(op),
+                    "the store refused the connection (status " + std::to_string(status) + ")");
     }
     if (Clock::now() >= deadline) {
-      throw TimeoutError(where(op), "could not connect within " +
-                                        ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                            Clock::now() - started)) +
-                                        " (last error: " + lastError + ")");
+      throw TimeoutError(
+          where(op),
+          "could not connect within " +
+              ms(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started)) +
+              " (last error: " + lastError + ")");
     }
     COLLX_DEBUG(kRdzv, "store {}: connect failed ({}); retrying", describe(), lastError);
     detail::backoffSleep(step, deadline, std::chrono::milliseconds(500));
@@ -142,8 +145,8 @@ TcpStore::Reply TcpStore::roundTrip(std::string_view op, std::vector<std::uint8_
       throw TimeoutError(where(op), std::string("timed out ") + phase + " (the store did not " +
                                         "answer within " + ms(timeout() + serverWait) + ")");
     }
-    throw IoError(where(op), std::string("lost the connection to the store ") + phase + ": " +
-                                 out.describe());
+    throw IoError(where(op),
+                  std::string("lost the connection to the store ") + phase + ": " + out.describe());
   };
   sockio::Outcome out = sockio::sendAll(fd_, frame.data(), frame.size(), Clock::now() + timeout());
   if (out.result != Result::kOk) fail(out, "sending the request");

@@ -55,15 +55,24 @@ enum class Op : std::uint8_t {
 
 inline const char* opName(Op op) {
   switch (op) {
-    case Op::kPing: return "ping";
-    case Op::kSet: return "set";
-    case Op::kMultiSet: return "multiSet";
-    case Op::kGet: return "get";
-    case Op::kWait: return "wait";
-    case Op::kAdd: return "add";
-    case Op::kCompareSet: return "compareSet";
-    case Op::kCheck: return "check";
-    case Op::kErase: return "erase";
+    case Op::kPing:
+      return "ping";
+    case Op::kSet:
+      return "set";
+    case Op::kMultiSet:
+      return "multiSet";
+    case Op::kGet:
+      return "get";
+    case Op::kWait:
+      return "wait";
+    case Op::kAdd:
+      return "add";
+    case Op::kCompareSet:
+      return "compareSet";
+    case Op::kCheck:
+      return "check";
+    case Op::kErase:
+      return "erase";
   }
   return "unknown";
 }
@@ -160,8 +169,8 @@ class Reader {
   }
   void need(std::size_t n) const {
     if (static_cast<std::size_t>(end_ - p_) < n) {
-      throw ProtocolError("the message is truncated: " + std::to_string(n) + " more bytes needed, " +
-                          std::to_string(end_ - p_) + " left");
+      throw ProtocolError("the message is truncated: " + std::to_string(n) +
+                          " more bytes needed, " + std::to_string(end_ - p_) + " left");
     }
   }
   const std::uint8_t* p_;

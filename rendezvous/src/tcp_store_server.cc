@@ -4,7 +4,6 @@
 // Requests that wait (get, wait) park a Waiter until their keys exist or their timer fires;
 // meanwhile the session watches its socket so that a client that goes away frees its slot.
 #include <asio.hpp>
-
 #include <atomic>
 #include <bit>
 #include <thread>
@@ -187,24 +186,25 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void readHeader() {
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(header_),
-                     [this, self](const asio::error_code& ec, std::size_t) {
-                       if (ec) return;  // closed by the client (or truncated): nothing to answer
-                       std::uint32_t length;
-                       std::memcpy(&length, header_.data(), 4);
-                       if (length == 0 || length > server_.maxFrameBytes) {
-                         COLLX_WARN(kRdzv, "store server: closing connection from {}: request of {} bytes (limit {})",
-                                    peer_, length, server_.maxFrameBytes);
-                         send(errorReply(ErrorKind::kInvalidArgument,
-                                         "request of " + std::to_string(length) +
-                                             " bytes is outside the server's limits (1.." +
-                                             std::to_string(server_.maxFrameBytes) + " bytes)"),
-                              true);
-                         return;
-                       }
-                       body_.resize(length);
-                       readBody();
-                     });
+    asio::async_read(
+        socket_, asio::buffer(header_), [this, self](const asio::error_code& ec, std::size_t) {
+          if (ec) return;  // closed by the client (or truncated): nothing to answer
+          std::uint32_t length;
+          std::memcpy(&length, header_.data(), 4);
+          if (length == 0 || length > server_.maxFrameBytes) {
+            COLLX_WARN(kRdzv,
+                       "store server: closing connection from {}: request of {} bytes (limit {})",
+                       peer_, length, server_.maxFrameBytes);
+            send(errorReply(ErrorKind::kInvalidArgument,
+                            "request of " + std::to_string(length) +
+                                " bytes is outside the server's limits (1.." +
+                                std::to_string(server_.maxFrameBytes) + " bytes)"),
+                 true);
+            return;
+          }
+          body_.resize(length);
+          readBody();
+        });
   }
 
   void readBody() {
@@ -315,8 +315,8 @@ class Session : public std::enable_shared_from_this<Session> {
         r.expectDone();
         checkKey(key);
         auto it = data.find(key);
-        std::int64_t result = detail::applyAdd(it == data.end() ? nullptr : &it->second, delta,
-                                               key, Where{});
+        std::int64_t result =
+            detail::applyAdd(it == data.end() ? nullptr : &it->second, delta, key, Where{});
         data[key] = detail::formatCounter(result);
         proto::Writer w;
         w.u8(static_cast<std::uint8_t>(proto::Status::kOk)).i64(result);

@@ -1,0 +1,36 @@
+# Installs the build tree into a scratch prefix, builds tests/consumer against it with
+# find_package(collx), and runs the result. Invoked by ctest (test install_consumer).
+foreach(var SOURCE_DIR BUILD_DIR WORK_DIR GENERATOR WITH_MPI)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "run_consumer_test.cmake needs -D${var}=...")
+  endif()
+endforeach()
+file(REMOVE_RECURSE "${WORK_DIR}")
+set(prefix "${WORK_DIR}/prefix")
+
+function(step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "step failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(step_output "${out}" PARENT_SCOPE)
+endfunction()
+
+step(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
+if(NOT EXISTS "${prefix}/include/collx/collx.h" OR EXISTS "${prefix}/include/collx/base/log.h")
+  message(FATAL_ERROR "the installed headers are wrong: collx.h missing or internal log.h present")
+endif()
+step(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/consumer" -B "${WORK_DIR}/build" -G "${GENERATOR}"
+     "-DCMAKE_PREFIX_PATH=${prefix}" "-DWITH_MPI=${WITH_MPI}")
+step(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+step("${WORK_DIR}/build/consumer")
+message(STATUS "${step_output}")
+if(NOT step_output MATCHES "consumer: rank 0 of 1" OR NOT step_output MATCHES "caught rank 0: demo")
+  message(FATAL_ERROR "the consumer printed something unexpected:\n${step_output}")
+endif()
+# The installed tools run from the prefix without LD_LIBRARY_PATH.
+step("${prefix}/bin/collx-run" -n 2 -- "${prefix}/bin/collx-info" --rendezvous)
+if(NOT step_output MATCHES "rank 1 of 2")
+  message(FATAL_ERROR "the installed collx-run did not run 2 ranks:\n${step_output}")
+endif()
+file(REMOVE_RECURSE "${WORK_DIR}")

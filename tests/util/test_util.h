@@ -64,7 +64,8 @@ struct RunResult {
   std::string out;
   std::string err;
 };
-RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
+RunResult run(const std::vector<std::string>& argv,
+              const std::map<std::string, std::string>& env = {},
               std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 // Where the build put collx's tools and test helpers (bin/ of the build tree).

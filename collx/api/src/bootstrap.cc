@@ -71,8 +71,8 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
     b.launcher = "options";
     b.origin.emplace_back("rank", "options");
     b.origin.emplace_back("world size", "options");
-    if (b.worldSize < 1) fail("BootstrapOptions::worldSize=" + std::to_string(b.worldSize) +
-                              " must be at least 1");
+    if (b.worldSize < 1)
+      fail("BootstrapOptions::worldSize=" + std::to_string(b.worldSize) + " must be at least 1");
     if (b.rank < 0 || b.rank >= b.worldSize) {
       fail("BootstrapOptions::rank=" + std::to_string(b.rank) + " is outside [0, " +
            std::to_string(b.worldSize) + ")");
@@ -201,9 +201,10 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
     } catch (const InvalidArgument& e) {
       fail(e.detail());
     }
-    b.origin.emplace_back("generation", config.isSet("COLLX_GENERATION")
-                                            ? "COLLX_GENERATION=" + config.getString("COLLX_GENERATION")
-                                            : std::string("default"));
+    b.origin.emplace_back("generation",
+                          config.isSet("COLLX_GENERATION")
+                              ? "COLLX_GENERATION=" + config.getString("COLLX_GENERATION")
+                              : std::string("default"));
   }
   if (options.timeout) {
     b.timeout = *options.timeout;

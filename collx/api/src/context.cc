@@ -77,26 +77,25 @@ PeerInfo localPeerInfo(int rank, int localRank) {
 }
 
 Context::Context(Key, std::shared_ptr<rendezvous::Store> store, int rank, int size,
-                 const ContextOptions& options, std::unique_ptr<rendezvous::TcpStoreServer> server)
+                 const ContextOptions& options)
     : rank_(rank),
       size_(size),
       localRank_(options.localRank),
       jobId_(options.jobId),
       generation_(options.generation),
-      timeout_(options.timeout ? *options.timeout
-                               : Config::process().getDuration("COLLX_TIMEOUT")),
-      leaveBarrier_(options.leaveBarrier),
-      server_(std::move(server)) {
+      timeout_(options.timeout ? *options.timeout : Config::process().getDuration("COLLX_TIMEOUT")),
+      leaveBarrier_(options.leaveBarrier || options.storeServer != nullptr),
+      server_(options.storeServer) {
   Where where{rank, "Context::create", -1};
   if (!store) throw InvalidArgument(where, "the store is null");
   if (size < 1) throw InvalidArgument(where, "size " + std::to_string(size) + " is not positive");
   if (rank < 0 || rank >= size) {
-    throw InvalidArgument(where, "rank " + std::to_string(rank) + " is outside [0, " +
-                                     std::to_string(size) + ")");
+    throw InvalidArgument(
+        where, "rank " + std::to_string(rank) + " is outside [0, " + std::to_string(size) + ")");
   }
   if (timeout_.count() <= 0) {
-    throw InvalidArgument(where, "timeout must be positive, got " +
-                                     std::to_string(timeout_.count()) + " ms");
+    throw InvalidArgument(
+        where, "timeout must be positive, got " + std::to_string(timeout_.count()) + " ms");
   }
   rendezvous::StoreOptions storeOptions;
   storeOptions.timeout = timeout_;
@@ -107,7 +106,7 @@ Context::Context(Key, std::shared_ptr<rendezvous::Store> store, int rank, int si
 
 std::shared_ptr<Context> Context::create(std::shared_ptr<rendezvous::Store> store, int rank,
                                          int size, const ContextOptions& options) {
-  auto context = std::make_shared<Context>(Key{}, std::move(store), rank, size, options, nullptr);
+  auto context = std::make_shared<Context>(Key{}, std::move(store), rank, size, options);
   context->join();
   return context;
 }
@@ -144,10 +143,9 @@ void Context::join() {
       if (!store_->check({rankKey(r)})) missing.push_back(r);
     }
     throw TimeoutError(where, std::to_string(missing.size()) + " of " + std::to_string(size_) +
-                                  " ranks did not join within " +
-                                  std::to_string(timeout_.count()) + " ms: rank" +
-                                  (missing.size() == 1 ? " " : "s ") + rankList(missing) +
-                                  " (store " + store_->describe() + ")");
+                                  " ranks did not join within " + std::to_string(timeout_.count()) +
+                                  " ms: rank" + (missing.size() == 1 ? " " : "s ") +
+                                  rankList(missing) + " (store " + store_->describe() + ")");
   }
   peers_.clear();
   for (int r = 0; r < size_; ++r) peers_.push_back(decodePeer(r, records[r]));
@@ -187,7 +185,7 @@ Context::~Context() { leave(); }
 std::shared_ptr<Context> init(const BootstrapOptions& options) {
   Bootstrap b = Bootstrap::resolve(options, Config::process());
   log::setProcessRank(b.rank);
-  std::unique_ptr<rendezvous::TcpStoreServer> server;
+  std::shared_ptr<rendezvous::TcpStoreServer> server;
   std::shared_ptr<rendezvous::Store> store = options.storeObject;
   rendezvous::StoreOptions storeOptions;
   storeOptions.timeout = b.timeout;
@@ -196,15 +194,17 @@ std::shared_ptr<Context> init(const BootstrapOptions& options) {
     if (b.rank0HostsStore && b.rank == 0) {
       rendezvous::StoreUrl url = rendezvous::StoreUrl::parse(b.storeUrl);
       rendezvous::TcpStoreServer::Options serverOptions;
-      bool loopback = url.host == "localhost" || url.host.rfind("127.", 0) == 0 || url.host == "::1";
-      serverOptions.host = loopback ? url.host : (url.host.find(':') != std::string::npos ? "::" : "0.0.0.0");
+      bool loopback =
+          url.host == "localhost" || url.host.rfind("127.", 0) == 0 || url.host == "::1";
+      serverOptions.host =
+          loopback ? url.host : (url.host.find(':') != std::string::npos ? "::" : "0.0.0.0");
       serverOptions.port = url.port;
       try {
-        server = std::make_unique<rendezvous::TcpStoreServer>(serverOptions);
+        server = std::make_shared<rendezvous::TcpStoreServer>(serverOptions);
       } catch (const IoError& e) {
-        throw IoError(Where{b.rank, "init", -1},
-                      "rank 0 hosts the store at MASTER_ADDR:MASTER_PORT but cannot: " +
-                          e.detail());
+        throw IoError(
+            Where{b.rank, "init", -1},
+            "rank 0 hosts the store at MASTER_ADDR:MASTER_PORT but cannot: " + e.detail());
       }
     }
     store = rendezvous::openStore(b.storeUrl, storeOptions);
@@ -215,10 +215,8 @@ std::shared_ptr<Context> init(const BootstrapOptions& options) {
   contextOptions.localRank = b.localRank;
   contextOptions.timeout = b.timeout;
   contextOptions.leaveBarrier = b.rank0HostsStore;
-  auto context = std::make_shared<Context>(Context::Key{}, store, b.rank, b.worldSize,
-                                           contextOptions, std::move(server));
-  context->join();
-  return context;
+  contextOptions.storeServer = std::move(server);
+  return Context::create(store, b.rank, b.worldSize, contextOptions);
 }
 
 }  // namespace collx

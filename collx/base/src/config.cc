@@ -133,7 +133,9 @@ std::chrono::milliseconds parseDuration(std::string_view text, std::string_view 
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(ms)));
 }
 
-Config::Config(Environment env) : env_(std::move(env)) {}
+Config::Config(Environment env) : env_(std::move(env)) {
+  std::erase_if(env_, [](const auto& entry) { return entry.second.empty(); });
+}
 
 Config Config::fromProcessEnvironment() {
   Environment env;

@@ -5,27 +5,39 @@ namespace collx {
 std::size_t dataTypeSize(DataType type) noexcept {
   switch (type) {
     case DataType::kInt8:
-    case DataType::kUint8: return 1;
+    case DataType::kUint8:
+      return 1;
     case DataType::kFloat16:
-    case DataType::kBfloat16: return 2;
+    case DataType::kBfloat16:
+      return 2;
     case DataType::kInt32:
-    case DataType::kFloat32: return 4;
+    case DataType::kFloat32:
+      return 4;
     case DataType::kInt64:
-    case DataType::kFloat64: return 8;
+    case DataType::kFloat64:
+      return 8;
   }
   return 0;
 }
 
 const char* dataTypeName(DataType type) noexcept {
   switch (type) {
-    case DataType::kInt8: return "int8";
-    case DataType::kUint8: return "uint8";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kFloat16: return "float16";
-    case DataType::kBfloat16: return "bfloat16";
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
+    case DataType::kInt8:
+      return "int8";
+    case DataType::kUint8:
+      return "uint8";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+    case DataType::kFloat16:
+      return "float16";
+    case DataType::kBfloat16:
+      return "bfloat16";
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat64:
+      return "float64";
   }
   return "unknown";
 }
@@ -36,9 +48,9 @@ std::optional<DataType> parseDataType(std::string_view name) noexcept {
     DataType type;
   };
   static constexpr Alias kAliases[] = {
-      {"i8", DataType::kInt8},       {"u8", DataType::kUint8},      {"i32", DataType::kInt32},
-      {"i64", DataType::kInt64},     {"f16", DataType::kFloat16},   {"half", DataType::kFloat16},
-      {"bf16", DataType::kBfloat16}, {"f32", DataType::kFloat32},   {"float", DataType::kFloat32},
+      {"i8", DataType::kInt8},       {"u8", DataType::kUint8},       {"i32", DataType::kInt32},
+      {"i64", DataType::kInt64},     {"f16", DataType::kFloat16},    {"half", DataType::kFloat16},
+      {"bf16", DataType::kBfloat16}, {"f32", DataType::kFloat32},    {"float", DataType::kFloat32},
       {"f64", DataType::kFloat64},   {"double", DataType::kFloat64},
   };
   for (DataType type : kAllDataTypes) {
@@ -51,8 +63,8 @@ std::optional<DataType> parseDataType(std::string_view name) noexcept {
 }
 
 bool isFloatingPoint(DataType type) noexcept {
-  return type == DataType::kFloat16 || type == DataType::kBfloat16 ||
-         type == DataType::kFloat32 || type == DataType::kFloat64;
+  return type == DataType::kFloat16 || type == DataType::kBfloat16 || type == DataType::kFloat32 ||
+         type == DataType::kFloat64;
 }
 
 bool isInteger(DataType type) noexcept { return !isFloatingPoint(type); }

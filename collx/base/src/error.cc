@@ -6,12 +6,18 @@ namespace collx {
 
 const char* errorKindName(ErrorKind kind) noexcept {
   switch (kind) {
-    case ErrorKind::kIo: return "IoError";
-    case ErrorKind::kTimeout: return "TimeoutError";
-    case ErrorKind::kInvalidArgument: return "InvalidArgument";
-    case ErrorKind::kMismatch: return "MismatchError";
-    case ErrorKind::kUnsupported: return "Unsupported";
-    case ErrorKind::kAborted: return "Aborted";
+    case ErrorKind::kIo:
+      return "IoError";
+    case ErrorKind::kTimeout:
+      return "TimeoutError";
+    case ErrorKind::kInvalidArgument:
+      return "InvalidArgument";
+    case ErrorKind::kMismatch:
+      return "MismatchError";
+    case ErrorKind::kUnsupported:
+      return "Unsupported";
+    case ErrorKind::kAborted:
+      return "Aborted";
   }
   return "Error";
 }
@@ -39,12 +45,18 @@ Error::Error(ErrorKind kind, Where where, const std::string& detail)
 
 void throwError(ErrorKind kind, Where where, const std::string& detail) {
   switch (kind) {
-    case ErrorKind::kIo: throw IoError(std::move(where), detail);
-    case ErrorKind::kTimeout: throw TimeoutError(std::move(where), detail);
-    case ErrorKind::kInvalidArgument: throw InvalidArgument(std::move(where), detail);
-    case ErrorKind::kMismatch: throw MismatchError(std::move(where), detail);
-    case ErrorKind::kUnsupported: throw Unsupported(std::move(where), detail);
-    case ErrorKind::kAborted: throw Aborted(std::move(where), detail);
+    case ErrorKind::kIo:
+      throw IoError(std::move(where), detail);
+    case ErrorKind::kTimeout:
+      throw TimeoutError(std::move(where), detail);
+    case ErrorKind::kInvalidArgument:
+      throw InvalidArgument(std::move(where), detail);
+    case ErrorKind::kMismatch:
+      throw MismatchError(std::move(where), detail);
+    case ErrorKind::kUnsupported:
+      throw Unsupported(std::move(where), detail);
+    case ErrorKind::kAborted:
+      throw Aborted(std::move(where), detail);
   }
   throw Error(kind, std::move(where), detail);
 }

@@ -41,12 +41,18 @@ class RankFlag : public spdlog::custom_flag_formatter {
 
 spdlog::level::level_enum toSpdlog(Level level) {
   switch (level) {
-    case Level::kTrace: return spdlog::level::trace;
-    case Level::kDebug: return spdlog::level::debug;
-    case Level::kInfo: return spdlog::level::info;
-    case Level::kWarn: return spdlog::level::warn;
-    case Level::kError: return spdlog::level::err;
-    case Level::kOff: return spdlog::level::off;
+    case Level::kTrace:
+      return spdlog::level::trace;
+    case Level::kDebug:
+      return spdlog::level::debug;
+    case Level::kInfo:
+      return spdlog::level::info;
+    case Level::kWarn:
+      return spdlog::level::warn;
+    case Level::kError:
+      return spdlog::level::err;
+    case Level::kOff:
+      return spdlog::level::off;
   }
   return spdlog::level::off;
 }
@@ -117,8 +123,8 @@ class State {
       std::optional<Level> level = parseLevel(levelText);
       if (!level) {
         throw InvalidArgument(Where{-1, "config", -1},
-                              std::string(source) + "='" + std::string(spec) + "': unknown level '" +
-                                  std::string(levelText) +
+                              std::string(source) + "='" + std::string(spec) +
+                                  "': unknown level '" + std::string(levelText) +
                                   "' (expected trace, debug, info, warn, error or off)");
       }
       if (name.empty()) {
@@ -133,8 +139,8 @@ class State {
       }
       if (index < 0) {
         throw InvalidArgument(Where{-1, "config", -1},
-                              std::string(source) + "='" + std::string(spec) + "': unknown logger '" +
-                                  std::string(name) +
+                              std::string(source) + "='" + std::string(spec) +
+                                  "': unknown logger '" + std::string(name) +
                                   "' (expected collx, collx.rdzv, collx.tcp, collx.shm, "
                                   "collx.ibverbs, collx.algo or collx.run)");
       }

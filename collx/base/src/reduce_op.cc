@@ -5,23 +5,31 @@
 namespace collx {
 
 namespace {
-constexpr ReduceOpKind kBuiltins[] = {ReduceOpKind::kSum,  ReduceOpKind::kProd,
-                                      ReduceOpKind::kMin,  ReduceOpKind::kMax,
-                                      ReduceOpKind::kAvg,  ReduceOpKind::kBand,
-                                      ReduceOpKind::kBor,  ReduceOpKind::kBxor};
+constexpr ReduceOpKind kBuiltins[] = {ReduceOpKind::kSum, ReduceOpKind::kProd, ReduceOpKind::kMin,
+                                      ReduceOpKind::kMax, ReduceOpKind::kAvg,  ReduceOpKind::kBand,
+                                      ReduceOpKind::kBor, ReduceOpKind::kBxor};
 }  // namespace
 
 const char* reduceOpKindName(ReduceOpKind kind) noexcept {
   switch (kind) {
-    case ReduceOpKind::kSum: return "sum";
-    case ReduceOpKind::kProd: return "prod";
-    case ReduceOpKind::kMin: return "min";
-    case ReduceOpKind::kMax: return "max";
-    case ReduceOpKind::kAvg: return "avg";
-    case ReduceOpKind::kBand: return "band";
-    case ReduceOpKind::kBor: return "bor";
-    case ReduceOpKind::kBxor: return "bxor";
-    case ReduceOpKind::kCustom: return "custom";
+    case ReduceOpKind::kSum:
+      return "sum";
+    case ReduceOpKind::kProd:
+      return "prod";
+    case ReduceOpKind::kMin:
+      return "min";
+    case ReduceOpKind::kMax:
+      return "max";
+    case ReduceOpKind::kAvg:
+      return "avg";
+    case ReduceOpKind::kBand:
+      return "band";
+    case ReduceOpKind::kBor:
+      return "bor";
+    case ReduceOpKind::kBxor:
+      return "bxor";
+    case ReduceOpKind::kCustom:
+      return "custom";
   }
   return "unknown";
 }

@@ -49,7 +49,7 @@ struct BootstrapOptions {
 struct Bootstrap {
   int rank = 0;
   int worldSize = 1;
-  int localRank = -1;  // -1: not given
+  int localRank = -1;    // -1: not given
   std::string storeUrl;  // "" when storeObject was given
   // MASTER_ADDR convention: rank 0 starts the TCP store server and keeps it up until every
   // rank's context has ended.

@@ -31,6 +31,9 @@ struct ContextOptions {
   // Every rank records in the store when its context ends, and rank 0 waits (bounded by the
   // timeout) for the others to leave first: set when rank 0 hosts the store.
   bool leaveBarrier = false;
+  // A store server this context keeps running until every rank has left (rank 0 under the
+  // MASTER_ADDR convention or an MPI bootstrap); implies leaveBarrier on this rank.
+  std::shared_ptr<rendezvous::TcpStoreServer> storeServer;
   // Deadline of every blocking wait of this context; unset means COLLX_TIMEOUT.
   std::optional<std::chrono::milliseconds> timeout;
 };
@@ -71,10 +74,9 @@ class Context {
  public:
   // Use create() or init().
   Context(Key, std::shared_ptr<rendezvous::Store> store, int rank, int size,
-          const ContextOptions& options, std::unique_ptr<rendezvous::TcpStoreServer> server);
+          const ContextOptions& options);
 
  private:
-  friend std::shared_ptr<Context> init(const BootstrapOptions& options);
   void join();
   void leave() noexcept;
 
@@ -87,8 +89,8 @@ class Context {
   std::shared_ptr<rendezvous::Store> store_;
   std::vector<PeerInfo> peers_;
   bool leaveBarrier_;
-  // Rank 0 hosts the store under the MASTER_ADDR convention; it outlives the others' use.
-  std::unique_ptr<rendezvous::TcpStoreServer> server_;
+  // The store server this rank hosts, if any; it outlives the others' use of it.
+  std::shared_ptr<rendezvous::TcpStoreServer> server_;
 };
 
 // Bootstraps from the environment (see bootstrap.h) and joins: the usual way in.

@@ -133,8 +133,8 @@ struct StoreUrl {
   std::string scheme;  // "tcp", "file", "redis", "hash"
   std::string host;    // tcp, redis (without brackets)
   std::uint16_t port = 0;
-  std::string path;    // file
-  int db = 0;          // redis
+  std::string path;  // file
+  int db = 0;        // redis
   // Throws InvalidArgument naming `url` and what is wrong with it.
   static StoreUrl parse(const std::string& url);
   std::string str() const;

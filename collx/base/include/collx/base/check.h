@@ -21,18 +21,17 @@ template <typename A, typename B>
 
 }  // namespace collx::detail
 
-#define COLLX_CHECK(cond)                                          \
-  do {                                                             \
+#define COLLX_CHECK(cond)                                                 \
+  do {                                                                    \
     if (!(cond)) ::collx::detail::checkFailed(__FILE__, __LINE__, #cond); \
   } while (0)
 
-#define COLLX_CHECK_OP_(a, b, op)                                                 \
-  do {                                                                            \
-    const auto& collx_a_ = (a);                                                   \
-    const auto& collx_b_ = (b);                                                   \
-    if (!(collx_a_ op collx_b_))                                                  \
-      ::collx::detail::checkOpFailed(__FILE__, __LINE__, #a " " #op " " #b, collx_a_, \
-                                     collx_b_);                                   \
+#define COLLX_CHECK_OP_(a, b, op)                                                                \
+  do {                                                                                           \
+    const auto& collx_a_ = (a);                                                                  \
+    const auto& collx_b_ = (b);                                                                  \
+    if (!(collx_a_ op collx_b_))                                                                 \
+      ::collx::detail::checkOpFailed(__FILE__, __LINE__, #a " " #op " " #b, collx_a_, collx_b_); \
   } while (0)
 
 #define COLLX_CHECK_EQ(a, b) COLLX_CHECK_OP_(a, b, ==)

@@ -26,6 +26,8 @@ const std::vector<ConfigVar>& configVars();
 // The table entry for `name`, or nullptr.
 const ConfigVar* findConfigVar(std::string_view name) noexcept;
 
+// A variable set to the empty string counts as unset (VAR= in a shell, or a launcher that
+// clears it), everywhere collx reads the environment.
 class Config {
  public:
   using Environment = std::map<std::string, std::string, std::less<>>;

@@ -7,8 +7,8 @@
 #pragma once
 
 #include <stdexcept>
-#include <utility>
 #include <string>
+#include <utility>
 
 namespace collx {
 
@@ -48,11 +48,11 @@ class Error : public std::runtime_error {
   std::string detail_;
 };
 
-#define COLLX_DECLARE_ERROR_KIND(Name, Kind)                                     \
-  class Name : public Error {                                                    \
-   public:                                                                       \
-    Name(Where where, const std::string& detail)                                 \
-        : Error(ErrorKind::Kind, std::move(where), detail) {}                    \
+#define COLLX_DECLARE_ERROR_KIND(Name, Kind)                  \
+  class Name : public Error {                                 \
+   public:                                                    \
+    Name(Where where, const std::string& detail)              \
+        : Error(ErrorKind::Kind, std::move(where), detail) {} \
   }
 
 COLLX_DECLARE_ERROR_KIND(IoError, kIo);

@@ -1,0 +1,114 @@
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+#include <random>
+
+#include "collx/base/config.h"
+#include "collx/base/error.h"
+#include "collx/base/log.h"
+#include "collx/mpi.h"
+#include "collx/rendezvous/store.h"
+#include "collx/rendezvous/tcp_store.h"
+
+namespace collx {
+
+namespace {
+
+constexpr int kMaxText = 512;
+
+void check(int rc, int rank, const char* call) {
+  if (rc != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    MPI_Error_string(rc, text, &length);
+    throw IoError(Where{rank, "initFromMpi", -1},
+                  std::string(call) + " failed: " + std::string(text, length));
+  }
+}
+
+// Rank 0's string, on every rank (at most kMaxText bytes).
+std::string broadcast(MPI_Comm comm, int rank, const std::string& value) {
+  std::array<char, kMaxText> buffer{};
+  std::strncpy(buffer.data(), value.c_str(), buffer.size() - 1);
+  check(MPI_Bcast(buffer.data(), kMaxText, MPI_CHAR, 0, comm), rank, "MPI_Bcast");
+  return std::string(buffer.data());
+}
+
+}  // namespace
+
+std::shared_ptr<Context> initFromMpi(MPI_Comm comm, const BootstrapOptions& options) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    throw InvalidArgument(Where{-1, "initFromMpi", -1}, "MPI is not initialized (call MPI_Init)");
+  }
+  int rank = 0, size = 0;
+  check(MPI_Comm_rank(comm, &rank), -1, "MPI_Comm_rank");
+  check(MPI_Comm_size(comm, &size), rank, "MPI_Comm_size");
+  const Config& config = Config::process();
+
+  BootstrapOptions resolved = options;
+  resolved.rank = rank;
+  resolved.worldSize = size;
+  std::shared_ptr<rendezvous::TcpStoreServer> server;
+  if (!options.storeObject && !options.store && !config.isSet("COLLX_STORE")) {
+    // Rank 0 hosts the store; loopback only when the whole communicator shares its host.
+    MPI_Comm local;
+    check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local), rank,
+          "MPI_Comm_split_type");
+    int localSize = 0;
+    MPI_Comm_size(local, &localSize);
+    MPI_Comm_free(&local);
+    int sameHost = localSize == size ? 1 : 0;
+    int allSameHost = 0;
+    check(MPI_Allreduce(&sameHost, &allSameHost, 1, MPI_INT, MPI_MIN, comm), rank, "MPI_Allreduce");
+    std::string url;
+    if (rank == 0) {
+      rendezvous::TcpStoreServer::Options serverOptions;
+      serverOptions.host = allSameHost ? "127.0.0.1" : "0.0.0.0";
+      try {
+        server = std::make_shared<rendezvous::TcpStoreServer>(serverOptions);
+        char host[256] = {};
+        ::gethostname(host, sizeof(host) - 1);
+        url = allSameHost ? server->url() : rendezvous::tcpUrl(host, server->port());
+      } catch (const Error& e) {
+        url = std::string("error:") + e.what();  // tell the others instead of leaving them hanging
+      }
+    }
+    url = broadcast(comm, rank, url);
+    if (url.rfind("error:", 0) == 0) {
+      throw IoError(Where{rank, "initFromMpi", -1},
+                    "rank 0 could not start the store: " + url.substr(6));
+    }
+    resolved.store = url;
+  }
+  if (!options.jobId && !config.isSet("COLLX_JOB_ID")) {
+    std::string jobId;
+    if (rank == 0) {
+      std::random_device device;
+      std::uniform_int_distribution<unsigned> digit(0, 15);
+      jobId = "mpi-";
+      for (int i = 0; i < 12; ++i) jobId += "0123456789abcdef"[digit(device)];
+    }
+    resolved.jobId = broadcast(comm, rank, jobId);
+  }
+
+  Bootstrap b = Bootstrap::resolve(resolved, config);
+  log::setProcessRank(b.rank);
+  rendezvous::StoreOptions storeOptions;
+  storeOptions.timeout = b.timeout;
+  storeOptions.rank = b.rank;
+  std::shared_ptr<rendezvous::Store> store =
+      options.storeObject ? options.storeObject : rendezvous::openStore(b.storeUrl, storeOptions);
+  ContextOptions contextOptions;
+  contextOptions.jobId = b.jobId;
+  contextOptions.generation = b.generation;
+  contextOptions.localRank = b.localRank;
+  contextOptions.timeout = b.timeout;
+  contextOptions.leaveBarrier = resolved.store.has_value() && !options.store;
+  contextOptions.storeServer = std::move(server);
+  return Context::create(store, b.rank, b.worldSize, contextOptions);
+}
+
+}  // namespace collx

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# collx's two entry points (the README's two commands):
+#   ./dev.sh bench   install what is missing, build, and run collx's main job: 4 local ranks
+#                    through collx-run on its embedded TCP store
+#   ./dev.sh test    install what is missing, build, and run the whole test suite (ctest),
+#                    then the concurrency suites again under AddressSanitizer+UBSan and
+#                    ThreadSanitizer
+# Debian 12, as root (apt-get installs with --no-install-recommends; nothing is downloaded
+# at build time). Knobs: BUILD_DIR (default build), JOBS (default nproc), SANITIZERS=0 to
+# skip the sanitizer builds.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+PACKAGES=(
+  g++ cmake ninja-build pkg-config
+  libasio-dev libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libhiredis-dev redis-server
+  libopenmpi-dev openmpi-bin
+  libibverbs-dev
+  python3-dev pybind11-dev python3-numpy python3-pytest
+)
+
+say() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
+
+install_deps() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    if [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" != installed ]; then
+      missing+=("$p")
+    fi
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  say "installing ${missing[*]}"
+  if [ "$(id -u)" != 0 ]; then
+    echo "dev.sh: these Debian packages are missing: ${missing[*]}" >&2
+    echo "dev.sh: run as root, or: sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  # A fresh machine has no package lists yet: update once when the install cannot proceed.
+  if ! apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}"; then
+    apt-get -o DPkg::Lock::Timeout=600 update
+    apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}"
+  fi
+}
+
+configure_and_build() {  # dir [extra cmake args...]
+  local dir=$1; shift
+  say "building in $dir"
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DPython3_EXECUTABLE=/usr/bin/python3 "$@" >"$dir.configure.log" 2>&1 \
+    || { cat "$dir.configure.log" >&2; exit 1; }
+  grep -E '^-- collx' "$dir.configure.log" >&2 || true
+  cmake --build "$dir" -j "$JOBS"
+}
+
+bench() {
+  install_deps
+  configure_and_build "$BUILD_DIR"
+  say "main job: collx-run -n 4 -- collx-info --rendezvous (the TCP store embedded in collx-run)"
+  "$BUILD_DIR/bin/collx-run" -n 4 --tag-output --timeout 120s -- \
+    "$BUILD_DIR/bin/collx-info" --rendezvous
+}
+
+run_tests() {
+  install_deps
+  configure_and_build "$BUILD_DIR"
+  say "test suite"
+  ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure --timeout 600
+  if [ "${SANITIZERS:-1}" = 1 ]; then
+    # The suites that touch concurrency, processes and sockets, under the sanitizers.
+    for sanitize in address,undefined thread; do
+      local dir="$BUILD_DIR-${sanitize%%,*}"
+      configure_and_build "$dir" -DCMAKE_BUILD_TYPE=Debug -DCOLLX_SANITIZE="$sanitize"
+      say "concurrency and process suites under -fsanitize=$sanitize"
+      ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 600 -L 'concurrency|process'
+    done
+  fi
+  say "all tests passed"
+}
+
+case "${1:-}" in
+  bench) bench ;;
+  test) run_tests ;;
+  *)
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+    ;;
+esac
