@@ -243,14 +243,19 @@ TEST(LauncherTest, KillingTheLauncherTakesTheRanksWithIt) {
 
 TEST(LauncherTest, TwoNodesOnOneHost) {
   const std::string port = std::to_string(test::freePort());
+  // Node 1's ranks use the store half a second after node 0's ranks are done: node 0's
+  // launcher must keep its store up for them.
+  const std::string script =
+      "\"$1\" --rendezvous && if [ $COLLX_RANK -ge 2 ]; then "
+      "\"$2\" \"$COLLX_STORE\" set late-$COLLX_RANK x 500; fi";
   auto env = cleanEnv();
   std::vector<std::unique_ptr<Process>> nodes;
   for (int node = 1; node >= 0; --node) {  // node 1 first: it must wait for node 0's store
     nodes.push_back(std::make_unique<Process>(
-        std::vector<std::string>{launcher(), "-n", "2", "--nnodes", "2", "--node-rank",
-                                 std::to_string(node), "--master-addr", "127.0.0.1",
-                                 "--master-port", port, "--", test::binDir() + "/collx-info",
-                                 "--rendezvous"},
+        std::vector<std::string>{
+            launcher(), "-n", "2", "--nnodes", "2", "--node-rank", std::to_string(node),
+            "--master-addr", "127.0.0.1", "--master-port", port, "--", "/bin/sh", "-c", script,
+            "sh", test::binDir() + "/collx-info", test::binDir() + "/collx-test-store-helper"},
         env));
     std::this_thread::sleep_for(200ms);
   }

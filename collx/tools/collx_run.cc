@@ -1,12 +1,14 @@
 // collx-run: the launcher. Starts the TCP store (on node 0) or uses the one given, spawns
 // the local ranks with COLLX_* set, tags their output, forwards signals, and fails the job
 // as a whole when a rank fails.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <random>
+#include <thread>
 
 #include "collx/collx.h"
 #include "launcher.h"
@@ -20,7 +22,9 @@ COLLX_LOCAL_RANK, COLLX_STORE and COLLX_JOB_ID set for collx::init(). Starts a T
 store for them (on node 0) unless --store names one. When a rank fails, the others
 are stopped (SIGTERM, then SIGKILL after the grace period) and collx-run exits with
 the failing rank's code (128+N when it died of signal N). SIGINT, SIGTERM, SIGHUP
-and SIGQUIT are forwarded to every rank. Any program works:
+and SIGQUIT are forwarded to every rank. With several nodes, node 0 keeps the store
+up until every node's ranks have finished (at most 10 minutes after its own).
+Any program works:
     collx-run -n 4 -- sh -c 'echo $COLLX_RANK'
 
 options:
@@ -45,6 +49,9 @@ options:
 exit codes: 0 all ranks succeeded; the failing rank's code; 124 timeout;
 128+N collx-run received signal N; 2 bad arguments; 127 program not found.
 )";
+
+// How long node 0 keeps the store up for nodes whose ranks are still running.
+constexpr std::chrono::minutes kStoreLinger(10);
 
 struct Args {
   int nproc = 0;
@@ -153,6 +160,39 @@ std::string randomJobId() {
   return id;
 }
 
+// With several nodes, node 0's store must outlive every node's ranks: each launcher records
+// that its ranks are done, and the one hosting the store waits (bounded) for all of them.
+void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::string& jobId,
+                     bool hostsStore) {
+  using namespace collx::rendezvous;
+  const std::string key = "collx-run/" + jobId + "/nodes-done";
+  try {
+    StoreOptions options;
+    options.timeout = std::chrono::seconds(30);
+    auto store = openStore(storeUrl, options);
+    std::int64_t done = store->add(key, 1);
+    if (!hostsStore) return;
+    const auto deadline = std::chrono::steady_clock::now() + kStoreLinger;
+    while (done < args.nnodes) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM)) return;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::cerr << "collx-run: stopping the store although only " << done << " of " << args.nnodes
+                  << " nodes have finished (waited "
+                  << std::chrono::duration_cast<std::chrono::seconds>(kStoreLinger).count()
+                  << " s)\n";
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      done = store->add(key, 0);
+    }
+  } catch (const collx::Error& e) {
+    std::cerr << "collx-run: could not tell the other nodes that node " << args.nodeRank
+              << " is done: " << e.what() << "\n";
+  }
+}
+
 int launch(const Args& args) {
   using namespace collx::rendezvous;
   std::string program = collx::run::findProgram(args.command[0]);
@@ -226,6 +266,7 @@ int launch(const Args& args) {
          "COLLX_JOB_ID=" + jobId}});
   }
   int code = collx::run::supervise(options);
+  if (args.nnodes > 1) awaitOtherNodes(args, storeUrl, jobId, server != nullptr);
   if (!removeDir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(removeDir, ec);
