@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <algorithm>
 #include <thread>
 
 #include "collx/base/config.h"
@@ -11,6 +12,7 @@
 #include "collx/rendezvous/prefix_store.h"
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
+#include "runtime.h"
 
 namespace collx {
 
@@ -47,7 +49,7 @@ PeerInfo decodePeer(int rank, const Bytes& bytes) {
   return info;
 }
 
-std::string describePeer(const PeerInfo& info) {
+std::string describeClaimant(const PeerInfo& info) {
   return "pid " + std::to_string(info.pid) + " on host " + info.hostname;
 }
 
@@ -108,6 +110,7 @@ std::shared_ptr<Context> Context::create(std::shared_ptr<rendezvous::Store> stor
                                          int size, const ContextOptions& options) {
   auto context = std::make_shared<Context>(Key{}, std::move(store), rank, size, options);
   context->join();
+  context->connect(options);
   return context;
 }
 
@@ -120,7 +123,7 @@ void Context::join() {
   Bytes claimed = store_->compareSet(rankKey(rank_), {}, mine);
   if (claimed != mine) {
     throw MismatchError(where, "rank " + std::to_string(rank_) + " is already taken by " +
-                                   describePeer(decodePeer(rank_, claimed)) +
+                                   describeClaimant(decodePeer(rank_, claimed)) +
                                    ": two processes were given the same rank, or the store "
                                    "still holds an earlier job's keys (use a new COLLX_JOB_ID "
                                    "or COLLX_GENERATION, or a fresh store)");
@@ -154,6 +157,88 @@ void Context::join() {
               std::chrono::duration_cast<std::chrono::milliseconds>(
                   std::chrono::steady_clock::now() - started)
                   .count());
+}
+
+void Context::connect(const ContextOptions& options) {
+  const Config& config = Config::process();
+  Where where{rank_, "connect", -1};
+  transport::MeshOptions mesh;
+  mesh.rank = rank_;
+  mesh.size = size_;
+  mesh.jobId = jobId_;
+  mesh.generation = generation_;
+  mesh.timeout = timeout_;
+  mesh.describer = detail::describeMessage;
+  mesh.transport = options.transport.value_or(config.getString("COLLX_TRANSPORT"));
+  mesh.tcpStreams = options.tcpStreams.value_or(
+      static_cast<int>(*config.getInt("COLLX_TCP_STREAMS", 1, 64)));
+  mesh.ifname = options.ifname.value_or(config.getString("COLLX_IFNAME"));
+  mesh.routeHost = options.routeHost;
+  mesh.eagerLimit =
+      static_cast<std::uint64_t>(*config.getInt("COLLX_TCP_EAGER_LIMIT", 0, std::int64_t{1} << 30));
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  auto transports = std::make_unique<transport::Mesh>(mesh);
+
+  // Addresses go through the store: one key per rank, one multiGet.
+  store_->set("transport/" + std::to_string(rank_), transports->address());
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back("transport/" + std::to_string(r));
+  std::vector<rendezvous::Bytes> blobs;
+  try {
+    blobs = store_->multiGet(keys, timeout_);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(where, "not every rank published its transport addresses within " +
+                                  std::to_string(timeout_.count()) + " ms: " + e.detail());
+  }
+  std::vector<std::string> addresses;
+  for (const auto& blob : blobs) addresses.push_back(rendezvous::toString(blob));
+  transports->connect(addresses, deadline);
+
+  // Spinning while waiting pays off when this rank has a core to itself.
+  int local = 0;
+  for (const PeerInfo& peer : peers_) {
+    if (peer.hostname == peers_[rank_].hostname && peer.bootId == peers_[rank_].bootId) ++local;
+  }
+  algorithms::EngineOptions engine;
+  if (config.isSet("COLLX_SPIN_US")) {
+    engine.spin = std::chrono::microseconds(*config.getInt("COLLX_SPIN_US", 0, 1000000));
+  } else {
+    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    engine.spin = std::chrono::microseconds(local > static_cast<int>(cores) ? 0 : 50);
+  }
+  runtime_ = std::make_shared<detail::Runtime>();
+  runtime_->engine = std::make_unique<algorithms::Engine>(std::move(transports), engine);
+  runtime_->rank = rank_;
+  runtime_->size = size_;
+  runtime_->timeout = timeout_;
+  runtime_->chunkBytes = static_cast<std::uint64_t>(
+      *config.getInt("COLLX_CHUNK_BYTES", 4096, std::int64_t{1} << 30));
+  for (auto coll : {algorithms::Collective::kAllreduce, algorithms::Collective::kAllgather,
+                    algorithms::Collective::kBroadcast, algorithms::Collective::kBarrier}) {
+    std::string var = std::string("COLLX_") + algorithms::collectiveName(coll) + "_ALGO";
+    for (char& c : var) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    std::string value = config.getString(var);
+    if (value.empty()) continue;
+    if (algorithms::findAlgorithm(coll, value) == nullptr) {
+      throw InvalidArgument(where, var + "='" + value + "' is not a " +
+                                       algorithms::collectiveName(coll) + " algorithm (valid: " +
+                                       algorithms::algorithmNames(coll) + ")");
+    }
+    runtime_->configuredAlgorithm[coll] = value;
+  }
+  COLLX_DEBUG(kTcp, "rank {}: connected to {} peers", rank_, size_ - 1);
+}
+
+std::vector<std::string> Context::transports() const {
+  return runtime_ ? runtime_->engine->mesh().transportNames() : std::vector<std::string>{};
+}
+
+std::string Context::describePeer(int peer) const {
+  return runtime_ ? runtime_->engine->mesh().describePeer(peer) : "unconnected";
+}
+
+void Context::abort(const std::string& why) {
+  if (runtime_) runtime_->engine->abort(why);
 }
 
 void Context::leave() noexcept {
@@ -215,6 +300,10 @@ std::shared_ptr<Context> init(const BootstrapOptions& options) {
   contextOptions.localRank = b.localRank;
   contextOptions.timeout = b.timeout;
   contextOptions.leaveBarrier = b.rank0HostsStore;
+  if (!b.storeUrl.empty()) {
+    rendezvous::StoreUrl url = rendezvous::StoreUrl::parse(b.storeUrl);
+    if (url.scheme == "tcp" || url.scheme == "redis") contextOptions.routeHost = url.host;
+  }
   contextOptions.storeServer = std::move(server);
   return Context::create(store, b.rank, b.worldSize, contextOptions);
 }

@@ -37,6 +37,30 @@ const std::vector<ConfigVar>& configVars() {
       {"COLLX_TIMEOUT", "300s",
        "Deadline of every blocking wait: store operations, connecting, collectives "
        "(e.g. 30s, 500ms, 2m; a plain number is seconds)."},
+      {"COLLX_TRANSPORT", "auto",
+       "Transport for every peer: 'auto' (the best per pair: self, then tcp) or 'tcp'."},
+      {"COLLX_IFNAME", "",
+       "Network interface for TCP (e.g. eth0); unset: the interface that routes to the store's "
+       "host, else to this host's name."},
+      {"COLLX_TCP_STREAMS", "1",
+       "TCP connections per peer; messages larger than COLLX_TCP_EAGER_LIMIT are striped over "
+       "them (1..64)."},
+      {"COLLX_TCP_EAGER_LIMIT", "65536",
+       "Largest message (bytes) sent at once without waiting for the receiver; larger ones wait "
+       "until the receiver is ready and land straight in its buffer."},
+      {"COLLX_CHUNK_BYTES", "1048576",
+       "Pipelining granularity (bytes) of the chunked algorithms (ring, binomial broadcast)."},
+      {"COLLX_SPIN_US", "",
+       "Microseconds a waiting call polls before it sleeps; unset: 50 when this host has a core "
+       "per local rank, else 0."},
+      {"COLLX_ALLREDUCE_ALGO", "",
+       "allreduce algorithm for every call (ring, ring_chunked, halving_doubling, "
+       "recursive_doubling); unset: chosen per size."},
+      {"COLLX_ALLGATHER_ALGO", "", "allgather algorithm for every call (ring)."},
+      {"COLLX_BROADCAST_ALGO", "",
+       "broadcast algorithm for every call (one_to_all, binomial); unset: chosen per size."},
+      {"COLLX_BARRIER_ALGO", "",
+       "barrier algorithm for every call (all_to_all, all_to_one, dissemination)."},
       {"COLLX_LOG_LEVEL", "warn",
        "Log levels: a default and per-logger overrides, e.g. 'info,collx.rdzv=debug'. Levels: "
        "trace debug info warn error off. Loggers: collx collx.rdzv collx.tcp collx.shm "

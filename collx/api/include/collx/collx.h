@@ -7,6 +7,7 @@
 #include "collx/base/reduce_op.h"
 #include "collx/base/version.h"
 #include "collx/bootstrap.h"
+#include "collx/collectives.h"
 #include "collx/context.h"
 #include "collx/rendezvous/file_store.h"
 #include "collx/rendezvous/hash_store.h"

@@ -1,11 +1,17 @@
-// Context: one rank's membership of a job: its rank, the world size, the store, and the
-// peers it joined with. Later layers hang transports and collectives off it.
+// Context: one rank's membership of a job: its rank, the world size, the store, the peers
+// it joined with, and its connections to them (the transports) that collectives run over.
 //
 // Joining (Context::create) happens under "collx/<job id>/<generation>/" in the store: each
 // rank claims "rank/<r>" with its host and pid (two processes claiming one rank is a
 // MismatchError naming both), checks that all agree on the world size, and waits until every
-// rank has joined (TimeoutError naming the ranks that did not). A new context of the same job
-// joins under a new generation, so a job can form again without restarting its processes.
+// rank has joined (TimeoutError naming the ranks that did not). Then every rank publishes its
+// transport addresses and connects to every peer over the best transport for the pair. A
+// new context of the same job joins under a new generation, so a job can form again without
+// restarting its processes.
+//
+// Collectives (collx/collectives.h) on one context must be called in the same order on every
+// rank. A context may be used from several threads, but calls are then ordered by whoever
+// issues them first; after any error the context fails every later call with that error.
 #pragma once
 
 #include <chrono>
@@ -24,6 +30,10 @@ class Store;
 class TcpStoreServer;
 }  // namespace rendezvous
 
+namespace detail {
+struct Runtime;
+}
+
 struct ContextOptions {
   std::string jobId = "default";
   std::int64_t generation = 0;
@@ -36,6 +46,12 @@ struct ContextOptions {
   std::shared_ptr<rendezvous::TcpStoreServer> storeServer;
   // Deadline of every blocking wait of this context; unset means COLLX_TIMEOUT.
   std::optional<std::chrono::milliseconds> timeout;
+  // Transports; unset values come from COLLX_TRANSPORT, COLLX_TCP_STREAMS, COLLX_IFNAME.
+  std::optional<std::string> transport;
+  std::optional<int> tcpStreams;
+  std::optional<std::string> ifname;
+  // A host (the store's) whose route picks the TCP interface when COLLX_IFNAME is unset.
+  std::string routeHost;
 };
 
 // What a rank told the others when it joined.
@@ -67,6 +83,16 @@ class Context {
   const std::shared_ptr<rendezvous::Store>& store() const noexcept { return store_; }
   // Every rank's join record, indexed by rank.
   const std::vector<PeerInfo>& peers() const noexcept { return peers_; }
+  // The transport of each peer ("self", "tcp"), indexed by rank, and a peer's connection
+  // ("tcp 10.0.0.2:4321").
+  std::vector<std::string> transports() const;
+  std::string describePeer(int peer) const;
+  // Thread-safe: wakes every call in flight, which fails with Aborted, as does every later
+  // call.
+  void abort(const std::string& why = "abort() was called");
+
+  // Internal: the collectives' machinery.
+  const std::shared_ptr<detail::Runtime>& runtime() const noexcept { return runtime_; }
 
  private:
   struct Key {};
@@ -78,6 +104,7 @@ class Context {
 
  private:
   void join();
+  void connect(const ContextOptions& options);
   void leave() noexcept;
 
   int rank_;
@@ -88,6 +115,7 @@ class Context {
   std::chrono::milliseconds timeout_;
   std::shared_ptr<rendezvous::Store> store_;
   std::vector<PeerInfo> peers_;
+  std::shared_ptr<detail::Runtime> runtime_;
   bool leaveBarrier_;
   // The store server this rank hosts, if any; it outlives the others' use of it.
   std::shared_ptr<rendezvous::TcpStoreServer> server_;

@@ -1,0 +1,16 @@
+// allreduce ring_chunked: Gloo's ring with 2*P chunks (seed 003): every segment of the
+// ring (see ring.cc) moves as exactly two chunks, so that one chunk is in flight while the
+// other is reduced (double buffering).
+//
+// Steps: 2 * 2(P-1) transfers per rank. Bytes on the wire per rank: 2(P-1)/P * n (Gloo
+// counts 2n for its in-place broadcast phase). Cost: 4(P-1) alpha + 2(P-1)/P n beta +
+// (P-1)/P n gamma. Any P, any count.
+#include "../builders.h"
+
+namespace collx::algorithms {
+
+Schedule buildAllreduceRingChunked(const ScheduleParams& p) {
+  return buildAllreduceRingPieces(p, 2, "ring_chunked");
+}
+
+}  // namespace collx::algorithms

@@ -1,0 +1,53 @@
+// The barriers. No data moves: every message is empty.
+//
+// all_to_all (Gloo's barrier_all_to_all): every rank sends to and receives from every
+//   other rank. 1 step, P-1 messages each way per rank: alpha + (P-1) o.
+// all_to_one (Gloo's barrier_all_to_one): every rank tells rank 0 it arrived, rank 0
+//   answers everyone once all arrived. 2 steps; rank 0 handles 2(P-1) messages.
+// dissemination: in round k (k < ceil(log2 P)) rank r sends to r + 2^k and receives from
+//   r - 2^k (mod P); after the last round every rank has heard, directly or not, from every
+//   other. ceil(log2 P) alpha, one message each way per round.
+//
+// Any P.
+#include "../builders.h"
+#include "../patterns.h"
+
+namespace collx::algorithms {
+
+Schedule buildBarrierAllToAll(const ScheduleParams& p) {
+  Schedule s("all_to_all");
+  for (int peer = 0; peer < p.size; ++peer) {
+    if (peer == p.rank) continue;
+    s.recv(peer, 0, output(), 0);
+    s.send(peer, 0, output(), 0);
+  }
+  return s;
+}
+
+Schedule buildBarrierAllToOne(const ScheduleParams& p) {
+  Schedule s("all_to_one");
+  if (p.size == 1) return s;
+  if (p.rank == 0) {
+    Deps arrived;
+    for (int peer = 1; peer < p.size; ++peer) arrived.push_back(s.recv(peer, 0, output(), 0));
+    for (int peer = 1; peer < p.size; ++peer) s.send(peer, 1, output(), 0, arrived);
+  } else {
+    TaskId told = s.send(0, 0, output(), 0);
+    s.recv(0, 1, output(), 0, {told});
+  }
+  return s;
+}
+
+Schedule buildBarrierDissemination(const ScheduleParams& p) {
+  Schedule s("dissemination");
+  // Round k tells what every earlier round heard: its send waits for all earlier receives.
+  Deps heard;
+  for (int k = 0, dist = 1; dist < p.size; ++k, dist <<= 1) {
+    const std::uint32_t step = static_cast<std::uint32_t>(k);
+    s.send(patterns::mod(p.rank + dist, p.size), step, output(), 0, heard);
+    heard.push_back(s.recv(patterns::mod(p.rank - dist, p.size), step, output(), 0));
+  }
+  return s;
+}
+
+}  // namespace collx::algorithms

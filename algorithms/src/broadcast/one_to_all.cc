@@ -1,0 +1,23 @@
+// broadcast one_to_all: the root sends the whole buffer to every other rank (Gloo's
+// broadcast_one_to_all); every other rank receives once.
+//
+// Cost: the root sends (P-1) n bytes: (P-1) alpha + (P-1) n beta at the root, one alpha +
+// n beta elsewhere. Simple and good for small P; the root's link is the bottleneck. Any P.
+#include "../builders.h"
+
+namespace collx::algorithms {
+
+Schedule buildBroadcastOneToAll(const ScheduleParams& p) {
+  Schedule s("one_to_all");
+  const std::uint64_t n = p.bytes();
+  if (p.rank == p.root) {
+    for (int peer = 0; peer < p.size; ++peer) {
+      if (peer != p.root) s.send(peer, 0, output(), n);
+    }
+  } else {
+    s.recv(p.root, 0, output(), n);
+  }
+  return s;
+}
+
+}  // namespace collx::algorithms

@@ -1,0 +1,28 @@
+// The builders of every algorithm (one file each under <collective>/), for the registry.
+#pragma once
+
+#include "collx/algorithms/registry.h"
+#include "collx/algorithms/schedule.h"
+
+namespace collx::algorithms {
+
+Schedule buildAllreduceRing(const ScheduleParams& p);
+Schedule buildAllreduceRingChunked(const ScheduleParams& p);
+Schedule buildAllreduceHalvingDoubling(const ScheduleParams& p);
+Schedule buildAllreduceRecursiveDoubling(const ScheduleParams& p);
+Schedule buildAllgatherRing(const ScheduleParams& p);
+Schedule buildBroadcastOneToAll(const ScheduleParams& p);
+Schedule buildBroadcastBinomial(const ScheduleParams& p);
+Schedule buildBarrierAllToAll(const ScheduleParams& p);
+Schedule buildBarrierAllToOne(const ScheduleParams& p);
+Schedule buildBarrierDissemination(const ScheduleParams& p);
+
+// Shared by the ring allreduces: the bandwidth-optimal ring (reduce-scatter + allgather)
+// with every segment moved in `piecesPerSegment` pieces (0: pieces of params.chunkBytes).
+Schedule buildAllreduceRingPieces(const ScheduleParams& p, std::uint64_t piecesPerSegment,
+                                  const char* name);
+
+// A world of one: copy input to output unless in place.
+Schedule buildLocalOnly(const ScheduleParams& p, const char* name);
+
+}  // namespace collx::algorithms

@@ -1,0 +1,472 @@
+#include "collx/algorithms/engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "collx/algorithms/reduce.h"
+#include "collx/base/check.h"
+#include "collx/base/log.h"
+
+namespace collx::algorithms {
+
+namespace {
+// A waiting thread wakes at least this often to check its deadline.
+constexpr std::chrono::milliseconds kMaxPollSlice(20);
+}  // namespace
+
+// One call of a schedule: its bound buffers, the state of every task, its outcome.
+class Execution {
+ public:
+  Execution(Engine& engine, std::shared_ptr<const Schedule> schedule, const Bindings& bindings,
+            CallInfo info, bool async)
+      : engine_(engine),
+        schedule_(std::move(schedule)),
+        info_(std::move(info)),
+        async_(async),
+        input_(static_cast<const std::uint8_t*>(bindings.input)),
+        output_(static_cast<std::uint8_t*>(bindings.output)) {
+    const auto& tasks = schedule_->tasks();
+    remaining_.resize(tasks.size());
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      remaining_[i] = tasks[i].depCount;
+      if (remaining_[i] == 0) ready_.push_back(static_cast<TaskId>(i));
+    }
+    requests_.resize(tasks.size());
+    if (schedule_->scratchBytes() > 0) {
+      scratch_ = std::make_unique<std::uint8_t[]>(schedule_->scratchBytes());
+    }
+    if (tasks.empty()) finish();  // nothing to do (a world of one, an empty message)
+  }
+
+  bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
+  const CallInfo& info() const noexcept { return info_; }
+  bool async() const noexcept { return async_; }
+  std::exception_ptr error() const noexcept { return error_; }
+
+  // Runs every ready task (posts transfers, computes reductions and copies).
+  void pump() {
+    const auto& tasks = schedule_->tasks();
+    while (!ready_.empty() && !finished()) {
+      TaskId id = ready_.front();
+      ready_.pop_front();
+      const Task& t = tasks[id];
+      switch (t.kind) {
+        case TaskKind::kSend:
+        case TaskKind::kRecv: {
+          Transfer& r = requests_[id];
+          r.execution = this;
+          r.task = id;
+          r.kind = t.kind == TaskKind::kSend ? transport::Request::Kind::kSend
+                                             : transport::Request::Kind::kRecv;
+          r.peer = t.peer;
+          r.data = t.kind == TaskKind::kSend ? const_cast<std::uint8_t*>(pointer(t.src))
+                                             : pointer(t.dst);
+          r.length = t.bytes;
+          r.key = transport::MessageKey{info_.key.seq, t.step, info_.key.space};
+          r.fingerprint = info_.fingerprint;
+          ++outstanding_;
+          r.posted = true;
+          engine_.mesh_->post(r);  // may complete inline
+          break;
+        }
+        case TaskKind::kReduce:
+          reduce(pointer(t.dst), pointer(t.a), pointer(t.src), t.count, info_.dtype, info_.op);
+          done(id);
+          break;
+        case TaskKind::kCopy:
+          if (t.bytes > 0 && pointer(t.dst) != pointer(t.src)) {
+            std::memmove(pointer(t.dst), pointer(t.src), t.bytes);
+          }
+          done(id);
+          break;
+        case TaskKind::kDivide:
+          divideBy(pointer(t.dst), t.count, info_.dtype,
+                   static_cast<std::uint64_t>(engine_.size()));
+          done(id);
+          break;
+      }
+    }
+  }
+
+  // The call failed: reword the root cause in this call's terms and end it.
+  void fail(const Error& cause) {
+    if (finished()) return;
+    try {
+      throwError(cause.kind(), Where{engine_.rank(), info_.name, cause.peer()}, cause.detail());
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+    ready_.clear();
+    finish();
+  }
+
+  // The peers and steps this call still waits for, for a timeout message.
+  std::string pendingDescription() const {
+    std::map<int, std::string> byPeer;
+    const auto& tasks = schedule_->tasks();
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      const Task& t = tasks[i];
+      if ((t.kind != TaskKind::kSend && t.kind != TaskKind::kRecv) || !requests_[i].posted) continue;
+      if (requests_[i].completed) continue;
+      std::string& text = byPeer[t.peer];
+      if (!text.empty()) {
+        if (text.size() < 200) text += ", ";
+        if (text.size() < 200) text += "...";
+        continue;
+      }
+      text = std::string(t.kind == TaskKind::kSend ? "send" : "recv") + " step " +
+             std::to_string(t.step) + ", " + std::to_string(t.bytes) + " bytes";
+    }
+    std::string out;
+    for (const auto& [peer, what] : byPeer) {
+      if (!out.empty()) out += "; ";
+      out += "rank " + std::to_string(peer) + " (" + engine_.mesh_->describePeer(peer) + ": " +
+             what + ")";
+    }
+    return out.empty() ? std::string("its own tasks") : out;
+  }
+
+  int firstPendingPeer() const {
+    const auto& tasks = schedule_->tasks();
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      if (requests_[i].posted && !requests_[i].completed) return tasks[i].peer;
+    }
+    return -1;
+  }
+
+ private:
+  struct Transfer final : transport::Request {
+    Execution* execution = nullptr;
+    TaskId task = 0;
+    bool posted = false;
+    bool completed = false;
+    void onComplete(const Error* error) override {
+      completed = true;
+      execution->onTransferDone(task, error);
+    }
+  };
+
+  std::uint8_t* pointer(const BufferRef& ref) {
+    switch (ref.buffer) {
+      case Buffer::kInput: return const_cast<std::uint8_t*>(input_) + ref.offset;
+      case Buffer::kOutput: return output_ + ref.offset;
+      case Buffer::kScratch: return scratch_.get() + ref.offset;
+    }
+    return nullptr;
+  }
+
+  void onTransferDone(TaskId id, const Error* error) {
+    --outstanding_;
+    if (error != nullptr) {
+      fail(*error);
+      return;
+    }
+    done(id);
+  }
+
+  void done(TaskId id) {
+    if (finished()) return;
+    const Task& t = schedule_->tasks()[id];
+    const auto& dependents = schedule_->dependents();
+    for (std::uint32_t i = 0; i < t.dependentCount; ++i) {
+      TaskId d = dependents[t.firstDependent + i];
+      if (--remaining_[d] == 0) ready_.push_back(d);
+    }
+    if (++completed_ == schedule_->tasks().size()) finish();
+  }
+
+  void finish() { finished_.store(true, std::memory_order_release); }
+
+  friend class Engine;
+  Engine& engine_;
+  std::shared_ptr<const Schedule> schedule_;
+  CallInfo info_;
+  bool async_;
+  const std::uint8_t* input_;
+  std::uint8_t* output_;
+  std::unique_ptr<std::uint8_t[]> scratch_;
+  std::vector<std::uint32_t> remaining_;
+  std::deque<TaskId> ready_;
+  std::vector<Transfer> requests_;
+  std::size_t completed_ = 0;
+  std::size_t outstanding_ = 0;
+  std::atomic<bool> finished_{false};
+  std::exception_ptr error_;
+};
+
+Engine::Engine(std::unique_ptr<transport::Mesh> mesh, const EngineOptions& options)
+    : mesh_(std::move(mesh)), options_(options) {}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    stopping_ = true;
+  }
+  stateChanged_.notify_all();
+  mesh_->wakeup();
+  if (progressThread_.joinable()) progressThread_.join();
+  std::lock_guard<std::mutex> drive(drive_);
+  Aborted error(Where{rank(), "context destroyed", -1},
+                "the context was destroyed while this call was in flight");
+  {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    for (auto& e : incoming_) active_.push_back(e);
+    incoming_.clear();
+  }
+  if (!active_.empty()) {
+    mesh_->fail(error);
+    failAll(error);
+  }
+  active_.clear();
+}
+
+void Engine::lockDrive() {
+  callersWaiting_.fetch_add(1);
+  mesh_->wakeup();  // a progress thread blocked in poll() lets go of drive_
+  drive_.lock();
+  callersWaiting_.fetch_sub(1);
+}
+
+void Engine::unlockDrive() {
+  drive_.unlock();
+  if (asyncInFlight_.load() > 0) {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    stateChanged_.notify_all();
+  }
+}
+
+void Engine::run(std::shared_ptr<const Schedule> schedule, const Bindings& bindings,
+                 CallInfo info) {
+  auto execution = std::make_shared<Execution>(*this, std::move(schedule), bindings,
+                                               std::move(info), /*async=*/false);
+  lockDrive();
+  try {
+    if (auto failed = mesh_->failure()) {
+      try {
+        std::rethrow_exception(failed);
+      } catch (const Error& e) {
+        // The first error, worded for this call.
+        execution->fail(Error(e.kind(), e.where(),
+                              "the context failed earlier and takes no more work: " +
+                                  std::string(e.what())));
+      }
+      unlockDrive();
+      std::rethrow_exception(execution->error());
+    }
+    active_.push_back(execution);
+    registerActive(*execution);
+    driveUntil(*execution, std::nullopt);
+  } catch (...) {
+    unlockDrive();
+    throw;
+  }
+  unlockDrive();
+  if (execution->error()) std::rethrow_exception(execution->error());
+}
+
+std::shared_ptr<Execution> Engine::start(std::shared_ptr<const Schedule> schedule,
+                                         const Bindings& bindings, CallInfo info) {
+  auto execution = std::make_shared<Execution>(*this, std::move(schedule), bindings,
+                                               std::move(info), /*async=*/true);
+  asyncInFlight_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    incoming_.push_back(execution);
+    if (!progressThread_.joinable()) progressThread_ = std::thread([this] { progressLoop(); });
+  }
+  stateChanged_.notify_all();
+  mesh_->wakeup();
+  return execution;
+}
+
+bool Engine::wait(Execution& execution, std::optional<Clock::time_point> until) {
+  if (!execution.finished()) {
+    lockDrive();
+    try {
+      driveUntil(execution, until);
+    } catch (...) {
+      unlockDrive();
+      throw;
+    }
+    unlockDrive();
+  }
+  if (!execution.finished()) return false;
+  if (execution.error()) std::rethrow_exception(execution.error());
+  return true;
+}
+
+bool Engine::test(Execution& execution) {
+  if (!execution.finished() && drive_.try_lock()) {
+    try {
+      admit(nullptr);
+      pumpAll();
+      if (!execution.finished() && !mesh_->failure()) {
+        try {
+          mesh_->progress(std::chrono::microseconds(0));
+        } catch (const Error& e) {
+          failAll(e);
+        }
+        pumpAll();
+      }
+      retire();
+    } catch (...) {
+      unlockDrive();
+      throw;
+    }
+    unlockDrive();
+  }
+  if (!execution.finished()) return false;
+  if (execution.error()) std::rethrow_exception(execution.error());
+  return true;
+}
+
+void Engine::abort(const std::string& why) { mesh_->abort(why); }
+
+std::exception_ptr Engine::errorOf(const Execution& execution) {
+  return execution.finished() ? execution.error() : nullptr;
+}
+
+// Collectives in flight, for the transport's early mismatch check (driver only).
+void Engine::registerActive(const Execution& execution) {
+  if (execution.info().key.space == transport::Space::kCollective) {
+    mesh_->link().active[execution.info().key.seq] = execution.info().fingerprint;
+  }
+}
+
+// Moves started nonblocking calls into the active set (driver only).
+void Engine::admit(const std::shared_ptr<Execution>&) {
+  std::deque<std::shared_ptr<Execution>> arrived;
+  {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    arrived.swap(incoming_);
+  }
+  for (auto& execution : arrived) {
+    if (auto failed = mesh_->failure()) {
+      try {
+        std::rethrow_exception(failed);
+      } catch (const Error& e) {
+        execution->fail(Error(e.kind(), e.where(),
+                              "the context failed earlier and takes no more work: " +
+                                  std::string(e.what())));
+      }
+      asyncInFlight_.fetch_sub(1);
+      continue;
+    }
+    registerActive(*execution);
+    active_.push_back(std::move(execution));
+  }
+}
+
+void Engine::pumpAll() {
+  // Pumping may complete transfers inline, which readies more tasks: loop until quiet.
+  for (auto& execution : active_) {
+    try {
+      execution->pump();
+    } catch (const Error& e) {
+      failAll(e);
+      return;
+    }
+  }
+}
+
+// Drops finished calls from the active set (driver only).
+void Engine::retire() {
+  auto finished = [&](const std::shared_ptr<Execution>& e) {
+    if (!e->finished()) return false;
+    if (e->info().key.space == transport::Space::kCollective) {
+      mesh_->link().active.erase(e->info().key.seq);
+    }
+    if (e->async()) asyncInFlight_.fetch_sub(1);
+    return true;
+  };
+  active_.erase(std::remove_if(active_.begin(), active_.end(), finished), active_.end());
+}
+
+void Engine::failAll(const Error& error) {
+  mesh_->fail(error);  // fails every transfer in flight (and poisons the mesh)
+  for (auto& execution : active_) execution->fail(error);
+}
+
+void Engine::timeOut(Execution& execution) {
+  const CallInfo& info = execution.info();
+  TimeoutError error(Where{rank(), info.name, execution.firstPendingPeer()},
+                     "timed out after " + std::to_string(info.timeout.count()) +
+                         " ms waiting for " + execution.pendingDescription());
+  failAll(error);
+}
+
+bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> until) {
+  auto lastActivity = Clock::now();
+  while (true) {
+    admit(nullptr);
+    pumpAll();
+    retire();
+    if (target.finished()) return true;
+    auto now = Clock::now();
+    if (now >= target.info().deadline) {
+      timeOut(target);
+      retire();
+      return true;
+    }
+    if (until && now >= *until) return false;
+    std::chrono::microseconds wait(0);
+    if (now - lastActivity >= options_.spin) {
+      auto limit = std::min(target.info().deadline, until.value_or(Clock::time_point::max()));
+      wait = std::chrono::duration_cast<std::chrono::microseconds>(
+          std::min<Clock::duration>(limit - now, kMaxPollSlice));
+      if (wait.count() < 1) wait = std::chrono::microseconds(1);
+    }
+    try {
+      if (mesh_->progress(wait)) lastActivity = Clock::now();
+    } catch (const Error& e) {
+      failAll(e);
+    }
+  }
+}
+
+void Engine::progressLoop() {
+  log::ScopedLogRank rankTag(rank());
+  std::unique_lock<std::mutex> lock(stateMutex_);
+  while (!stopping_) {
+    stateChanged_.wait(lock, [&] {
+      return stopping_ ||
+             ((asyncInFlight_.load() > 0 || !incoming_.empty()) && callersWaiting_.load() == 0);
+    });
+    if (stopping_) break;
+    lock.unlock();
+    {
+      std::lock_guard<std::mutex> drive(drive_);
+      while (!stopping_ && callersWaiting_.load() == 0 && asyncInFlight_.load() > 0) {
+        admit(nullptr);
+        pumpAll();
+        retire();
+        // Deadlines of the nonblocking calls.
+        auto now = Clock::now();
+        Execution* expired = nullptr;
+        auto earliest = Clock::time_point::max();
+        for (auto& e : active_) {
+          if (e->finished()) continue;
+          if (now >= e->info().deadline) expired = e.get();
+          earliest = std::min(earliest, e->info().deadline);
+        }
+        if (expired != nullptr) {
+          timeOut(*expired);
+          retire();
+          continue;
+        }
+        if (asyncInFlight_.load() == 0) break;
+        auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
+            std::min<Clock::duration>(earliest - now, kMaxPollSlice));
+        try {
+          mesh_->progress(std::max(wait, std::chrono::microseconds(1)));
+        } catch (const Error& e) {
+          failAll(e);
+        }
+      }
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace collx::algorithms

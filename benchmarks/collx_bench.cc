@@ -1,0 +1,490 @@
+// collx-bench: sweeps message sizes for one collective and algorithm, under collx-run.
+//
+//   collx-run -n 4 collx-bench -c allreduce -a ring -b 4 -e 64M -f 4 -d float32 -o sum
+//
+// Per size: one checked call (#wrong counts the elements that differ from the reference on
+// any rank), warmup, then iterations timed one by one (their number scaled to the size and
+// agreed by all ranks). time = max over ranks of each rank's median; p50 and p99 are taken
+// over the iterations, each iteration's time being the slowest rank's. Columns follow
+// nccl-tests: algbw = bytes / time, busbw = algbw * (2(P-1)/P allreduce, (P-1)/P
+// allgather, 1 broadcast), GB/s = 1e9 B/s. Sizes: allreduce and broadcast count the
+// per-rank buffer, allgather the whole gathered buffer (P x one rank's block).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "collx/algorithms/registry.h"
+#include "collx/collx.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using collx::DataType;
+
+constexpr const char* kUsage = R"(usage: collx-bench [options]     (run it under collx-run)
+
+Sweeps message sizes for one collective and prints, per size: size, count, type, time
+(us, max over ranks of the median), p50 and p99 (us), algbw and busbw (GB/s) and
+#wrong (elements that differed from the reference on any rank; must be 0).
+
+  -c, --collective NAME  allreduce (default), allgather, broadcast, barrier
+  -a, --algorithm NAME   an algorithm of that collective (default: chosen per size);
+                         "list" prints them
+  -b, --min-bytes SIZE   smallest size (default 4); K, M, G suffixes (powers of 2)
+  -e, --max-bytes SIZE   largest size (default 64M)
+  -f, --factor N         multiply the size by N between steps (default 4)
+      --sizes LIST       explicit sizes instead, e.g. 4,1K,1M
+  -d, --dtype TYPE       int8 uint8 int32 int64 float16 bfloat16 float32 (default) float64
+  -o, --op OP            sum (default) prod min max avg band bor bxor
+  -r, --root R           broadcast root (default 0)
+      --in-place         allreduce/allgather in place (default: out of place)
+  -w, --warmup N         warmup calls (default: 1 + about 20 ms worth, at most 50)
+  -n, --iters N          timed calls (default: enough for --min-time, 5..10000)
+      --min-time T       time spent per size when -n is unset (default 0.3s)
+      --no-check         skip the checked call
+      --csv FILE         also write the results as CSV
+      --json FILE        also write the results as JSON
+  -h, --help             this text
+)";
+
+struct Args {
+  std::string collective = "allreduce";
+  std::string algorithm;
+  std::uint64_t minBytes = 4;
+  std::uint64_t maxBytes = 64ull << 20;
+  std::uint64_t factor = 4;
+  std::vector<std::uint64_t> sizes;
+  DataType dtype = DataType::kFloat32;
+  collx::ReduceOpKind op = collx::ReduceOpKind::kSum;
+  int root = 0;
+  bool inPlace = false;
+  int warmup = -1;
+  int iters = -1;
+  double minTime = 0.3;
+  bool check = true;
+  std::string csv;
+  std::string json;
+};
+
+[[noreturn]] void usageError(const std::string& message) {
+  std::fprintf(stderr, "collx-bench: %s\n(see collx-bench --help)\n", message.c_str());
+  std::exit(2);
+}
+
+std::uint64_t parseSize(const std::string& text) {
+  if (text.empty()) usageError("an empty size");
+  std::size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    usageError("bad size '" + text + "'");
+  }
+  std::string unit = text.substr(pos);
+  double scale = 1;
+  if (unit == "K" || unit == "k" || unit == "KiB") scale = 1024;
+  else if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() && unit != "B") usageError("bad size unit in '" + text + "'");
+  if (value < 0) usageError("negative size '" + text + "'");
+  return static_cast<std::uint64_t>(value * scale);
+}
+
+Args parseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usageError(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "-c" || arg == "--collective") {
+      a.collective = value();
+    } else if (arg == "-a" || arg == "--algorithm") {
+      a.algorithm = value();
+    } else if (arg == "-b" || arg == "--min-bytes") {
+      a.minBytes = parseSize(value());
+    } else if (arg == "-e" || arg == "--max-bytes") {
+      a.maxBytes = parseSize(value());
+    } else if (arg == "-f" || arg == "--factor") {
+      a.factor = parseSize(value());
+      if (a.factor < 2) usageError("--factor must be at least 2");
+    } else if (arg == "--sizes") {
+      std::stringstream list(value());
+      std::string item;
+      while (std::getline(list, item, ',')) a.sizes.push_back(parseSize(item));
+    } else if (arg == "-d" || arg == "--dtype") {
+      auto t = collx::parseDataType(value());
+      if (!t) usageError("unknown dtype '" + std::string(argv[i]) + "'");
+      a.dtype = *t;
+    } else if (arg == "-o" || arg == "--op") {
+      auto op = collx::parseReduceOpKind(value());
+      if (!op) usageError("unknown op '" + std::string(argv[i]) + "'");
+      a.op = *op;
+    } else if (arg == "-r" || arg == "--root") {
+      a.root = std::atoi(value().c_str());
+    } else if (arg == "--in-place") {
+      a.inPlace = true;
+    } else if (arg == "-w" || arg == "--warmup") {
+      a.warmup = std::atoi(value().c_str());
+    } else if (arg == "-n" || arg == "--iters") {
+      a.iters = std::atoi(value().c_str());
+      if (a.iters < 1) usageError("--iters must be at least 1");
+    } else if (arg == "--min-time") {
+      a.minTime = collx::parseDuration(value(), "--min-time").count() / 1000.0;
+    } else if (arg == "--no-check") {
+      a.check = false;
+    } else if (arg == "--csv") {
+      a.csv = value();
+    } else if (arg == "--json") {
+      a.json = value();
+    } else {
+      usageError("unknown argument '" + arg + "'");
+    }
+  }
+  if (a.collective != "allreduce" && a.collective != "allgather" &&
+      a.collective != "broadcast" && a.collective != "barrier") {
+    usageError("unknown collective '" + a.collective + "' (allreduce, allgather, broadcast, barrier)");
+  }
+  if (a.sizes.empty()) {
+    if (a.minBytes > a.maxBytes) usageError("--min-bytes is above --max-bytes");
+    for (std::uint64_t s = a.minBytes; s <= a.maxBytes; s = std::max(s + 1, s * a.factor)) {
+      a.sizes.push_back(s);
+      if (s == 0) break;
+    }
+  }
+  if (a.collective == "barrier") a.sizes = {0};
+  return a;
+}
+
+collx::algorithms::Collective collectiveOf(const std::string& name) {
+  using collx::algorithms::Collective;
+  if (name == "allgather") return Collective::kAllgather;
+  if (name == "broadcast") return Collective::kBroadcast;
+  if (name == "barrier") return Collective::kBarrier;
+  return Collective::kAllreduce;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  std::size_t index = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) ;
+  index = std::min(v.size() - 1, index == 0 ? 0 : index - 1);
+  return v[index];
+}
+
+// Integer-valued inputs keep every reduction exact: the check is bit for bit.
+double valueOf(int rank, std::uint64_t i) { return static_cast<double>((rank + i) % 5); }
+
+void storeValue(void* data, std::uint64_t i, DataType t, double v) {
+  auto* p = static_cast<std::uint8_t*>(data);
+  switch (t) {
+    case DataType::kInt8: reinterpret_cast<std::int8_t*>(p)[i] = static_cast<std::int8_t>(v); break;
+    case DataType::kUint8: p[i] = static_cast<std::uint8_t>(v); break;
+    case DataType::kInt32: reinterpret_cast<std::int32_t*>(p)[i] = static_cast<std::int32_t>(v); break;
+    case DataType::kInt64: reinterpret_cast<std::int64_t*>(p)[i] = static_cast<std::int64_t>(v); break;
+    case DataType::kFloat32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: reinterpret_cast<double*>(p)[i] = v; break;
+    case DataType::kFloat16: {
+      _Float16 h = static_cast<_Float16>(v);
+      std::memcpy(p + 2 * i, &h, 2);
+      break;
+    }
+    case DataType::kBfloat16: {
+      float f = static_cast<float>(v);
+      std::uint32_t u;
+      std::memcpy(&u, &f, 4);
+      u += 0x7FFF + ((u >> 16) & 1);  // round to nearest even
+      std::uint16_t b = static_cast<std::uint16_t>(u >> 16);
+      std::memcpy(p + 2 * i, &b, 2);
+      break;
+    }
+  }
+}
+
+struct Result {
+  std::uint64_t bytes;
+  std::uint64_t count;
+  double timeUs;
+  double p50Us;
+  double p99Us;
+  double algbw;
+  double busbw;
+  std::uint64_t wrong;
+  std::string algorithm;
+};
+
+class Bench {
+ public:
+  Bench(collx::Context& ctx, const Args& args) : ctx_(ctx), a_(args), P_(ctx.size()) {}
+
+  // Runs one call of the collective on `bytes`.
+  void call(std::uint64_t count, std::vector<std::uint8_t>& in, std::vector<std::uint8_t>& out) {
+    collx::CollectiveOptions base;
+    base.algorithm = a_.algorithm;
+    if (a_.collective == "allreduce") {
+      collx::AllreduceOptions o;
+      o.algorithm = a_.algorithm;
+      o.op = a_.op;
+      void* dst = a_.inPlace ? in.data() : out.data();
+      collx::allreduce(ctx_, in.data(), dst, count, a_.dtype, o);
+    } else if (a_.collective == "allgather") {
+      const void* src = a_.inPlace ? nullptr : in.data();
+      collx::allgather(ctx_, src, out.data(), count, a_.dtype, base);
+    } else if (a_.collective == "broadcast") {
+      collx::broadcast(ctx_, in.data(), count, a_.dtype, a_.root, base);
+    } else {
+      collx::barrier(ctx_, base);
+    }
+  }
+
+  // Elements that differ from the reference after one call on this rank.
+  std::uint64_t check(std::uint64_t count) {
+    const std::size_t es = collx::dataTypeSize(a_.dtype);
+    const int r = ctx_.rank();
+    std::vector<std::uint8_t> in(count * es), out, expected;
+    for (std::uint64_t i = 0; i < count; ++i) storeValue(in.data(), i, a_.dtype, valueOf(r, i));
+    if (a_.collective == "allreduce") {
+      out.assign(count * es, 0);
+      expected.resize(count * es);
+      for (std::uint64_t i = 0; i < count; ++i) {
+        double acc = valueOf(0, i);
+        for (int q = 1; q < P_; ++q) {
+          double v = valueOf(q, i);
+          switch (a_.op) {
+            case collx::ReduceOpKind::kProd: acc *= v; break;
+            case collx::ReduceOpKind::kMin: acc = std::min(acc, v); break;
+            case collx::ReduceOpKind::kMax: acc = std::max(acc, v); break;
+            case collx::ReduceOpKind::kBand: acc = static_cast<double>(static_cast<long>(acc) & static_cast<long>(v)); break;
+            case collx::ReduceOpKind::kBor: acc = static_cast<double>(static_cast<long>(acc) | static_cast<long>(v)); break;
+            case collx::ReduceOpKind::kBxor: acc = static_cast<double>(static_cast<long>(acc) ^ static_cast<long>(v)); break;
+            default: acc += v;
+          }
+        }
+        if (a_.op == collx::ReduceOpKind::kAvg) {
+          if (collx::isInteger(a_.dtype)) {
+            acc = std::trunc(acc / P_);
+          } else if (a_.dtype == DataType::kFloat64) {
+            acc = acc / P_;
+          } else {  // one float32 division, then the type's rounding
+            acc = static_cast<double>(static_cast<float>(acc) / static_cast<float>(P_));
+          }
+        }
+        storeValue(expected.data(), i, a_.dtype, acc);
+      }
+      if (a_.op == collx::ReduceOpKind::kProd && P_ > 8) return 0;  // products overflow the small types
+    } else if (a_.collective == "allgather") {
+      out.assign(count * es * P_, 0);
+      expected.resize(count * es * P_);
+      for (int q = 0; q < P_; ++q) {
+        for (std::uint64_t i = 0; i < count; ++i) {
+          storeValue(expected.data() + q * count * es, i, a_.dtype, valueOf(q, i));
+        }
+      }
+      if (a_.inPlace) std::memcpy(out.data() + r * count * es, in.data(), count * es);
+    } else if (a_.collective == "broadcast") {
+      expected.resize(count * es);
+      for (std::uint64_t i = 0; i < count; ++i) {
+        storeValue(expected.data(), i, a_.dtype, valueOf(a_.root, i));
+      }
+      out = in;
+    } else {
+      call(0, in, out);
+      return 0;
+    }
+    if (a_.collective == "broadcast") {
+      call(count, in, out);
+      out = in;
+    } else if (a_.collective == "allgather") {
+      call(count, in, out);
+    } else {
+      call(count, in, out);
+      if (a_.inPlace) out = in;
+    }
+    std::uint64_t wrong = 0;
+    for (std::uint64_t i = 0; i < expected.size() / es; ++i) {
+      if (std::memcmp(out.data() + i * es, expected.data() + i * es, es) != 0) ++wrong;
+    }
+    return wrong;
+  }
+
+  Result measure(std::uint64_t bytes) {
+    const std::size_t es = collx::dataTypeSize(a_.dtype);
+    std::uint64_t count = bytes / es;
+    std::uint64_t bufferBytes = count * es;
+    if (a_.collective == "allgather") {
+      count = bytes / es / static_cast<std::uint64_t>(P_);
+      bufferBytes = count * es;
+    }
+    Result res{};
+    res.bytes = a_.collective == "allgather" ? count * es * P_ : count * es;
+    res.count = a_.collective == "allgather" ? count * P_ : count;
+    if (a_.collective == "barrier") res.bytes = res.count = 0;
+    res.algorithm = algorithmFor(res.bytes);
+
+    // The checked call; #wrong is the total over ranks.
+    std::uint64_t wrong = a_.check ? check(count) : 0;
+    std::uint64_t totalWrong = wrong;
+    collx::AllreduceOptions sum;
+    collx::allreduce(ctx_, &wrong, &totalWrong, 1, DataType::kInt64, sum);
+    res.wrong = totalWrong;
+
+    std::vector<std::uint8_t> in(std::max<std::uint64_t>(bufferBytes, 1), 0);
+    std::vector<std::uint8_t> out(std::max<std::uint64_t>(bufferBytes * (a_.collective == "allgather" ? P_ : 1), 1), 0);
+    const bool fence = a_.collective == "broadcast";  // back-to-back broadcasts pipeline
+    // Warmup: one call, then about 20 ms worth (at most 50 calls).
+    auto t0 = Clock::now();
+    call(count, in, out);
+    double first = seconds(Clock::now() - t0);
+    int warmup = a_.warmup >= 0 ? a_.warmup : static_cast<int>(std::clamp(0.02 / std::max(first, 1e-7), 0.0, 50.0));
+    for (int i = 0; i < warmup; ++i) {
+      if (fence) collx::barrier(ctx_);
+      call(count, in, out);
+    }
+    // Iterations: rank 0's estimate, agreed by everyone.
+    double estimate = first;
+    if (warmup > 0) {
+      t0 = Clock::now();
+      call(count, in, out);
+      estimate = seconds(Clock::now() - t0);
+    }
+    std::int64_t iters = a_.iters > 0 ? a_.iters
+                                      : static_cast<std::int64_t>(std::clamp(a_.minTime / std::max(estimate, 1e-7), 5.0, 10000.0));
+    collx::broadcast(ctx_, &iters, 1, DataType::kInt64, 0);
+    std::vector<double> samples(static_cast<std::size_t>(iters));
+    for (auto& sample : samples) {
+      if (fence) collx::barrier(ctx_);
+      t0 = Clock::now();
+      call(count, in, out);
+      sample = seconds(Clock::now() - t0) * 1e6;
+    }
+    // Per iteration, the slowest rank; per rank, the median.
+    std::vector<double> slowest = samples;
+    collx::AllreduceOptions max;
+    max.op = collx::ReduceOpKind::kMax;
+    collx::allreduce(ctx_, slowest.data(), slowest.data(), slowest.size(), DataType::kFloat64, max);
+    double median = percentile(samples, 0.5);
+    collx::allreduce(ctx_, &median, &median, 1, DataType::kFloat64, max);
+    res.timeUs = median;
+    res.p50Us = percentile(slowest, 0.5);
+    res.p99Us = percentile(slowest, 0.99);
+    double sec = res.timeUs / 1e6;
+    res.algbw = sec > 0 ? static_cast<double>(res.bytes) / sec / 1e9 : 0;
+    double factor = 1;
+    if (a_.collective == "allreduce") factor = 2.0 * (P_ - 1) / P_;
+    else if (a_.collective == "allgather") factor = static_cast<double>(P_ - 1) / P_;
+    else if (a_.collective == "barrier") factor = 0;
+    res.busbw = res.algbw * factor;
+    return res;
+  }
+
+  std::string algorithmFor(std::uint64_t bytes) const {
+    if (!a_.algorithm.empty()) return a_.algorithm;
+    const char* env = std::getenv(("COLLX_" + upper(a_.collective) + "_ALGO").c_str());
+    if (env != nullptr && *env != '\0') return env;
+    const char* chosen = collx::algorithms::defaultAlgorithm(collectiveOf(a_.collective), P_, bytes);
+    return chosen != nullptr ? chosen : "?";
+  }
+
+  static std::string upper(std::string s) {
+    for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return s;
+  }
+
+ private:
+  static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+  collx::Context& ctx_;
+  const Args& a_;
+  int P_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = parseArgs(argc, argv);
+  if (args.algorithm == "list") {
+    for (const auto& info : collx::algorithms::algorithmRegistry()) {
+      std::printf("%-10s %-20s %s\n", collx::algorithms::collectiveName(info.coll), info.name, info.summary);
+    }
+    return 0;
+  }
+  try {
+    auto ctx = collx::init();
+    const int P = ctx->size();
+    if (args.root < 0 || args.root >= P) usageError("--root is outside [0, " + std::to_string(P) + ")");
+    Bench bench(*ctx, args);
+    std::set<std::string> hosts;
+    for (const auto& peer : ctx->peers()) hosts.insert(peer.hostname + "/" + peer.bootId);
+    std::string transports;
+    auto names = ctx->transports();
+    for (std::size_t r = 0; r < names.size(); ++r) {
+      transports += (r ? " " : "") + std::to_string(r) + ":" + names[r];
+    }
+    std::string algorithm = args.algorithm.empty() ? "default (per size, see the algo column)" : args.algorithm;
+    const bool root = ctx->rank() == 0;
+    if (root) {
+      std::printf("# collx-bench %s: %s %s op %s, P=%d on %zu host(s), algorithm %s\n",
+                  collx::versionString(), args.collective.c_str(), collx::dataTypeName(args.dtype),
+                  collx::reduceOpKindName(args.op), P, hosts.size(), algorithm.c_str());
+      std::printf("# transports seen from rank 0: %s\n", transports.c_str());
+      std::printf("# %12s %12s %8s %11s %11s %11s %11s %11s %7s  %s\n", "size(B)", "count", "type",
+                  "time(us)", "p50(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "algo");
+      std::fflush(stdout);
+    }
+    std::vector<Result> results;
+    for (std::uint64_t bytes : args.sizes) {
+      Result r = bench.measure(bytes);
+      results.push_back(r);
+      if (root) {
+        std::printf("  %12llu %12llu %8s %11.2f %11.2f %11.2f %11.4f %11.4f %7llu  %s\n",
+                    static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.count),
+                    collx::dataTypeName(args.dtype), r.timeUs, r.p50Us, r.p99Us, r.algbw, r.busbw,
+                    static_cast<unsigned long long>(r.wrong), r.algorithm.c_str());
+        std::fflush(stdout);
+      }
+    }
+    std::uint64_t anyWrong = 0;
+    for (const Result& r : results) anyWrong += r.wrong;
+    if (root && !args.csv.empty()) {
+      std::ofstream csv(args.csv);
+      csv << "# collective=" << args.collective << " P=" << P << " hosts=" << hosts.size()
+          << " algorithm=" << algorithm << " transports=" << transports << "\n";
+      csv << "size,count,dtype,time_us,p50_us,p99_us,algbw_gbps,busbw_gbps,wrong,algorithm\n";
+      for (const Result& r : results) {
+        csv << r.bytes << "," << r.count << "," << collx::dataTypeName(args.dtype) << "," << r.timeUs << ","
+            << r.p50Us << "," << r.p99Us << "," << r.algbw << "," << r.busbw << "," << r.wrong << ","
+            << r.algorithm << "\n";
+      }
+    }
+    if (root && !args.json.empty()) {
+      std::ofstream json(args.json);
+      json << "{\"collective\": \"" << args.collective << "\", \"P\": " << P << ", \"hosts\": " << hosts.size()
+           << ", \"dtype\": \"" << collx::dataTypeName(args.dtype) << "\", \"op\": \""
+           << collx::reduceOpKindName(args.op) << "\", \"algorithm\": \"" << algorithm
+           << "\", \"transports\": \"" << transports << "\", \"results\": [";
+      for (std::size_t i = 0; i < results.size(); ++i) {
+        const Result& r = results[i];
+        json << (i ? ", " : "") << "{\"size\": " << r.bytes << ", \"count\": " << r.count << ", \"dtype\": \""
+             << collx::dataTypeName(args.dtype) << "\", \"time_us\": " << r.timeUs << ", \"p50_us\": " << r.p50Us
+             << ", \"p99_us\": " << r.p99Us << ", \"algbw_gbps\": " << r.algbw << ", \"busbw_gbps\": " << r.busbw
+             << ", \"wrong\": " << r.wrong << ", \"algorithm\": \"" << r.algorithm << "\"}";
+      }
+      json << "]}\n";
+    }
+    return anyWrong == 0 ? 0 : 3;
+  } catch (const collx::Error& e) {
+    std::fprintf(stderr, "collx-bench: %s: %s\n", collx::errorKindName(e.kind()), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,99 @@
+// The collectives: free functions over a Context with an options struct each, blocking and
+// nonblocking (`...Async`, returning a Work).
+//
+// Every rank of the context must make the same calls in the same order with matching
+// arguments (count, dtype, op, root): a mismatch is detected on the wire and raised as a
+// MismatchError on both sides. Counts are 64-bit element counts. Every call has a deadline
+// (options.timeout, else the context's COLLX_TIMEOUT): past it the call fails with
+// TimeoutError naming the peers it was waiting for, and the context fails for good.
+//
+// Buffers are borrowed: they must stay valid (and a nonblocking call's must stay untouched)
+// until the call returns or its Work completes. A call that fails never writes its buffers
+// after its error was raised.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "collx/base/data_type.h"
+#include "collx/base/reduce_op.h"
+#include "collx/context.h"
+
+namespace collx {
+
+namespace algorithms {
+class Execution;
+}
+
+struct CollectiveOptions {
+  // An algorithm by name; "" means COLLX_<COLL>_ALGO, else the default table (an unknown
+  // name is an InvalidArgument listing the valid ones).
+  std::string algorithm;
+  // This call's deadline; unset means the context's timeout.
+  std::optional<std::chrono::milliseconds> timeout;
+};
+
+struct AllreduceOptions : CollectiveOptions {
+  ReduceOp op = ReduceOpKind::kSum;
+};
+
+// A nonblocking call in flight. Copyable handle; the call goes on if every copy is dropped.
+class Work {
+ public:
+  Work() = default;
+  // Blocks until the call ends and throws its error; with a timeout, returns false when the
+  // timeout passes first (the call goes on, bounded by its own deadline).
+  bool wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // Non-blocking: true when the call ended (successfully or not: see error()).
+  bool test();
+  bool isCompleted() { return test(); }
+  // The call's error once it failed, else nullptr.
+  std::exception_ptr error() const;
+  bool valid() const noexcept { return execution_ != nullptr; }
+
+ private:
+  friend struct WorkAccess;
+  std::shared_ptr<detail::Runtime> runtime_;
+  std::shared_ptr<algorithms::Execution> execution_;
+};
+
+// out[i] = in_0[i] (op) in_1[i] ... over every rank, on every rank. In place when
+// sendbuf == recvbuf. avg divides the sum by the number of ranks (integers truncate).
+void allreduce(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
+               DataType dtype, const AllreduceOptions& options = {});
+Work allreduceAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
+                    DataType dtype, const AllreduceOptions& options = {});
+
+// recvbuf (size * count elements) receives every rank's sendbuf (count elements) in rank
+// order. In place when sendbuf is nullptr or recvbuf + rank * count.
+void allgather(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
+               DataType dtype, const CollectiveOptions& options = {});
+Work allgatherAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
+                    DataType dtype, const CollectiveOptions& options = {});
+
+// The root's buffer is copied into every other rank's buffer.
+void broadcast(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int root,
+               const CollectiveOptions& options = {});
+Work broadcastAsync(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int root,
+                    const CollectiveOptions& options = {});
+
+// Returns on every rank once every rank has entered it.
+void barrier(Context& ctx, const CollectiveOptions& options = {});
+Work barrierAsync(Context& ctx, const CollectiveOptions& options = {});
+
+// Point to point. A receive matches the oldest send from `peer` with the same tag; count and
+// dtype must agree. A send completes once its bytes are handed to the transport.
+void send(Context& ctx, const void* buffer, std::uint64_t count, DataType dtype, int peer,
+          std::uint64_t tag = 0, const CollectiveOptions& options = {});
+void recv(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int peer,
+          std::uint64_t tag = 0, const CollectiveOptions& options = {});
+Work sendAsync(Context& ctx, const void* buffer, std::uint64_t count, DataType dtype, int peer,
+               std::uint64_t tag = 0, const CollectiveOptions& options = {});
+Work recvAsync(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int peer,
+               std::uint64_t tag = 0, const CollectiveOptions& options = {});
+
+}  // namespace collx

@@ -1,0 +1,42 @@
+// The machinery behind a Context's collectives (internal to collx::collx): the engine over
+// the mesh, the collective sequence numbers, the schedule cache and the algorithm choice.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "collx/algorithms/engine.h"
+#include "collx/algorithms/registry.h"
+
+namespace collx::detail {
+
+struct Runtime {
+  std::unique_ptr<algorithms::Engine> engine;
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{0};
+  std::uint64_t chunkBytes = 1u << 20;
+  // COLLX_<COLL>_ALGO, read once.
+  std::map<algorithms::Collective, std::string> configuredAlgorithm;
+  std::atomic<std::uint64_t> sequence{0};
+
+  // Schedules by (algorithm, params), built once and shared by every call with that key.
+  std::shared_ptr<const algorithms::Schedule> schedule(const algorithms::AlgorithmInfo& algorithm,
+                                                       const algorithms::ScheduleParams& params);
+
+ private:
+  using Key = std::tuple<std::string, int, int, int, std::uint64_t, std::size_t, int, bool, int,
+                         std::uint64_t>;
+  std::mutex cacheMutex_;
+  std::map<Key, std::shared_ptr<const algorithms::Schedule>> cache_;
+};
+
+// "allreduce#42 float32x1024": how mismatch errors name a message.
+std::string describeMessage(const transport::MessageKey& key, const transport::Fingerprint& fp);
+
+}  // namespace collx::detail

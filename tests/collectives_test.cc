@@ -1,0 +1,475 @@
+// Every collective and algorithm with ranks as threads over real TCP (loopback), against
+// serial references: P in {1,2,3,4,5,7,8,11,16} x counts {0, 1, P-1, odd, large} x dtypes
+// x ops, in place and out of place, blocking and nonblocking. Results are exact: the
+// inputs are small integers, so floating-point results are checked bit for bit.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "collx/collx.h"
+#include "util/reference.h"
+#include "util/world.h"
+
+namespace collx {
+namespace {
+
+using namespace std::chrono_literals;
+using test::World;
+
+constexpr int kSizes[] = {1, 2, 3, 4, 5, 7, 8, 11, 16};
+
+// One world per size, shared by the tests of this process.
+World& worldOf(int size) {
+  static std::map<int, std::unique_ptr<World>> worlds;
+  auto& world = worlds[size];
+  if (!world) world = std::make_unique<World>(size);
+  return *world;
+}
+
+std::vector<std::uint64_t> countsFor(int size) {
+  return {0, 1, static_cast<std::uint64_t>(size > 1 ? size - 1 : 2), 1001, 3 * 65536 + 7};
+}
+
+std::vector<ReduceOpKind> opsFor(DataType type) {
+  std::vector<ReduceOpKind> ops = {ReduceOpKind::kSum, ReduceOpKind::kProd, ReduceOpKind::kMin,
+                                   ReduceOpKind::kMax, ReduceOpKind::kAvg};
+  if (isInteger(type)) {
+    ops.insert(ops.end(), {ReduceOpKind::kBand, ReduceOpKind::kBor, ReduceOpKind::kBxor});
+  }
+  return ops;
+}
+
+// The large count runs with a few representative (dtype, op) pairs only, to keep time down.
+bool largeCase(DataType type, ReduceOpKind op) {
+  return (type == DataType::kFloat32 && op == ReduceOpKind::kSum) ||
+         (type == DataType::kInt32 && op == ReduceOpKind::kMax) ||
+         (type == DataType::kBfloat16 && op == ReduceOpKind::kSum) ||
+         (type == DataType::kFloat16 && op == ReduceOpKind::kAvg) ||
+         (type == DataType::kInt8 && op == ReduceOpKind::kBxor) ||
+         (type == DataType::kFloat64 && op == ReduceOpKind::kProd);
+}
+
+struct AllreduceCase {
+  int size;
+  std::string algorithm;
+};
+
+void PrintTo(const AllreduceCase& c, std::ostream* os) { *os << "P=" << c.size << " " << c.algorithm; }
+
+class AllreduceTest : public ::testing::TestWithParam<AllreduceCase> {};
+
+TEST_P(AllreduceTest, MatchesTheSerialReference) {
+  const int P = GetParam().size;
+  World& world = worldOf(P);
+  int combination = 0;
+  for (std::uint64_t count : countsFor(P)) {
+    for (DataType type : kAllDataTypes) {
+      for (ReduceOpKind op : opsFor(type)) {
+        if (count > 10000 && !largeCase(type, op)) continue;
+        const bool inPlace = combination++ % 2 == 0;
+        const auto expected = test::expectedReduction(P, count, type, op);
+        std::vector<std::string> wrong(P);
+        world.runOk([&](int rank, Context& ctx) {
+          auto in = test::makeInput(rank, count, type, op);
+          std::vector<std::uint8_t> out(in.size(), 0xAB);
+          AllreduceOptions o;
+          o.op = op;
+          o.algorithm = GetParam().algorithm;
+          if (inPlace) {
+            allreduce(ctx, in.data(), in.data(), count, type, o);
+            out = in;
+          } else {
+            allreduce(ctx, in.data(), out.data(), count, type, o);
+            if (in != test::makeInput(rank, count, type, op)) wrong[rank] = "the input changed";
+          }
+          std::int64_t bad = test::firstDifference(out, expected, type);
+          if (bad >= 0) {
+            wrong[rank] = "element " + std::to_string(bad) + " is " +
+                          std::to_string(test::loadValue(out.data(), bad, type)) + ", expected " +
+                          std::to_string(test::loadValue(expected.data(), bad, type));
+          }
+        });
+        for (int r = 0; r < P; ++r) {
+          EXPECT_EQ(wrong[r], "") << "rank " << r << " of " << P << ", " << GetParam().algorithm
+                                  << ", count " << count << ", " << dataTypeName(type) << ", "
+                                  << reduceOpKindName(op) << (inPlace ? ", in place" : "");
+        }
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+std::vector<AllreduceCase> allreduceCases() {
+  std::vector<AllreduceCase> out;
+  for (int P : kSizes) {
+    for (const char* a : {"ring", "ring_chunked", "halving_doubling", "recursive_doubling"}) {
+      out.push_back({P, a});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, AllreduceTest, ::testing::ValuesIn(allreduceCases()),
+                         [](const auto& p) {
+                           return "P" + std::to_string(p.param.size) + "_" + p.param.algorithm;
+                         });
+
+class SizeTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SizeTest, AllgatherRing) {
+  const int P = GetParam();
+  World& world = worldOf(P);
+  int combination = 0;
+  for (std::uint64_t count : countsFor(P)) {
+    for (DataType type : {DataType::kInt8, DataType::kFloat16, DataType::kInt32,
+                          DataType::kFloat64}) {
+      const bool inPlace = combination++ % 2 == 0;
+      const std::size_t es = dataTypeSize(type);
+      std::vector<std::string> wrong(P);
+      world.runOk([&](int rank, Context& ctx) {
+        std::vector<std::vector<std::uint8_t>> inputs;
+        for (int r = 0; r < P; ++r) inputs.push_back(test::makeInput(r, count, type, ReduceOpKind::kSum));
+        std::vector<std::uint8_t> out(count * es * P, 0xCD);
+        if (inPlace) {
+          std::copy(inputs[rank].begin(), inputs[rank].end(), out.begin() + rank * count * es);
+          allgather(ctx, nullptr, out.data(), count, type);
+        } else {
+          allgather(ctx, inputs[rank].data(), out.data(), count, type);
+        }
+        for (int r = 0; r < P && wrong[rank].empty(); ++r) {
+          if (!std::equal(inputs[r].begin(), inputs[r].end(), out.begin() + r * count * es)) {
+            wrong[rank] = "block of rank " + std::to_string(r) + " differs";
+          }
+        }
+      });
+      for (int r = 0; r < P; ++r) {
+        EXPECT_EQ(wrong[r], "") << "rank " << r << ", count " << count << ", "
+                                << dataTypeName(type) << (inPlace ? ", in place" : "");
+      }
+    }
+  }
+}
+
+TEST_P(SizeTest, BroadcastEveryAlgorithmFromSeveralRoots) {
+  const int P = GetParam();
+  World& world = worldOf(P);
+  for (const char* algorithm : {"one_to_all", "binomial"}) {
+    for (int root : {0, P - 1, P / 2}) {
+      for (std::uint64_t count : countsFor(P)) {
+        std::vector<std::string> wrong(P);
+        world.runOk([&](int rank, Context& ctx) {
+          auto expected = test::makeInput(root, count, DataType::kFloat32, ReduceOpKind::kSum);
+          std::vector<std::uint8_t> buffer =
+              rank == root ? expected : std::vector<std::uint8_t>(expected.size(), 0x11);
+          CollectiveOptions o;
+          o.algorithm = algorithm;
+          broadcast(ctx, buffer.data(), count, DataType::kFloat32, root, o);
+          if (buffer != expected) wrong[rank] = "the buffer differs from the root's";
+        });
+        for (int r = 0; r < P; ++r) {
+          EXPECT_EQ(wrong[r], "") << algorithm << " root " << root << " count " << count
+                                  << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(SizeTest, BarriersHoldEveryRankBack) {
+  const int P = GetParam();
+  World& world = worldOf(P);
+  for (const char* algorithm : {"all_to_all", "all_to_one", "dissemination"}) {
+    std::atomic<int> arrived{0};
+    std::vector<std::string> wrong(P);
+    world.runOk([&](int rank, Context& ctx) {
+      CollectiveOptions o;
+      o.algorithm = algorithm;
+      for (int round = 1; round <= 3; ++round) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200 * ((rank + round) % P)));
+        arrived.fetch_add(1);
+        barrier(ctx, o);
+        if (arrived.load() < round * P) wrong[rank] = "left the barrier before everyone arrived";
+        barrier(ctx, o);  // nobody may arrive for the next round before all have checked
+      }
+    });
+    for (int r = 0; r < P; ++r) EXPECT_EQ(wrong[r], "") << algorithm << " rank " << r;
+  }
+}
+
+TEST_P(SizeTest, SendRecvAroundTheRingWithTags) {
+  const int P = GetParam();
+  World& world = worldOf(P);
+  for (std::uint64_t count : {std::uint64_t{0}, std::uint64_t{3}, std::uint64_t{100000}}) {
+    std::vector<std::string> wrong(P);
+    world.runOk([&](int rank, Context& ctx) {
+      const int right = (rank + 1) % P, left = (rank + P - 1) % P;
+      // Two messages with different tags, received in the opposite order of sending.
+      auto a = test::makeInput(rank, count, DataType::kInt32, ReduceOpKind::kSum);
+      auto b = test::makeInput(rank + 100, count, DataType::kInt32, ReduceOpKind::kSum);
+      Work sa = sendAsync(ctx, a.data(), count, DataType::kInt32, right, 1);
+      Work sb = sendAsync(ctx, b.data(), count, DataType::kInt32, right, 2);
+      std::vector<std::uint8_t> gotA(a.size()), gotB(b.size());
+      recv(ctx, gotB.data(), count, DataType::kInt32, left, 2);
+      recv(ctx, gotA.data(), count, DataType::kInt32, left, 1);
+      sa.wait();
+      sb.wait();
+      if (gotA != test::makeInput(left, count, DataType::kInt32, ReduceOpKind::kSum) ||
+          gotB != test::makeInput(left + 100, count, DataType::kInt32, ReduceOpKind::kSum)) {
+        wrong[rank] = "received the wrong bytes";
+      }
+    });
+    for (int r = 0; r < P; ++r) EXPECT_EQ(wrong[r], "") << "count " << count << " rank " << r;
+  }
+}
+
+TEST_P(SizeTest, NonblockingCallsOverlapAndComplete) {
+  const int P = GetParam();
+  World& world = worldOf(P);
+  std::vector<std::string> wrong(P);
+  world.runOk([&](int rank, Context& ctx) {
+    constexpr int kCalls = 6;
+    std::vector<std::vector<std::uint8_t>> buffers;
+    std::vector<Work> works;
+    for (int c = 0; c < kCalls; ++c) {
+      buffers.push_back(test::makeInput(rank, 5000 + c * 999, DataType::kFloat32, ReduceOpKind::kSum));
+    }
+    for (int c = 0; c < kCalls; ++c) {
+      AllreduceOptions o;
+      o.algorithm = c % 2 == 0 ? "ring" : "recursive_doubling";
+      works.push_back(allreduceAsync(ctx, buffers[c].data(), buffers[c].data(), 5000 + c * 999,
+                                     DataType::kFloat32, o));
+    }
+    // A blocking call in the middle drives the nonblocking ones too.
+    barrier(ctx);
+    for (int c = kCalls - 1; c >= 0; --c) {
+      while (!works[c].test()) std::this_thread::yield();
+      works[c].wait();
+      if (works[c].error()) wrong[rank] = "call " + std::to_string(c) + " failed";
+      auto expected = test::expectedReduction(P, 5000 + c * 999, DataType::kFloat32, ReduceOpKind::kSum);
+      if (buffers[c] != expected) wrong[rank] = "call " + std::to_string(c) + " is wrong";
+    }
+  });
+  for (int r = 0; r < P; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, SizeTest, ::testing::ValuesIn(kSizes),
+                         [](const auto& p) { return "P" + std::to_string(p.param); });
+
+TEST(CustomOps, AUserFunctionReduces) {
+  World& world = worldOf(3);
+  std::vector<std::string> wrong(3);
+  world.runOk([&](int rank, Context& ctx) {
+    // max of absolute values, as a user function on int32.
+    ReduceOp op = ReduceOp::custom([](void* inout, const void* in, std::size_t n, DataType) {
+      auto* a = static_cast<std::int32_t*>(inout);
+      const auto* b = static_cast<const std::int32_t*>(in);
+      for (std::size_t i = 0; i < n; ++i) a[i] = std::max(std::abs(a[i]), std::abs(b[i]));
+    }, "absmax");
+    std::vector<std::int32_t> v(777);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = (rank == 1 ? -1 : 1) * static_cast<std::int32_t>(i % 50 + rank);
+    AllreduceOptions o;
+    o.op = op;
+    allreduce(ctx, v.data(), v.data(), v.size(), DataType::kInt32, o);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (v[i] != static_cast<std::int32_t>(i % 50 + 2)) wrong[rank] = "element " + std::to_string(i);
+    }
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
+}
+
+TEST(Validation, BadArgumentsAreInvalidArgumentNamingRankAndCall) {
+  World& world = worldOf(2);
+  auto errors = world.run([&](int rank, Context& ctx) {
+    float x[4] = {};
+    auto expectInvalid = [&](const std::function<void()>& f, const std::string& mentions) {
+      try {
+        f();
+        throw std::runtime_error("accepted: " + mentions);
+      } catch (const InvalidArgument& e) {
+        std::string what = e.what();
+        if (what.find("rank " + std::to_string(rank)) == std::string::npos ||
+            what.find(mentions) == std::string::npos) {
+          throw std::runtime_error("'" + what + "' lacks '" + mentions + "'");
+        }
+      }
+    };
+    expectInvalid([&] { broadcast(ctx, x, 4, DataType::kFloat32, 2); }, "root 2 is outside [0, 2)");
+    expectInvalid([&] { allreduce(ctx, nullptr, x, 4, DataType::kFloat32); }, "sendbuf is null");
+    expectInvalid([&] {
+      AllreduceOptions o;
+      o.op = ReduceOpKind::kBxor;
+      allreduce(ctx, x, x, 4, DataType::kFloat32, o);
+    }, "bitwise");
+    expectInvalid([&] {
+      AllreduceOptions o;
+      o.algorithm = "bogus";
+      allreduce(ctx, x, x, 4, DataType::kFloat32, o);
+    }, "unknown allreduce algorithm 'bogus' (from options; valid: ring, ring_chunked");
+    expectInvalid([&] { send(ctx, x, 4, DataType::kFloat32, 5); }, "peer 5 is outside");
+    // The context is still usable after refused arguments: nothing was sent.
+    allreduce(ctx, x, x, 4, DataType::kFloat32);
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(test::messageOf(errors[r]), "") << "rank " << r;
+}
+
+// ---- failures: each test forms its own world, which the failure poisons ----------------
+
+// A mismatch raises MismatchError on both sides: in the mismatched call itself on a rank
+// that receives the other's message, and on a rank whose part already completed (a root that
+// only sent) in its next call, through the ERROR the other side sent it.
+void expectMismatchBothSides(const std::function<void(int, Context&)>& job, const std::string& a,
+                             const std::string& b) {
+  World world(2);
+  auto errors = world.run([&](int rank, Context& ctx) {
+    job(rank, ctx);
+    CollectiveOptions o;
+    o.timeout = std::chrono::seconds(10);
+    barrier(ctx, o);  // the peer's ERROR must fail this call
+  });
+  for (int r = 0; r < 2; ++r) {
+    std::string what = test::messageOf(errors[r]);
+    bool mismatch = false;
+    try {
+      if (errors[r]) std::rethrow_exception(errors[r]);
+    } catch (const MismatchError&) {
+      mismatch = true;
+    } catch (...) {
+    }
+    EXPECT_TRUE(mismatch) << "rank " << r << ": " << (what.empty() ? "no error" : what);
+    EXPECT_NE(what.find(a), std::string::npos) << what;
+    EXPECT_NE(what.find(b), std::string::npos) << what;
+    EXPECT_EQ(what.rfind("rank " + std::to_string(r) + ":", 0), 0u) << what;
+  }
+}
+
+TEST(Failures, AllreduceAgainstBroadcastIsAMismatchOnBothSides) {
+  expectMismatchBothSides(
+      [&](int rank, Context& ctx) {
+        std::vector<float> v(1024, 1.0f);
+        if (rank == 0) {
+          allreduce(ctx, v.data(), v.data(), v.size(), DataType::kFloat32);
+        } else {
+          broadcast(ctx, v.data(), v.size(), DataType::kFloat32, 1);
+        }
+      },
+      "rank 0 expected allreduce#0 float32x1024 from rank 1, got broadcast#0", "root 1");
+}
+
+TEST(Failures, WrongCountIsAMismatchOnBothSides) {
+  for (std::uint64_t base : {std::uint64_t{16}, std::uint64_t{1} << 20}) {  // eager and large
+    expectMismatchBothSides(
+        [&](int rank, Context& ctx) {
+          std::vector<float> v(2 * base, 1.0f);
+          AllreduceOptions o;
+          o.algorithm = "ring";
+          allreduce(ctx, v.data(), v.data(), rank == 0 ? base : 2 * base, DataType::kFloat32, o);
+        },
+        "float32x" + std::to_string(base), "float32x" + std::to_string(2 * base));
+  }
+}
+
+TEST(Failures, WrongDtypeIsAMismatchOnBothSides) {
+  expectMismatchBothSides(
+      [&](int rank, Context& ctx) {
+        std::vector<float> v(64, 1.0f);
+        allreduce(ctx, v.data(), v.data(), 64, rank == 0 ? DataType::kFloat32 : DataType::kInt32);
+      },
+      "float32x64", "int32x64");
+}
+
+TEST(Failures, TimeoutNamesThePeerAndPoisonsTheContext) {
+  World world(2);
+  std::vector<float> buffer(1000, 7.0f);
+  auto errors = world.run([&](int rank, Context& ctx) {
+    if (rank == 1) {
+      std::this_thread::sleep_for(1500ms);  // misses the deadline, then sends
+      std::vector<float> mine(1000, 3.0f);
+      try {
+        send(ctx, mine.data(), mine.size(), DataType::kFloat32, 0, 9);
+      } catch (const Error&) {
+      }
+      return;
+    }
+    CollectiveOptions o;
+    o.timeout = 300ms;
+    auto start = std::chrono::steady_clock::now();
+    try {
+      recv(ctx, buffer.data(), buffer.size(), DataType::kFloat32, 1, 9, o);
+    } catch (const TimeoutError& e) {
+      auto took = std::chrono::steady_clock::now() - start;
+      if (took < 290ms || took > 3s) throw std::runtime_error("timed out after the wrong time");
+      std::string what = e.what();
+      if (what.find("rank 0: recv(peer 1, tag 9)") == std::string::npos ||
+          what.find("waiting for rank 1") == std::string::npos) {
+        throw std::runtime_error("bad message: " + what);
+      }
+      // Later calls fail at once with the first error.
+      try {
+        barrier(ctx);
+      } catch (const TimeoutError& later) {
+        if (std::string(later.what()).find("failed earlier") == std::string::npos) {
+          throw std::runtime_error("later call: " + std::string(later.what()));
+        }
+        return;
+      }
+      throw std::runtime_error("a call after the timeout succeeded");
+    }
+    throw std::runtime_error("recv returned although nothing was sent in time");
+  });
+  EXPECT_EQ(test::messageOf(errors[0]), "");
+  // Rank 1's late message never landed in rank 0's buffer.
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(buffer, std::vector<float>(1000, 7.0f));
+}
+
+TEST(Failures, AbortWakesABlockedCall) {
+  World world(2);
+  std::atomic<bool> rank0Blocked{false};
+  auto errors = world.run([&](int rank, Context& ctx) {
+    if (rank == 1) {
+      std::this_thread::sleep_for(300ms);
+      world.context(0).abort("stopped by the test");
+      return;
+    }
+    std::vector<float> v(100);
+    rank0Blocked = true;
+    auto start = std::chrono::steady_clock::now();
+    try {
+      allreduce(ctx, v.data(), v.data(), v.size(), DataType::kFloat32);
+    } catch (const Aborted& e) {
+      if (std::chrono::steady_clock::now() - start > 5s) throw std::runtime_error("abort was slow");
+      if (std::string(e.what()).find("stopped by the test") == std::string::npos) {
+        throw std::runtime_error(std::string("bad message: ") + e.what());
+      }
+      return;
+    }
+    throw std::runtime_error("allreduce returned although rank 1 never called it");
+  });
+  EXPECT_TRUE(rank0Blocked);
+  EXPECT_EQ(test::messageOf(errors[0]), "");
+}
+
+TEST(Failures, NonblockingCallFailsItsWork) {
+  World world(2);
+  auto errors = world.run([&](int rank, Context& ctx) {
+    if (rank == 1) return;  // never takes part
+    std::vector<float> v(10);
+    AllreduceOptions o;
+    o.timeout = 200ms;
+    Work w = allreduceAsync(ctx, v.data(), v.data(), v.size(), DataType::kFloat32, o);
+    try {
+      w.wait();
+    } catch (const TimeoutError&) {
+      if (!w.error()) throw std::runtime_error("the Work has no error");
+      return;
+    }
+    throw std::runtime_error("the Work succeeded");
+  });
+  EXPECT_EQ(test::messageOf(errors[0]), "");
+}
+
+}  // namespace
+}  // namespace collx

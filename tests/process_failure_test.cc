@@ -1,0 +1,105 @@
+// Real processes failing under a collective: a rank killed, a rank stopped, ranks that
+// disagree. The other ranks must raise the right error, naming the rank, well within
+// the timeout (kill) or at it (stop).
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "collx/rendezvous/tcp_store.h"
+#include "util/test_util.h"
+
+namespace collx {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Process;
+
+class Job {
+ public:
+  Job(int size, const std::vector<std::string>& args, const std::string& timeout,
+      std::function<std::vector<std::string>(int)> argsFor = nullptr) {
+    for (int r = 0; r < size; ++r) {
+      std::vector<std::string> argv = {test::binDir() + "/collx-test-worker"};
+      auto mine = argsFor ? argsFor(r) : args;
+      argv.insert(argv.end(), mine.begin(), mine.end());
+      ranks_.push_back(std::make_unique<Process>(
+          argv, std::map<std::string, std::string>{{"COLLX_RANK", std::to_string(r)},
+                                                   {"COLLX_WORLD_SIZE", std::to_string(size)},
+                                                   {"COLLX_STORE", server_.url()},
+                                                   {"COLLX_JOB_ID", "failure-test"},
+                                                   {"COLLX_TIMEOUT", timeout}}));
+    }
+  }
+  Process& rank(int r) { return *ranks_[r]; }
+  // Waits until every rank printed "ready" (false after 30 s).
+  bool allReady() {
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      bool all = true;
+      for (auto& p : ranks_) {
+        p->wait(1ms);  // pumps its output
+        all = all && p->out().find("ready") != std::string::npos;
+      }
+      if (all) return true;
+    }
+    return false;
+  }
+
+ private:
+  rendezvous::TcpStoreServer server_;
+  std::vector<std::unique_ptr<Process>> ranks_;
+};
+
+TEST(ProcessFailures, AKilledRankIsAnIoErrorNamingItOnEveryOtherRank) {
+  Job job(4, {"loop", "50000", "0"}, "60s");
+  ASSERT_TRUE(job.allReady());
+  auto killed = std::chrono::steady_clock::now();
+  job.rank(2).signal(SIGKILL);
+  for (int r : {0, 1, 3}) {
+    ASSERT_TRUE(job.rank(r).wait(20s)) << "rank " << r << " did not notice";
+    EXPECT_EQ(job.rank(r).exitCode(), 10) << "rank " << r << ": " << job.rank(r).err();
+    EXPECT_NE(job.rank(r).err().find("rank 2"), std::string::npos) << job.rank(r).err();
+  }
+  // Noticed through the connections, not by the 60 s timeout.
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 15s);
+  ASSERT_TRUE(job.rank(2).wait(5s));
+  EXPECT_TRUE(job.rank(2).killedBySignal(SIGKILL));
+}
+
+TEST(ProcessFailures, AStoppedRankIsATimeoutAtTheDeadline) {
+  Job job(3, {"loop", "1000", "0"}, "3s");
+  ASSERT_TRUE(job.allReady());
+  job.rank(1).signal(SIGSTOP);
+  auto stopped = std::chrono::steady_clock::now();
+  // Rank 2 receives from rank 1 in the ring: it waits for the stopped rank.
+  ASSERT_TRUE(job.rank(2).wait(20s));
+  auto took = std::chrono::steady_clock::now() - stopped;
+  EXPECT_EQ(job.rank(2).exitCode(), 11) << job.rank(2).err();
+  EXPECT_NE(job.rank(2).err().find("timed out after 3000 ms waiting for rank 1"),
+            std::string::npos)
+      << job.rank(2).err();
+  EXPECT_GE(took, 2500ms);
+  EXPECT_LT(took, 10s);
+  ASSERT_TRUE(job.rank(0).wait(20s));
+  EXPECT_TRUE(job.rank(0).exitCode() == 11 || job.rank(0).exitCode() == 10)
+      << job.rank(0).err();
+  job.rank(1).signal(SIGKILL);
+  job.rank(1).signal(SIGCONT);
+  ASSERT_TRUE(job.rank(1).wait(5s));
+}
+
+TEST(ProcessFailures, RanksThatDisagreeOnTheCountBothRaiseMismatch) {
+  Job job(2, {}, "30s", [](int r) {
+    return std::vector<std::string>{"count", r == 0 ? "100" : "300"};
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(job.rank(r).wait(20s));
+    EXPECT_EQ(job.rank(r).exitCode(), 12) << "rank " << r << ": " << job.rank(r).err();
+    EXPECT_NE(job.rank(r).err().find("allreduce#0"), std::string::npos) << job.rank(r).err();
+  }
+}
+
+}  // namespace
+}  // namespace collx

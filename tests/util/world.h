@@ -1,0 +1,52 @@
+// World: P ranks as threads in this process, each with a Context over one HashStore and
+// real TCP (loopback) between them. Threads are created once and reused for every job.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collx/collx.h"
+
+namespace collx::test {
+
+class World {
+ public:
+  // Forms a world of `size` ranks (throws what a rank threw while forming).
+  explicit World(int size, ContextOptions options = {});
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  int size() const { return size_; }
+  Context& context(int rank) { return *contexts_[rank]; }
+
+  // Runs job(rank, context) on every rank's thread at once and waits for all. Returns what
+  // each rank threw (nullptr where it returned).
+  std::vector<std::exception_ptr> run(const std::function<void(int, Context&)>& job);
+  // Like run(), but fails the calling test (ADD_FAILURE) naming each rank that threw.
+  void runOk(const std::function<void(int, Context&)>& job);
+
+ private:
+  void loop(int rank);
+  int size_;
+  std::vector<std::shared_ptr<Context>> contexts_;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  const std::function<void(int, Context&)>* job_ = nullptr;
+  std::uint64_t generation_ = 0;
+  int running_ = 0;
+  bool stop_ = false;
+  std::vector<std::exception_ptr> errors_;
+};
+
+// The message of an exception_ptr ("" for nullptr).
+std::string messageOf(const std::exception_ptr& error);
+
+}  // namespace collx::test

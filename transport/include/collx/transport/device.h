@@ -1,0 +1,49 @@
+// Device: one transport's share of a context (all its pairs, its sockets or segments). The
+// mesh drives every device's progress from one thread at a time.
+#pragma once
+
+#include <poll.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "collx/transport/pair.h"
+
+namespace collx {
+class Error;
+}
+
+namespace collx::transport {
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual const char* name() const = 0;
+
+  // This rank's address on this device, for peers ("" when peers need none).
+  virtual std::string address() const = 0;
+  // Whether this device can reach `peer`, given the address it published on this device.
+  virtual bool canConnect(int peer, const std::string& peerAddress) const = 0;
+  // Connects to `peers` (all of which chose this device; addresses indexed like peers).
+  // Blocking, bounded by `deadline`. Returns one pair per peer, owned by the device.
+  virtual std::vector<Pair*> connect(const std::vector<int>& peers,
+                                     const std::vector<std::string>& addresses,
+                                     std::chrono::steady_clock::time_point deadline) = 0;
+
+  // Descriptors the mesh polls for this device, with the events wanted now (readable always,
+  // writable while output waits). Appended to `fds`; returns how many were added.
+  virtual std::size_t addPollFds(std::vector<pollfd>& fds) = 0;
+
+  // Moves every byte that can move now without blocking, given the poll() results for the
+  // descriptors this device added (same order), and completes what finished. Returns true
+  // when anything happened. Throws collx::Error when a peer failed (IoError naming it) or
+  // broke the protocol; the mesh then fails everything in flight.
+  virtual bool progress(const pollfd* results, std::size_t count) = 0;
+
+  // Fails every request in flight with `error` and stops touching their buffers.
+  virtual void failAll(const Error& error) noexcept = 0;
+};
+
+}  // namespace collx::transport

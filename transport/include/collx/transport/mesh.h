@@ -1,0 +1,115 @@
+// Mesh: every pair of one context (one per peer, each over the transport chosen for it),
+// and the progress loop that drives them.
+//
+// Threading: post() and progress() are called by one thread at a time, the one driving
+// progress (the engine serializes them); wakeup() and abort() may be called from any
+// thread. After the first error the mesh is failed for good: every request in flight ends
+// with that error, and later posts throw it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "collx/base/error.h"
+#include "collx/transport/device.h"
+#include "collx/transport/message.h"
+#include "collx/transport/pair.h"
+#include "collx/transport/request.h"
+
+namespace collx::transport {
+
+using Clock = std::chrono::steady_clock;
+
+struct MeshOptions {
+  int rank = 0;
+  int size = 1;
+  std::string jobId = "default";
+  std::int64_t generation = 0;
+  // Bounds connecting; collectives have their own deadlines.
+  std::chrono::milliseconds timeout{30000};
+  Describer describer;
+  // "auto" (the best transport per peer) or a transport name that every pair must use.
+  std::string transport = "auto";
+  // TCP: streams per peer, the interface to use ("" = the one that routes to routeHost),
+  // the size up to which messages are sent eagerly.
+  int tcpStreams = 1;
+  std::string ifname;
+  std::string routeHost;
+  std::uint64_t eagerLimit = 65536;
+};
+
+// State every pair of a mesh shares.
+struct LinkState {
+  int rank = 0;
+  Describer describer;
+  // Collectives in progress on this rank (sequence number -> fingerprint): a message of one
+  // of them with another fingerprint is a mismatch at once, whatever its step.
+  std::unordered_map<std::uint64_t, Fingerprint> active;
+
+  std::string describe(const MessageKey& key, const Fingerprint& fp) const;
+};
+
+class Mesh {
+ public:
+  // Creates the devices (a TCP listener bound and listening). Blocking only briefly.
+  explicit Mesh(const MeshOptions& options);
+  ~Mesh();
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  // This rank's address for peers: opaque, moved through the store by the API layer.
+  std::string address() const;
+  // Connects to every peer given every rank's address (indexed by rank), choosing each
+  // pair's transport. Blocking, bounded by `deadline`: TimeoutError names the peers that
+  // are missing, IoError those that cannot be reached.
+  void connect(const std::vector<std::string>& addresses, Clock::time_point deadline);
+
+  int rank() const noexcept { return options_.rank; }
+  int size() const noexcept { return options_.size; }
+  const MeshOptions& options() const noexcept { return options_; }
+  // "self", "tcp 127.0.0.1:40123": for error messages and benchmark headers.
+  std::string describePeer(int peer) const;
+  // Transport names per peer ("self", "tcp", ...), indexed by rank.
+  std::vector<std::string> transportNames() const;
+  LinkState& link() noexcept { return link_; }
+
+  // Posts a request on its peer's pair (see Pair::post). Throws the mesh's error if failed.
+  void post(Request& request);
+
+  // One round: waits up to `wait` for anything to happen (0: just looks), then moves what
+  // can move. Returns true when anything happened. On a transport error, fails every
+  // request in flight and throws it.
+  bool progress(std::chrono::microseconds wait);
+
+  // Thread-safe: makes a progress() that is waiting return at once.
+  void wakeup() noexcept;
+  // Thread-safe: fails the mesh with Aborted; wakes a waiting progress().
+  void abort(const std::string& why) noexcept;
+
+  // The error that failed the mesh, if any (thread-safe).
+  std::exception_ptr failure() const;
+  // Fails every request in flight with `error` and poisons the mesh (first error wins).
+  void fail(const Error& error) noexcept;
+
+ private:
+  MeshOptions options_;
+  LinkState link_;
+  std::vector<std::unique_ptr<Device>> devices_;  // in priority order: self, tcp
+  std::vector<Pair*> pairs_;                       // by peer rank
+  std::vector<std::string> transportNames_;
+  std::vector<pollfd> fds_;
+  int wakeFd_ = -1;
+  std::atomic<bool> abortRequested_{false};
+  std::string abortReason_;
+  mutable std::mutex failureMutex_;
+  std::exception_ptr failure_;
+  std::atomic<bool> failed_{false};
+};
+
+}  // namespace collx::transport

@@ -1,0 +1,32 @@
+// Pair: this rank's connection to one peer, over one transport.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collx/transport/request.h"
+
+namespace collx::transport {
+
+class Pair {
+ public:
+  explicit Pair(int peer) : peer_(peer) {}
+  virtual ~Pair() = default;
+  Pair(const Pair&) = delete;
+  Pair& operator=(const Pair&) = delete;
+
+  int peer() const noexcept { return peer_; }
+
+  // Posts a send or a receive (request.kind). Non-blocking; called on the thread that drives
+  // progress. The request may complete before post() returns. Throws collx::Error when the
+  // pair is broken or the message contradicts what the peer announced (MismatchError).
+  virtual void post(Request& request) = 0;
+
+  // "tcp 127.0.0.1:40123", "self": for error messages.
+  virtual std::string describe() const = 0;
+
+ private:
+  int peer_;
+};
+
+}  // namespace collx::transport

@@ -1,0 +1,211 @@
+#include "collx/transport/mesh.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <map>
+
+#include "collx/base/log.h"
+#include "self_device.h"
+#include "tcp/tcp_device.h"
+
+namespace collx::transport {
+
+std::string describePlain(const MessageKey& key, const Fingerprint& fp) {
+  return (key.space == Space::kPointToPoint ? "p2p tag " : "collective " + std::to_string(fp.coll) + " #") +
+         std::to_string(key.seq) + " step " + std::to_string(key.step) + " dtype " +
+         std::to_string(fp.dtype) + " count " + std::to_string(fp.count);
+}
+
+std::string LinkState::describe(const MessageKey& key, const Fingerprint& fp) const {
+  return describer ? describer(key, fp) : describePlain(key, fp);
+}
+
+namespace {
+
+// "self;tcp=10.0.0.1:4000" -> {"self": "", "tcp": "10.0.0.1:4000"}
+std::map<std::string, std::string> parseAddress(const std::string& blob) {
+  std::map<std::string, std::string> out;
+  std::size_t start = 0;
+  while (start <= blob.size()) {
+    std::size_t end = blob.find(';', start);
+    if (end == std::string::npos) end = blob.size();
+    std::string item = blob.substr(start, end - start);
+    if (!item.empty()) {
+      std::size_t eq = item.find('=');
+      out[item.substr(0, eq)] = eq == std::string::npos ? "" : item.substr(eq + 1);
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Mesh::Mesh(const MeshOptions& options) : options_(options) {
+  link_.rank = options_.rank;
+  link_.describer = options_.describer;
+  if (options_.transport != "auto" && options_.transport != "tcp") {
+    throw InvalidArgument(Where{options_.rank, "transport", -1},
+                          "COLLX_TRANSPORT='" + options_.transport +
+                              "' is not a transport of this build (auto, tcp)");
+  }
+  devices_.push_back(std::make_unique<SelfDevice>(options_.rank, link_));
+  devices_.push_back(std::make_unique<tcp::TcpDevice>(link_, options_));
+  pairs_.assign(static_cast<std::size_t>(options_.size), nullptr);
+  transportNames_.assign(static_cast<std::size_t>(options_.size), "");
+  wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0) {
+    throw IoError(Where{options_.rank, "transport", -1},
+                  std::string("eventfd failed: ") + std::strerror(errno));
+  }
+}
+
+Mesh::~Mesh() {
+  devices_.clear();  // pairs say goodbye and close their sockets
+  if (wakeFd_ >= 0) ::close(wakeFd_);
+}
+
+std::string Mesh::address() const {
+  std::string out;
+  for (const auto& device : devices_) {
+    if (!out.empty()) out += ";";
+    out += std::string(device->name()) + "=" + device->address();
+  }
+  return out;
+}
+
+void Mesh::connect(const std::vector<std::string>& addresses, Clock::time_point deadline) {
+  const int n = options_.size;
+  if (static_cast<int>(addresses.size()) != n) {
+    throw InvalidArgument(Where{options_.rank, "connect", -1},
+                          std::to_string(addresses.size()) + " addresses for " +
+                              std::to_string(n) + " ranks");
+  }
+  // Each peer's transport: the first device, in priority order, that can reach it.
+  std::vector<std::vector<int>> peersOf(devices_.size());
+  std::vector<std::vector<std::string>> addressesOf(devices_.size());
+  for (int peer = 0; peer < n; ++peer) {
+    auto published = parseAddress(addresses[peer]);
+    bool found = false;
+    for (std::size_t d = 0; d < devices_.size() && !found; ++d) {
+      Device& device = *devices_[d];
+      std::string name = device.name();
+      bool allowed = name == "self" ? peer == options_.rank
+                                    : options_.transport == "auto" || options_.transport == name;
+      auto it = published.find(name);
+      if (!allowed || it == published.end() || !device.canConnect(peer, it->second)) continue;
+      peersOf[d].push_back(peer);
+      addressesOf[d].push_back(it->second);
+      transportNames_[peer] = name;
+      found = true;
+    }
+    if (!found) {
+      throw IoError(Where{options_.rank, "connect", peer},
+                    "no transport can reach rank " + std::to_string(peer) + " (it published '" +
+                        addresses[peer] + "', COLLX_TRANSPORT=" + options_.transport + ")");
+    }
+  }
+  for (std::size_t d = 0; d < devices_.size(); ++d) {
+    if (peersOf[d].empty()) continue;
+    std::vector<Pair*> pairs = devices_[d]->connect(peersOf[d], addressesOf[d], deadline);
+    for (std::size_t i = 0; i < pairs.size(); ++i) pairs_[peersOf[d][i]] = pairs[i];
+  }
+}
+
+std::string Mesh::describePeer(int peer) const {
+  if (peer < 0 || peer >= options_.size || pairs_[peer] == nullptr) return "unconnected";
+  return pairs_[peer]->describe();
+}
+
+std::vector<std::string> Mesh::transportNames() const { return transportNames_; }
+
+void Mesh::post(Request& request) {
+  if (failed_.load(std::memory_order_acquire)) std::rethrow_exception(failure());
+  if (request.peer < 0 || request.peer >= options_.size || pairs_[request.peer] == nullptr) {
+    throw InvalidArgument(Where{options_.rank, "post", request.peer},
+                          "no connection to rank " + std::to_string(request.peer));
+  }
+  try {
+    pairs_[request.peer]->post(request);
+  } catch (const Error& e) {
+    fail(e);
+    throw;
+  }
+}
+
+bool Mesh::progress(std::chrono::microseconds wait) {
+  if (failed_.load(std::memory_order_acquire)) std::rethrow_exception(failure());
+  if (abortRequested_.load(std::memory_order_acquire)) {
+    Aborted error(Where{options_.rank, "transport", -1}, abortReason_);
+    fail(error);
+    throw error;
+  }
+  fds_.clear();
+  fds_.push_back(pollfd{wakeFd_, POLLIN, 0});
+  std::vector<std::size_t> counts;
+  counts.reserve(devices_.size());
+  for (auto& device : devices_) counts.push_back(device->addPollFds(fds_));
+  int timeoutMs = 0;
+  if (wait.count() > 0) timeoutMs = static_cast<int>((wait.count() + 999) / 1000);
+  int ready = ::poll(fds_.data(), fds_.size(), timeoutMs);
+  if (ready < 0 && errno != EINTR) {
+    IoError error(Where{options_.rank, "transport", -1},
+                  std::string("poll failed: ") + std::strerror(errno));
+    fail(error);
+    throw error;
+  }
+  bool moved = false;
+  if (ready > 0 && (fds_[0].revents & POLLIN)) {
+    std::uint64_t value;
+    ssize_t ignored = ::read(wakeFd_, &value, sizeof(value));
+    (void)ignored;
+    moved = true;
+  }
+  try {
+    std::size_t at = 1;
+    for (std::size_t d = 0; d < devices_.size(); ++d) {
+      moved |= devices_[d]->progress(fds_.data() + at, counts[d]);
+      at += counts[d];
+    }
+  } catch (const Error& e) {
+    fail(e);
+    throw;
+  }
+  return moved;
+}
+
+void Mesh::wakeup() noexcept {
+  std::uint64_t one = 1;
+  ssize_t ignored = ::write(wakeFd_, &one, sizeof(one));
+  (void)ignored;
+}
+
+void Mesh::abort(const std::string& why) noexcept {
+  abortReason_ = why;
+  abortRequested_.store(true, std::memory_order_release);
+  wakeup();
+}
+
+std::exception_ptr Mesh::failure() const {
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  return failure_;
+}
+
+void Mesh::fail(const Error& error) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    if (failure_) return;
+    try {
+      throwError(error.kind(), error.where(), error.detail());
+    } catch (...) {
+      failure_ = std::current_exception();
+    }
+  }
+  failed_.store(true, std::memory_order_release);
+  COLLX_DEBUG(kTcp, "rank {}: transport failed: {}", options_.rank, error.what());
+  for (auto& device : devices_) device->failAll(error);
+}
+
+}  // namespace collx::transport

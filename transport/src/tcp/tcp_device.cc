@@ -1,0 +1,436 @@
+#include "tcp_device.h"
+
+#include <asio.hpp>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "collx/base/log.h"
+
+namespace collx::transport::tcp {
+
+using asio::ip::tcp;
+
+namespace {
+
+constexpr char kHelloMagic[4] = {'C', 'L', 'X', 'T'};
+constexpr std::uint32_t kHelloVersion = 1;
+
+struct Hello {
+  char magic[4];
+  std::uint32_t version;
+  std::uint64_t job;
+  std::int64_t generation;
+  std::int32_t from;
+  std::int32_t to;
+  std::uint32_t stream;
+  std::uint32_t streams;
+};
+static_assert(sizeof(Hello) == 40);
+
+struct Ack {
+  char magic[4];
+  std::uint32_t status;
+};
+
+enum AckStatus : std::uint32_t {
+  kAckOk = 0,
+  kAckWrongJob = 1,
+  kAckWrongRank = 2,
+  kAckDuplicate = 3,
+  kAckBadStream = 4,
+};
+
+const char* ackText(std::uint32_t status) {
+  switch (status) {
+    case kAckOk: return "ok";
+    case kAckWrongJob: return "it belongs to another job or generation";
+    case kAckWrongRank: return "it is not the rank this connection was meant for";
+    case kAckDuplicate: return "a connection for that stream already exists";
+    case kAckBadStream: return "the stream counts differ (COLLX_TCP_STREAMS)";
+  }
+  return "unknown refusal";
+}
+
+std::uint64_t jobHash(const std::string& job, std::int64_t generation) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : job) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h ^ static_cast<std::uint64_t>(generation) * 0x9e3779b97f4a7c15ull;
+}
+
+std::string hostPort(const asio::ip::address& address, std::uint16_t port) {
+  std::string host = address.to_string();
+  if (address.is_v6()) host = "[" + host + "]";
+  return host + ":" + std::to_string(port);
+}
+
+// "ip:port" / "[v6]:port" -> endpoint. Throws InvalidArgument.
+tcp::endpoint parseEndpoint(const std::string& text, const Where& where) {
+  std::size_t colon = text.rfind(':');
+  if (colon == std::string::npos) throw InvalidArgument(where, "bad tcp address '" + text + "'");
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  asio::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  int port = std::atoi(text.c_str() + colon + 1);
+  if (ec || port <= 0 || port > 65535) {
+    throw InvalidArgument(where, "bad tcp address '" + text + "'");
+  }
+  return tcp::endpoint(address, static_cast<std::uint16_t>(port));
+}
+
+// The address of interface `name`, IPv4 preferred.
+std::string interfaceAddress(const std::string& name, const Where& where) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) {
+    throw IoError(where, std::string("getifaddrs failed: ") + std::strerror(errno));
+  }
+  std::string v4, v6, names;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    if (names.find(std::string(i->ifa_name) + ",") == std::string::npos) {
+      names += std::string(i->ifa_name) + ",";
+    }
+    if (name != i->ifa_name) continue;
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (i->ifa_addr->sa_family == AF_INET && v4.empty()) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof(buf));
+      v4 = buf;
+    } else if (i->ifa_addr->sa_family == AF_INET6 && v6.empty()) {
+      auto* a6 = reinterpret_cast<sockaddr_in6*>(i->ifa_addr);
+      if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;
+      ::inet_ntop(AF_INET6, &a6->sin6_addr, buf, sizeof(buf));
+      v6 = buf;
+    }
+  }
+  ::freeifaddrs(list);
+  if (!v4.empty()) return v4;
+  if (!v6.empty()) return v6;
+  if (!names.empty()) names.pop_back();
+  throw InvalidArgument(where, "COLLX_IFNAME=" + name +
+                                   ": no such interface with an address (interfaces: " + names +
+                                   ")");
+}
+
+// The local address whose route reaches `host` (no packet is sent: a UDP connect only
+// asks the kernel for the route).
+std::string routeTo(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* list = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &list) != 0) return "";
+  std::string result;
+  for (addrinfo* ai = list; ai != nullptr && result.empty(); ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+      sockaddr_storage local{};
+      socklen_t len = sizeof(local);
+      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+        char buf[INET6_ADDRSTRLEN] = {};
+        if (local.ss_family == AF_INET) {
+          ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, buf, sizeof(buf));
+        } else {
+          ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, buf,
+                      sizeof(buf));
+        }
+        result = buf;
+      }
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(list);
+  return result;
+}
+
+std::string chooseLocalAddress(const MeshOptions& options, const Where& where) {
+  if (!options.ifname.empty()) return interfaceAddress(options.ifname, where);
+  if (!options.routeHost.empty()) {
+    std::string routed = routeTo(options.routeHost);
+    if (!routed.empty()) return routed;
+  }
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) == 0) {
+    std::string routed = routeTo(name);
+    if (!routed.empty()) return routed;
+  }
+  return "127.0.0.1";
+}
+
+void configureSocket(int fd) {
+  int flags = ::fcntl(fd, F_GETFL, 0);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+}
+
+}  // namespace
+
+struct TcpDevice::Impl {
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+};
+
+TcpDevice::TcpDevice(LinkState& link, const MeshOptions& options)
+    : link_(link), options_(options), impl_(std::make_unique<Impl>()) {
+  Where where{options.rank, "tcp listen", -1};
+  if (options_.tcpStreams < 1 || options_.tcpStreams > 64) {
+    throw InvalidArgument(where, "COLLX_TCP_STREAMS=" + std::to_string(options_.tcpStreams) +
+                                     " is outside 1..64");
+  }
+  std::string ip = chooseLocalAddress(options_, where);
+  asio::error_code ec;
+  auto address = asio::ip::make_address(ip, ec);
+  if (ec) throw IoError(where, "bad local address '" + ip + "'");
+  tcp::endpoint endpoint(address, 0);
+  impl_->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl_->acceptor.bind(endpoint, ec);
+  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw IoError(where, "cannot listen on " + ip + ": " + ec.message());
+  address_ = hostPort(address, impl_->acceptor.local_endpoint().port());
+  COLLX_DEBUG(kTcp, "rank {}: listening on {}", options_.rank, address_);
+}
+
+TcpDevice::~TcpDevice() {
+  for (auto& pair : pairs_) pair->sendGoodbye();
+}
+
+bool TcpDevice::canConnect(int, const std::string& peerAddress) const {
+  return !peerAddress.empty();
+}
+
+std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
+                                      const std::vector<std::string>& addresses,
+                                      std::chrono::steady_clock::time_point deadline) {
+  const int self = options_.rank;
+  const int streams = options_.tcpStreams;
+  const std::uint64_t job = jobHash(options_.jobId, options_.generation);
+  Where where{self, "connect (tcp)", -1};
+  std::map<int, std::size_t> index;
+  for (std::size_t i = 0; i < peers.size(); ++i) index[peers[i]] = i;
+  std::vector<std::vector<int>> fds(peers.size(), std::vector<int>(streams, -1));
+  std::vector<std::string> lastError(peers.size());
+  std::size_t needOut = 0, needIn = 0, doneOut = 0, doneIn = 0;
+  for (int peer : peers) (peer < self ? needOut : needIn) += static_cast<std::size_t>(streams);
+  std::string fatal;  // a refusal that retrying cannot fix
+
+  asio::io_context& io = impl_->io;
+  io.restart();
+  asio::steady_timer timer(io);
+  timer.expires_at(deadline);
+  timer.async_wait([&](const asio::error_code& ec) {
+    if (!ec) io.stop();
+  });
+  auto finished = [&] {
+    if ((doneOut == needOut && doneIn == needIn) || !fatal.empty()) io.stop();
+  };
+
+  // Outgoing: this rank dials every lower rank, once per stream, retrying until the deadline.
+  std::function<void(std::size_t, int)> dial = [&](std::size_t i, int stream) {
+    auto socket = std::make_shared<tcp::socket>(io);
+    auto hello = std::make_shared<Hello>();
+    std::memcpy(hello->magic, kHelloMagic, 4);
+    hello->version = kHelloVersion;
+    hello->job = job;
+    hello->generation = options_.generation;
+    hello->from = self;
+    hello->to = peers[i];
+    hello->stream = static_cast<std::uint32_t>(stream);
+    hello->streams = static_cast<std::uint32_t>(streams);
+    auto ack = std::make_shared<Ack>();
+    auto retry = [&, i, stream](const std::string& why) {
+      lastError[i] = why;
+      auto wait = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(50));
+      wait->async_wait([&, wait, i, stream](const asio::error_code& ec) {
+        if (!ec) dial(i, stream);
+      });
+    };
+    tcp::endpoint endpoint = parseEndpoint(addresses[i], where);
+    socket->async_connect(endpoint, [&, socket, hello, ack, i, stream, retry](const asio::error_code& ec) {
+      if (ec) return retry(ec.message());
+      asio::async_write(*socket, asio::buffer(hello.get(), sizeof(Hello)),
+                        [&, socket, hello, ack, i, stream, retry](const asio::error_code& ec2, std::size_t) {
+        if (ec2) return retry(ec2.message());
+        asio::async_read(*socket, asio::buffer(ack.get(), sizeof(Ack)),
+                         [&, socket, ack, i, stream, retry](const asio::error_code& ec3, std::size_t) {
+          if (ec3) return retry("no answer to the hello: " + ec3.message());
+          if (std::memcmp(ack->magic, kHelloMagic, 4) != 0) {
+            fatal = "what listens at " + addresses[i] + " for rank " + std::to_string(peers[i]) +
+                    " is not a collx rank";
+            return finished();
+          }
+          if (ack->status != kAckOk) {
+            fatal = "rank " + std::to_string(peers[i]) + " (" + addresses[i] +
+                    ") refused the connection: " + ackText(ack->status);
+            return finished();
+          }
+          fds[i][stream] = socket->release();
+          ++doneOut;
+          finished();
+        });
+      });
+    });
+  };
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    if (peers[i] < self) {
+      for (int s = 0; s < streams; ++s) dial(i, s);
+    }
+  }
+
+  // Incoming: every higher rank dials us. Anything else that connects is refused and logged.
+  std::function<void()> acceptNext = [&] {
+    impl_->acceptor.async_accept([&](const asio::error_code& ec, tcp::socket accepted) {
+      if (ec) {
+        if (ec != asio::error::operation_aborted) acceptNext();
+        return;
+      }
+      auto socket = std::make_shared<tcp::socket>(std::move(accepted));
+      auto hello = std::make_shared<Hello>();
+      std::string from = "unknown";
+      asio::error_code ignored;
+      auto remote = socket->remote_endpoint(ignored);
+      if (!ignored) from = hostPort(remote.address(), remote.port());
+      asio::async_read(*socket, asio::buffer(hello.get(), sizeof(Hello)),
+                       [&, socket, hello, from](const asio::error_code& ec2, std::size_t) {
+        if (ec2) {
+          COLLX_WARN(kTcp, "rank {}: dropped a connection from {} that sent no hello: {}", self,
+                     from, ec2.message());
+          return;
+        }
+        auto refuse = [&, socket, from](std::uint32_t status, const std::string& why) {
+          COLLX_WARN(kTcp, "rank {}: refused a connection from {}: {}", self, from, why);
+          if (status == 0xFFFFFFFFu) return;  // not even a collx hello: just close
+          auto ack = std::make_shared<Ack>();
+          std::memcpy(ack->magic, kHelloMagic, 4);
+          ack->status = status;
+          asio::async_write(*socket, asio::buffer(ack.get(), sizeof(Ack)),
+                            [socket, ack](const asio::error_code&, std::size_t) {});
+        };
+        if (std::memcmp(hello->magic, kHelloMagic, 4) != 0 || hello->version != kHelloVersion) {
+          return refuse(0xFFFFFFFFu, "not a collx rank (bad hello)");
+        }
+        if (hello->job != job || hello->generation != options_.generation) {
+          return refuse(kAckWrongJob, "rank " + std::to_string(hello->from) +
+                                          " of another job or generation");
+        }
+        auto it = index.find(hello->from);
+        if (hello->to != self || it == index.end() || hello->from <= self) {
+          return refuse(kAckWrongRank, "hello from rank " + std::to_string(hello->from) +
+                                           " to rank " + std::to_string(hello->to));
+        }
+        if (hello->streams != static_cast<std::uint32_t>(streams) ||
+            hello->stream >= static_cast<std::uint32_t>(streams)) {
+          return refuse(kAckBadStream, "rank " + std::to_string(hello->from) + " uses " +
+                                           std::to_string(hello->streams) + " streams, this rank " +
+                                           std::to_string(streams));
+        }
+        int* slot = &fds[it->second][hello->stream];
+        if (*slot != -1) {
+          return refuse(kAckDuplicate, "a second connection from rank " +
+                                           std::to_string(hello->from) + " stream " +
+                                           std::to_string(hello->stream));
+        }
+        *slot = -2;  // reserved until the ack is out
+        auto ack = std::make_shared<Ack>();
+        std::memcpy(ack->magic, kHelloMagic, 4);
+        ack->status = kAckOk;
+        asio::async_write(*socket, asio::buffer(ack.get(), sizeof(Ack)),
+                          [&, socket, ack, slot](const asio::error_code& ec3, std::size_t) {
+          if (ec3) {
+            *slot = -1;
+            return;
+          }
+          *slot = socket->release();
+          ++doneIn;
+          finished();
+        });
+      });
+      if (doneIn < needIn) acceptNext();
+    });
+  };
+  if (needIn > 0) acceptNext();
+  if (needOut + needIn > 0) io.run();
+  timer.cancel();
+  asio::error_code ignored;
+  impl_->acceptor.close(ignored);  // every expected connection is in (or we give up)
+  io.restart();
+  io.poll();  // let cancelled handlers run and release their sockets
+
+  auto closeAll = [&] {
+    for (auto& row : fds) {
+      for (int& fd : row) {
+        if (fd >= 0) ::close(fd);
+        fd = -1;
+      }
+    }
+  };
+  if (!fatal.empty()) {
+    closeAll();
+    throw IoError(where, fatal);
+  }
+  if (doneOut != needOut || doneIn != needIn) {
+    std::string missing;
+    for (std::size_t i = 0; i < peers.size(); ++i) {
+      int have = 0;
+      for (int fd : fds[i]) have += fd >= 0 ? 1 : 0;
+      if (have == streams) continue;
+      missing += (missing.empty() ? "" : "; ") + std::string("rank ") + std::to_string(peers[i]);
+      if (peers[i] < self) {
+        missing += " (" + addresses[i] + ": " +
+                   (lastError[i].empty() ? std::string("no answer") : lastError[i]) + ")";
+      } else {
+        missing += " (never connected to " + address_ + ")";
+      }
+    }
+    closeAll();
+    throw TimeoutError(where, "could not connect within the timeout to " + missing);
+  }
+  std::vector<Pair*> out;
+  TcpPairOptions pairOptions;
+  pairOptions.eagerLimit = options_.eagerLimit;
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    for (int fd : fds[i]) configureSocket(fd);
+    pairs_.push_back(std::make_unique<TcpPair>(peers[i], link_, fds[i], pairOptions, addresses[i]));
+    out.push_back(pairs_.back().get());
+  }
+  COLLX_DEBUG(kTcp, "rank {}: connected to {} peers over {} stream(s) each", self, peers.size(),
+              streams);
+  return out;
+}
+
+std::size_t TcpDevice::addPollFds(std::vector<pollfd>& fds) {
+  std::size_t added = 0;
+  for (auto& pair : pairs_) added += pair->addPollFds(fds);
+  return added;
+}
+
+bool TcpDevice::progress(const pollfd* results, std::size_t count) {
+  bool moved = false;
+  std::size_t at = 0;
+  const std::size_t streams = static_cast<std::size_t>(options_.tcpStreams);
+  for (auto& pair : pairs_) {
+    if (at + streams > count) break;
+    moved |= pair->progress(results + at, streams);
+    at += streams;
+  }
+  return moved;
+}
+
+void TcpDevice::failAll(const Error& error) noexcept {
+  for (auto& pair : pairs_) pair->failAll(error);
+}
+
+}  // namespace collx::transport::tcp

@@ -1,0 +1,45 @@
+// TcpDevice: the TCP transport of one context: a listener, and a TcpPair per peer over
+// `streams` connections each. Connecting uses Asio (resolve, connect and accept bounded by
+// the deadline, a hello that proves the connection comes from a rank of this job and
+// generation); the data path then runs on the raw sockets under the mesh's poll loop,
+// because Asio's reactor keeps every socket armed for readability and would wake a thread
+// on every message even while the caller polls for it itself.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collx/transport/device.h"
+#include "collx/transport/mesh.h"
+#include "tcp_pair.h"
+
+namespace collx::transport::tcp {
+
+class TcpDevice final : public Device {
+ public:
+  // Picks the local address (COLLX_IFNAME, else the one that routes to options.routeHost,
+  // else the host name's) and listens on it. Throws IoError / InvalidArgument.
+  TcpDevice(LinkState& link, const MeshOptions& options);
+  ~TcpDevice() override;
+
+  const char* name() const override { return "tcp"; }
+  std::string address() const override { return address_; }
+  bool canConnect(int peer, const std::string& peerAddress) const override;
+  std::vector<Pair*> connect(const std::vector<int>& peers,
+                             const std::vector<std::string>& addresses,
+                             std::chrono::steady_clock::time_point deadline) override;
+  std::size_t addPollFds(std::vector<pollfd>& fds) override;
+  bool progress(const pollfd* results, std::size_t count) override;
+  void failAll(const Error& error) noexcept override;
+
+ private:
+  struct Impl;
+  LinkState& link_;
+  MeshOptions options_;
+  std::string address_;  // "ip:port" ("[v6]:port")
+  std::unique_ptr<Impl> impl_;
+  std::vector<std::unique_ptr<TcpPair>> pairs_;
+};
+
+}  // namespace collx::transport::tcp
