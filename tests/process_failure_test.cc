@@ -60,7 +60,9 @@ TEST(ProcessFailures, AKilledRankIsAnIoErrorNamingItOnEveryOtherRank) {
   for (int r : {0, 1, 3}) {
     ASSERT_TRUE(job.rank(r).wait(20s)) << "rank " << r << " did not notice";
     EXPECT_EQ(job.rank(r).exitCode(), 10) << "rank " << r << ": " << job.rank(r).err();
-    EXPECT_NE(job.rank(r).err().find("rank 2"), std::string::npos) << job.rank(r).err();
+    EXPECT_NE(job.rank(r).err().find("(peer rank 2)"), std::string::npos) << job.rank(r).err();
+    EXPECT_NE(job.rank(r).err().find("rank 2 died or was killed"), std::string::npos)
+        << job.rank(r).err();
   }
   // Noticed through the connections, not by the 60 s timeout.
   EXPECT_LT(std::chrono::steady_clock::now() - killed, 15s);

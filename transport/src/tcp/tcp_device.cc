@@ -430,6 +430,9 @@ bool TcpDevice::progress(const pollfd* results, std::size_t count) {
 }
 
 void TcpDevice::failAll(const Error& error) noexcept {
+  // Every peer learns why this rank fails (so that a rank killed elsewhere is named in
+  // every rank's error, not the neighbour that noticed first), then everything stops.
+  for (auto& pair : pairs_) pair->sendError(error.kind(), error.detail(), error.peer());
   for (auto& pair : pairs_) pair->failAll(error);
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "collx/base/log.h"
@@ -225,7 +226,7 @@ void TcpPair::verify(const Request& request, const FrameHeader& h) {
 }
 
 void TcpPair::mismatch(const std::string& text) {
-  sendError(ErrorKind::kMismatch, text);
+  // The mesh tells every peer (this one too) when it fails with this error.
   throw MismatchError(where(), text);
 }
 
@@ -619,13 +620,17 @@ void TcpPair::onPayloadDone(Stream& s) {
       break;
     }
     case Sink::kErrorText: {
+      // The peer failed: raise its error here, naming the rank it names.
       std::string text(rx.text.begin(), rx.text.end());
       ErrorKind kind = ErrorKind::kIo;
       if (!text.empty()) {
         kind = static_cast<ErrorKind>(static_cast<std::uint8_t>(text[0]));
         text.erase(0, 1);
       }
-      throwError(kind, where(), "rank " + std::to_string(peer()) + " reported: " + text);
+      int culprit = rx.header.root;
+      if (culprit < 0 || culprit == link_.rank) culprit = peer();
+      if (culprit != peer()) text = "rank " + std::to_string(peer()) + " failed: " + text;
+      throwError(kind, Where{link_.rank, "tcp", culprit}, text);
     }
     case Sink::kNone:
       break;
@@ -657,12 +662,51 @@ void TcpPair::failAll(const Error& error) noexcept {
   for (Request* request : pending) request->onComplete(&error);
 }
 
-void TcpPair::sendError(ErrorKind kind, const std::string& text) noexcept {
+bool TcpPair::finishPartial(Stream& s, std::chrono::milliseconds budget) noexcept {
+  if (s.partialLane == -1) return true;
+  OutFrame& f = s.partialLane == 0 ? s.control.front() : s.data.front();
+  auto deadline = std::chrono::steady_clock::now() + budget;
+  while (f.sent < f.total()) {
+    iovec iov[2];
+    int n = 0;
+    std::uint64_t skip = f.sent;
+    if (skip < sizeof(FrameHeader)) {
+      iov[n++] = {reinterpret_cast<std::uint8_t*>(&f.header) + skip, sizeof(FrameHeader) - skip};
+      skip = 0;
+    } else {
+      skip -= sizeof(FrameHeader);
+    }
+    if (f.payloadLength > skip) {
+      iov[n++] = {const_cast<std::uint8_t*>(f.payload) + skip, f.payloadLength - skip};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(n);
+    ssize_t written = ::sendmsg(s.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (written > 0) {
+      f.sent += static_cast<std::uint64_t>(written);
+      continue;
+    }
+    if (written < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{s.fd, POLLOUT, 0};
+    ::poll(&p, 1, static_cast<int>(left.count()));
+  }
+  s.partialLane = -1;
+  return true;
+}
+
+void TcpPair::sendError(ErrorKind kind, const std::string& text, int culprit) noexcept {
   Stream& s = streams_[0];
-  if (s.partialLane != -1 || s.fd < 0) return;  // mid-frame: the peer learns by timeout instead
+  if (s.fd < 0 || dead_) return;
+  // A frame cut in half would corrupt the stream: finish it first (briefly).
+  if (!finishPartial(s, std::chrono::milliseconds(100))) return;
   FrameHeader h;
   h.type = static_cast<std::uint8_t>(FrameType::kError);
   h.length = text.size() + 1;
+  h.root = culprit;
   std::string body(1, static_cast<char>(kind));
   body += text;
   iovec iov[2] = {{&h, sizeof(h)}, {body.data(), body.size()}};

@@ -52,7 +52,8 @@ class TcpPair final : public Pair {
   // Best effort, non-blocking: tells the peer this rank is closing (end of stream is then
   // no failure) or why it failed a collective with it.
   void sendGoodbye() noexcept;
-  void sendError(ErrorKind kind, const std::string& text) noexcept;
+  // Tells the peer this rank failed and why; `culprit` is the rank the error names.
+  void sendError(ErrorKind kind, const std::string& text, int culprit) noexcept;
 
  private:
   struct OutFrame {
@@ -111,6 +112,8 @@ class TcpPair final : public Pair {
   void queueData(Request& request, std::uint32_t xfer);
 
   bool flush(Stream& stream);
+  // Finishes a partly written frame within `budget`, so that a last frame can follow.
+  bool finishPartial(Stream& stream, std::chrono::milliseconds budget) noexcept;
   bool receive(Stream& stream);
   void consumeStaged(Stream& stream);
   void onHeader(Stream& stream);
