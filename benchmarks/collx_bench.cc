@@ -90,10 +90,14 @@ std::uint64_t parseSize(const std::string& text) {
   }
   std::string unit = text.substr(pos);
   double scale = 1;
-  if (unit == "K" || unit == "k" || unit == "KiB") scale = 1024;
-  else if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  else if (!unit.empty() && unit != "B") usageError("bad size unit in '" + text + "'");
+  if (unit == "K" || unit == "k" || unit == "KiB")
+    scale = 1024;
+  else if (unit == "M" || unit == "MiB")
+    scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB")
+    scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() && unit != "B")
+    usageError("bad size unit in '" + text + "'");
   if (value < 0) usageError("negative size '" + text + "'");
   return static_cast<std::uint64_t>(value * scale);
 }
@@ -153,9 +157,10 @@ Args parseArgs(int argc, char** argv) {
       usageError("unknown argument '" + arg + "'");
     }
   }
-  if (a.collective != "allreduce" && a.collective != "allgather" &&
-      a.collective != "broadcast" && a.collective != "barrier") {
-    usageError("unknown collective '" + a.collective + "' (allreduce, allgather, broadcast, barrier)");
+  if (a.collective != "allreduce" && a.collective != "allgather" && a.collective != "broadcast" &&
+      a.collective != "barrier") {
+    usageError("unknown collective '" + a.collective +
+               "' (allreduce, allgather, broadcast, barrier)");
   }
   if (a.sizes.empty()) {
     if (a.minBytes > a.maxBytes) usageError("--min-bytes is above --max-bytes");
@@ -179,7 +184,7 @@ collx::algorithms::Collective collectiveOf(const std::string& name) {
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  std::size_t index = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) ;
+  std::size_t index = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
   index = std::min(v.size() - 1, index == 0 ? 0 : index - 1);
   return v[index];
 }
@@ -190,12 +195,24 @@ double valueOf(int rank, std::uint64_t i) { return static_cast<double>((rank + i
 void storeValue(void* data, std::uint64_t i, DataType t, double v) {
   auto* p = static_cast<std::uint8_t*>(data);
   switch (t) {
-    case DataType::kInt8: reinterpret_cast<std::int8_t*>(p)[i] = static_cast<std::int8_t>(v); break;
-    case DataType::kUint8: p[i] = static_cast<std::uint8_t>(v); break;
-    case DataType::kInt32: reinterpret_cast<std::int32_t*>(p)[i] = static_cast<std::int32_t>(v); break;
-    case DataType::kInt64: reinterpret_cast<std::int64_t*>(p)[i] = static_cast<std::int64_t>(v); break;
-    case DataType::kFloat32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: reinterpret_cast<double*>(p)[i] = v; break;
+    case DataType::kInt8:
+      reinterpret_cast<std::int8_t*>(p)[i] = static_cast<std::int8_t>(v);
+      break;
+    case DataType::kUint8:
+      p[i] = static_cast<std::uint8_t>(v);
+      break;
+    case DataType::kInt32:
+      reinterpret_cast<std::int32_t*>(p)[i] = static_cast<std::int32_t>(v);
+      break;
+    case DataType::kInt64:
+      reinterpret_cast<std::int64_t*>(p)[i] = static_cast<std::int64_t>(v);
+      break;
+    case DataType::kFloat32:
+      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      reinterpret_cast<double*>(p)[i] = v;
+      break;
     case DataType::kFloat16: {
       _Float16 h = static_cast<_Float16>(v);
       std::memcpy(p + 2 * i, &h, 2);
@@ -263,13 +280,26 @@ class Bench {
         for (int q = 1; q < P_; ++q) {
           double v = valueOf(q, i);
           switch (a_.op) {
-            case collx::ReduceOpKind::kProd: acc *= v; break;
-            case collx::ReduceOpKind::kMin: acc = std::min(acc, v); break;
-            case collx::ReduceOpKind::kMax: acc = std::max(acc, v); break;
-            case collx::ReduceOpKind::kBand: acc = static_cast<double>(static_cast<long>(acc) & static_cast<long>(v)); break;
-            case collx::ReduceOpKind::kBor: acc = static_cast<double>(static_cast<long>(acc) | static_cast<long>(v)); break;
-            case collx::ReduceOpKind::kBxor: acc = static_cast<double>(static_cast<long>(acc) ^ static_cast<long>(v)); break;
-            default: acc += v;
+            case collx::ReduceOpKind::kProd:
+              acc *= v;
+              break;
+            case collx::ReduceOpKind::kMin:
+              acc = std::min(acc, v);
+              break;
+            case collx::ReduceOpKind::kMax:
+              acc = std::max(acc, v);
+              break;
+            case collx::ReduceOpKind::kBand:
+              acc = static_cast<double>(static_cast<long>(acc) & static_cast<long>(v));
+              break;
+            case collx::ReduceOpKind::kBor:
+              acc = static_cast<double>(static_cast<long>(acc) | static_cast<long>(v));
+              break;
+            case collx::ReduceOpKind::kBxor:
+              acc = static_cast<double>(static_cast<long>(acc) ^ static_cast<long>(v));
+              break;
+            default:
+              acc += v;
           }
         }
         if (a_.op == collx::ReduceOpKind::kAvg) {
@@ -283,7 +313,8 @@ class Bench {
         }
         storeValue(expected.data(), i, a_.dtype, acc);
       }
-      if (a_.op == collx::ReduceOpKind::kProd && P_ > 8) return 0;  // products overflow the small types
+      if (a_.op == collx::ReduceOpKind::kProd && P_ > 8)
+        return 0;  // products overflow the small types
     } else if (a_.collective == "allgather") {
       out.assign(count * es * P_, 0);
       expected.resize(count * es * P_);
@@ -341,13 +372,20 @@ class Bench {
     res.wrong = totalWrong;
 
     std::vector<std::uint8_t> in(std::max<std::uint64_t>(bufferBytes, 1), 0);
-    std::vector<std::uint8_t> out(std::max<std::uint64_t>(bufferBytes * (a_.collective == "allgather" ? P_ : 1), 1), 0);
+    std::vector<std::uint8_t> out(
+        std::max<std::uint64_t>(bufferBytes * (a_.collective == "allgather" ? P_ : 1), 1), 0);
     const bool fence = a_.collective == "broadcast";  // back-to-back broadcasts pipeline
     // Warmup: one call, then about 20 ms worth (at most 50 calls).
     auto t0 = Clock::now();
     call(count, in, out);
     double first = seconds(Clock::now() - t0);
-    int warmup = a_.warmup >= 0 ? a_.warmup : static_cast<int>(std::clamp(0.02 / std::max(first, 1e-7), 0.0, 50.0));
+    // Every rank must make the same number of calls: agree on the slowest first call.
+    collx::AllreduceOptions slowestFirst;
+    slowestFirst.op = collx::ReduceOpKind::kMax;
+    collx::allreduce(ctx_, &first, &first, 1, DataType::kFloat64, slowestFirst);
+    int warmup = a_.warmup >= 0
+                     ? a_.warmup
+                     : static_cast<int>(std::clamp(0.02 / std::max(first, 1e-7), 0.0, 50.0));
     for (int i = 0; i < warmup; ++i) {
       if (fence) collx::barrier(ctx_);
       call(count, in, out);
@@ -360,7 +398,8 @@ class Bench {
       estimate = seconds(Clock::now() - t0);
     }
     std::int64_t iters = a_.iters > 0 ? a_.iters
-                                      : static_cast<std::int64_t>(std::clamp(a_.minTime / std::max(estimate, 1e-7), 5.0, 10000.0));
+                                      : static_cast<std::int64_t>(std::clamp(
+                                            a_.minTime / std::max(estimate, 1e-7), 5.0, 10000.0));
     collx::broadcast(ctx_, &iters, 1, DataType::kInt64, 0);
     std::vector<double> samples(static_cast<std::size_t>(iters));
     for (auto& sample : samples) {
@@ -382,9 +421,12 @@ class Bench {
     double sec = res.timeUs / 1e6;
     res.algbw = sec > 0 ? static_cast<double>(res.bytes) / sec / 1e9 : 0;
     double factor = 1;
-    if (a_.collective == "allreduce") factor = 2.0 * (P_ - 1) / P_;
-    else if (a_.collective == "allgather") factor = static_cast<double>(P_ - 1) / P_;
-    else if (a_.collective == "barrier") factor = 0;
+    if (a_.collective == "allreduce")
+      factor = 2.0 * (P_ - 1) / P_;
+    else if (a_.collective == "allgather")
+      factor = static_cast<double>(P_ - 1) / P_;
+    else if (a_.collective == "barrier")
+      factor = 0;
     res.busbw = res.algbw * factor;
     return res;
   }
@@ -393,7 +435,8 @@ class Bench {
     if (!a_.algorithm.empty()) return a_.algorithm;
     const char* env = std::getenv(("COLLX_" + upper(a_.collective) + "_ALGO").c_str());
     if (env != nullptr && *env != '\0') return env;
-    const char* chosen = collx::algorithms::defaultAlgorithm(collectiveOf(a_.collective), P_, bytes);
+    const char* chosen =
+        collx::algorithms::defaultAlgorithm(collectiveOf(a_.collective), P_, bytes);
     return chosen != nullptr ? chosen : "?";
   }
 
@@ -415,14 +458,16 @@ int main(int argc, char** argv) {
   Args args = parseArgs(argc, argv);
   if (args.algorithm == "list") {
     for (const auto& info : collx::algorithms::algorithmRegistry()) {
-      std::printf("%-10s %-20s %s\n", collx::algorithms::collectiveName(info.coll), info.name, info.summary);
+      std::printf("%-10s %-20s %s\n", collx::algorithms::collectiveName(info.coll), info.name,
+                  info.summary);
     }
     return 0;
   }
   try {
     auto ctx = collx::init();
     const int P = ctx->size();
-    if (args.root < 0 || args.root >= P) usageError("--root is outside [0, " + std::to_string(P) + ")");
+    if (args.root < 0 || args.root >= P)
+      usageError("--root is outside [0, " + std::to_string(P) + ")");
     Bench bench(*ctx, args);
     std::set<std::string> hosts;
     for (const auto& peer : ctx->peers()) hosts.insert(peer.hostname + "/" + peer.bootId);
@@ -431,7 +476,8 @@ int main(int argc, char** argv) {
     for (std::size_t r = 0; r < names.size(); ++r) {
       transports += (r ? " " : "") + std::to_string(r) + ":" + names[r];
     }
-    std::string algorithm = args.algorithm.empty() ? "default (per size, see the algo column)" : args.algorithm;
+    std::string algorithm =
+        args.algorithm.empty() ? "default (per size, see the algo column)" : args.algorithm;
     const bool root = ctx->rank() == 0;
     if (root) {
       std::printf("# collx-bench %s: %s %s op %s, P=%d on %zu host(s), algorithm %s\n",
@@ -448,8 +494,9 @@ int main(int argc, char** argv) {
       results.push_back(r);
       if (root) {
         std::printf("  %12llu %12llu %8s %11.2f %11.2f %11.2f %11.4f %11.4f %7llu  %s\n",
-                    static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.count),
-                    collx::dataTypeName(args.dtype), r.timeUs, r.p50Us, r.p99Us, r.algbw, r.busbw,
+                    static_cast<unsigned long long>(r.bytes),
+                    static_cast<unsigned long long>(r.count), collx::dataTypeName(args.dtype),
+                    r.timeUs, r.p50Us, r.p99Us, r.algbw, r.busbw,
                     static_cast<unsigned long long>(r.wrong), r.algorithm.c_str());
         std::fflush(stdout);
       }
@@ -462,23 +509,26 @@ int main(int argc, char** argv) {
           << " algorithm=" << algorithm << " transports=" << transports << "\n";
       csv << "size,count,dtype,time_us,p50_us,p99_us,algbw_gbps,busbw_gbps,wrong,algorithm\n";
       for (const Result& r : results) {
-        csv << r.bytes << "," << r.count << "," << collx::dataTypeName(args.dtype) << "," << r.timeUs << ","
-            << r.p50Us << "," << r.p99Us << "," << r.algbw << "," << r.busbw << "," << r.wrong << ","
-            << r.algorithm << "\n";
+        csv << r.bytes << "," << r.count << "," << collx::dataTypeName(args.dtype) << ","
+            << r.timeUs << "," << r.p50Us << "," << r.p99Us << "," << r.algbw << "," << r.busbw
+            << "," << r.wrong << "," << r.algorithm << "\n";
       }
     }
     if (root && !args.json.empty()) {
       std::ofstream json(args.json);
-      json << "{\"collective\": \"" << args.collective << "\", \"P\": " << P << ", \"hosts\": " << hosts.size()
-           << ", \"dtype\": \"" << collx::dataTypeName(args.dtype) << "\", \"op\": \""
+      json << "{\"collective\": \"" << args.collective << "\", \"P\": " << P
+           << ", \"hosts\": " << hosts.size() << ", \"dtype\": \""
+           << collx::dataTypeName(args.dtype) << "\", \"op\": \""
            << collx::reduceOpKindName(args.op) << "\", \"algorithm\": \"" << algorithm
            << "\", \"transports\": \"" << transports << "\", \"results\": [";
       for (std::size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
-        json << (i ? ", " : "") << "{\"size\": " << r.bytes << ", \"count\": " << r.count << ", \"dtype\": \""
-             << collx::dataTypeName(args.dtype) << "\", \"time_us\": " << r.timeUs << ", \"p50_us\": " << r.p50Us
-             << ", \"p99_us\": " << r.p99Us << ", \"algbw_gbps\": " << r.algbw << ", \"busbw_gbps\": " << r.busbw
-             << ", \"wrong\": " << r.wrong << ", \"algorithm\": \"" << r.algorithm << "\"}";
+        json << (i ? ", " : "") << "{\"size\": " << r.bytes << ", \"count\": " << r.count
+             << ", \"dtype\": \"" << collx::dataTypeName(args.dtype)
+             << "\", \"time_us\": " << r.timeUs << ", \"p50_us\": " << r.p50Us
+             << ", \"p99_us\": " << r.p99Us << ", \"algbw_gbps\": " << r.algbw
+             << ", \"busbw_gbps\": " << r.busbw << ", \"wrong\": " << r.wrong
+             << ", \"algorithm\": \"" << r.algorithm << "\"}";
       }
       json << "]}\n";
     }

@@ -115,6 +115,37 @@ TEST(LauncherTest, RanksRendezvousThroughTheStore) {
   }
 }
 
+// Every algorithm, dtype, op and count in real processes through collx-run.
+TEST(LauncherTest, CollectivesSweepInProcesses) {
+  for (int P : {2, 3, 4, 5}) {
+    RunResult r = runLauncher({"-n", std::to_string(P), "--timeout", "120s", "--",
+                               test::binDir() + "/collx-test-worker", "sweep", "70001"},
+                              180s);
+    EXPECT_EQ(r.code, 0) << "P=" << P << "\n" << r.err;
+    EXPECT_EQ(lines(r.out).size(), static_cast<std::size_t>(P)) << r.out;
+  }
+}
+
+TEST(LauncherTest, AlgorithmFromTheEnvironmentIsUsedAndUnknownOnesRefused) {
+  auto env = cleanEnv();
+  env["COLLX_ALLREDUCE_ALGO"] = "halving_doubling";
+  env["COLLX_LOG_LEVEL"] = "warn,collx.algo=debug";
+  RunResult r = test::run(
+      {launcher(), "-n", "2", "--", test::binDir() + "/collx-test-worker", "count", "1000"}, env,
+      60s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("halving_doubling (from COLLX_ALLREDUCE_ALGO)"), std::string::npos) << r.err;
+  env["COLLX_ALLREDUCE_ALGO"] = "bogus";
+  RunResult bad = test::run(
+      {launcher(), "-n", "2", "--", test::binDir() + "/collx-test-worker", "count", "1000"}, env,
+      60s);
+  EXPECT_EQ(bad.code, 14) << bad.err;
+  EXPECT_NE(
+      bad.err.find("COLLX_ALLREDUCE_ALGO='bogus' is not an algorithm of allreduce (valid: ring"),
+      std::string::npos)
+      << bad.err;
+}
+
 TEST(LauncherTest, LogLinesCarryTheRankAndHonourPerLoggerLevels) {
   auto env = cleanEnv();
   env["COLLX_LOG_LEVEL"] = "warn,collx.rdzv=debug";

@@ -4,6 +4,9 @@
 //                                             times (0: until killed), checking every result;
 //                                             prints "ready" after the first one
 //   collx-test-worker count COUNT             one allreduce of COUNT float32 elements
+//   collx-test-worker sweep MAXCOUNT          every allreduce algorithm x dtype x op x count
+//                                             (0, 1, P-1, odd, MAXCOUNT), then allgather,
+//                                             broadcast and barrier, against the references
 //
 // Exit codes name the outcome: 0 ok, 10 IoError, 11 TimeoutError, 12 MismatchError,
 // 13 Aborted, 14 InvalidArgument, 15 another collx error, 20 a wrong result, 2 usage.
@@ -14,18 +17,84 @@
 #include <vector>
 
 #include "collx/collx.h"
+#include "util/reference.h"
 
 namespace {
 
 int codeOf(const collx::Error& e) {
   switch (e.kind()) {
-    case collx::ErrorKind::kIo: return 10;
-    case collx::ErrorKind::kTimeout: return 11;
-    case collx::ErrorKind::kMismatch: return 12;
-    case collx::ErrorKind::kAborted: return 13;
-    case collx::ErrorKind::kInvalidArgument: return 14;
-    default: return 15;
+    case collx::ErrorKind::kIo:
+      return 10;
+    case collx::ErrorKind::kTimeout:
+      return 11;
+    case collx::ErrorKind::kMismatch:
+      return 12;
+    case collx::ErrorKind::kAborted:
+      return 13;
+    case collx::ErrorKind::kInvalidArgument:
+      return 14;
+    default:
+      return 15;
   }
+}
+
+// Returns the first wrong result as text ("" when all are right).
+std::string sweep(collx::Context& ctx, std::uint64_t maxCount) {
+  using namespace collx;
+  const int P = ctx.size(), rank = ctx.rank();
+  std::vector<std::uint64_t> counts = {0, 1, static_cast<std::uint64_t>(P > 1 ? P - 1 : 2), 1001,
+                                       maxCount};
+  for (const char* algorithm : {"ring", "ring_chunked", "halving_doubling", "recursive_doubling"}) {
+    for (std::uint64_t count : counts) {
+      for (DataType type : kAllDataTypes) {
+        std::vector<ReduceOpKind> ops = {ReduceOpKind::kSum, ReduceOpKind::kProd,
+                                         ReduceOpKind::kMin, ReduceOpKind::kMax,
+                                         ReduceOpKind::kAvg};
+        if (isInteger(type)) ops.insert(ops.end(), {ReduceOpKind::kBand, ReduceOpKind::kBxor});
+        for (ReduceOpKind op : ops) {
+          auto in = test::makeInput(rank, count, type, op);
+          std::vector<std::uint8_t> out(in.size());
+          AllreduceOptions o;
+          o.op = op;
+          o.algorithm = algorithm;
+          allreduce(ctx, in.data(), out.data(), count, type, o);
+          auto expected = test::expectedReduction(P, count, type, op);
+          std::int64_t bad = test::firstDifference(out, expected, type);
+          if (bad >= 0) {
+            return std::string("allreduce ") + algorithm + " " + dataTypeName(type) + " " +
+                   reduceOpKindName(op) + " count " + std::to_string(count) + ": element " +
+                   std::to_string(bad) + " wrong";
+          }
+        }
+      }
+    }
+  }
+  for (std::uint64_t count : counts) {
+    auto mine = test::makeInput(rank, count, DataType::kInt32, ReduceOpKind::kSum);
+    std::vector<std::uint8_t> all(mine.size() * P);
+    allgather(ctx, mine.data(), all.data(), count, DataType::kInt32);
+    for (int r = 0; r < P; ++r) {
+      auto theirs = test::makeInput(r, count, DataType::kInt32, ReduceOpKind::kSum);
+      if (!std::equal(theirs.begin(), theirs.end(), all.begin() + r * mine.size())) {
+        return "allgather count " + std::to_string(count) + ": block " + std::to_string(r);
+      }
+    }
+    for (const char* algorithm : {"one_to_all", "binomial"}) {
+      const int root = P - 1;
+      auto expected = test::makeInput(root, count, DataType::kFloat64, ReduceOpKind::kSum);
+      auto buffer = rank == root ? expected : std::vector<std::uint8_t>(expected.size(), 0);
+      CollectiveOptions o;
+      o.algorithm = algorithm;
+      broadcast(ctx, buffer.data(), count, DataType::kFloat64, root, o);
+      if (buffer != expected) return std::string("broadcast ") + algorithm;
+    }
+  }
+  for (const char* algorithm : {"all_to_all", "all_to_one", "dissemination"}) {
+    CollectiveOptions o;
+    o.algorithm = algorithm;
+    barrier(ctx, o);
+  }
+  return "";
 }
 
 }  // namespace
@@ -41,6 +110,15 @@ int main(int argc, char** argv) {
   try {
     auto ctx = collx::init();
     const int P = ctx->size();
+    if (mode == "sweep") {
+      std::string wrong = sweep(*ctx, count);
+      if (!wrong.empty()) {
+        std::fprintf(stderr, "rank %d: %s\n", ctx->rank(), wrong.c_str());
+        return 20;
+      }
+      std::printf("sweep ok\n");
+      return 0;
+    }
     std::vector<float> v(count);
     for (long it = 0; iterations == 0 || it < iterations; ++it) {
       for (std::uint64_t i = 0; i < count; ++i) v[i] = static_cast<float>(ctx->rank() + i % 7);

@@ -2,9 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
-#include <algorithm>
 #include <thread>
 
 #include "collx/base/config.h"
@@ -170,8 +170,8 @@ void Context::connect(const ContextOptions& options) {
   mesh.timeout = timeout_;
   mesh.describer = detail::describeMessage;
   mesh.transport = options.transport.value_or(config.getString("COLLX_TRANSPORT"));
-  mesh.tcpStreams = options.tcpStreams.value_or(
-      static_cast<int>(*config.getInt("COLLX_TCP_STREAMS", 1, 64)));
+  mesh.tcpStreams =
+      options.tcpStreams.value_or(static_cast<int>(*config.getInt("COLLX_TCP_STREAMS", 1, 64)));
   mesh.ifname = options.ifname.value_or(config.getString("COLLX_IFNAME"));
   mesh.routeHost = options.routeHost;
   mesh.eagerLimit =
@@ -211,8 +211,8 @@ void Context::connect(const ContextOptions& options) {
   runtime_->rank = rank_;
   runtime_->size = size_;
   runtime_->timeout = timeout_;
-  runtime_->chunkBytes = static_cast<std::uint64_t>(
-      *config.getInt("COLLX_CHUNK_BYTES", 4096, std::int64_t{1} << 30));
+  runtime_->chunkBytes =
+      static_cast<std::uint64_t>(*config.getInt("COLLX_CHUNK_BYTES", 4096, std::int64_t{1} << 30));
   for (auto coll : {algorithms::Collective::kAllreduce, algorithms::Collective::kAllgather,
                     algorithms::Collective::kBroadcast, algorithms::Collective::kBarrier}) {
     std::string var = std::string("COLLX_") + algorithms::collectiveName(coll) + "_ALGO";
@@ -220,9 +220,9 @@ void Context::connect(const ContextOptions& options) {
     std::string value = config.getString(var);
     if (value.empty()) continue;
     if (algorithms::findAlgorithm(coll, value) == nullptr) {
-      throw InvalidArgument(where, var + "='" + value + "' is not a " +
-                                       algorithms::collectiveName(coll) + " algorithm (valid: " +
-                                       algorithms::algorithmNames(coll) + ")");
+      throw InvalidArgument(where, var + "='" + value + "' is not an algorithm of " +
+                                       algorithms::collectiveName(coll) +
+                                       " (valid: " + algorithms::algorithmNames(coll) + ")");
     }
     runtime_->configuredAlgorithm[coll] = value;
   }

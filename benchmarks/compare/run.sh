@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Side by side, in one run: collx-bench against the peers of ../shared/peers (Gloo, Open MPI
+# over TCP, torch.distributed's gloo backend) and this machine's loopback TCP limit
+# (tcp_exchange), for one collective at P=2 and P=4. Writes CSVs and a ratio table.
+#
+#   benchmarks/compare/run.sh [BUILD_DIR] [OUT_DIR]
+# Knobs: PS="2 4", SIZES=..., COLL=allreduce, ONLY="collx gloo mpi torch limits",
+#        MIN_TIME=0.3, PEERS=path/to/shared/peers
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+out=${2:-$build/compare}
+mkdir -p "$out"
+PEERS=${PEERS:-$root/../shared/peers}
+PS=${PS:-"2 4"}
+SIZES=${SIZES:-4,64,1024,16384,65536,262144,1048576,4194304,16777216,67108864}
+COLL=${COLL:-allreduce}
+MIN_TIME=${MIN_TIME:-0.3}
+ONLY=${ONLY:-"collx gloo mpi torch limits"}
+want() { [[ " $ONLY " == *" $1 "* ]]; }
+
+# The peers build in a scratch copy (the shared folder is read-only).
+work=$out/peers
+if [ ! -x "$work/bin/gloo_bench" ]; then
+  rm -rf "$work" && cp -r "$PEERS" "$work" && rm -rf "$work/results"
+  make -s -C "$work" all >/dev/null
+fi
+csv=$out/results.csv
+echo "impl,transport,collective,algorithm,P,bytes,time_us,algbw_GBps,busbw_GBps,correct" > "$csv"
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo
+        --mca btl_tcp_if_include lo --mca pml ob1 --mca btl tcp,self)
+for P in $PS; do
+  if want limits && [ "$P" = 2 ]; then
+    "$work/bin/tcp_exchange" $((32 << 20)) 9 0 | tee "$out/limits.txt"
+    "$work/bin/tcp_exchange" $((32 << 20)) 9 1 | tee -a "$out/limits.txt"
+  fi
+  if want collx; then
+    "$build/bin/collx-run" -n "$P" -- "$build/bin/collx-bench" -c "$COLL" --sizes "$SIZES" \
+      --min-time "$MIN_TIME" --csv "$out/collx_p$P.csv" > "$out/collx_p$P.txt"
+    # into the peers' CSV shape
+    grep -v '^#' "$out/collx_p$P.csv" | tail -n +2 | while IFS=, read -r size count dtype t p50 p99 alg bus wrong algo; do
+      echo "collx,tcp,$COLL,default,$P,$size,$t,$alg,$bus,$([ "$wrong" = 0 ] && echo 1 || echo 0)"
+    done >> "$csv"
+  fi
+  if want gloo; then
+    "$work/bin/gloo_bench" -p "$P" --colls "$COLL" --sizes "$SIZES" --min-time "$MIN_TIME" \
+      2> "$out/gloo_p$P.log" | grep '^gloo,' >> "$csv" || true
+  fi
+  if want mpi; then
+    "${MPIRUN[@]}" -np "$P" "$work/bin/mpi_bench" --transport tcp --colls "$COLL" --sizes "$SIZES" \
+      --min-time "$MIN_TIME" 2> "$out/mpi_p$P.log" | grep '^ompi,' >> "$csv" || true
+  fi
+  if want torch; then
+    /usr/bin/python3 "$work/torch_bench.py" -p "$P" --colls "$COLL" --sizes "$SIZES" \
+      --min-time "$MIN_TIME" 2> "$out/torch_p$P.log" | grep '^torch,' >> "$csv" || true
+  fi
+done
+/usr/bin/python3 "$here/ratios.py" "$csv" "$COLL" | tee "$out/ratios.md"
