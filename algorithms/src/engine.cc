@@ -15,6 +15,15 @@ namespace {
 constexpr std::chrono::milliseconds kMaxPollSlice(20);
 }  // namespace
 
+std::string callName(const CallInfo& info) {
+  if (info.algorithm == nullptr) {
+    return std::string(info.collective) + "(peer " + std::to_string(info.peer) + ", tag " +
+           std::to_string(info.key.seq) + ")";
+  }
+  return std::string(info.collective) + "(" + info.algorithm + ", seq " +
+         std::to_string(info.key.seq) + ")";
+}
+
 // One call of a schedule: its bound buffers, the state of every task, its outcome.
 class Execution {
  public:
@@ -34,10 +43,16 @@ class Execution {
     }
     requests_.resize(tasks.size());
     if (schedule_->scratchBytes() > 0) {
-      scratch_ = std::make_unique<std::uint8_t[]>(schedule_->scratchBytes());
+      scratch_ = engine_.takeScratch(schedule_->scratchBytes(), scratchCapacity_);
     }
     if (tasks.empty()) finish();  // nothing to do (a world of one, an empty message)
   }
+
+  ~Execution() {
+    if (scratch_) engine_.giveScratch(std::move(scratch_), scratchCapacity_);
+  }
+  Execution(const Execution&) = delete;
+  Execution& operator=(const Execution&) = delete;
 
   bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
   const CallInfo& info() const noexcept { return info_; }
@@ -93,7 +108,8 @@ class Execution {
   void fail(const Error& cause) {
     if (finished()) return;
     try {
-      throwError(cause.kind(), Where{engine_.rank(), info_.name, cause.peer()}, cause.detail());
+      throwError(cause.kind(), Where{engine_.rank(), callName(info_), cause.peer()},
+                 cause.detail());
     } catch (...) {
       error_ = std::current_exception();
     }
@@ -186,6 +202,7 @@ class Execution {
   const std::uint8_t* input_;
   std::uint8_t* output_;
   std::unique_ptr<std::uint8_t[]> scratch_;
+  std::uint64_t scratchCapacity_ = 0;
   std::vector<std::uint32_t> remaining_;
   std::deque<TaskId> ready_;
   std::vector<Transfer> requests_;
@@ -197,6 +214,41 @@ class Execution {
 
 Engine::Engine(std::unique_ptr<transport::Mesh> mesh, const EngineOptions& options)
     : mesh_(std::move(mesh)), options_(options) {}
+
+std::unique_ptr<std::uint8_t[]> Engine::takeScratch(std::uint64_t bytes, std::uint64_t& capacity) {
+  {
+    std::lock_guard<std::mutex> lock(scratchMutex_);
+    // The smallest pooled buffer that is large enough.
+    std::size_t best = scratchPool_.size();
+    for (std::size_t i = 0; i < scratchPool_.size(); ++i) {
+      if (scratchPool_[i].first >= bytes &&
+          (best == scratchPool_.size() || scratchPool_[i].first < scratchPool_[best].first)) {
+        best = i;
+      }
+    }
+    if (best < scratchPool_.size()) {
+      capacity = scratchPool_[best].first;
+      auto buffer = std::move(scratchPool_[best].second);
+      scratchPool_.erase(scratchPool_.begin() + static_cast<std::ptrdiff_t>(best));
+      return buffer;
+    }
+  }
+  capacity = bytes;
+  return std::make_unique<std::uint8_t[]>(bytes);
+}
+
+void Engine::giveScratch(std::unique_ptr<std::uint8_t[]> buffer, std::uint64_t capacity) {
+  constexpr std::size_t kPooled = 8;
+  std::lock_guard<std::mutex> lock(scratchMutex_);
+  if (scratchPool_.size() >= kPooled) {
+    // Keep the larger buffers.
+    auto smallest = std::min_element(scratchPool_.begin(), scratchPool_.end(),
+                                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (smallest->first >= capacity) return;
+    scratchPool_.erase(smallest);
+  }
+  scratchPool_.emplace_back(capacity, std::move(buffer));
+}
 
 Engine::~Engine() {
   {
@@ -330,7 +382,7 @@ std::exception_ptr Engine::errorOf(const Execution& execution) {
 // Collectives in flight, for the transport's early mismatch check (driver only).
 void Engine::registerActive(const Execution& execution) {
   if (execution.info().key.space == transport::Space::kCollective) {
-    mesh_->link().active[execution.info().key.seq] = execution.info().fingerprint;
+    mesh_->link().addActive(execution.info().key.seq, execution.info().fingerprint);
   }
 }
 
@@ -375,7 +427,7 @@ void Engine::retire() {
   auto finished = [&](const std::shared_ptr<Execution>& e) {
     if (!e->finished()) return false;
     if (e->info().key.space == transport::Space::kCollective) {
-      mesh_->link().active.erase(e->info().key.seq);
+      mesh_->link().removeActive(e->info().key.seq);
     }
     if (e->async()) asyncInFlight_.fetch_sub(1);
     return true;
@@ -390,7 +442,7 @@ void Engine::failAll(const Error& error) {
 
 void Engine::timeOut(Execution& execution) {
   const CallInfo& info = execution.info();
-  TimeoutError error(Where{rank(), info.name, execution.firstPendingPeer()},
+  TimeoutError error(Where{rank(), callName(info), execution.firstPendingPeer()},
                      "timed out after " + std::to_string(info.timeout.count()) +
                          " ms waiting for " + execution.pendingDescription());
   failAll(error);
@@ -411,7 +463,10 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
     }
     if (until && now >= *until) return false;
     std::chrono::microseconds wait(0);
-    if (now - lastActivity >= options_.spin) {
+    const auto idle = now - lastActivity;
+    if (idle >= options_.spin && idle < options_.spin + options_.yield) {
+      std::this_thread::yield();
+    } else if (idle >= options_.spin) {
       auto limit = std::min(target.info().deadline, until.value_or(Clock::time_point::max()));
       wait = std::chrono::duration_cast<std::chrono::microseconds>(
           std::min<Clock::duration>(limit - now, kMaxPollSlice));

@@ -65,17 +65,25 @@ std::string algorithmNames(Collective coll) {
   return out;
 }
 
-// Measured on loopback TCP, 2 cores (see the README's performance section): latency-bound
-// sizes take the fewest steps, bandwidth-bound ones the ring.
+// Measured with collx-bench on loopback TCP, 2 cores, minimum of 3 runs per algorithm
+// (benchmarks/README.md has the figures): latency-bound sizes take the fewest steps
+// (recursive doubling), mid sizes the fewest steps that still split the vector
+// (halving-doubling), the largest the ring.
 const std::vector<SelectionRule>& defaultSelection() {
   static constexpr std::uint64_t kAny = ~std::uint64_t{0};
+  static constexpr int kMax = 1 << 30;
   static const std::vector<SelectionRule> kRules = {
-      {Collective::kAllreduce, 1, 1 << 30, 0, 32 * 1024, "recursive_doubling"},
-      {Collective::kAllreduce, 1, 1 << 30, 0, kAny, "ring"},
-      {Collective::kAllgather, 1, 1 << 30, 0, kAny, "ring"},
+      {Collective::kAllreduce, 1, 2, 0, 256 * 1024, "recursive_doubling"},
+      {Collective::kAllreduce, 1, 2, 0, kAny, "ring"},
+      {Collective::kAllreduce, 3, 8, 0, 64 * 1024, "recursive_doubling"},
+      {Collective::kAllreduce, 3, 8, 0, 4 * 1024 * 1024, "halving_doubling"},
+      {Collective::kAllreduce, 9, kMax, 0, 16 * 1024, "recursive_doubling"},
+      {Collective::kAllreduce, 9, kMax, 0, 1024 * 1024, "halving_doubling"},
+      {Collective::kAllreduce, 1, kMax, 0, kAny, "ring"},
+      {Collective::kAllgather, 1, kMax, 0, kAny, "ring"},
       {Collective::kBroadcast, 1, 2, 0, kAny, "one_to_all"},
-      {Collective::kBroadcast, 3, 1 << 30, 0, kAny, "binomial"},
-      {Collective::kBarrier, 1, 1 << 30, 0, kAny, "dissemination"},
+      {Collective::kBroadcast, 3, kMax, 0, kAny, "binomial"},
+      {Collective::kBarrier, 1, kMax, 0, kAny, "dissemination"},
   };
   return kRules;
 }

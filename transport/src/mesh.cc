@@ -24,6 +24,9 @@ std::string LinkState::describe(const MessageKey& key, const Fingerprint& fp) co
 
 namespace {
 
+// Up to this many descriptors, a progress() that does not wait tries each one directly.
+constexpr std::size_t kDirectFds = 5;
+
 // "self;tcp=10.0.0.1:4000" -> {"self": "", "tcp": "10.0.0.1:4000"}
 std::map<std::string, std::string> parseAddress(const std::string& blob) {
   std::map<std::string, std::string> out;
@@ -144,12 +147,19 @@ bool Mesh::progress(std::chrono::microseconds wait) {
   }
   fds_.clear();
   fds_.push_back(pollfd{wakeFd_, POLLIN, 0});
-  std::vector<std::size_t> counts;
-  counts.reserve(devices_.size());
-  for (auto& device : devices_) counts.push_back(device->addPollFds(fds_));
-  int timeoutMs = 0;
-  if (wait.count() > 0) timeoutMs = static_cast<int>((wait.count() + 999) / 1000);
-  int ready = ::poll(fds_.data(), fds_.size(), timeoutMs);
+  fdCounts_.clear();
+  for (auto& device : devices_) fdCounts_.push_back(device->addPollFds(fds_));
+  int ready;
+  if (wait.count() == 0 && fds_.size() <= kDirectFds) {
+    // Just looking, at a handful of sockets: trying each one is cheaper than asking poll()
+    // first (one system call when a message is there instead of two).
+    for (std::size_t i = 1; i < fds_.size(); ++i) fds_[i].revents = fds_[i].events;
+    fds_[0].revents = 0;
+    ready = 1;
+  } else {
+    int timeoutMs = wait.count() > 0 ? static_cast<int>((wait.count() + 999) / 1000) : 0;
+    ready = ::poll(fds_.data(), fds_.size(), timeoutMs);
+  }
   if (ready < 0 && errno != EINTR) {
     IoError error(Where{options_.rank, "transport", -1},
                   std::string("poll failed: ") + std::strerror(errno));
@@ -166,8 +176,8 @@ bool Mesh::progress(std::chrono::microseconds wait) {
   try {
     std::size_t at = 1;
     for (std::size_t d = 0; d < devices_.size(); ++d) {
-      moved |= devices_[d]->progress(fds_.data() + at, counts[d]);
-      at += counts[d];
+      moved |= devices_[d]->progress(fds_.data() + at, fdCounts_[d]);
+      at += fdCounts_[d];
     }
   } catch (const Error& e) {
     fail(e);

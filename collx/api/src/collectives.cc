@@ -127,7 +127,8 @@ Prepared prepare(Context& ctx, const Call& call) {
   p.bindings.input = call.input;
   p.bindings.output = call.output;
   const std::uint64_t seq = rt.sequence.fetch_add(1);
-  p.info.name = std::string(what) + "(" + algorithm.name + ", seq " + std::to_string(seq) + ")";
+  p.info.collective = what;
+  p.info.algorithm = algorithm.name;
   p.info.key = transport::MessageKey{seq, 0, transport::Space::kCollective};
   p.info.fingerprint = transport::Fingerprint{
       static_cast<std::uint8_t>(call.coll), static_cast<std::uint8_t>(call.dtype),
@@ -237,8 +238,8 @@ Prepared prepareP2P(Context& ctx, bool sending, const void* buffer, std::uint64_
   p.schedule = std::move(schedule);
   p.bindings.input = buffer;
   p.bindings.output = const_cast<void*>(buffer);
-  p.info.name = std::string(what) + "(peer " + std::to_string(peer) + ", tag " +
-                std::to_string(tag) + ")";
+  p.info.collective = what;
+  p.info.peer = peer;
   p.info.key = transport::MessageKey{tag, 0, transport::Space::kPointToPoint};
   p.info.fingerprint = transport::Fingerprint{static_cast<std::uint8_t>(Collective::kSendRecv),
                                               static_cast<std::uint8_t>(dtype), 0, -1, count};

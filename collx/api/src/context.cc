@@ -200,12 +200,14 @@ void Context::connect(const ContextOptions& options) {
     if (peer.hostname == peers_[rank_].hostname && peer.bootId == peers_[rank_].bootId) ++local;
   }
   algorithms::EngineOptions engine;
-  if (config.isSet("COLLX_SPIN_US")) {
-    engine.spin = std::chrono::microseconds(*config.getInt("COLLX_SPIN_US", 0, 1000000));
-  } else {
-    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    engine.spin = std::chrono::microseconds(local > static_cast<int>(cores) ? 0 : 50);
-  }
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const bool oversubscribed = local > static_cast<int>(cores);
+  engine.spin = std::chrono::microseconds(
+      config.isSet("COLLX_SPIN_US") ? *config.getInt("COLLX_SPIN_US", 0, 1000000)
+                                    : (oversubscribed ? 0 : 50));
+  engine.yield = std::chrono::microseconds(
+      config.isSet("COLLX_YIELD_US") ? *config.getInt("COLLX_YIELD_US", 0, 10000000)
+                                     : (oversubscribed ? 1000 : 0));
   runtime_ = std::make_shared<detail::Runtime>();
   runtime_->engine = std::make_unique<algorithms::Engine>(std::move(transports), engine);
   runtime_->rank = rank_;

@@ -6,7 +6,7 @@ namespace collx::detail {
 
 std::shared_ptr<const algorithms::Schedule> Runtime::schedule(
     const algorithms::AlgorithmInfo& algorithm, const algorithms::ScheduleParams& p) {
-  Key key{algorithm.name, static_cast<int>(p.coll), p.rank,      p.size, p.count, p.elementSize,
+  Key key{&algorithm, static_cast<int>(p.coll), p.rank,      p.size, p.count, p.elementSize,
           static_cast<int>(p.op), p.inPlace, p.root, p.chunkBytes};
   {
     std::lock_guard<std::mutex> lock(cacheMutex_);

@@ -30,8 +30,8 @@ struct Runtime {
                                                        const algorithms::ScheduleParams& params);
 
  private:
-  using Key = std::tuple<std::string, int, int, int, std::uint64_t, std::size_t, int, bool, int,
-                         std::uint64_t>;
+  using Key = std::tuple<const algorithms::AlgorithmInfo*, int, int, int, std::uint64_t,
+                         std::size_t, int, bool, int, std::uint64_t>;
   std::mutex cacheMutex_;
   std::map<Key, std::shared_ptr<const algorithms::Schedule>> cache_;
 };

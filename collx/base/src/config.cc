@@ -53,6 +53,9 @@ const std::vector<ConfigVar>& configVars() {
       {"COLLX_SPIN_US", "",
        "Microseconds a waiting call polls before it sleeps; unset: 50 when this host has a core "
        "per local rank, else 0."},
+      {"COLLX_YIELD_US", "",
+       "Microseconds a waiting call keeps polling after COLLX_SPIN_US, yielding the core between "
+       "polls, before it sleeps; unset: 1000 when local ranks outnumber cores, else 0."},
       {"COLLX_ALLREDUCE_ALGO", "",
        "allreduce algorithm for every call (ring, ring_chunked, halving_doubling, "
        "recursive_doubling); unset: chosen per size."},

@@ -203,10 +203,10 @@ void TcpPair::complete(Request& request) {
 
 void TcpPair::checkActive(const FrameHeader& h) {
   if (h.space != static_cast<std::uint8_t>(Space::kCollective)) return;
-  auto it = link_.active.find(h.seq);
-  if (it == link_.active.end() || it->second == h.fingerprint()) return;
+  const Fingerprint* expected = link_.findActive(h.seq);
+  if (expected == nullptr || *expected == h.fingerprint()) return;
   mismatch("rank " + std::to_string(link_.rank) + " expected " +
-           link_.describe(h.key(), it->second) + " from rank " + std::to_string(peer()) +
+           link_.describe(h.key(), *expected) + " from rank " + std::to_string(peer()) +
            ", got " + link_.describe(h.key(), h.fingerprint()));
 }
 

@@ -32,7 +32,11 @@ using Clock = std::chrono::steady_clock;
 
 // What one call is: named in errors, fingerprinted on the wire, reduced with.
 struct CallInfo {
-  std::string name;  // "allreduce(ring, seq 7)"
+  // Named in errors as "allreduce(ring, seq 7)" or "send(peer 1, tag 9)"; the text is only
+  // built when an error needs it.
+  const char* collective = "";
+  const char* algorithm = nullptr;  // nullptr for point to point
+  int peer = -1;                    // point to point: the peer
   transport::MessageKey key;  // seq and space; the schedule supplies the steps
   transport::Fingerprint fingerprint;
   DataType dtype = DataType::kUint8;
@@ -40,6 +44,9 @@ struct CallInfo {
   Clock::time_point deadline;
   std::chrono::milliseconds timeout{0};
 };
+
+// "allreduce(ring, seq 7)", "send(peer 1, tag 9)".
+std::string callName(const CallInfo& info);
 
 struct Bindings {
   const void* input = nullptr;
@@ -52,6 +59,10 @@ struct EngineOptions {
   // How long a waiting thread polls without blocking before it sleeps in poll(): worth it
   // when this rank has a core of its own, harmful when ranks outnumber cores.
   std::chrono::microseconds spin{50};
+  // Then how long it keeps polling but yields the core between polls (sched_yield), before
+  // it sleeps: when ranks outnumber cores this hands the core to the peer being waited for
+  // without paying a wakeup.
+  std::chrono::microseconds yield{0};
 };
 
 class Engine {
@@ -99,8 +110,15 @@ class Engine {
   void lockDrive();
   void unlockDrive();
 
+  // Scratch buffers outlive calls: allocating (and page-faulting) megabytes per call would
+  // cost more than a large collective's reduction.
+  std::unique_ptr<std::uint8_t[]> takeScratch(std::uint64_t bytes, std::uint64_t& capacity);
+  void giveScratch(std::unique_ptr<std::uint8_t[]> buffer, std::uint64_t capacity);
+
   std::unique_ptr<transport::Mesh> mesh_;
   EngineOptions options_;
+  std::mutex scratchMutex_;
+  std::vector<std::pair<std::uint64_t, std::unique_ptr<std::uint8_t[]>>> scratchPool_;
 
   std::mutex drive_;  // whoever holds it drives progress
   std::mutex stateMutex_;

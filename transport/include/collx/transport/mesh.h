@@ -48,9 +48,27 @@ struct MeshOptions {
 struct LinkState {
   int rank = 0;
   Describer describer;
-  // Collectives in progress on this rank (sequence number -> fingerprint): a message of one
-  // of them with another fingerprint is a mismatch at once, whatever its step.
-  std::unordered_map<std::uint64_t, Fingerprint> active;
+  // Collectives in progress on this rank (sequence number, fingerprint): a message of one
+  // of them with another fingerprint is a mismatch at once, whatever its step. Few are in
+  // flight at a time, so a flat list beats a hash map (no allocation per call).
+  std::vector<std::pair<std::uint64_t, Fingerprint>> active;
+
+  void addActive(std::uint64_t seq, const Fingerprint& fp) { active.emplace_back(seq, fp); }
+  void removeActive(std::uint64_t seq) {
+    for (std::size_t i = 0; i < active.size(); ++i) {
+      if (active[i].first == seq) {
+        active[i] = active.back();
+        active.pop_back();
+        return;
+      }
+    }
+  }
+  const Fingerprint* findActive(std::uint64_t seq) const {
+    for (const auto& [s, fp] : active) {
+      if (s == seq) return &fp;
+    }
+    return nullptr;
+  }
 
   std::string describe(const MessageKey& key, const Fingerprint& fp) const;
 };
@@ -104,6 +122,7 @@ class Mesh {
   std::vector<Pair*> pairs_;                       // by peer rank
   std::vector<std::string> transportNames_;
   std::vector<pollfd> fds_;
+  std::vector<std::size_t> fdCounts_;  // per device, into fds_
   int wakeFd_ = -1;
   std::atomic<bool> abortRequested_{false};
   std::string abortReason_;
