@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # collx's two entry points (the README's two commands):
-#   ./dev.sh bench   install what is missing, build, and run collx's main job: 4 local ranks
-#                    through collx-run on its embedded TCP store
+#   ./dev.sh bench   install what is missing, build, and run collx's main job: collx-bench
+#                    (allreduce, 4 B to 64 MiB) over 4 local ranks through collx-run on its
+#                    embedded TCP store
 #   ./dev.sh test    install what is missing, build, and run the whole test suite (ctest),
 #                    then the concurrency suites again under AddressSanitizer+UBSan and
 #                    ThreadSanitizer
@@ -60,9 +61,9 @@ configure_and_build() {  # dir [extra cmake args...]
 bench() {
   install_deps
   configure_and_build "$BUILD_DIR"
-  say "main job: collx-run -n 4 -- collx-info --rendezvous (the TCP store embedded in collx-run)"
-  "$BUILD_DIR/bin/collx-run" -n 4 --tag-output --timeout 120s -- \
-    "$BUILD_DIR/bin/collx-info" --rendezvous
+  say "main job: collx-run -n 4 -- collx-bench -c allreduce -b 4 -e 64M -f 4 (TCP store in collx-run)"
+  "$BUILD_DIR/bin/collx-run" -n 4 --timeout 600s -- \
+    "$BUILD_DIR/bin/collx-bench" -c allreduce -b 4 -e 64M -f 4
 }
 
 run_tests() {

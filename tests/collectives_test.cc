@@ -258,6 +258,32 @@ TEST_P(SizeTest, NonblockingCallsOverlapAndComplete) {
 INSTANTIATE_TEST_SUITE_P(Sizes, SizeTest, ::testing::ValuesIn(kSizes),
                          [](const auto& p) { return "P" + std::to_string(p.param); });
 
+// Several TCP streams per peer: large messages are striped over them.
+TEST(Streams, ThreeStreamsPerPeerGiveTheSameResults) {
+  ContextOptions options;
+  options.tcpStreams = 3;
+  options.transport = "tcp";
+  World world(4, options);
+  for (std::uint64_t count : {std::uint64_t{5}, std::uint64_t{70000}, std::uint64_t{3000001}}) {
+    for (const char* algorithm : {"ring", "halving_doubling"}) {
+      std::vector<std::string> wrong(4);
+      world.runOk([&](int rank, Context& ctx) {
+        auto v = test::makeInput(rank, count, DataType::kFloat32, ReduceOpKind::kSum);
+        AllreduceOptions o;
+        o.algorithm = algorithm;
+        allreduce(ctx, v.data(), v.data(), count, DataType::kFloat32, o);
+        if (v != test::expectedReduction(4, count, DataType::kFloat32, ReduceOpKind::kSum)) {
+          wrong[rank] = "wrong result";
+        }
+        if (ctx.describePeer((rank + 1) % 4).rfind("tcp ", 0) != 0) wrong[rank] = "not over tcp";
+      });
+      for (int r = 0; r < 4; ++r) {
+        EXPECT_EQ(wrong[r], "") << algorithm << " count " << count << " rank " << r;
+      }
+    }
+  }
+}
+
 TEST(CustomOps, AUserFunctionReduces) {
   World& world = worldOf(3);
   std::vector<std::string> wrong(3);

@@ -464,16 +464,17 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
     if (until && now >= *until) return false;
     std::chrono::microseconds wait(0);
     const auto idle = now - lastActivity;
-    if (idle >= options_.spin && idle < options_.spin + options_.yield) {
+    const bool spinning = idle < options_.spin;
+    if (!spinning && idle < options_.spin + options_.yield) {
       std::this_thread::yield();
-    } else if (idle >= options_.spin) {
+    } else if (!spinning) {
       auto limit = std::min(target.info().deadline, until.value_or(Clock::time_point::max()));
       wait = std::chrono::duration_cast<std::chrono::microseconds>(
           std::min<Clock::duration>(limit - now, kMaxPollSlice));
       if (wait.count() < 1) wait = std::chrono::microseconds(1);
     }
     try {
-      if (mesh_->progress(wait)) lastActivity = Clock::now();
+      if (mesh_->progress(wait, spinning)) lastActivity = Clock::now();
     } catch (const Error& e) {
       failAll(e);
     }

@@ -5,7 +5,8 @@
 #
 #   benchmarks/compare/run.sh [BUILD_DIR] [OUT_DIR]
 # Knobs: PS="2 4", SIZES=..., COLL=allreduce, ONLY="collx gloo mpi torch limits",
-#        MIN_TIME=0.3, PEERS=path/to/shared/peers
+#        MIN_TIME=0.3, REPEAT=1 (rounds; every implementation runs once per round and the
+#        table takes each one's best round: the machine is noisy), PEERS=path/to/shared/peers
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -18,6 +19,7 @@ SIZES=${SIZES:-4,64,1024,16384,65536,262144,1048576,4194304,16777216,67108864}
 COLL=${COLL:-allreduce}
 MIN_TIME=${MIN_TIME:-0.3}
 ONLY=${ONLY:-"collx gloo mpi torch limits"}
+REPEAT=${REPEAT:-1}
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 
 # The peers build in a scratch copy (the shared folder is read-only).
@@ -30,9 +32,11 @@ csv=$out/results.csv
 echo "impl,transport,collective,algorithm,P,bytes,time_us,algbw_GBps,busbw_GBps,correct" > "$csv"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo
         --mca btl_tcp_if_include lo --mca pml ob1 --mca btl tcp,self)
+: > "$out/limits.txt"
+for round in $(seq 1 "$REPEAT"); do
 for P in $PS; do
   if want limits && [ "$P" = 2 ]; then
-    "$work/bin/tcp_exchange" $((32 << 20)) 9 0 | tee "$out/limits.txt"
+    "$work/bin/tcp_exchange" $((32 << 20)) 9 0 | tee -a "$out/limits.txt"
     "$work/bin/tcp_exchange" $((32 << 20)) 9 1 | tee -a "$out/limits.txt"
   fi
   if want collx; then
@@ -55,5 +59,6 @@ for P in $PS; do
     /usr/bin/python3 "$work/torch_bench.py" -p "$P" --colls "$COLL" --sizes "$SIZES" \
       --min-time "$MIN_TIME" 2> "$out/torch_p$P.log" | grep '^torch,' >> "$csv" || true
   fi
+done
 done
 /usr/bin/python3 "$here/ratios.py" "$csv" "$COLL" | tee "$out/ratios.md"

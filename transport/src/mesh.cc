@@ -138,7 +138,7 @@ void Mesh::post(Request& request) {
   }
 }
 
-bool Mesh::progress(std::chrono::microseconds wait) {
+bool Mesh::progress(std::chrono::microseconds wait, bool tryDirect) {
   if (failed_.load(std::memory_order_acquire)) std::rethrow_exception(failure());
   if (abortRequested_.load(std::memory_order_acquire)) {
     Aborted error(Where{options_.rank, "transport", -1}, abortReason_);
@@ -150,7 +150,7 @@ bool Mesh::progress(std::chrono::microseconds wait) {
   fdCounts_.clear();
   for (auto& device : devices_) fdCounts_.push_back(device->addPollFds(fds_));
   int ready;
-  if (wait.count() == 0 && fds_.size() <= kDirectFds) {
+  if (tryDirect && wait.count() == 0 && fds_.size() <= kDirectFds) {
     // Just looking, at a handful of sockets: trying each one is cheaper than asking poll()
     // first (one system call when a message is there instead of two).
     for (std::size_t i = 1; i < fds_.size(); ++i) fds_[i].revents = fds_[i].events;

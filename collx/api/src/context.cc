@@ -174,6 +174,8 @@ void Context::connect(const ContextOptions& options) {
       options.tcpStreams.value_or(static_cast<int>(*config.getInt("COLLX_TCP_STREAMS", 1, 64)));
   mesh.ifname = options.ifname.value_or(config.getString("COLLX_IFNAME"));
   mesh.routeHost = options.routeHost;
+  mesh.tcpBufferBytes =
+      static_cast<int>(*config.getInt("COLLX_TCP_BUFFER", 0, std::int64_t{1} << 30));
   mesh.eagerLimit =
       static_cast<std::uint64_t>(*config.getInt("COLLX_TCP_EAGER_LIMIT", 0, std::int64_t{1} << 30));
   const auto deadline = std::chrono::steady_clock::now() + timeout_;

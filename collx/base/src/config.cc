@@ -48,6 +48,9 @@ const std::vector<ConfigVar>& configVars() {
       {"COLLX_TCP_EAGER_LIMIT", "65536",
        "Largest message (bytes) sent at once without waiting for the receiver; larger ones wait "
        "until the receiver is ready and land straight in its buffer."},
+      {"COLLX_TCP_BUFFER", "0",
+       "Socket send and receive buffer size (bytes); 0 leaves them to the kernel's autotuning, "
+       "which grows them to net.ipv4.tcp_wmem/tcp_rmem as bandwidth needs."},
       {"COLLX_CHUNK_BYTES", "1048576",
        "Pipelining granularity (bytes) of the chunked algorithms (ring, binomial broadcast)."},
       {"COLLX_SPIN_US", "",

@@ -169,12 +169,16 @@ std::string chooseLocalAddress(const MeshOptions& options, const Where& where) {
   return "127.0.0.1";
 }
 
-void configureSocket(int fd) {
+void configureSocket(int fd, int bufferBytes) {
   int flags = ::fcntl(fd, F_GETFL, 0);
   ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  if (bufferBytes > 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufferBytes, sizeof(bufferBytes));
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufferBytes, sizeof(bufferBytes));
+  }
 }
 
 }  // namespace
@@ -402,7 +406,7 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
   TcpPairOptions pairOptions;
   pairOptions.eagerLimit = options_.eagerLimit;
   for (std::size_t i = 0; i < peers.size(); ++i) {
-    for (int fd : fds[i]) configureSocket(fd);
+    for (int fd : fds[i]) configureSocket(fd, options_.tcpBufferBytes);
     pairs_.push_back(std::make_unique<TcpPair>(peers[i], link_, fds[i], pairOptions, addresses[i]));
     out.push_back(pairs_.back().get());
   }

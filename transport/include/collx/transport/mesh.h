@@ -42,6 +42,10 @@ struct MeshOptions {
   std::string ifname;
   std::string routeHost;
   std::uint64_t eagerLimit = 65536;
+  // Socket buffer size per direction; 0 leaves it to the kernel's autotuning, which grows
+  // the buffers up to net.ipv4.tcp_wmem / tcp_rmem as bandwidth needs (setting a size turns
+  // autotuning off and is capped by net.core.wmem_max / rmem_max).
+  int tcpBufferBytes = 0;
 };
 
 // State every pair of a mesh shares.
@@ -103,7 +107,9 @@ class Mesh {
   // One round: waits up to `wait` for anything to happen (0: just looks), then moves what
   // can move. Returns true when anything happened. On a transport error, fails every
   // request in flight and throws it.
-  bool progress(std::chrono::microseconds wait);
+  // `tryDirect`: with no wait and few sockets, read each directly instead of polling first
+  // (fewer system calls while spinning hard; more while spinning lightly).
+  bool progress(std::chrono::microseconds wait, bool tryDirect = true);
 
   // Thread-safe: makes a progress() that is waiting return at once.
   void wakeup() noexcept;
