@@ -288,12 +288,24 @@ void Engine::unlockDrive() {
   }
 }
 
+// Holds drive_ for a scope (lockDrive / unlockDrive).
+class Engine::DriveLock {
+ public:
+  explicit DriveLock(Engine& engine) : engine_(engine) { engine_.lockDrive(); }
+  ~DriveLock() { engine_.unlockDrive(); }
+  DriveLock(const DriveLock&) = delete;
+  DriveLock& operator=(const DriveLock&) = delete;
+
+ private:
+  Engine& engine_;
+};
+
 void Engine::run(std::shared_ptr<const Schedule> schedule, const Bindings& bindings,
                  CallInfo info) {
   auto execution = std::make_shared<Execution>(*this, std::move(schedule), bindings,
                                                std::move(info), /*async=*/false);
-  lockDrive();
-  try {
+  {
+    DriveLock lock(*this);
     if (auto failed = mesh_->failure()) {
       try {
         std::rethrow_exception(failed);
@@ -303,17 +315,12 @@ void Engine::run(std::shared_ptr<const Schedule> schedule, const Bindings& bindi
                               "the context failed earlier and takes no more work: " +
                                   std::string(e.what())));
       }
-      unlockDrive();
-      std::rethrow_exception(execution->error());
+    } else {
+      active_.push_back(execution);
+      registerActive(*execution);
+      driveUntil(*execution, std::nullopt);
     }
-    active_.push_back(execution);
-    registerActive(*execution);
-    driveUntil(*execution, std::nullopt);
-  } catch (...) {
-    unlockDrive();
-    throw;
   }
-  unlockDrive();
   if (execution->error()) std::rethrow_exception(execution->error());
 }
 
@@ -334,14 +341,8 @@ std::shared_ptr<Execution> Engine::start(std::shared_ptr<const Schedule> schedul
 
 bool Engine::wait(Execution& execution, std::optional<Clock::time_point> until) {
   if (!execution.finished()) {
-    lockDrive();
-    try {
-      driveUntil(execution, until);
-    } catch (...) {
-      unlockDrive();
-      throw;
-    }
-    unlockDrive();
+    DriveLock lock(*this);
+    driveUntil(execution, until);
   }
   if (!execution.finished()) return false;
   if (execution.error()) std::rethrow_exception(execution.error());

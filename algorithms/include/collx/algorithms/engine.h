@@ -98,6 +98,7 @@ class Engine {
 
  private:
   friend class Execution;
+  class DriveLock;
   void admit(const std::shared_ptr<Execution>& execution);
   void registerActive(const Execution& execution);
   // Drives progress (the caller holds drive_) until `target` ends or `until` passes.
