@@ -45,9 +45,10 @@ const std::vector<ConfigVar>& configVars() {
       {"COLLX_TCP_STREAMS", "1",
        "TCP connections per peer; messages larger than COLLX_TCP_EAGER_LIMIT are striped over "
        "them (1..64)."},
-      {"COLLX_TCP_EAGER_LIMIT", "65536",
+      {"COLLX_TCP_EAGER_LIMIT", "262144",
        "Largest message (bytes) sent at once without waiting for the receiver; larger ones wait "
-       "until the receiver is ready and land straight in its buffer."},
+       "until the receiver is ready and land straight in its buffer. Measured: 256 KiB beats "
+       "64 KiB by 20% for 128-256 KiB messages on loopback, 1 MiB gains nothing more."},
       {"COLLX_TCP_BUFFER", "0",
        "Socket send and receive buffer size (bytes); 0 leaves them to the kernel's autotuning, "
        "which grows them to net.ipv4.tcp_wmem/tcp_rmem as bandwidth needs."},

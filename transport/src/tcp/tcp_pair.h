@@ -31,7 +31,7 @@
 namespace collx::transport::tcp {
 
 struct TcpPairOptions {
-  std::uint64_t eagerLimit = 65536;
+  std::uint64_t eagerLimit = 256 * 1024;
   std::uint64_t creditWindow = 4u << 20;
   std::uint64_t dataFrameBytes = 1u << 20;
 };

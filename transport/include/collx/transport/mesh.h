@@ -41,7 +41,7 @@ struct MeshOptions {
   int tcpStreams = 1;
   std::string ifname;
   std::string routeHost;
-  std::uint64_t eagerLimit = 65536;
+  std::uint64_t eagerLimit = 256 * 1024;
   // Socket buffer size per direction; 0 leaves it to the kernel's autotuning, which grows
   // the buffers up to net.ipv4.tcp_wmem / tcp_rmem as bandwidth needs (setting a size turns
   // autotuning off and is capped by net.core.wmem_max / rmem_max).
