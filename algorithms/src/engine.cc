@@ -123,7 +123,8 @@ class Execution {
     const auto& tasks = schedule_->tasks();
     for (std::size_t i = 0; i < tasks.size(); ++i) {
       const Task& t = tasks[i];
-      if ((t.kind != TaskKind::kSend && t.kind != TaskKind::kRecv) || !requests_[i].posted) continue;
+      if ((t.kind != TaskKind::kSend && t.kind != TaskKind::kRecv) || !requests_[i].posted)
+        continue;
       if (requests_[i].completed) continue;
       std::string& text = byPeer[t.peer];
       if (!text.empty()) {
@@ -165,9 +166,12 @@ class Execution {
 
   std::uint8_t* pointer(const BufferRef& ref) {
     switch (ref.buffer) {
-      case Buffer::kInput: return const_cast<std::uint8_t*>(input_) + ref.offset;
-      case Buffer::kOutput: return output_ + ref.offset;
-      case Buffer::kScratch: return scratch_.get() + ref.offset;
+      case Buffer::kInput:
+        return const_cast<std::uint8_t*>(input_) + ref.offset;
+      case Buffer::kOutput:
+        return output_ + ref.offset;
+      case Buffer::kScratch:
+        return scratch_.get() + ref.offset;
     }
     return nullptr;
   }
@@ -242,8 +246,9 @@ void Engine::giveScratch(std::unique_ptr<std::uint8_t[]> buffer, std::uint64_t c
   std::lock_guard<std::mutex> lock(scratchMutex_);
   if (scratchPool_.size() >= kPooled) {
     // Keep the larger buffers.
-    auto smallest = std::min_element(scratchPool_.begin(), scratchPool_.end(),
-                                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    auto smallest =
+        std::min_element(scratchPool_.begin(), scratchPool_.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
     if (smallest->first >= capacity) return;
     scratchPool_.erase(smallest);
   }
@@ -306,16 +311,7 @@ void Engine::run(std::shared_ptr<const Schedule> schedule, const Bindings& bindi
                                                std::move(info), /*async=*/false);
   {
     DriveLock lock(*this);
-    if (auto failed = mesh_->failure()) {
-      try {
-        std::rethrow_exception(failed);
-      } catch (const Error& e) {
-        // The first error, worded for this call.
-        execution->fail(Error(e.kind(), e.where(),
-                              "the context failed earlier and takes no more work: " +
-                                  std::string(e.what())));
-      }
-    } else {
+    if (!refuseIfFailed(*execution)) {
       active_.push_back(execution);
       registerActive(*execution);
       driveUntil(*execution, std::nullopt);
@@ -380,6 +376,21 @@ std::exception_ptr Engine::errorOf(const Execution& execution) {
   return execution.finished() ? execution.error() : nullptr;
 }
 
+// After a failure the context takes no more work: a new call ends at once with the first
+// error, worded for it. Returns true when it refused the call.
+bool Engine::refuseIfFailed(Execution& execution) {
+  std::exception_ptr failed = mesh_->failure();
+  if (!failed) return false;
+  try {
+    std::rethrow_exception(failed);
+  } catch (const Error& e) {
+    execution.fail(
+        Error(e.kind(), e.where(),
+              "the context failed earlier and takes no more work: " + std::string(e.what())));
+  }
+  return true;
+}
+
 // Collectives in flight, for the transport's early mismatch check (driver only).
 void Engine::registerActive(const Execution& execution) {
   if (execution.info().key.space == transport::Space::kCollective) {
@@ -395,14 +406,7 @@ void Engine::admit(const std::shared_ptr<Execution>&) {
     arrived.swap(incoming_);
   }
   for (auto& execution : arrived) {
-    if (auto failed = mesh_->failure()) {
-      try {
-        std::rethrow_exception(failed);
-      } catch (const Error& e) {
-        execution->fail(Error(e.kind(), e.where(),
-                              "the context failed earlier and takes no more work: " +
-                                  std::string(e.what())));
-      }
+    if (refuseIfFailed(*execution)) {
       asyncInFlight_.fetch_sub(1);
       continue;
     }

@@ -216,17 +216,7 @@ void FileStore::write(const std::string& key, const Bytes& value, std::string_vi
 
 std::vector<std::string> FileStore::doWait(const std::vector<std::string>& keys,
                                            Clock::time_point deadline) {
-  auto step = std::chrono::milliseconds(1);
-  std::vector<std::string> missing = keys;
-  while (true) {
-    std::vector<std::string> still;
-    for (const std::string& key : missing) {
-      if (!exists(key)) still.push_back(key);
-    }
-    missing.swap(still);
-    if (missing.empty() || Clock::now() >= deadline) return missing;
-    detail::backoffSleep(step, deadline);
-  }
+  return detail::pollForKeys(keys, deadline, [&](const std::string& key) { return exists(key); });
 }
 
 std::vector<std::string> FileStore::doMultiGet(const std::vector<std::string>& keys,

@@ -162,17 +162,9 @@ void RedisStore::doMultiSet(const std::vector<std::string>& keys,
 
 std::vector<std::string> RedisStore::doWait(const std::vector<std::string>& keys,
                                             Clock::time_point deadline) {
-  auto step = std::chrono::milliseconds(1);
-  std::vector<std::string> missing = keys;
-  while (true) {
-    std::vector<std::string> still;
-    for (const std::string& key : missing) {
-      if (command("wait", {"EXISTS", key})->integer == 0) still.push_back(key);
-    }
-    missing.swap(still);
-    if (missing.empty() || Clock::now() >= deadline) return missing;
-    detail::backoffSleep(step, deadline);
-  }
+  return detail::pollForKeys(keys, deadline, [&](const std::string& key) {
+    return command("wait", {"EXISTS", key})->integer != 0;
+  });
 }
 
 std::vector<std::string> RedisStore::doMultiGet(const std::vector<std::string>& keys,

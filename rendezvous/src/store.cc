@@ -173,6 +173,22 @@ std::int64_t applyAdd(const Bytes* current, std::int64_t delta, const std::strin
 
 Bytes formatCounter(std::int64_t value) { return toBytes(std::to_string(value)); }
 
+std::vector<std::string> pollForKeys(const std::vector<std::string>& keys,
+                                     Clock::time_point deadline,
+                                     const std::function<bool(const std::string&)>& exists) {
+  auto step = std::chrono::milliseconds(1);
+  std::vector<std::string> missing = keys;
+  while (true) {
+    std::vector<std::string> still;
+    for (const std::string& key : missing) {
+      if (!exists(key)) still.push_back(key);
+    }
+    missing.swap(still);
+    if (missing.empty() || Clock::now() >= deadline) return missing;
+    backoffSleep(step, deadline);
+  }
+}
+
 void backoffSleep(std::chrono::milliseconds& step, Clock::time_point deadline,
                   std::chrono::milliseconds max) {
   auto now = Clock::now();

@@ -24,18 +24,40 @@ constexpr std::uint64_t kReadBudget = 32u << 20;
 
 const char* frameName(std::uint8_t type) {
   switch (static_cast<FrameType>(type)) {
-    case FrameType::kEager: return "EAGER";
-    case FrameType::kRts: return "RTS";
-    case FrameType::kReady: return "READY";
-    case FrameType::kData: return "DATA";
-    case FrameType::kCredit: return "CREDIT";
-    case FrameType::kError: return "ERROR";
-    case FrameType::kGoodbye: return "GOODBYE";
+    case FrameType::kEager:
+      return "EAGER";
+    case FrameType::kRts:
+      return "RTS";
+    case FrameType::kReady:
+      return "READY";
+    case FrameType::kData:
+      return "DATA";
+    case FrameType::kCredit:
+      return "CREDIT";
+    case FrameType::kError:
+      return "ERROR";
+    case FrameType::kGoodbye:
+      return "GOODBYE";
   }
   return "unknown";
 }
 
 }  // namespace
+
+int TcpPair::unsent(OutFrame& f, iovec* iov) {
+  int n = 0;
+  std::uint64_t skip = f.sent;
+  if (skip < sizeof(FrameHeader)) {
+    iov[n++] = {reinterpret_cast<std::uint8_t*>(&f.header) + skip, sizeof(FrameHeader) - skip};
+    skip = 0;
+  } else {
+    skip -= sizeof(FrameHeader);
+  }
+  if (f.payloadLength > skip) {
+    iov[n++] = {const_cast<std::uint8_t*>(f.payload) + skip, f.payloadLength - skip};
+  }
+  return n;
+}
 
 TcpPair::TcpPair(int peer, LinkState& link, std::vector<int> fds, const TcpPairOptions& options,
                  std::string address)
@@ -206,8 +228,8 @@ void TcpPair::checkActive(const FrameHeader& h) {
   const Fingerprint* expected = link_.findActive(h.seq);
   if (expected == nullptr || *expected == h.fingerprint()) return;
   mismatch("rank " + std::to_string(link_.rank) + " expected " +
-           link_.describe(h.key(), *expected) + " from rank " + std::to_string(peer()) +
-           ", got " + link_.describe(h.key(), h.fingerprint()));
+           link_.describe(h.key(), *expected) + " from rank " + std::to_string(peer()) + ", got " +
+           link_.describe(h.key(), h.fingerprint()));
 }
 
 void TcpPair::verify(const Request& request, const FrameHeader& h) {
@@ -283,20 +305,11 @@ bool TcpPair::flush(Stream& s) {
     auto add = [&](OutFrame& f, int lane) {
       if (n + 2 > kMaxIov) return false;
       if (f.sent == 0 && f.header.credit == 0 && creditsToReturn_ > 0) {
-        f.header.credit = static_cast<std::uint32_t>(
-            std::min<std::uint64_t>(creditsToReturn_, 0xFFFFFFFFu));
+        f.header.credit =
+            static_cast<std::uint32_t>(std::min<std::uint64_t>(creditsToReturn_, 0xFFFFFFFFu));
         creditsToReturn_ -= f.header.credit;
       }
-      std::uint64_t skip = f.sent;
-      if (skip < sizeof(FrameHeader)) {
-        iov[n++] = {reinterpret_cast<std::uint8_t*>(&f.header) + skip, sizeof(FrameHeader) - skip};
-        skip = 0;
-      } else {
-        skip -= sizeof(FrameHeader);
-      }
-      if (f.payloadLength > skip) {
-        iov[n++] = {const_cast<std::uint8_t*>(f.payload) + skip, f.payloadLength - skip};
-      }
+      n += unsent(f, iov + n);
       frames[nframes] = &f;
       laneOf[nframes++] = lane;
       return true;
@@ -328,8 +341,7 @@ bool TcpPair::flush(Stream& s) {
       }
       if (errno == EPIPE || errno == ECONNRESET) {
         peerGone("the connection to rank " + std::to_string(peer()) + " (" + describe() +
-                 ") broke while sending: rank " + std::to_string(peer()) +
-                 " died or was killed");
+                 ") broke while sending: rank " + std::to_string(peer()) + " died or was killed");
       }
       int err = errno;
       peerGone("sending to rank " + std::to_string(peer()) + " (" + describe() +
@@ -393,7 +405,8 @@ bool TcpPair::receive(Stream& s) {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
-      if (errno == ECONNRESET) n = 0;  // handled as end of stream below
+      if (errno == ECONNRESET)
+        n = 0;  // handled as end of stream below
       else {
         int err = errno;
         peerGone("receiving from rank " + std::to_string(peer()) + " (" + describe() +
@@ -561,7 +574,8 @@ void TcpPair::onHeader(Stream& s) {
     case FrameType::kCredit:
       break;
     case FrameType::kError:
-      if (h.length > 65536) protocolError("an ERROR frame of " + std::to_string(h.length) + " bytes");
+      if (h.length > 65536)
+        protocolError("an ERROR frame of " + std::to_string(h.length) + " bytes");
       rx.sink = Sink::kErrorText;
       rx.text.clear();
       rx.remaining = h.length;
@@ -668,17 +682,7 @@ bool TcpPair::finishPartial(Stream& s, std::chrono::milliseconds budget) noexcep
   auto deadline = std::chrono::steady_clock::now() + budget;
   while (f.sent < f.total()) {
     iovec iov[2];
-    int n = 0;
-    std::uint64_t skip = f.sent;
-    if (skip < sizeof(FrameHeader)) {
-      iov[n++] = {reinterpret_cast<std::uint8_t*>(&f.header) + skip, sizeof(FrameHeader) - skip};
-      skip = 0;
-    } else {
-      skip -= sizeof(FrameHeader);
-    }
-    if (f.payloadLength > skip) {
-      iov[n++] = {const_cast<std::uint8_t*>(f.payload) + skip, f.payloadLength - skip};
-    }
+    int n = unsent(f, iov);
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<std::size_t>(n);

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <poll.h>
+#include <sys/uio.h>
 
 #include <deque>
 #include <memory>
@@ -111,6 +112,8 @@ class TcpPair final : public Pair {
   void sendReady(Request& request);
   void queueData(Request& request, std::uint32_t xfer);
 
+  // The parts of `frame` not written yet, as at most two iovecs; returns how many.
+  static int unsent(OutFrame& frame, iovec* iov);
   bool flush(Stream& stream);
   // Finishes a partly written frame within `budget`, so that a last frame can follow.
   bool finishPartial(Stream& stream, std::chrono::milliseconds budget) noexcept;
@@ -136,11 +139,12 @@ class TcpPair final : public Pair {
   std::uint64_t creditsToReturn_ = 0;  // bytes of the peer's eager messages consumed
 
   std::unordered_set<Request*> live_;
-  KeyMap smallRecvs_;   // posted, waiting for an EAGER or an RTS
-  KeyMap largeByKey_;   // READY sent, their RTS not seen yet
+  KeyMap smallRecvs_;  // posted, waiting for an EAGER or an RTS
+  KeyMap largeByKey_;  // READY sent, their RTS not seen yet
   std::unordered_map<std::uint32_t, Request*> largeRecvs_;  // READY sent, by transfer id
   std::unordered_map<MessageKey, std::uint32_t, MessageKeyHash> rtsOwed_;
-  std::unordered_map<MessageKey, std::deque<std::unique_ptr<Unexpected>>, MessageKeyHash> unexpected_;
+  std::unordered_map<MessageKey, std::deque<std::unique_ptr<Unexpected>>, MessageKeyHash>
+      unexpected_;
   KeyMap sendsAwaitingReady_;
   std::unordered_map<MessageKey, std::deque<FrameHeader>, MessageKeyHash> readies_;
 

@@ -101,6 +101,7 @@ class Engine {
   class DriveLock;
   void admit(const std::shared_ptr<Execution>& execution);
   void registerActive(const Execution& execution);
+  bool refuseIfFailed(Execution& execution);
   // Drives progress (the caller holds drive_) until `target` ends or `until` passes.
   bool driveUntil(Execution& target, std::optional<Clock::time_point> until);
   void pumpAll();

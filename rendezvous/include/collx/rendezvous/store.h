@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -122,6 +123,11 @@ namespace detail {
 std::int64_t applyAdd(const Bytes* current, std::int64_t delta, const std::string& key,
                       const Where& where);
 Bytes formatCounter(std::int64_t value);
+// For stores that cannot be told when a key appears: polls `exists` for each missing key
+// with a backoff until all exist or the deadline passes; returns the keys still missing.
+std::vector<std::string> pollForKeys(const std::vector<std::string>& keys,
+                                     Clock::time_point deadline,
+                                     const std::function<bool(const std::string&)>& exists);
 // Sleeps for the next step of a polling backoff (1 ms doubling to `max`), not past deadline.
 void backoffSleep(std::chrono::milliseconds& step, Clock::time_point deadline,
                   std::chrono::milliseconds max = std::chrono::milliseconds(20));
