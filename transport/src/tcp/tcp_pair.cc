@@ -22,26 +22,6 @@ constexpr int kMaxIov = 64;
 // Bytes one progress() reads from one stream before giving the other pairs a turn.
 constexpr std::uint64_t kReadBudget = 32u << 20;
 
-const char* frameName(std::uint8_t type) {
-  switch (static_cast<FrameType>(type)) {
-    case FrameType::kEager:
-      return "EAGER";
-    case FrameType::kRts:
-      return "RTS";
-    case FrameType::kReady:
-      return "READY";
-    case FrameType::kData:
-      return "DATA";
-    case FrameType::kCredit:
-      return "CREDIT";
-    case FrameType::kError:
-      return "ERROR";
-    case FrameType::kGoodbye:
-      return "GOODBYE";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 int TcpPair::unsent(OutFrame& f, iovec* iov) {
