@@ -40,8 +40,10 @@ for P in $PS; do
     "$work/bin/tcp_exchange" $((32 << 20)) 9 1 | tee -a "$out/limits.txt"
   fi
   if want collx; then
+    # The peers all reduce in place (MPI_IN_PLACE, Gloo's and torch's in-place tensors).
+    inplace=$([ "$COLL" = allreduce ] && echo --in-place || true)
     "$build/bin/collx-run" -n "$P" -- "$build/bin/collx-bench" -c "$COLL" --sizes "$SIZES" \
-      --min-time "$MIN_TIME" --csv "$out/collx_p$P.csv" > "$out/collx_p$P.txt"
+      --min-time "$MIN_TIME" $inplace --csv "$out/collx_p$P.csv" > "$out/collx_p$P.txt"
     # into the peers' CSV shape
     grep -v '^#' "$out/collx_p$P.csv" | tail -n +2 | while IFS=, read -r size count dtype t p50 p99 alg bus wrong algo; do
       echo "collx,tcp,$COLL,default,$P,$size,$t,$alg,$bus,$([ "$wrong" = 0 ] && echo 1 || echo 0)"
