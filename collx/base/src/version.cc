@@ -8,6 +8,9 @@ const char* versionString() noexcept { return COLLX_VERSION_STRING; }
 
 const std::vector<BuildFeature>& buildFeatures() {
   static const std::vector<BuildFeature> kFeatures = {
+      {"self transport", true, "always built (a rank to itself)"},
+      {"tcp transport", true, "always built (Asio to connect, raw sockets for data)"},
+      {"shm transport", false, "not implemented yet"},
       {"hash store (in process)", true, "always built"},
       {"file store", true, "always built"},
       {"tcp store (server and client)", true, "always built (standalone Asio)"},
