@@ -16,6 +16,12 @@ Schedule buildBroadcastBinomial(const ScheduleParams& p);
 Schedule buildBarrierAllToAll(const ScheduleParams& p);
 Schedule buildBarrierAllToOne(const ScheduleParams& p);
 Schedule buildBarrierDissemination(const ScheduleParams& p);
+Schedule buildAllgathervRing(const ScheduleParams& p);
+Schedule buildReduceScatterRing(const ScheduleParams& p);
+Schedule buildReduceBinomial(const ScheduleParams& p);
+Schedule buildGatherLinear(const ScheduleParams& p);
+Schedule buildScatterLinear(const ScheduleParams& p);
+Schedule buildAlltoallPairwise(const ScheduleParams& p);
 
 // Shared by the ring allreduces: the bandwidth-optimal ring (reduce-scatter + allgather)
 // with every segment moved in `piecesPerSegment` pieces (0: pieces of params.chunkBytes).

@@ -6,13 +6,67 @@ namespace collx::algorithms {
 
 const char* collectiveName(Collective coll) noexcept {
   switch (coll) {
-    case Collective::kAllreduce: return "allreduce";
-    case Collective::kAllgather: return "allgather";
-    case Collective::kBroadcast: return "broadcast";
-    case Collective::kBarrier: return "barrier";
-    case Collective::kSendRecv: return "send/recv";
+    case Collective::kAllreduce:
+      return "allreduce";
+    case Collective::kAllgather:
+      return "allgather";
+    case Collective::kBroadcast:
+      return "broadcast";
+    case Collective::kBarrier:
+      return "barrier";
+    case Collective::kSendRecv:
+      return "send/recv";
+    case Collective::kAllgatherv:
+      return "allgatherv";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kReduce:
+      return "reduce";
+    case Collective::kGather:
+      return "gather";
+    case Collective::kGatherv:
+      return "gatherv";
+    case Collective::kScatter:
+      return "scatter";
+    case Collective::kScatterv:
+      return "scatterv";
+    case Collective::kAlltoall:
+      return "alltoall";
+    case Collective::kAlltoallv:
+      return "alltoallv";
   }
   return "collective";
+}
+
+const std::vector<Collective>& collectives() {
+  static const std::vector<Collective> kAll = {
+      Collective::kAllreduce,     Collective::kAllgather, Collective::kAllgatherv,
+      Collective::kReduceScatter, Collective::kReduce,    Collective::kBroadcast,
+      Collective::kGather,        Collective::kGatherv,   Collective::kScatter,
+      Collective::kScatterv,      Collective::kAlltoall,  Collective::kAlltoallv,
+      Collective::kBarrier,
+  };
+  return kAll;
+}
+
+std::size_t hashParams(const ScheduleParams& p) noexcept {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  mix(static_cast<std::uint64_t>(p.coll));
+  mix(static_cast<std::uint64_t>(p.rank));
+  mix(static_cast<std::uint64_t>(p.size));
+  mix(p.count);
+  mix(p.elementSize);
+  mix(static_cast<std::uint64_t>(p.op));
+  mix(p.inPlace ? 1 : 0);
+  mix(static_cast<std::uint64_t>(p.root + 1));
+  mix(p.chunkBytes);
+  mix(p.commutative ? 1 : 0);
+  for (const auto* v : {&p.counts, &p.displs, &p.recvCounts, &p.recvDispls}) {
+    mix(v->size());
+    for (std::uint64_t x : *v) mix(x);
+  }
+  return static_cast<std::size_t>(h);
 }
 
 const std::vector<AlgorithmInfo>& algorithmRegistry() {
@@ -34,16 +88,36 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
        buildAllreduceRecursiveDoubling},
       {Collective::kAllgather, "ring", "P-1 steps, (P-1) n bytes, pipelined in chunks",
        buildAllgatherRing},
-      {Collective::kBroadcast, "one_to_all", "the root sends to everyone: (P-1) n bytes at the root",
-       buildBroadcastOneToAll},
-      {Collective::kBroadcast, "binomial",
-       "binomial tree, pipelined in chunks: ceil(log2 P) steps", buildBroadcastBinomial},
+      {Collective::kBroadcast, "one_to_all",
+       "the root sends to everyone: (P-1) n bytes at the root", buildBroadcastOneToAll},
+      {Collective::kBroadcast, "binomial", "binomial tree, pipelined in chunks: ceil(log2 P) steps",
+       buildBroadcastBinomial},
       {Collective::kBarrier, "all_to_all", "everyone tells everyone: 1 step, P-1 messages",
        buildBarrierAllToAll},
       {Collective::kBarrier, "all_to_one", "everyone tells rank 0, which answers: 2 steps",
        buildBarrierAllToOne},
       {Collective::kBarrier, "dissemination", "ceil(log2 P) rounds of one message each way",
        buildBarrierDissemination},
+      {Collective::kAllgatherv, "ring",
+       "P-1 steps, per-rank blocks straight into place, pipelined in chunks", buildAllgathervRing},
+      {Collective::kReduceScatter, "ring",
+       "P-1 steps, (n - n_r) bytes and reductions per rank, pipelined in chunks",
+       buildReduceScatterRing},
+      {Collective::kReduce, "binomial",
+       "binomial tree towards the root, pipelined in chunks; keeps rank order", buildReduceBinomial,
+       /*keepsOrder=*/true},
+      {Collective::kGather, "linear", "everyone sends to the root: P-1 messages at the root",
+       buildGatherLinear},
+      {Collective::kGatherv, "linear", "everyone sends to the root: P-1 messages at the root",
+       buildGatherLinear},
+      {Collective::kScatter, "linear", "the root sends to everyone: P-1 messages at the root",
+       buildScatterLinear},
+      {Collective::kScatterv, "linear", "the root sends to everyone: P-1 messages at the root",
+       buildScatterLinear},
+      {Collective::kAlltoall, "pairwise", "P-1 steps, in step s send to r+s and receive from r-s",
+       buildAlltoallPairwise},
+      {Collective::kAlltoallv, "pairwise", "P-1 steps, in step s send to r+s and receive from r-s",
+       buildAlltoallPairwise},
   };
   return kAlgorithms;
 }
@@ -84,6 +158,15 @@ const std::vector<SelectionRule>& defaultSelection() {
       {Collective::kBroadcast, 1, 2, 0, kAny, "one_to_all"},
       {Collective::kBroadcast, 3, kMax, 0, kAny, "binomial"},
       {Collective::kBarrier, 1, kMax, 0, kAny, "dissemination"},
+      {Collective::kAllgatherv, 1, kMax, 0, kAny, "ring"},
+      {Collective::kReduceScatter, 1, kMax, 0, kAny, "ring"},
+      {Collective::kReduce, 1, kMax, 0, kAny, "binomial"},
+      {Collective::kGather, 1, kMax, 0, kAny, "linear"},
+      {Collective::kGatherv, 1, kMax, 0, kAny, "linear"},
+      {Collective::kScatter, 1, kMax, 0, kAny, "linear"},
+      {Collective::kScatterv, 1, kMax, 0, kAny, "linear"},
+      {Collective::kAlltoall, 1, kMax, 0, kAny, "pairwise"},
+      {Collective::kAlltoallv, 1, kMax, 0, kAny, "pairwise"},
   };
   return kRules;
 }

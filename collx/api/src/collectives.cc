@@ -1,5 +1,7 @@
 #include "collx/collectives.h"
 
+#include <algorithm>
+
 #include "collx/base/config.h"
 #include "collx/base/log.h"
 #include "runtime.h"
@@ -31,6 +33,9 @@ struct Call {
   int root = -1;
   bool inPlace = false;
   const CollectiveOptions* options = nullptr;
+  // v-collectives (see ScheduleParams), and the count both sides fingerprint.
+  Counts counts, displs, recvCounts, recvDispls;
+  std::uint64_t fingerprintCount = 0;
 };
 
 struct Prepared {
@@ -50,16 +55,16 @@ std::chrono::milliseconds timeoutOf(const detail::Runtime& rt, const CollectiveO
                                     const Where& where) {
   std::chrono::milliseconds timeout = options.timeout.value_or(rt.timeout);
   if (timeout.count() <= 0) {
-    throw InvalidArgument(where, "the timeout must be positive, got " +
-                                     std::to_string(timeout.count()) + " ms");
+    throw InvalidArgument(
+        where, "the timeout must be positive, got " + std::to_string(timeout.count()) + " ms");
   }
   return timeout;
 }
 
 void checkBuffer(const void* buffer, std::uint64_t count, const char* which, const Where& where) {
   if (buffer == nullptr && count > 0) {
-    throw InvalidArgument(where, std::string(which) + " is null with a count of " +
-                                     std::to_string(count));
+    throw InvalidArgument(where,
+                          std::string(which) + " is null with a count of " + std::to_string(count));
   }
 }
 
@@ -82,12 +87,21 @@ const algorithms::AlgorithmInfo& choose(const detail::Runtime& rt, const Call& c
   const algorithms::AlgorithmInfo* info = algorithms::findAlgorithm(call.coll, name);
   if (info == nullptr) {
     throw InvalidArgument(where, "unknown " + std::string(algorithms::collectiveName(call.coll)) +
-                                     " algorithm '" + name + "' (from " + source + "; valid: " +
-                                     algorithms::algorithmNames(call.coll) + ")");
+                                     " algorithm '" + name + "' (from " + source +
+                                     "; valid: " + algorithms::algorithmNames(call.coll) + ")");
   }
   COLLX_DEBUG(kAlgo, "rank {}: {} of {} bytes over {} ranks: {} (from {})", rt.rank,
               algorithms::collectiveName(call.coll), bytes, rt.size, info->name, source);
   return *info;
+}
+
+std::string orderKeepingAlgorithms(Collective coll) {
+  std::string out;
+  for (const auto& info : algorithms::algorithmRegistry()) {
+    if (info.coll == coll && info.keepsOrder)
+      out += (out.empty() ? "" : ", ") + std::string(info.name);
+  }
+  return out.empty() ? "none" : out;
 }
 
 Prepared prepare(Context& ctx, const Call& call) {
@@ -103,14 +117,7 @@ Prepared prepare(Context& ctx, const Call& call) {
     throw InvalidArgument(where, "root " + std::to_string(call.root) + " is outside [0, " +
                                      std::to_string(rt.size) + ")");
   }
-  if (call.reduces) {
-    call.op.validate(call.dtype, where);
-    if (call.op.kind() == ReduceOpKind::kCustom && !call.op.commutative()) {
-      throw InvalidArgument(where, "reduce op '" + call.op.name() +
-                                       "' is not commutative, and no allreduce algorithm of this "
-                                       "build keeps rank order");
-    }
-  }
+  if (call.reduces) call.op.validate(call.dtype, where);
   algorithms::ScheduleParams params;
   params.coll = call.coll;
   params.rank = rt.rank;
@@ -121,7 +128,18 @@ Prepared prepare(Context& ctx, const Call& call) {
   params.inPlace = call.inPlace;
   params.root = call.root;
   params.chunkBytes = rt.chunkBytes;
+  params.commutative = !call.reduces || call.op.commutative();
+  params.counts = call.counts;
+  params.displs = call.displs;
+  params.recvCounts = call.recvCounts;
+  params.recvDispls = call.recvDispls;
   const auto& algorithm = choose(rt, call, call.count * es, where);
+  if (!params.commutative && !algorithm.keepsOrder) {
+    throw InvalidArgument(where, "reduce op '" + call.op.name() + "' is not commutative and " +
+                                     what + " algorithm '" + algorithm.name +
+                                     "' does not keep rank order (algorithms that do: " +
+                                     orderKeepingAlgorithms(call.coll) + ")");
+  }
   Prepared p;
   p.schedule = rt.schedule(algorithm, params);
   p.bindings.input = call.input;
@@ -133,7 +151,7 @@ Prepared prepare(Context& ctx, const Call& call) {
   p.info.fingerprint = transport::Fingerprint{
       static_cast<std::uint8_t>(call.coll), static_cast<std::uint8_t>(call.dtype),
       static_cast<std::uint8_t>(call.reduces ? call.op.kind() : ReduceOpKind::kSum), call.root,
-      call.count};
+      call.fingerprintCount};
   p.info.dtype = call.dtype;
   p.info.op = call.op;
   p.info.timeout = timeoutOf(rt, *call.options, where);
@@ -148,7 +166,8 @@ void runBlocking(Context& ctx, const Call& call) {
 
 Work runAsync(Context& ctx, const Call& call) {
   Prepared p = prepare(ctx, call);
-  auto execution = ctx.runtime()->engine->start(std::move(p.schedule), p.bindings, std::move(p.info));
+  auto execution =
+      ctx.runtime()->engine->start(std::move(p.schedule), p.bindings, std::move(p.info));
   return WorkAccess::make(ctx.runtime(), std::move(execution));
 }
 
@@ -167,6 +186,7 @@ Call allreduceCall(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64
   c.reduces = true;
   c.inPlace = sendbuf == recvbuf;
   c.options = &options;
+  c.fingerprintCount = count;
   return c;
 }
 
@@ -184,6 +204,7 @@ Call allgatherCall(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64
   c.count = count;
   c.dtype = dtype;
   c.options = &options;
+  c.fingerprintCount = count;
   return c;
 }
 
@@ -204,6 +225,7 @@ Call broadcastCall(Context& ctx, void* buffer, std::uint64_t count, DataType dty
   c.root = root;
   c.inPlace = true;
   c.options = &options;
+  c.fingerprintCount = count;
   return c;
 }
 
@@ -214,17 +236,260 @@ Call barrierCall(const CollectiveOptions& options) {
   return c;
 }
 
+void checkRoot(int root, int size, const Where& where) {
+  if (root < 0 || root >= size) {
+    throw InvalidArgument(
+        where, "root " + std::to_string(root) + " is outside [0, " + std::to_string(size) + ")");
+  }
+}
+
+// Per-rank counts and displacements: one per rank, blocks that do not overlap.
+void checkLayout(const Counts& counts, const Counts* displs, int size, const char* what,
+                 const Where& where) {
+  if (static_cast<int>(counts.size()) != size) {
+    throw InvalidArgument(where, std::string(what) + " has " + std::to_string(counts.size()) +
+                                     " entries for " + std::to_string(size) + " ranks");
+  }
+  if (displs == nullptr) return;
+  if (static_cast<int>(displs->size()) != size) {
+    throw InvalidArgument(where, std::string("the displacements have ") +
+                                     std::to_string(displs->size()) + " entries for " +
+                                     std::to_string(size) + " ranks");
+  }
+  std::vector<std::pair<std::uint64_t, int>> order;
+  for (int i = 0; i < size; ++i) {
+    if (counts[i] > 0) order.emplace_back((*displs)[i], i);
+  }
+  std::sort(order.begin(), order.end());
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    const int a = order[k - 1].second, b = order[k].second;
+    if ((*displs)[a] + counts[a] > (*displs)[b]) {
+      throw InvalidArgument(where, "the blocks of ranks " + std::to_string(a) + " and " +
+                                       std::to_string(b) + " overlap in the buffer");
+    }
+  }
+}
+
+Counts prefixSums(const Counts& counts) {
+  Counts out(counts.size());
+  std::uint64_t at = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    out[i] = at;
+    at += counts[i];
+  }
+  return out;
+}
+
+std::uint64_t total(const Counts& counts) {
+  std::uint64_t sum = 0;
+  for (std::uint64_t c : counts) sum += c;
+  return sum;
+}
+
+Call allgathervCall(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
+                    const Counts& recvcounts, const Counts& displs, DataType dtype,
+                    const CollectiveOptions& options) {
+  Where where{ctx.rank(), "allgatherv", -1};
+  checkLayout(recvcounts, &displs, ctx.size(), "recvcounts", where);
+  if (sendcount != recvcounts[ctx.rank()]) {
+    throw InvalidArgument(where, "sendcount " + std::to_string(sendcount) +
+                                     " differs from recvcounts[" + std::to_string(ctx.rank()) +
+                                     "] = " + std::to_string(recvcounts[ctx.rank()]));
+  }
+  checkBuffer(recvbuf, total(recvcounts), "recvbuf", where);
+  const auto* own =
+      static_cast<const std::uint8_t*>(recvbuf) + displs[ctx.rank()] * dataTypeSize(dtype);
+  Call c;
+  c.coll = Collective::kAllgatherv;
+  c.inPlace = sendbuf == nullptr || sendbuf == own;
+  if (!c.inPlace) checkBuffer(sendbuf, sendcount, "sendbuf", where);
+  c.input = c.inPlace ? own : sendbuf;
+  c.output = recvbuf;
+  c.count = sendcount;
+  c.dtype = dtype;
+  c.counts = recvcounts;
+  c.displs = displs;
+  c.options = &options;
+  c.fingerprintCount = total(recvcounts);
+  return c;
+}
+
+Call reduceScatterCall(Context& ctx, const void* sendbuf, void* recvbuf, const Counts& recvcounts,
+                       DataType dtype, const ReduceOptions& options) {
+  Where where{ctx.rank(), "reduce_scatter", -1};
+  checkLayout(recvcounts, nullptr, ctx.size(), "recvcounts", where);
+  checkBuffer(sendbuf, total(recvcounts), "sendbuf", where);
+  checkBuffer(recvbuf, recvcounts[ctx.rank()], "recvbuf", where);
+  if (sendbuf == recvbuf && total(recvcounts) > 0) {
+    throw InvalidArgument(where,
+                          "sendbuf and recvbuf are the same buffer: reduce_scatter "
+                          "works out of place");
+  }
+  Call c;
+  c.coll = Collective::kReduceScatter;
+  c.input = sendbuf;
+  c.output = recvbuf;
+  c.count = recvcounts[ctx.rank()];
+  c.dtype = dtype;
+  c.op = options.op;
+  c.reduces = true;
+  c.counts = recvcounts;
+  c.displs = prefixSums(recvcounts);
+  c.options = &options;
+  c.fingerprintCount = total(recvcounts);
+  return c;
+}
+
+Call reduceCall(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
+                DataType dtype, int root, const ReduceOptions& options) {
+  Where where{ctx.rank(), "reduce", -1};
+  checkRoot(root, ctx.size(), where);
+  checkBuffer(sendbuf, count, "sendbuf", where);
+  if (ctx.rank() == root) checkBuffer(recvbuf, count, "recvbuf", where);
+  Call c;
+  c.coll = Collective::kReduce;
+  c.input = sendbuf;
+  c.output = recvbuf;
+  c.count = count;
+  c.dtype = dtype;
+  c.op = options.op;
+  c.reduces = true;
+  c.root = root;
+  c.inPlace = ctx.rank() == root && sendbuf == recvbuf;
+  c.options = &options;
+  c.fingerprintCount = count;
+  return c;
+}
+
+Call gatherCall(Context& ctx, Collective coll, const void* sendbuf, std::uint64_t sendcount,
+                void* recvbuf, const Counts& recvcounts, const Counts& displs, DataType dtype,
+                int root, const CollectiveOptions& options) {
+  const char* what = algorithms::collectiveName(coll);
+  Where where{ctx.rank(), what, -1};
+  checkRoot(root, ctx.size(), where);
+  const bool isRoot = ctx.rank() == root;
+  const std::size_t es = dataTypeSize(dtype);
+  Call c;
+  c.coll = coll;
+  c.root = root;
+  c.dtype = dtype;
+  c.count = sendcount;
+  c.options = &options;
+  c.output = recvbuf;
+  c.input = sendbuf;
+  if (isRoot) {
+    checkLayout(recvcounts, &displs, ctx.size(), "recvcounts", where);
+    checkBuffer(recvbuf, total(recvcounts), "recvbuf", where);
+    if (sendbuf == nullptr) {  // in place: the root's block is already in recvbuf
+      c.inPlace = true;
+      c.input = static_cast<const std::uint8_t*>(recvbuf) + displs[root] * es;
+      c.count = recvcounts[root];
+    } else if (sendcount != recvcounts[root]) {
+      throw InvalidArgument(where, "sendcount " + std::to_string(sendcount) +
+                                       " differs from recvcounts[" + std::to_string(root) +
+                                       "] = " + std::to_string(recvcounts[root]));
+    }
+    c.counts = recvcounts;
+    c.displs = displs;
+  }
+  if (!c.inPlace) checkBuffer(sendbuf, c.count, "sendbuf", where);
+  c.fingerprintCount = coll == Collective::kGather ? sendcount : 0;
+  return c;
+}
+
+Call scatterCall(Context& ctx, Collective coll, const void* sendbuf, const Counts& sendcounts,
+                 const Counts& displs, void* recvbuf, std::uint64_t recvcount, DataType dtype,
+                 int root, const CollectiveOptions& options) {
+  const char* what = algorithms::collectiveName(coll);
+  Where where{ctx.rank(), what, -1};
+  checkRoot(root, ctx.size(), where);
+  const bool isRoot = ctx.rank() == root;
+  const std::size_t es = dataTypeSize(dtype);
+  Call c;
+  c.coll = coll;
+  c.root = root;
+  c.dtype = dtype;
+  c.count = recvcount;
+  c.options = &options;
+  c.input = sendbuf;
+  c.output = recvbuf;
+  if (isRoot) {
+    checkLayout(sendcounts, &displs, ctx.size(), "sendcounts", where);
+    checkBuffer(sendbuf, total(sendcounts), "sendbuf", where);
+    if (recvbuf == nullptr) {  // in place: the root's block stays in sendbuf
+      c.inPlace = true;
+      c.output =
+          const_cast<std::uint8_t*>(static_cast<const std::uint8_t*>(sendbuf)) + displs[root] * es;
+      c.count = sendcounts[root];
+    } else if (recvcount != sendcounts[root]) {
+      throw InvalidArgument(where, "recvcount " + std::to_string(recvcount) +
+                                       " differs from sendcounts[" + std::to_string(root) +
+                                       "] = " + std::to_string(sendcounts[root]));
+    }
+    c.counts = sendcounts;
+    c.displs = displs;
+  }
+  if (!c.inPlace) checkBuffer(recvbuf, c.count, "recvbuf", where);
+  c.fingerprintCount = coll == Collective::kScatter ? recvcount : 0;
+  return c;
+}
+
+Call alltoallCall(Context& ctx, Collective coll, const void* sendbuf, const Counts& sendcounts,
+                  const Counts& sdispls, void* recvbuf, const Counts& recvcounts,
+                  const Counts& rdispls, DataType dtype, const CollectiveOptions& options,
+                  std::uint64_t count) {
+  const char* what = algorithms::collectiveName(coll);
+  Where where{ctx.rank(), what, -1};
+  checkLayout(sendcounts, &sdispls, ctx.size(), "sendcounts", where);
+  checkLayout(recvcounts, &rdispls, ctx.size(), "recvcounts", where);
+  checkBuffer(sendbuf, total(sendcounts), "sendbuf", where);
+  checkBuffer(recvbuf, total(recvcounts), "recvbuf", where);
+  if (sendbuf == recvbuf && total(sendcounts) > 0) {
+    throw InvalidArgument(where, std::string("sendbuf and recvbuf are the same buffer: ") + what +
+                                     " works out of place");
+  }
+  const int self = ctx.rank();
+  if (sendcounts[self] != recvcounts[self]) {
+    throw InvalidArgument(
+        where, "sendcounts[" + std::to_string(self) + "] = " + std::to_string(sendcounts[self]) +
+                   " differs from recvcounts[" + std::to_string(self) + "] = " +
+                   std::to_string(recvcounts[self]) + " (the block this rank sends itself)");
+  }
+  Call c;
+  c.coll = coll;
+  c.input = sendbuf;
+  c.output = recvbuf;
+  c.count = count;
+  c.dtype = dtype;
+  c.counts = sendcounts;
+  c.displs = sdispls;
+  c.recvCounts = recvcounts;
+  c.recvDispls = rdispls;
+  c.options = &options;
+  c.fingerprintCount = coll == Collective::kAlltoall ? count : 0;
+  return c;
+}
+
+Counts uniform(int size, std::uint64_t count) {
+  return Counts(static_cast<std::size_t>(size), count);
+}
+
+Counts uniformDispls(int size, std::uint64_t count) {
+  Counts out(static_cast<std::size_t>(size));
+  for (int i = 0; i < size; ++i) out[i] = static_cast<std::uint64_t>(i) * count;
+  return out;
+}
+
 // Point to point: one transfer, its key the user's tag.
 Prepared prepareP2P(Context& ctx, bool sending, const void* buffer, std::uint64_t count,
-                    DataType dtype, int peer, std::uint64_t tag,
-                    const CollectiveOptions& options) {
+                    DataType dtype, int peer, std::uint64_t tag, const CollectiveOptions& options) {
   const char* what = sending ? "send" : "recv";
   detail::Runtime& rt = runtimeOf(ctx, what);
   Where where{rt.rank, what, peer};
   checkBuffer(buffer, count, "buffer", where);
   if (peer < 0 || peer >= rt.size) {
-    throw InvalidArgument(where, "peer " + std::to_string(peer) + " is outside [0, " +
-                                     std::to_string(rt.size) + ")");
+    throw InvalidArgument(
+        where, "peer " + std::to_string(peer) + " is outside [0, " + std::to_string(rt.size) + ")");
   }
   const std::uint64_t bytes = count * dataTypeSize(dtype);
   auto schedule = std::make_shared<algorithms::Schedule>(sending ? "send" : "recv");
@@ -333,6 +598,126 @@ Work recvAsync(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, 
   Prepared p = prepareP2P(ctx, false, buffer, count, dtype, peer, tag, options);
   auto e = ctx.runtime()->engine->start(std::move(p.schedule), p.bindings, std::move(p.info));
   return WorkAccess::make(ctx.runtime(), std::move(e));
+}
+
+}  // namespace collx
+
+namespace collx {
+
+void allgatherv(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
+                const Counts& recvcounts, const Counts& displs, DataType dtype,
+                const CollectiveOptions& options) {
+  runBlocking(ctx,
+              allgathervCall(ctx, sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, options));
+}
+Work allgathervAsync(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
+                     const Counts& recvcounts, const Counts& displs, DataType dtype,
+                     const CollectiveOptions& options) {
+  return runAsync(
+      ctx, allgathervCall(ctx, sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, options));
+}
+
+void reduceScatter(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t recvcount,
+                   DataType dtype, const ReduceOptions& options) {
+  runBlocking(ctx, reduceScatterCall(ctx, sendbuf, recvbuf, uniform(ctx.size(), recvcount), dtype,
+                                     options));
+}
+Work reduceScatterAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t recvcount,
+                        DataType dtype, const ReduceOptions& options) {
+  return runAsync(ctx, reduceScatterCall(ctx, sendbuf, recvbuf, uniform(ctx.size(), recvcount),
+                                         dtype, options));
+}
+void reduceScatterv(Context& ctx, const void* sendbuf, void* recvbuf, const Counts& recvcounts,
+                    DataType dtype, const ReduceOptions& options) {
+  runBlocking(ctx, reduceScatterCall(ctx, sendbuf, recvbuf, recvcounts, dtype, options));
+}
+Work reduceScattervAsync(Context& ctx, const void* sendbuf, void* recvbuf, const Counts& recvcounts,
+                         DataType dtype, const ReduceOptions& options) {
+  return runAsync(ctx, reduceScatterCall(ctx, sendbuf, recvbuf, recvcounts, dtype, options));
+}
+
+void reduce(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
+            int root, const ReduceOptions& options) {
+  runBlocking(ctx, reduceCall(ctx, sendbuf, recvbuf, count, dtype, root, options));
+}
+Work reduceAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
+                 DataType dtype, int root, const ReduceOptions& options) {
+  return runAsync(ctx, reduceCall(ctx, sendbuf, recvbuf, count, dtype, root, options));
+}
+
+void gather(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
+            int root, const CollectiveOptions& options) {
+  runBlocking(
+      ctx, gatherCall(ctx, Collective::kGather, sendbuf, count, recvbuf, uniform(ctx.size(), count),
+                      uniformDispls(ctx.size(), count), dtype, root, options));
+}
+Work gatherAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
+                 DataType dtype, int root, const CollectiveOptions& options) {
+  return runAsync(
+      ctx, gatherCall(ctx, Collective::kGather, sendbuf, count, recvbuf, uniform(ctx.size(), count),
+                      uniformDispls(ctx.size(), count), dtype, root, options));
+}
+void gatherv(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
+             const Counts& recvcounts, const Counts& displs, DataType dtype, int root,
+             const CollectiveOptions& options) {
+  runBlocking(ctx, gatherCall(ctx, Collective::kGatherv, sendbuf, sendcount, recvbuf, recvcounts,
+                              displs, dtype, root, options));
+}
+Work gathervAsync(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
+                  const Counts& recvcounts, const Counts& displs, DataType dtype, int root,
+                  const CollectiveOptions& options) {
+  return runAsync(ctx, gatherCall(ctx, Collective::kGatherv, sendbuf, sendcount, recvbuf,
+                                  recvcounts, displs, dtype, root, options));
+}
+
+void scatter(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
+             int root, const CollectiveOptions& options) {
+  runBlocking(ctx,
+              scatterCall(ctx, Collective::kScatter, sendbuf, uniform(ctx.size(), count),
+                          uniformDispls(ctx.size(), count), recvbuf, count, dtype, root, options));
+}
+Work scatterAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
+                  DataType dtype, int root, const CollectiveOptions& options) {
+  return runAsync(
+      ctx, scatterCall(ctx, Collective::kScatter, sendbuf, uniform(ctx.size(), count),
+                       uniformDispls(ctx.size(), count), recvbuf, count, dtype, root, options));
+}
+void scatterv(Context& ctx, const void* sendbuf, const Counts& sendcounts, const Counts& displs,
+              void* recvbuf, std::uint64_t recvcount, DataType dtype, int root,
+              const CollectiveOptions& options) {
+  runBlocking(ctx, scatterCall(ctx, Collective::kScatterv, sendbuf, sendcounts, displs, recvbuf,
+                               recvcount, dtype, root, options));
+}
+Work scattervAsync(Context& ctx, const void* sendbuf, const Counts& sendcounts,
+                   const Counts& displs, void* recvbuf, std::uint64_t recvcount, DataType dtype,
+                   int root, const CollectiveOptions& options) {
+  return runAsync(ctx, scatterCall(ctx, Collective::kScatterv, sendbuf, sendcounts, displs, recvbuf,
+                                   recvcount, dtype, root, options));
+}
+
+void alltoall(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
+              const CollectiveOptions& options) {
+  Counts c = uniform(ctx.size(), count), d = uniformDispls(ctx.size(), count);
+  runBlocking(ctx, alltoallCall(ctx, Collective::kAlltoall, sendbuf, c, d, recvbuf, c, d, dtype,
+                                options, count));
+}
+Work alltoallAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
+                   DataType dtype, const CollectiveOptions& options) {
+  Counts c = uniform(ctx.size(), count), d = uniformDispls(ctx.size(), count);
+  return runAsync(ctx, alltoallCall(ctx, Collective::kAlltoall, sendbuf, c, d, recvbuf, c, d, dtype,
+                                    options, count));
+}
+void alltoallv(Context& ctx, const void* sendbuf, const Counts& sendcounts, const Counts& sdispls,
+               void* recvbuf, const Counts& recvcounts, const Counts& rdispls, DataType dtype,
+               const CollectiveOptions& options) {
+  runBlocking(ctx, alltoallCall(ctx, Collective::kAlltoallv, sendbuf, sendcounts, sdispls, recvbuf,
+                                recvcounts, rdispls, dtype, options, 0));
+}
+Work alltoallvAsync(Context& ctx, const void* sendbuf, const Counts& sendcounts,
+                    const Counts& sdispls, void* recvbuf, const Counts& recvcounts,
+                    const Counts& rdispls, DataType dtype, const CollectiveOptions& options) {
+  return runAsync(ctx, alltoallCall(ctx, Collective::kAlltoallv, sendbuf, sendcounts, sdispls,
+                                    recvbuf, recvcounts, rdispls, dtype, options, 0));
 }
 
 }  // namespace collx

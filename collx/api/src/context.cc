@@ -204,12 +204,12 @@ void Context::connect(const ContextOptions& options) {
   algorithms::EngineOptions engine;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const bool oversubscribed = local > static_cast<int>(cores);
-  engine.spin = std::chrono::microseconds(
-      config.isSet("COLLX_SPIN_US") ? *config.getInt("COLLX_SPIN_US", 0, 1000000)
-                                    : (oversubscribed ? 0 : 50));
-  engine.yield = std::chrono::microseconds(
-      config.isSet("COLLX_YIELD_US") ? *config.getInt("COLLX_YIELD_US", 0, 10000000)
-                                     : (oversubscribed ? 1000 : 0));
+  engine.spin = std::chrono::microseconds(config.isSet("COLLX_SPIN_US")
+                                              ? *config.getInt("COLLX_SPIN_US", 0, 1000000)
+                                              : (oversubscribed ? 0 : 50));
+  engine.yield = std::chrono::microseconds(config.isSet("COLLX_YIELD_US")
+                                               ? *config.getInt("COLLX_YIELD_US", 0, 10000000)
+                                               : (oversubscribed ? 1000 : 0));
   runtime_ = std::make_shared<detail::Runtime>();
   runtime_->engine = std::make_unique<algorithms::Engine>(std::move(transports), engine);
   runtime_->rank = rank_;
@@ -217,8 +217,7 @@ void Context::connect(const ContextOptions& options) {
   runtime_->timeout = timeout_;
   runtime_->chunkBytes =
       static_cast<std::uint64_t>(*config.getInt("COLLX_CHUNK_BYTES", 4096, std::int64_t{1} << 30));
-  for (auto coll : {algorithms::Collective::kAllreduce, algorithms::Collective::kAllgather,
-                    algorithms::Collective::kBroadcast, algorithms::Collective::kBarrier}) {
+  for (auto coll : algorithms::collectives()) {
     std::string var = std::string("COLLX_") + algorithms::collectiveName(coll) + "_ALGO";
     for (char& c : var) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     std::string value = config.getString(var);

@@ -6,8 +6,7 @@ namespace collx::detail {
 
 std::shared_ptr<const algorithms::Schedule> Runtime::schedule(
     const algorithms::AlgorithmInfo& algorithm, const algorithms::ScheduleParams& p) {
-  Key key{&algorithm, static_cast<int>(p.coll), p.rank,      p.size, p.count, p.elementSize,
-          static_cast<int>(p.op), p.inPlace, p.root, p.chunkBytes};
+  Key key{&algorithm, p};
   {
     std::lock_guard<std::mutex> lock(cacheMutex_);
     auto it = cache_.find(key);

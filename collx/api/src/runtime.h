@@ -8,7 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <tuple>
+#include <unordered_map>
 
 #include "collx/algorithms/engine.h"
 #include "collx/algorithms/registry.h"
@@ -30,10 +30,18 @@ struct Runtime {
                                                        const algorithms::ScheduleParams& params);
 
  private:
-  using Key = std::tuple<const algorithms::AlgorithmInfo*, int, int, int, std::uint64_t,
-                         std::size_t, int, bool, int, std::uint64_t>;
+  struct Key {
+    const algorithms::AlgorithmInfo* algorithm;
+    algorithms::ScheduleParams params;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const noexcept {
+      return algorithms::hashParams(k.params) ^ std::hash<const void*>()(k.algorithm);
+    }
+  };
   std::mutex cacheMutex_;
-  std::map<Key, std::shared_ptr<const algorithms::Schedule>> cache_;
+  std::unordered_map<Key, std::shared_ptr<const algorithms::Schedule>, KeyHash> cache_;
 };
 
 // "allreduce#42 float32x1024": how mismatch errors name a message.

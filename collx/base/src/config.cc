@@ -61,13 +61,21 @@ const std::vector<ConfigVar>& configVars() {
        "Microseconds a waiting call keeps polling after COLLX_SPIN_US, yielding the core between "
        "polls, before it sleeps; unset: 1000 when local ranks outnumber cores, else 0."},
       {"COLLX_ALLREDUCE_ALGO", "",
-       "allreduce algorithm for every call (ring, ring_chunked, halving_doubling, "
-       "recursive_doubling); unset: chosen per size."},
-      {"COLLX_ALLGATHER_ALGO", "", "allgather algorithm for every call (ring)."},
-      {"COLLX_BROADCAST_ALGO", "",
-       "broadcast algorithm for every call (one_to_all, binomial); unset: chosen per size."},
-      {"COLLX_BARRIER_ALGO", "",
-       "barrier algorithm for every call (all_to_all, all_to_one, dissemination)."},
+       "allreduce algorithm for every call (collx-bench -a list lists them all); unset: chosen "
+       "per size."},
+      {"COLLX_ALLGATHER_ALGO", "", "allgather algorithm for every call; unset: chosen per size."},
+      {"COLLX_ALLGATHERV_ALGO", "", "allgatherv algorithm for every call; unset: chosen per size."},
+      {"COLLX_REDUCE_SCATTER_ALGO", "",
+       "reduce_scatter algorithm for every call; unset: chosen per size."},
+      {"COLLX_REDUCE_ALGO", "", "reduce algorithm for every call; unset: chosen per size."},
+      {"COLLX_BROADCAST_ALGO", "", "broadcast algorithm for every call; unset: chosen per size."},
+      {"COLLX_GATHER_ALGO", "", "gather algorithm for every call; unset: chosen per size."},
+      {"COLLX_GATHERV_ALGO", "", "gatherv algorithm for every call; unset: chosen per size."},
+      {"COLLX_SCATTER_ALGO", "", "scatter algorithm for every call; unset: chosen per size."},
+      {"COLLX_SCATTERV_ALGO", "", "scatterv algorithm for every call; unset: chosen per size."},
+      {"COLLX_ALLTOALL_ALGO", "", "alltoall algorithm for every call; unset: chosen per size."},
+      {"COLLX_ALLTOALLV_ALGO", "", "alltoallv algorithm for every call; unset: chosen per size."},
+      {"COLLX_BARRIER_ALGO", "", "barrier algorithm for every call; unset: chosen per size."},
       {"COLLX_LOG_LEVEL", "warn",
        "Log levels: a default and per-logger overrides, e.g. 'info,collx.rdzv=debug'. Levels: "
        "trace debug info warn error off. Loggers: collx collx.rdzv collx.tcp collx.shm "

@@ -20,7 +20,19 @@ enum class Collective : std::uint8_t {
   kBroadcast = 3,
   kBarrier = 4,
   kSendRecv = 5,  // point-to-point, for fingerprints
+  kAllgatherv = 6,
+  kReduceScatter = 7,  // equal or per-rank counts (ScheduleParams::counts)
+  kReduce = 8,
+  kGather = 9,
+  kGatherv = 10,
+  kScatter = 11,
+  kScatterv = 12,
+  kAlltoall = 13,
+  kAlltoallv = 14,
 };
+
+// Every collective that has algorithms, in the order tools list them.
+const std::vector<Collective>& collectives();
 
 const char* collectiveName(Collective coll) noexcept;
 
@@ -29,16 +41,37 @@ struct ScheduleParams {
   Collective coll = Collective::kAllreduce;
   int rank = 0;
   int size = 1;
-  std::uint64_t count = 0;  // elements: the whole vector (allreduce, broadcast) or one
-                            // rank's block (allgather)
+  std::uint64_t count = 0;  // elements: the whole vector (allreduce, reduce, broadcast) or
+                            // one rank's block (allgather, reduce_scatter, gather, scatter,
+                            // alltoall: per peer)
   std::size_t elementSize = 1;
   ReduceOpKind op = ReduceOpKind::kSum;
   bool inPlace = false;
   int root = 0;
   std::uint64_t chunkBytes = 1u << 20;  // pipelining granularity of the chunked algorithms
+  bool commutative = true;              // false: the op must be applied in rank order
+  // Per-rank blocks in elements, for allgatherv, reduce_scatter with per-rank counts,
+  // gatherv, scatterv (counts[i], displs[i]: rank i's block in the buffer holding them all)
+  // and alltoallv (what this rank sends to peer i; recvCounts / recvDispls: what it
+  // receives from peer i). Empty for the other collectives.
+  std::vector<std::uint64_t> counts;
+  std::vector<std::uint64_t> displs;
+  std::vector<std::uint64_t> recvCounts;
+  std::vector<std::uint64_t> recvDispls;
 
   std::uint64_t bytes() const { return count * elementSize; }
   bool operator==(const ScheduleParams&) const = default;
+};
+
+// What one rank does in one call, as an algorithm's documented formula predicts it (and
+// the simulator counts it): messages and bytes it sends and receives, elements it reduces.
+struct Cost {
+  std::uint64_t sends = 0;
+  std::uint64_t sendBytes = 0;
+  std::uint64_t recvs = 0;
+  std::uint64_t recvBytes = 0;
+  std::uint64_t reducedElements = 0;
+  bool operator==(const Cost&) const = default;
 };
 
 struct AlgorithmInfo {
@@ -46,7 +79,15 @@ struct AlgorithmInfo {
   const char* name;
   const char* summary;  // steps, bytes on the wire, cost; see the algorithm's file
   Schedule (*build)(const ScheduleParams& params);
+  // Reductions happen in rank order (r0 op r1 op ...), so non-commutative ops are exact.
+  bool keepsOrder = false;
+  // The documented formula for one rank's messages, bytes and reductions (nullptr: none
+  // yet); the simulator checks every schedule against it.
+  Cost (*cost)(const ScheduleParams& params) = nullptr;
 };
+
+// A hash of every field, for the schedule cache.
+std::size_t hashParams(const ScheduleParams& params) noexcept;
 
 // Every algorithm, in the order collx-info lists them.
 const std::vector<AlgorithmInfo>& algorithmRegistry();

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "collx/base/data_type.h"
 #include "collx/base/reduce_op.h"
@@ -40,6 +41,11 @@ struct CollectiveOptions {
 struct AllreduceOptions : CollectiveOptions {
   ReduceOp op = ReduceOpKind::kSum;
 };
+// reduce and reduce_scatter take the same options.
+using ReduceOptions = AllreduceOptions;
+
+// Per-rank element counts and displacements (in elements) of the v-collectives.
+using Counts = std::vector<std::uint64_t>;
 
 // A nonblocking call in flight. Copyable handle; the call goes on if every copy is dropped.
 class Work {
@@ -74,6 +80,78 @@ void allgather(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t c
                DataType dtype, const CollectiveOptions& options = {});
 Work allgatherAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                     DataType dtype, const CollectiveOptions& options = {});
+
+// Like allgather with per-rank counts: recvbuf + displs[i] receives rank i's sendbuf
+// (recvcounts[i] elements; sendcount must equal recvcounts[rank]). In place when sendbuf is
+// nullptr or recvbuf + displs[rank].
+void allgatherv(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
+                const Counts& recvcounts, const Counts& displs, DataType dtype,
+                const CollectiveOptions& options = {});
+Work allgathervAsync(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
+                     const Counts& recvcounts, const Counts& displs, DataType dtype,
+                     const CollectiveOptions& options = {});
+
+// Reduces sendbuf (size * recvcount elements) over every rank and leaves block `rank` of the
+// result in recvbuf (recvcount elements).
+void reduceScatter(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t recvcount,
+                   DataType dtype, const ReduceOptions& options = {});
+Work reduceScatterAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t recvcount,
+                        DataType dtype, const ReduceOptions& options = {});
+// The same with per-rank counts: sendbuf holds sum(recvcounts) elements, rank i receives
+// recvcounts[i] of them (the blocks in rank order).
+void reduceScatterv(Context& ctx, const void* sendbuf, void* recvbuf, const Counts& recvcounts,
+                    DataType dtype, const ReduceOptions& options = {});
+Work reduceScattervAsync(Context& ctx, const void* sendbuf, void* recvbuf, const Counts& recvcounts,
+                         DataType dtype, const ReduceOptions& options = {});
+
+// The reduction of every rank's sendbuf lands in the root's recvbuf (recvbuf is ignored on
+// the other ranks). In place at the root when sendbuf == recvbuf.
+void reduce(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
+            int root, const ReduceOptions& options = {});
+Work reduceAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
+                 DataType dtype, int root, const ReduceOptions& options = {});
+
+// The root's recvbuf (size * count elements) receives every rank's sendbuf in rank order.
+void gather(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
+            int root, const CollectiveOptions& options = {});
+Work gatherAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
+                 DataType dtype, int root, const CollectiveOptions& options = {});
+// With per-rank counts: the root's recvbuf + displs[i] receives recvcounts[i] elements from
+// rank i (recvcounts and displs matter at the root only).
+void gatherv(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
+             const Counts& recvcounts, const Counts& displs, DataType dtype, int root,
+             const CollectiveOptions& options = {});
+Work gathervAsync(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
+                  const Counts& recvcounts, const Counts& displs, DataType dtype, int root,
+                  const CollectiveOptions& options = {});
+
+// Block i of the root's sendbuf (count elements each) lands in rank i's recvbuf.
+void scatter(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
+             int root, const CollectiveOptions& options = {});
+Work scatterAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
+                  DataType dtype, int root, const CollectiveOptions& options = {});
+// With per-rank counts: sendcounts[i] elements at the root's sendbuf + displs[i] go to rank i
+// (sendcounts and displs matter at the root only).
+void scatterv(Context& ctx, const void* sendbuf, const Counts& sendcounts, const Counts& displs,
+              void* recvbuf, std::uint64_t recvcount, DataType dtype, int root,
+              const CollectiveOptions& options = {});
+Work scattervAsync(Context& ctx, const void* sendbuf, const Counts& sendcounts,
+                   const Counts& displs, void* recvbuf, std::uint64_t recvcount, DataType dtype,
+                   int root, const CollectiveOptions& options = {});
+
+// Block j of rank i's sendbuf (count elements) lands as block i of rank j's recvbuf.
+void alltoall(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
+              const CollectiveOptions& options = {});
+Work alltoallAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
+                   DataType dtype, const CollectiveOptions& options = {});
+// With per-peer counts: sendcounts[j] elements at sendbuf + sdispls[j] go to rank j, which
+// receives them at its recvbuf + rdispls[i] (its recvcounts[i] must equal them).
+void alltoallv(Context& ctx, const void* sendbuf, const Counts& sendcounts, const Counts& sdispls,
+               void* recvbuf, const Counts& recvcounts, const Counts& rdispls, DataType dtype,
+               const CollectiveOptions& options = {});
+Work alltoallvAsync(Context& ctx, const void* sendbuf, const Counts& sendcounts,
+                    const Counts& sdispls, void* recvbuf, const Counts& recvcounts,
+                    const Counts& rdispls, DataType dtype, const CollectiveOptions& options = {});
 
 // The root's buffer is copied into every other rank's buffer.
 void broadcast(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int root,

@@ -1,0 +1,29 @@
+// alltoall / alltoallv pairwise exchange: in step s (1..P-1) rank r sends its block for
+// r+s and receives the block of r-s; its own block is copied locally. One message each way
+// per step and peer, so no link carries two messages at once.
+//
+//   P=4, step 1: 0->1 1->2 2->3 3->0   step 2: 0->2 1->3 2->0 3->1   step 3: 0->3 ...
+//
+// Cost: (P-1) alpha + (n - n_self) beta per rank. Any P; per-peer counts from
+// ScheduleParams (counts/displs: what this rank sends, recvCounts/recvDispls: what it gets).
+#include "../builders.h"
+#include "../patterns.h"
+
+namespace collx::algorithms {
+
+Schedule buildAlltoallPairwise(const ScheduleParams& p) {
+  Schedule s("pairwise");
+  const int P = p.size, r = p.rank;
+  const std::uint64_t es = p.elementSize;
+  if (p.counts[r] > 0) {
+    s.copy(output(p.recvDispls[r] * es), input(p.displs[r] * es), p.counts[r] * es);
+  }
+  for (int st = 1; st < P; ++st) {
+    const int to = patterns::mod(r + st, P), from = patterns::mod(r - st, P);
+    s.recv(from, 0, output(p.recvDispls[from] * es), p.recvCounts[from] * es);
+    s.send(to, 0, input(p.displs[to] * es), p.counts[to] * es);
+  }
+  return s;
+}
+
+}  // namespace collx::algorithms

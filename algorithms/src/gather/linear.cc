@@ -1,0 +1,29 @@
+// gather / gatherv linear: every rank sends its block straight to the root, which receives
+// them all at their displacements (and copies its own). Per-rank counts come from
+// ScheduleParams::counts at the root; the other ranks only know their own count.
+//
+// Cost: the root receives n - n_root bytes in P-1 messages: (P-1) alpha + n beta at the
+// root, alpha + n_i beta elsewhere. Simple and best for small P or small blocks. Any P.
+#include "../builders.h"
+
+namespace collx::algorithms {
+
+Schedule buildGatherLinear(const ScheduleParams& p) {
+  Schedule s("linear");
+  const std::uint64_t es = p.elementSize;
+  if (p.rank != p.root) {
+    s.send(p.root, 0, input(), p.count * es);
+    return s;
+  }
+  for (int i = 0; i < p.size; ++i) {
+    const std::uint64_t bytes = p.counts[i] * es;
+    if (i == p.rank) {
+      if (!p.inPlace && bytes > 0) s.copy(output(p.displs[i] * es), input(), bytes);
+      continue;
+    }
+    s.recv(i, 0, output(p.displs[i] * es), bytes);
+  }
+  return s;
+}
+
+}  // namespace collx::algorithms
