@@ -5,6 +5,8 @@
 #include <iostream>
 #include <string>
 
+#include "collx/algorithms/registry.h"
+#include "collx/algorithms/selection.h"
 #include "collx/collx.h"
 
 namespace {
@@ -57,6 +59,31 @@ void printInfo() {
     std::string def = var.defaultValue[0] != '\0' ? std::string(var.defaultValue) : "none";
     std::printf("  %-20s default: %-8s environment: %s\n", var.name, def.c_str(), value.c_str());
     wrap(var.help, 6, 96);
+  }
+  // The algorithm table in effect: COLLX_RULES first, then the built-in rows.
+  collx::algorithms::Selection selection =
+      config.isSet("COLLX_RULES")
+          ? collx::algorithms::Selection::fromFile(config.getString("COLLX_RULES"))
+          : collx::algorithms::Selection();
+  std::cout << "\nalgorithm selection (options > COLLX_<COLL>_ALGO > COLLX_RULES > built-in "
+               "table; first matching row):\n";
+  for (collx::algorithms::Collective coll : collx::algorithms::collectives()) {
+    std::string var = std::string("COLLX_") + collx::algorithms::collectiveName(coll) + "_ALGO";
+    for (char& c : var) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    std::printf("  %s  (algorithms: %s)\n", collx::algorithms::collectiveName(coll),
+                collx::algorithms::algorithmNames(coll).c_str());
+    if (config.isSet(var)) {
+      std::printf("    every call: %s (from %s)\n", config.getString(var).c_str(), var.c_str());
+    }
+    for (const auto* row : selection.rows(coll)) {
+      std::string ranks =
+          std::to_string(row->minRanks) + ".." +
+          (row->maxRanks >= (1 << 30) ? std::string("inf") : std::to_string(row->maxRanks));
+      std::string bytes = collx::algorithms::formatByteSize(row->minBytes) + ".." +
+                          collx::algorithms::formatByteSize(row->maxBytes);
+      std::printf("    P %-9s bytes %-20s -> %-20s (%s)\n", ranks.c_str(), bytes.c_str(),
+                  row->algorithm->name, row->source.c_str());
+    }
   }
   std::vector<std::string> unknown = config.unknownVariables();
   if (!unknown.empty()) {

@@ -81,8 +81,15 @@ const algorithms::AlgorithmInfo& choose(const detail::Runtime& rt, const Call& c
     }
   }
   if (name.empty()) {
-    name = algorithms::defaultAlgorithm(call.coll, rt.size, bytes);
-    source = "default table";
+    const algorithms::Selection::Row* row = rt.selection.choose(call.coll, rt.size, bytes);
+    if (row == nullptr) {
+      throw Unsupported(where, std::string("no rule selects a ") +
+                                   algorithms::collectiveName(call.coll) + " algorithm for " +
+                                   std::to_string(rt.size) + " ranks and " + std::to_string(bytes) +
+                                   " bytes");
+    }
+    name = row->algorithm->name;
+    source = row->source;
   }
   const algorithms::AlgorithmInfo* info = algorithms::findAlgorithm(call.coll, name);
   if (info == nullptr) {

@@ -217,6 +217,13 @@ void Context::connect(const ContextOptions& options) {
   runtime_->timeout = timeout_;
   runtime_->chunkBytes =
       static_cast<std::uint64_t>(*config.getInt("COLLX_CHUNK_BYTES", 4096, std::int64_t{1} << 30));
+  if (config.isSet("COLLX_RULES")) {
+    try {
+      runtime_->selection = algorithms::Selection::fromFile(config.getString("COLLX_RULES"));
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(where, e.detail());
+    }
+  }
   for (auto coll : algorithms::collectives()) {
     std::string var = std::string("COLLX_") + algorithms::collectiveName(coll) + "_ALGO";
     for (char& c : var) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));

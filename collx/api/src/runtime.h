@@ -12,6 +12,7 @@
 
 #include "collx/algorithms/engine.h"
 #include "collx/algorithms/registry.h"
+#include "collx/algorithms/selection.h"
 
 namespace collx::detail {
 
@@ -23,6 +24,8 @@ struct Runtime {
   std::uint64_t chunkBytes = 1u << 20;
   // COLLX_<COLL>_ALGO, read once.
   std::map<algorithms::Collective, std::string> configuredAlgorithm;
+  // COLLX_RULES, then the built-in table.
+  algorithms::Selection selection;
   std::atomic<std::uint64_t> sequence{0};
 
   // Schedules by (algorithm, params), built once and shared by every call with that key.

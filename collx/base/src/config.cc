@@ -60,6 +60,10 @@ const std::vector<ConfigVar>& configVars() {
       {"COLLX_YIELD_US", "",
        "Microseconds a waiting call keeps polling after COLLX_SPIN_US, yielding the core between "
        "polls, before it sleeps; unset: 1000 when local ranks outnumber cores, else 0."},
+      {"COLLX_RULES", "",
+       "A JSON rules file of the selection table's shape ({\"allreduce\": [{\"min_ranks\": 1, "
+       "\"max_bytes\": \"64K\", \"algorithm\": \"ring\"}, ...]}) whose rows are tried "
+       "before the built-in table; collx-info prints the table in effect."},
       {"COLLX_ALLREDUCE_ALGO", "",
        "allreduce algorithm for every call (collx-bench -a list lists them all); unset: chosen "
        "per size."},

@@ -1,0 +1,117 @@
+// The selection table: a rules file (COLLX_RULES) over the built-in table, its errors, and
+// its use by a real job.
+#include "collx/algorithms/selection.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "collx/base/error.h"
+#include "util/test_util.h"
+
+namespace collx::algorithms {
+namespace {
+
+TEST(Selection, BuiltInTableCoversEveryCollective) {
+  Selection table;
+  for (Collective coll : collectives()) {
+    for (int ranks : {1, 2, 3, 8, 9, 64, 1024}) {
+      for (std::uint64_t bytes : {0ull, 4ull, 65536ull, 1ull << 30}) {
+        const auto* row = table.choose(coll, ranks, bytes);
+        ASSERT_NE(row, nullptr) << collectiveName(coll) << " P=" << ranks << " " << bytes;
+        EXPECT_EQ(row->algorithm->coll, coll);
+        EXPECT_EQ(row->source, "default table");
+      }
+    }
+  }
+}
+
+TEST(Selection, RulesComeFirstThenTheTable) {
+  Selection s = Selection::fromJson(R"({
+    "allreduce": [
+      {"min_ranks": 4, "max_ranks": 8, "min_bytes": "1K", "max_bytes": "1M", "algorithm": "ring_chunked"},
+      {"max_ranks": 2, "algorithm": "halving_doubling"}
+    ],
+    "broadcast": [{"algorithm": "one_to_all"}]
+  })",
+                                    "test rules");
+  EXPECT_STREQ(s.choose(Collective::kAllreduce, 4, 1024)->algorithm->name, "ring_chunked");
+  EXPECT_STREQ(s.choose(Collective::kAllreduce, 8, 1 << 20)->algorithm->name, "ring_chunked");
+  EXPECT_EQ(s.choose(Collective::kAllreduce, 4, 1024)->source, "test rules, allreduce entry 1");
+  EXPECT_STREQ(s.choose(Collective::kAllreduce, 2, 1ull << 30)->algorithm->name,
+               "halving_doubling");
+  // Outside every rule: the built-in table.
+  const auto* fallback = s.choose(Collective::kAllreduce, 4, 1ull << 30);
+  EXPECT_EQ(fallback->source, "default table");
+  EXPECT_STREQ(s.choose(Collective::kBroadcast, 64, 4)->algorithm->name, "one_to_all");
+  EXPECT_EQ(s.rows(Collective::kAllreduce).front()->source, "test rules, allreduce entry 1");
+}
+
+TEST(Selection, BadRulesNameTheEntryAndWhatIsWrong) {
+  auto error = [](const char* text) {
+    try {
+      Selection::fromJson(text, "rules.json");
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(error("{").find("not valid JSON: line 1, column 2"), std::string::npos);
+  EXPECT_NE(error(R"({"allreduse": []})").find("unknown collective 'allreduse'"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"allreduce": [{"algorithm": "magic"}]})")
+                .find("allreduce entry 1: unknown allreduce algorithm 'magic' (valid: ring"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"allreduce": [{"max_ranks": 0, "algorithm": "ring"}]})").find("max_ranks"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"allreduce": [{"min_bytes": "2M", "max_bytes": "1M", "algorithm": "ring"}]})")
+                .find("empty range"),
+            std::string::npos);
+  EXPECT_NE(
+      error(R"({"allreduce": [{"speed": 3, "algorithm": "ring"}]})").find("unknown field 'speed'"),
+      std::string::npos);
+  EXPECT_NE(error(R"({"allreduce": [{"min_ranks": 2}]})").find("names no algorithm"),
+            std::string::npos);
+  EXPECT_NE(error("[]").find("must be an object"), std::string::npos);
+  EXPECT_THROW(Selection::fromFile("/nonexistent/rules.json"), InvalidArgument);
+}
+
+TEST(Selection, ByteSizes) {
+  EXPECT_EQ(parseByteSize("64K"), 65536u);
+  EXPECT_EQ(parseByteSize("1M"), 1u << 20);
+  EXPECT_EQ(parseByteSize("3"), 3u);
+  EXPECT_THROW(parseByteSize("x"), std::invalid_argument);
+  EXPECT_EQ(formatByteSize(65536), "64 KiB");
+  EXPECT_EQ(formatByteSize(1000), "1000 B");
+}
+
+TEST(SelectionInAJob, RulesFileDecidesAndCollxInfoShowsIt) {
+  test::TempDir dir;
+  std::string path = dir.path() + "/rules.json";
+  std::ofstream(path) << R"({"allreduce": [{"max_bytes": "1M", "algorithm": "ring_chunked"}]})";
+  std::map<std::string, std::string> env = {{"COLLX_RULES", path},
+                                            {"COLLX_LOG_LEVEL", "warn,collx.algo=debug"},
+                                            {"COLLX_ALLREDUCE_ALGO", ""},
+                                            {"COLLX_STORE", ""},
+                                            {"COLLX_JOB_ID", ""}};
+  test::RunResult r = test::run({test::binDir() + "/collx-run", "-n", "2", "--",
+                                 test::binDir() + "/collx-test-worker", "count", "1000"},
+                                env, std::chrono::seconds(60));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("ring_chunked (from COLLX_RULES " + path + ", allreduce entry 1)"),
+            std::string::npos)
+      << r.err;
+  test::RunResult info = test::run({test::binDir() + "/collx-info"}, {{"COLLX_RULES", path}});
+  EXPECT_EQ(info.code, 0) << info.err;
+  EXPECT_NE(info.out.find("-> ring_chunked         (COLLX_RULES " + path), std::string::npos)
+      << info.out;
+  std::ofstream(path) << R"({"allreduce": [{"algorithm": "nope"}]})";
+  test::RunResult bad = test::run({test::binDir() + "/collx-run", "-n", "2", "--",
+                                   test::binDir() + "/collx-test-worker", "count", "1000"},
+                                  env, std::chrono::seconds(60));
+  EXPECT_EQ(bad.code, 14) << bad.err;
+  EXPECT_NE(bad.err.find("unknown allreduce algorithm 'nope'"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace collx::algorithms
