@@ -10,10 +10,25 @@
 // Cost: (log2 p + 2[P != p]) alpha + log2 p * n beta + log2 p * n gamma. Every rank combines
 // the same pairs of values (a+b on one side, b+a on the other: commutative ops give the same
 // bits), so results are bit-identical across ranks. Any P.
+//
+// Exactly, per rank (costAllreduceRecursiveDoubling): a main-phase rank sends, receives and
+// reduces the whole vector once per round, log2 p times, once more when it is the odd rank
+// of a folded pair; the even rank of a pair sends and receives it once and reduces nothing.
 #include "../builders.h"
 #include "../patterns.h"
 
 namespace collx::algorithms {
+
+Cost costAllreduceRecursiveDoubling(const ScheduleParams& p) {
+  const int P = p.size;
+  if (P == 1) return {};
+  const std::uint64_t n = p.count, bytes = p.bytes();
+  const patterns::Fold fold(P);
+  if (fold.newRank(p.rank) < 0) return Cost{1, bytes, 1, bytes, 0};
+  const std::uint64_t rounds =
+      static_cast<std::uint64_t>(patterns::log2Exact(fold.pow2)) + (p.rank < 2 * fold.rem ? 1 : 0);
+  return Cost{rounds, rounds * bytes, rounds, rounds * bytes, rounds * n};
+}
 
 Schedule buildAllreduceRecursiveDoubling(const ScheduleParams& p) {
   const int P = p.size;

@@ -9,12 +9,27 @@
 //
 // Cost: ceil(log2 P) alpha + ceil(log2 P) n beta without pipelining; pieces bring the beta
 // term towards n + log2 P * chunk. Any P, any root.
+// Counts (costBroadcastBinomial), k = the pieces of n (1 when n is 0: one empty message per
+// edge): every rank but the root receives k messages and n bytes from its parent, and sends
+// as much to each of its children (ceil(log2 P) of them at the root).
 #include <algorithm>
 
 #include "../builders.h"
 #include "../patterns.h"
 
 namespace collx::algorithms {
+
+Cost costBroadcastBinomial(const ScheduleParams& p) {
+  if (p.size == 1) return {};
+  const std::uint64_t n = p.bytes();
+  const std::uint64_t piece =
+      std::max<std::uint64_t>(p.elementSize, p.chunkBytes / p.elementSize * p.elementSize);
+  const std::uint64_t k = n == 0 ? 1 : patterns::piecesOf(n, piece);
+  const int v = patterns::mod(p.rank - p.root, p.size);
+  const auto children = static_cast<std::uint64_t>(patterns::binomialChildren(v, p.size));
+  const std::uint64_t parents = v == 0 ? 0 : 1;
+  return Cost{children * k, children * n, parents * k, parents * n, 0};
+}
 
 Schedule buildBroadcastBinomial(const ScheduleParams& p) {
   Schedule s("binomial");
@@ -35,8 +50,8 @@ Schedule buildBroadcastBinomial(const ScheduleParams& p) {
   for (mask >>= 1; mask > 0; mask >>= 1) {
     if (v + mask < P) children.push_back(patterns::mod(v + mask + p.root, P));
   }
-  const std::uint64_t piece = std::max<std::uint64_t>(
-      p.elementSize, p.chunkBytes / p.elementSize * p.elementSize);
+  const std::uint64_t piece =
+      std::max<std::uint64_t>(p.elementSize, p.chunkBytes / p.elementSize * p.elementSize);
   const std::uint64_t K = n == 0 ? 1 : (n + piece - 1) / piece;
   for (std::uint64_t k = 0; k < K; ++k) {
     const std::uint64_t off = k * piece;
