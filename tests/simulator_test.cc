@@ -356,7 +356,7 @@ TEST_P(RegistrySweep, ResultsAndCountsMatchReferenceAndFormula) {
               << " has no cost formula yet (AlgorithmInfo::cost): counts not checked\n";
     RecordProperty("no_cost_formula", std::string(collectiveName(info.coll)) + " " + info.name);
   }
-  int runs = 0;
+  int runs = 0, compared = 0;
   for (int P : kSizes) {
     const std::vector<std::uint64_t> counts = countsFor(info.coll, P);
     for (std::size_t ci = 0; ci < counts.size(); ++ci) {
@@ -380,6 +380,7 @@ TEST_P(RegistrySweep, ResultsAndCountsMatchReferenceAndFormula) {
         }
         if (info.cost != nullptr) {
           const Cost formula = info.cost(s.params[r]);
+          ++compared;
           if (formula != rr.cost && ++wrongCosts <= 3) {
             ADD_FAILURE() << s.label << ": rank " << r << " counted " << describe(rr.cost)
                           << ", the formula says " << describe(formula);
@@ -397,6 +398,9 @@ TEST_P(RegistrySweep, ResultsAndCountsMatchReferenceAndFormula) {
     }
   }
   EXPECT_GT(runs, 0);
+  if (info.cost != nullptr) {
+    EXPECT_GT(compared, 0);
+  }
 }
 
 std::string sweepName(const ::testing::TestParamInfo<std::size_t>& info) {

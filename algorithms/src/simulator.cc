@@ -178,9 +178,9 @@ class Simulation {
       // scratch before writing it would show.
       std::uint64_t used = 0;
       for (const Task& t : tasks) {
-        const std::uint64_t n =
-            t.kind == TaskKind::kReduce || t.kind == TaskKind::kDivide ? t.count * elementSize
-                                                                       : t.bytes;
+        const std::uint64_t n = t.kind == TaskKind::kReduce || t.kind == TaskKind::kDivide
+                                    ? t.count * elementSize
+                                    : t.bytes;
         for (const BufferRef* ref : {&t.dst, &t.src, &t.a}) {
           if (ref->buffer == Buffer::kScratch && n > 0) used = std::max(used, ref->offset + n);
         }

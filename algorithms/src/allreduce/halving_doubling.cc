@@ -10,8 +10,8 @@
 //   p=4, blocks b0..b3:  RS d=2: 0,1 keep b0b1; 2,3 keep b2b3   RS d=1: rank i keeps b_i
 //                        AG d=1: 0,1 hold b0b1; 2,3 hold b2b3   AG d=2: all hold b0..b3
 //
-// Cost: 2 log2 p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma (+ 2 alpha + n beta + n gamma
-// when P is not a power of two). Any P.
+// Cost: 2 log2 p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma (+ 2 alpha + 2 n beta + n gamma
+// when P is not a power of two: the vector folds in and the result folds out). Any P.
 //
 // Exactly, per rank (costAllreduceHalvingDoubling), with b_i the size of block i and W_d the
 // d blocks aligned on d that hold block nr: every round is one message each way, empty or

@@ -7,9 +7,11 @@
 //
 //   P=4:  round 0: 0<->1, 2<->3   round 1: 0<->2, 1<->3   -> everyone holds the sum
 //
-// Cost: (log2 p + 2[P != p]) alpha + log2 p * n beta + log2 p * n gamma. Every rank combines
-// the same pairs of values (a+b on one side, b+a on the other: commutative ops give the same
-// bits), so results are bit-identical across ranks. Any P.
+// Cost: log2 p (alpha + n beta + n gamma), + 2 alpha + 2 n beta + n gamma when P != p (fold
+// in and out; the critical path then has log2 p + 1 or + 2 messages, as the main-phase ranks
+// that did not fold start at once). Every rank combines the same pairs of values (a+b on
+// one side, b+a on the other: commutative ops give the same bits), so results are
+// bit-identical across ranks. Any P.
 //
 // Exactly, per rank (costAllreduceRecursiveDoubling): a main-phase rank sends, receives and
 // reduces the whole vector once per round, log2 p times, once more when it is the odd rank

@@ -7,8 +7,11 @@
 //
 //   P=8, root 0:   0 -> 4, 2, 1;   4 -> 6, 5;   2 -> 3;   6 -> 7
 //
-// Cost: ceil(log2 P) alpha + ceil(log2 P) n beta without pipelining; pieces bring the beta
-// term towards n + log2 P * chunk. Any P, any root.
+// Cost: ceil(log2 P) alpha + ceil(log2 P) n beta without pipelining. Pieces bring the beta
+// term towards (n + log2 P * chunk) beta only where a rank feeds its children in parallel;
+// through one outgoing link the root still sends ceil(log2 P) n bytes (the simulator's
+// model), and pieces then add alphas and only let the ranks down the tree start earlier.
+// Any P, any root.
 // Counts (costBroadcastBinomial), k = the pieces of n (1 when n is 0: one empty message per
 // edge): every rank but the root receives k messages and n bytes from its parent, and sends
 // as much to each of its children (ceil(log2 P) of them at the root).
