@@ -576,7 +576,7 @@ class Simulation {
     out.problems.insert(out.problems.begin(), problems_.begin(), problems_.end());
     out.ranks.reserve(ranks_.size());
     for (RankState& rs : ranks_) {
-      rs.result.finished = problems_.empty() && rs.doneCount == rs.taskCount;
+      rs.result.finished = rs.doneCount == rs.taskCount;
       if (options_.moveBytes) rs.result.output = std::move(rs.buffers.output);
       out.seconds = std::max(out.seconds, rs.result.finish);
       out.rounds = std::max(out.rounds, rs.result.rounds);

@@ -13,7 +13,8 @@
 // It also counts, per rank, what the registry's Cost formulas predict (messages, bytes,
 // reduced elements) and the communication rounds on the critical path, and models the time
 // of the call (TimeModel). For large P it can skip the bytes (SimOptions::moveBytes) and
-// only count and time: P = 1024 at 64 MiB then costs a few seconds and little memory.
+// only count and time: a ring allreduce over P = 1024 at 64 MiB (5 million tasks) then takes
+// 2-4 s and under 400 MB here; the logarithmic algorithms take milliseconds.
 //
 // Everything here is single-threaded and reentrant: concurrent calls share nothing.
 #pragma once
@@ -90,7 +91,8 @@ const char* simProblemKindName(SimProblemKind kind) noexcept;
 
 struct SimProblem {
   SimProblemKind kind;
-  int rank = -1;  // who noticed: the receiver of a message, a rank in a deadlock cycle
+  int rank = -1;  // whose task it is: the receiver for a length mismatch, the first rank of
+                  // a deadlock cycle
   int peer = -1;
   std::uint32_t step = 0;
   std::string detail;  // a sentence naming ranks, peers, steps and bytes
