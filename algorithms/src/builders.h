@@ -23,10 +23,31 @@ Schedule buildGatherLinear(const ScheduleParams& p);
 Schedule buildScatterLinear(const ScheduleParams& p);
 Schedule buildAlltoallPairwise(const ScheduleParams& p);
 
+// The documented cost of each algorithm for one rank (AlgorithmInfo::cost), written next to
+// its builder from the algorithm's math, not by counting its schedule: the simulator checks
+// one against the other.
+Cost costAllreduceRing(const ScheduleParams& p);
+Cost costAllreduceRingChunked(const ScheduleParams& p);
+Cost costAllreduceHalvingDoubling(const ScheduleParams& p);
+Cost costAllreduceRecursiveDoubling(const ScheduleParams& p);
+Cost costAllgatherRing(const ScheduleParams& p);
+Cost costBroadcastOneToAll(const ScheduleParams& p);
+Cost costBroadcastBinomial(const ScheduleParams& p);
+Cost costBarrierAllToAll(const ScheduleParams& p);
+Cost costBarrierAllToOne(const ScheduleParams& p);
+Cost costBarrierDissemination(const ScheduleParams& p);
+Cost costAllgathervRing(const ScheduleParams& p);
+Cost costReduceScatterRing(const ScheduleParams& p);
+Cost costReduceBinomial(const ScheduleParams& p);
+Cost costGatherLinear(const ScheduleParams& p);
+Cost costScatterLinear(const ScheduleParams& p);
+Cost costAlltoallPairwise(const ScheduleParams& p);
+
 // Shared by the ring allreduces: the bandwidth-optimal ring (reduce-scatter + allgather)
 // with every segment moved in `piecesPerSegment` pieces (0: pieces of params.chunkBytes).
 Schedule buildAllreduceRingPieces(const ScheduleParams& p, std::uint64_t piecesPerSegment,
                                   const char* name);
+Cost costAllreduceRingPieces(const ScheduleParams& p, std::uint64_t piecesPerSegment);
 
 // A world of one: copy input to output unless in place.
 Schedule buildLocalOnly(const ScheduleParams& p, const char* name);

@@ -55,4 +55,21 @@ struct Fold {
   int realRank(int newRank) const { return newRank < rem ? newRank * 2 + 1 : newRank + rem; }
 };
 
+inline std::uint64_t ceilDiv(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+
+// The number of pieces of at most `piece` units that `size` units take (0 for nothing).
+inline std::uint64_t piecesOf(std::uint64_t size, std::uint64_t piece) {
+  return ceilDiv(size, piece);
+}
+
+// In a binomial tree over n ranks rooted at 0, the number of children of rank v: the ranks
+// v + 2^k below v's lowest set bit (every power of two below n for the root).
+inline int binomialChildren(int v, int n) {
+  int low = 1;
+  while (low < n && (v & low) == 0) low <<= 1;
+  int children = 0;
+  for (int m = 1; m < low; m <<= 1) children += v + m < n ? 1 : 0;
+  return children;
+}
+
 }  // namespace collx::algorithms::patterns

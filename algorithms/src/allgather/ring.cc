@@ -9,12 +9,24 @@
 //   2                 all four blocks everywhere
 //
 // Cost (n bytes per rank): (P-1) alpha + (P-1) n beta. Any P, any count (0 included).
+// Exactly (costAllgatherRing): (P-1) n bytes each way in (P-1) k messages, k the pieces of
+// one block; nothing at all when n is 0 or P is 1.
 #include <algorithm>
 
 #include "../builders.h"
 #include "../patterns.h"
 
 namespace collx::algorithms {
+
+Cost costAllgatherRing(const ScheduleParams& p) {
+  const std::uint64_t n = p.bytes();
+  if (p.size == 1 || n == 0) return {};
+  const std::uint64_t piece =
+      std::max<std::uint64_t>(p.elementSize, p.chunkBytes / p.elementSize * p.elementSize);
+  const std::uint64_t others = static_cast<std::uint64_t>(p.size - 1);
+  const std::uint64_t messages = others * patterns::piecesOf(n, piece);
+  return Cost{messages, others * n, messages, others * n, 0};
+}
 
 Schedule buildAllgatherRing(const ScheduleParams& p) {
   const int P = p.size;

@@ -5,12 +5,34 @@
 // blocks move no message at all.
 //
 // Cost (n = sum of counts): (P-1) alpha + (n - n_r) beta per rank. Any P, any counts.
+// Exactly (costAllgathervRing): rank r sends every block but r+1's and receives every block
+// but its own, one message per piece (k_i pieces for block i, none for an empty block):
+// sum_{i != r+1} k_i messages and n - n_{r+1} elements out, sum_{i != r} k_i and n - n_r in.
 #include <algorithm>
 
 #include "../builders.h"
 #include "../patterns.h"
 
 namespace collx::algorithms {
+
+Cost costAllgathervRing(const ScheduleParams& p) {
+  const int P = p.size, r = p.rank;
+  if (P == 1) return {};
+  const std::uint64_t es = p.elementSize;
+  const std::uint64_t piece = std::max<std::uint64_t>(es, p.chunkBytes / es * es);
+  std::uint64_t n = 0, pieces = 0;
+  for (std::uint64_t c : p.counts) {
+    n += c;
+    pieces += patterns::piecesOf(c * es, piece);
+  }
+  const int next = patterns::mod(r + 1, P);
+  Cost c;
+  c.sends = pieces - patterns::piecesOf(p.counts[next] * es, piece);
+  c.sendBytes = (n - p.counts[next]) * es;
+  c.recvs = pieces - patterns::piecesOf(p.counts[r] * es, piece);
+  c.recvBytes = (n - p.counts[r]) * es;
+  return c;
+}
 
 Schedule buildAllgathervRing(const ScheduleParams& p) {
   const int P = p.size;

@@ -10,14 +10,53 @@
 //   p=4, blocks b0..b3:  RS d=2: 0,1 keep b0b1; 2,3 keep b2b3   RS d=1: rank i keeps b_i
 //                        AG d=1: 0,1 hold b0b1; 2,3 hold b2b3   AG d=2: all hold b0..b3
 //
-// Cost: 2 log2 p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma (+ 2 alpha + n beta + n gamma
-// when P is not a power of two). Any P.
+// Cost: 2 log2 p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma (+ 2 alpha + 2 n beta + n gamma
+// when P is not a power of two: the vector folds in and the result folds out). Any P.
+//
+// Exactly, per rank (costAllreduceHalvingDoubling), with b_i the size of block i and W_d the
+// d blocks aligned on d that hold block nr: every round is one message each way, empty or
+// not, so a main-phase rank sends and receives 2 log2 p messages. The windows it gives away
+// in the reduce-scatter and receives in the allgather are the siblings of W_p/2 .. W_1, which
+// tile everything but block nr: n - b_nr elements each way. It receives and reduces W_p/2 ..
+// W_1 in the reduce-scatter and sends the same windows in the allgather: sum_d |W_d|
+// elements each way ((p-1) n / p when the blocks are equal). Folding adds one message of n
+// bytes each way and n reduced elements to the odd rank of a pair; the even rank only sends
+// its vector and gets the result back.
 #include <algorithm>
 
 #include "../builders.h"
 #include "../patterns.h"
 
 namespace collx::algorithms {
+
+Cost costAllreduceHalvingDoubling(const ScheduleParams& p) {
+  const int P = p.size;
+  if (P == 1) return {};
+  const std::uint64_t es = p.elementSize, n = p.count;
+  const patterns::Fold fold(P);
+  const int nr = fold.newRank(p.rank);
+  Cost c;
+  if (nr < 0) return Cost{1, n * es, 1, n * es, 0};
+  const std::uint64_t rounds = static_cast<std::uint64_t>(patterns::log2Exact(fold.pow2));
+  const patterns::Blocks blocks{n, fold.pow2};
+  std::uint64_t windows = 0;  // sum over d = 1, 2, .., p/2 of |W_d|
+  for (int d = 1; d < fold.pow2; d *= 2) {
+    const int lo = nr / d * d;
+    windows += blocks.rangeSize(lo, lo + d);
+  }
+  const std::uint64_t elements = n - blocks.size(nr) + windows;
+  c.sends = c.recvs = 2 * rounds;
+  c.sendBytes = c.recvBytes = elements * es;
+  c.reducedElements = windows;
+  if (p.rank < 2 * fold.rem) {  // the odd rank of a folded pair
+    c.sends += 1;
+    c.recvs += 1;
+    c.sendBytes += n * es;
+    c.recvBytes += n * es;
+    c.reducedElements += n;
+  }
+  return c;
+}
 
 Schedule buildAllreduceHalvingDoubling(const ScheduleParams& p) {
   const int P = p.size;

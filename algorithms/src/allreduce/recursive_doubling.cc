@@ -7,13 +7,30 @@
 //
 //   P=4:  round 0: 0<->1, 2<->3   round 1: 0<->2, 1<->3   -> everyone holds the sum
 //
-// Cost: (log2 p + 2[P != p]) alpha + log2 p * n beta + log2 p * n gamma. Every rank combines
-// the same pairs of values (a+b on one side, b+a on the other: commutative ops give the same
-// bits), so results are bit-identical across ranks. Any P.
+// Cost: log2 p (alpha + n beta + n gamma), + 2 alpha + 2 n beta + n gamma when P != p (fold
+// in and out; the critical path then has log2 p + 1 or + 2 messages, as the main-phase ranks
+// that did not fold start at once). Every rank combines the same pairs of values (a+b on
+// one side, b+a on the other: commutative ops give the same bits), so results are
+// bit-identical across ranks. Any P.
+//
+// Exactly, per rank (costAllreduceRecursiveDoubling): a main-phase rank sends, receives and
+// reduces the whole vector once per round, log2 p times, once more when it is the odd rank
+// of a folded pair; the even rank of a pair sends and receives it once and reduces nothing.
 #include "../builders.h"
 #include "../patterns.h"
 
 namespace collx::algorithms {
+
+Cost costAllreduceRecursiveDoubling(const ScheduleParams& p) {
+  const int P = p.size;
+  if (P == 1) return {};
+  const std::uint64_t n = p.count, bytes = p.bytes();
+  const patterns::Fold fold(P);
+  if (fold.newRank(p.rank) < 0) return Cost{1, bytes, 1, bytes, 0};
+  const std::uint64_t rounds =
+      static_cast<std::uint64_t>(patterns::log2Exact(fold.pow2)) + (p.rank < 2 * fold.rem ? 1 : 0);
+  return Cost{rounds, rounds * bytes, rounds, rounds * bytes, rounds * n};
+}
 
 Schedule buildAllreduceRecursiveDoubling(const ScheduleParams& p) {
   const int P = p.size;

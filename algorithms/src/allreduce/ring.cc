@@ -21,6 +21,10 @@
 //
 // Cost (n bytes): 2(P-1) steps (x pieces), each rank sends and receives 2(P-1)/P * n bytes
 // and reduces (P-1)/P * n bytes: 2(P-1) alpha + 2(P-1)/P n beta + (P-1)/P n gamma.
+// Exactly (costAllreduceRingPieces), with s_i the size of segment i and k_i its number of
+// pieces: rank r sends every segment but r+1 (reduce-scatter) and every segment but r+2
+// (allgather), receives every segment but r and every segment but r+1, and reduces the
+// n - s_r elements it receives in the reduce-scatter; a message per non-empty piece.
 // Bandwidth-optimal; latency grows linearly with P. Works for any P and any count (pieces
 // of empty segments are skipped alike on both sides). Results are bit-identical on every
 // rank: each segment is reduced once, in ring order, and then copied.
@@ -60,8 +64,11 @@ Schedule buildAllreduceRingPieces(const ScheduleParams& p, std::uint64_t piecesP
   }
   const std::uint64_t K = maxSeg == 0 ? 0 : (maxSeg + pieceElems - 1) / pieceElems;
   const std::uint64_t slots = std::min<std::uint64_t>(kScratchSlots, K * (P - 1));
+  // A piece never exceeds its segment: slots sized by chunkBytes alone would make a 4-byte
+  // allreduce ask for 4 MiB of scratch (found by the simulator at P = 1024).
+  const std::uint64_t slotElems = std::min(pieceElems, maxSeg);
   Schedule s(name);
-  s.setScratchBytes(slots * pieceElems * es);
+  s.setScratchBytes(slots * slotElems * es);
   auto contribution = [&](std::uint64_t byteOffset) {
     return p.inPlace ? output(byteOffset) : input(byteOffset);
   };
@@ -91,9 +98,9 @@ Schedule buildAllreduceRingPieces(const ScheduleParams& p, std::uint64_t piecesP
         std::uint64_t slot = g % slots;
         Deps deps;
         if (slotUser[slot]) deps.push_back(*slotUser[slot]);
-        TaskId recv = s.recv(left, step, scratch(slot * pieceElems * es), recvN * es, deps);
+        TaskId recv = s.recv(left, step, scratch(slot * slotElems * es), recvN * es, deps);
         TaskId red = s.reduce(output(recvOff * es), contribution(recvOff * es),
-                              scratch(slot * pieceElems * es), recvN, {recv});
+                              scratch(slot * slotElems * es), recvN, {recv});
         slotUser[slot] = red;
         rsReduce[st * K + k] = red;
       }
@@ -142,6 +149,35 @@ Schedule buildAllreduceRingPieces(const ScheduleParams& p, std::uint64_t piecesP
   }
   return s;
 }
+
+Cost costAllreduceRingPieces(const ScheduleParams& p, std::uint64_t piecesPerSegment) {
+  const int P = p.size;
+  if (P == 1) return {};
+  const int r = p.rank;
+  const std::uint64_t es = p.elementSize, n = p.count;
+  const patterns::Blocks seg{n, P};
+  const std::uint64_t pieceElems =
+      piecesPerSegment == 0
+          ? std::max<std::uint64_t>(1, p.chunkBytes / es)
+          : std::max<std::uint64_t>(1, patterns::ceilDiv(seg.size(0), piecesPerSegment));
+  // Segments are q+1 elements (the first n mod P) or q.
+  const std::uint64_t q = n / static_cast<std::uint64_t>(P),
+                      extra = n % static_cast<std::uint64_t>(P);
+  const std::uint64_t allPieces =
+      extra * patterns::piecesOf(q + 1, pieceElems) +
+      (static_cast<std::uint64_t>(P) - extra) * patterns::piecesOf(q, pieceElems);
+  auto s = [&](int i) { return seg.size(patterns::mod(i, P)); };
+  auto k = [&](int i) { return patterns::piecesOf(s(i), pieceElems); };
+  Cost c;
+  c.sends = 2 * allPieces - k(r + 1) - k(r + 2);
+  c.sendBytes = (2 * n - s(r + 1) - s(r + 2)) * es;
+  c.recvs = 2 * allPieces - k(r) - k(r + 1);
+  c.recvBytes = (2 * n - s(r) - s(r + 1)) * es;
+  c.reducedElements = n - s(r);
+  return c;
+}
+
+Cost costAllreduceRing(const ScheduleParams& p) { return costAllreduceRingPieces(p, 0); }
 
 Schedule buildAllreduceRing(const ScheduleParams& p) {
   return buildAllreduceRingPieces(p, 0, "ring");

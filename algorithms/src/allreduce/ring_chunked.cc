@@ -4,10 +4,13 @@
 //
 // Steps: 2 * 2(P-1) transfers per rank. Bytes on the wire per rank: 2(P-1)/P * n (Gloo
 // counts 2n for its in-place broadcast phase). Cost: 4(P-1) alpha + 2(P-1)/P n beta +
-// (P-1)/P n gamma. Any P, any count.
+// (P-1)/P n gamma. Any P, any count. Exact counts: those of ring.cc with pieces of
+// ceil(s_0 / 2) elements (costAllreduceRingPieces).
 #include "../builders.h"
 
 namespace collx::algorithms {
+
+Cost costAllreduceRingChunked(const ScheduleParams& p) { return costAllreduceRingPieces(p, 2); }
 
 Schedule buildAllreduceRingChunked(const ScheduleParams& p) {
   return buildAllreduceRingPieces(p, 2, "ring_chunked");

@@ -6,10 +6,24 @@
 //
 // Cost: (P-1) alpha + (n - n_self) beta per rank. Any P; per-peer counts from
 // ScheduleParams (counts/displs: what this rank sends, recvCounts/recvDispls: what it gets).
+// Counts (costAlltoallPairwise): P-1 messages each way, empty blocks included; the bytes
+// are the blocks for (from) every other rank.
 #include "../builders.h"
 #include "../patterns.h"
 
 namespace collx::algorithms {
+
+Cost costAlltoallPairwise(const ScheduleParams& p) {
+  const std::uint64_t es = p.elementSize;
+  std::uint64_t out = 0, in = 0;
+  for (int i = 0; i < p.size; ++i) {
+    if (i == p.rank) continue;
+    out += p.counts[i];
+    in += p.recvCounts[i];
+  }
+  const auto others = static_cast<std::uint64_t>(p.size - 1);
+  return Cost{others, out * es, others, in * es, 0};
+}
 
 Schedule buildAlltoallPairwise(const ScheduleParams& p) {
   Schedule s("pairwise");

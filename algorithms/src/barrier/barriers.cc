@@ -8,11 +8,28 @@
 //   r - 2^k (mod P); after the last round every rank has heard, directly or not, from every
 //   other. ceil(log2 P) alpha, one message each way per round.
 //
-// Any P.
+// Counts (costBarrier*): every message is empty; all_to_all: P-1 each way on every rank;
+// all_to_one: P-1 each way at rank 0, one each way elsewhere; dissemination: ceil(log2 P)
+// each way on every rank. Any P.
 #include "../builders.h"
 #include "../patterns.h"
 
 namespace collx::algorithms {
+
+Cost costBarrierAllToAll(const ScheduleParams& p) {
+  const auto others = static_cast<std::uint64_t>(p.size - 1);
+  return Cost{others, 0, others, 0, 0};
+}
+
+Cost costBarrierAllToOne(const ScheduleParams& p) {
+  const std::uint64_t m = p.rank == 0 ? static_cast<std::uint64_t>(p.size - 1) : 1;
+  return p.size == 1 ? Cost{} : Cost{m, 0, m, 0, 0};
+}
+
+Cost costBarrierDissemination(const ScheduleParams& p) {
+  const auto rounds = static_cast<std::uint64_t>(patterns::log2Exact(p.size));
+  return Cost{rounds, 0, rounds, 0, 0};
+}
 
 Schedule buildBarrierAllToAll(const ScheduleParams& p) {
   Schedule s("all_to_all");

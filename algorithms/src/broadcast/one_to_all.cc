@@ -3,9 +3,18 @@
 //
 // Cost: the root sends (P-1) n bytes: (P-1) alpha + (P-1) n beta at the root, one alpha +
 // n beta elsewhere. Simple and good for small P; the root's link is the bottleneck. Any P.
+// Counts (costBroadcastOneToAll): P-1 messages of n bytes out of the root, empty or not; one
+// in everywhere else.
 #include "../builders.h"
 
 namespace collx::algorithms {
+
+Cost costBroadcastOneToAll(const ScheduleParams& p) {
+  const std::uint64_t n = p.bytes();
+  if (p.rank != p.root) return Cost{0, 0, 1, n, 0};
+  const std::uint64_t others = static_cast<std::uint64_t>(p.size - 1);
+  return Cost{others, others * n, 0, 0, 0};
+}
 
 Schedule buildBroadcastOneToAll(const ScheduleParams& p) {
   Schedule s("one_to_all");

@@ -4,9 +4,18 @@
 //
 // Cost: the root receives n - n_root bytes in P-1 messages: (P-1) alpha + n beta at the
 // root, alpha + n_i beta elsewhere. Simple and best for small P or small blocks. Any P.
+// Counts (costGatherLinear): one message (empty or not) per rank but the root's.
 #include "../builders.h"
 
 namespace collx::algorithms {
+
+Cost costGatherLinear(const ScheduleParams& p) {
+  const std::uint64_t es = p.elementSize;
+  if (p.rank != p.root) return Cost{1, p.count * es, 0, 0, 0};
+  std::uint64_t others = 0;
+  for (int i = 0; i < p.size; ++i) others += i == p.root ? 0 : p.counts[i];
+  return Cost{0, 0, static_cast<std::uint64_t>(p.size - 1), others * es, 0};
+}
 
 Schedule buildGatherLinear(const ScheduleParams& p) {
   Schedule s("linear");

@@ -10,12 +10,33 @@
 // order: a child's subtree holds the ranks just above its parent's, so every combination is
 // (lower ranks) op (higher ranks) when the tree is rooted at rank 0. For a non-commutative
 // op with another root, the tree is rooted at rank 0 and the result then moves to the root.
+//
+// Counts (costReduceBinomial), k = the pieces of n (1 when n is 0: empty messages still
+// flow): a rank with c children receives c k messages (c n bytes) and reduces c times the
+// vector; every rank but the tree's root sends k messages (n bytes) to its parent; with the
+// detour through rank 0, rank 0 sends k more and the root receives k more.
 #include <algorithm>
 
 #include "../builders.h"
 #include "../patterns.h"
 
 namespace collx::algorithms {
+
+Cost costReduceBinomial(const ScheduleParams& p) {
+  const int P = p.size;
+  if (P == 1) return {};
+  const std::uint64_t n = p.bytes();
+  const bool viaZero = !p.commutative && p.root != 0;
+  const int treeRoot = viaZero ? 0 : p.root;
+  const std::uint64_t piece =
+      std::max<std::uint64_t>(p.elementSize, p.chunkBytes / p.elementSize * p.elementSize);
+  const std::uint64_t k = n == 0 ? 1 : patterns::piecesOf(n, piece);
+  const int v = patterns::mod(p.rank - treeRoot, P);
+  const auto children = static_cast<std::uint64_t>(patterns::binomialChildren(v, P));
+  const std::uint64_t ups = (v != 0 ? 1 : 0) + (viaZero && v == 0 ? 1 : 0);
+  const std::uint64_t downs = children + (viaZero && p.rank == p.root ? 1 : 0);
+  return Cost{ups * k, ups * n, downs * k, downs * n, children * p.count};
+}
 
 Schedule buildReduceBinomial(const ScheduleParams& p) {
   Schedule s("binomial");

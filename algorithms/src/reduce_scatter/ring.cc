@@ -8,7 +8,11 @@
 //   0                              b1:2+0    b2:0+1    b0:1+2
 //   1 (blocks are final)           b0:all    b1:all    b2:all
 //
-// Cost (n = sum of counts): (P-1) alpha + (n - n_r) beta + (n - n_r) gamma per rank. Any P.
+// Cost (n = sum of counts): (P-1) alpha + (n - n_{r-1}) beta + (n - n_{r-1}) gamma per rank.
+// Exactly (costReduceScatterRing), with k_i the pieces of block i (none when empty): rank r
+// sends the partials of every block but its own, sum_{i != r} k_i messages of n - n_r
+// elements, and receives and reduces every block but r-1's, sum_{i != r-1} k_i messages of
+// n - n_{r-1} elements (the block r-1 starts its way around the ring at r). Any P.
 // The order of the reduction follows the ring, not the ranks: commutative ops only.
 #include <algorithm>
 
@@ -16,6 +20,26 @@
 #include "../patterns.h"
 
 namespace collx::algorithms {
+
+Cost costReduceScatterRing(const ScheduleParams& p) {
+  const int P = p.size, r = p.rank;
+  if (P == 1) return {};
+  const std::uint64_t es = p.elementSize;
+  const std::uint64_t piece = std::max<std::uint64_t>(es, p.chunkBytes / es * es);
+  std::uint64_t n = 0, pieces = 0;
+  for (std::uint64_t c : p.counts) {
+    n += c;
+    pieces += patterns::piecesOf(c * es, piece);
+  }
+  const int prev = patterns::mod(r - 1, P);
+  Cost c;
+  c.sends = pieces - patterns::piecesOf(p.counts[r] * es, piece);
+  c.sendBytes = (n - p.counts[r]) * es;
+  c.recvs = pieces - patterns::piecesOf(p.counts[prev] * es, piece);
+  c.recvBytes = (n - p.counts[prev]) * es;
+  c.reducedElements = n - p.counts[prev];
+  return c;
+}
 
 Schedule buildReduceScatterRing(const ScheduleParams& p) {
   const int P = p.size;

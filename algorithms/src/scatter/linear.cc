@@ -2,10 +2,18 @@
 // (and copies its own). Per-rank counts come from ScheduleParams::counts at the root.
 //
 // Cost: the root sends n - n_root bytes in P-1 messages: (P-1) alpha + n beta at the root.
-// Any P.
+// Counts (costScatterLinear): one message (empty or not) per rank but the root's. Any P.
 #include "../builders.h"
 
 namespace collx::algorithms {
+
+Cost costScatterLinear(const ScheduleParams& p) {
+  const std::uint64_t es = p.elementSize;
+  if (p.rank != p.root) return Cost{0, 0, 1, p.count * es, 0};
+  std::uint64_t others = 0;
+  for (int i = 0; i < p.size; ++i) others += i == p.root ? 0 : p.counts[i];
+  return Cost{static_cast<std::uint64_t>(p.size - 1), others * es, 0, 0, 0};
+}
 
 Schedule buildScatterLinear(const ScheduleParams& p) {
   Schedule s("linear");

@@ -1,0 +1,469 @@
+// collx-sim: models one collective at a chosen P over a range of sizes, without a network.
+//
+//   collx-sim -c allreduce -P 64 -b 4 -e 64M -f 4 --alpha 10us --beta-gbps 2.5 --gamma-gbps 10
+//
+// Every algorithm of the registry for that collective runs in one process: the real
+// schedules of all P ranks over the simulator's virtual transport (counting and timing
+// only, no bytes move). Per size it prints each algorithm's modeled time under the
+// alpha-beta-gamma model (collx/algorithms/simulator.h), the rounds on its critical path and
+// the most messages and bytes any rank sends, and marks the algorithm the default selection
+// table picks and the fastest modeled one. It is a model: use it to see how the algorithms
+// scale with P and size, and where the table's thresholds sit against the model; measure
+// with collx-bench before changing the table.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "collx/algorithms/registry.h"
+#include "collx/algorithms/simulator.h"
+#include "collx/base/data_type.h"
+#include "collx/base/error.h"
+#include "collx/base/reduce_op.h"
+
+namespace {
+
+using collx::DataType;
+using collx::algorithms::AlgorithmInfo;
+using collx::algorithms::Collective;
+using collx::algorithms::ScheduleParams;
+using collx::algorithms::SimResult;
+
+constexpr const char* kUsage = R"(usage: collx-sim [options]
+
+Models one collective over P ranks in one process: every algorithm of the registry for it
+runs its real schedules on all P ranks over a virtual transport (no bytes move), under an
+alpha-beta-gamma model:
+  - a message occupies its sender's outgoing link, and then its receiver's incoming link,
+    for alpha + bytes * beta (a rank's messages queue one after the other);
+  - a reduction costs gamma * bytes on the rank that runs it; copies are free;
+  - the call's time is the last rank's finish.
+Per size it prints each algorithm's modeled time, the rounds on its critical path (messages
+on the longest chain of dependencies), the most messages and bytes any rank sends, and
+marks the algorithm the default selection table picks (*) and the fastest modeled one (<).
+
+  -c, --collective NAME  allreduce (default), allgather, allgatherv, reduce_scatter, reduce,
+                         broadcast, gather, gatherv, scatter, scatterv, alltoall, alltoallv,
+                         barrier
+  -P, --ranks N          the number of ranks (default 8), 1..65536
+  -a, --algorithm LIST   only these algorithms, comma separated (default: all of the
+                         collective's); "list" prints every algorithm of every collective
+  -b, --min-bytes SIZE   smallest size (default 4); K, M, G suffixes are powers of 2
+  -e, --max-bytes SIZE   largest size (default 64M)
+  -f, --factor N         multiply the size by N between steps (default 4)
+      --sizes LIST       explicit sizes instead, e.g. 4,1K,1M
+  -d, --dtype TYPE       int8 uint8 int32 int64 float16 bfloat16 float32 (default) float64
+  -o, --op OP            sum (default) prod min max avg band bor bxor (reducing collectives)
+  -r, --root R           the root of reduce, broadcast, gather(v), scatter(v) (default 0)
+      --chunk SIZE       pipelining granularity of the chunked algorithms (default 1M, as
+                         COLLX_CHUNK_BYTES)
+      --alpha TIME       time per message (default 10us); units ns, us, ms, s
+      --beta-gbps X      link bandwidth in GB/s (1e9 bytes/s): beta = 1/X (default 2.5)
+      --gamma-gbps X     reduction throughput in GB/s: gamma = 1/X (default 10)
+      --sender-queue-only  receivers take any number of messages at once (only a sender's
+                         messages queue), instead of one at a time
+      --max-tasks N      skip a run whose schedules hold more tasks over all ranks than N
+                         (default 50M: about 3 GB of memory)
+  -h, --help             this text
+
+A size is what the selection table looks at: count x element size, the count being the
+whole vector (allreduce, reduce, broadcast) or one rank's block (allgather(v),
+reduce_scatter, gather(v), scatter(v); alltoall(v): the block for each peer). The
+v-collectives model equal blocks. Sizes are rounded down to whole elements.
+
+Columns: time (us, modeled), x best (time / the fastest algorithm's at that size), rounds,
+msgs/rank and bytes/rank (the most of any rank; the root of a rooted collective sends more).
+The defaults are close to loopback TCP on a 2-core machine; for a cluster, e.g.
+--alpha 2us --beta-gbps 12 --gamma-gbps 10.
+)";
+
+struct Args {
+  Collective coll = Collective::kAllreduce;
+  int ranks = 8;
+  std::vector<std::string> algorithms;
+  std::uint64_t minBytes = 4;
+  std::uint64_t maxBytes = 64ull << 20;
+  std::uint64_t factor = 4;
+  std::vector<std::uint64_t> sizes;
+  DataType dtype = DataType::kFloat32;
+  collx::ReduceOpKind op = collx::ReduceOpKind::kSum;
+  int root = 0;
+  std::uint64_t chunkBytes = 1 << 20;
+  collx::algorithms::TimeModel model;
+  std::uint64_t maxTasks = 50'000'000;
+};
+
+[[noreturn]] void usageError(const std::string& message) {
+  std::fprintf(stderr, "collx-sim: %s\n(see collx-sim --help)\n", message.c_str());
+  std::exit(2);
+}
+
+std::uint64_t parseSize(const std::string& text, const std::string& what) {
+  std::size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    usageError(what + ": bad size '" + text + "'");
+  }
+  const std::string unit = text.substr(pos);
+  double scale = 1;
+  if (unit == "K" || unit == "k" || unit == "KiB") {
+    scale = 1024;
+  } else if (unit == "M" || unit == "MiB") {
+    scale = 1024.0 * 1024;
+  } else if (unit == "G" || unit == "GiB") {
+    scale = 1024.0 * 1024 * 1024;
+  } else if (!unit.empty() && unit != "B") {
+    usageError(what + ": bad size unit in '" + text + "' (K, M, G)");
+  }
+  if (!(value >= 0) || value * scale > 1e18) usageError(what + ": bad size '" + text + "'");
+  return static_cast<std::uint64_t>(value * scale);
+}
+
+double parseNumber(const std::string& text, const std::string& what) {
+  std::size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    usageError(what + ": '" + text + "' is not a number");
+  }
+  if (pos != text.size() || !std::isfinite(value)) {
+    usageError(what + ": '" + text + "' is not a number");
+  }
+  return value;
+}
+
+// "10us", "2.5 ms", "0" -> seconds.
+double parseTime(const std::string& text, const std::string& what) {
+  std::size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    usageError(what + ": bad time '" + text + "' (e.g. 10us)");
+  }
+  std::string unit = text.substr(pos);
+  unit.erase(0, unit.find_first_not_of(' '));
+  double scale = 0;
+  if (unit == "ns") {
+    scale = 1e-9;
+  } else if (unit == "us") {
+    scale = 1e-6;
+  } else if (unit == "ms") {
+    scale = 1e-3;
+  } else if (unit == "s") {
+    scale = 1;
+  } else if (unit.empty() && value == 0) {
+    scale = 1;
+  } else {
+    usageError(what + ": bad time unit in '" + text + "' (ns, us, ms, s)");
+  }
+  if (!(value >= 0) || !std::isfinite(value)) usageError(what + ": bad time '" + text + "'");
+  return value * scale;
+}
+
+Collective parseCollective(const std::string& name) {
+  for (Collective c : collx::algorithms::collectives()) {
+    if (name == collx::algorithms::collectiveName(c)) return c;
+  }
+  std::string valid;
+  for (Collective c : collx::algorithms::collectives()) {
+    valid += (valid.empty() ? "" : ", ") + std::string(collx::algorithms::collectiveName(c));
+  }
+  usageError("unknown collective '" + name + "' (" + valid + ")");
+}
+
+void listAlgorithms() {
+  for (Collective c : collx::algorithms::collectives()) {
+    std::printf("%s:\n", collx::algorithms::collectiveName(c));
+    for (const AlgorithmInfo& info : collx::algorithms::algorithmRegistry()) {
+      if (info.coll != c) continue;
+      std::printf("  %-20s %s%s\n", info.name, info.summary,
+                  info.cost == nullptr ? " [no cost formula yet]" : "");
+    }
+  }
+}
+
+Args parseArgs(int argc, char** argv) {
+  Args a;
+  std::string algorithmList;
+  std::string collective = "allreduce";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usageError(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "-c" || arg == "--collective") {
+      collective = value();
+    } else if (arg == "-P" || arg == "--ranks") {
+      const double p = parseNumber(value(), arg);
+      if (p < 1 || p > 65536 || p != std::floor(p)) {
+        usageError(arg + " must be a whole number in [1, 65536]");
+      }
+      a.ranks = static_cast<int>(p);
+    } else if (arg == "-a" || arg == "--algorithm") {
+      algorithmList = value();
+      if (algorithmList == "list") {
+        listAlgorithms();
+        std::exit(0);
+      }
+    } else if (arg == "-b" || arg == "--min-bytes") {
+      a.minBytes = parseSize(value(), arg);
+    } else if (arg == "-e" || arg == "--max-bytes") {
+      a.maxBytes = parseSize(value(), arg);
+    } else if (arg == "-f" || arg == "--factor") {
+      a.factor = parseSize(value(), arg);
+      if (a.factor < 2) usageError("--factor must be at least 2");
+    } else if (arg == "--sizes") {
+      std::stringstream list(value());
+      std::string item;
+      while (std::getline(list, item, ',')) a.sizes.push_back(parseSize(item, arg));
+      if (a.sizes.empty()) usageError("--sizes needs at least one size");
+    } else if (arg == "-d" || arg == "--dtype") {
+      const std::string name = value();
+      auto t = collx::parseDataType(name);
+      if (!t) usageError("unknown dtype '" + name + "'");
+      a.dtype = *t;
+    } else if (arg == "-o" || arg == "--op") {
+      const std::string name = value();
+      auto op = collx::parseReduceOpKind(name);
+      if (!op) usageError("unknown op '" + name + "'");
+      a.op = *op;
+    } else if (arg == "-r" || arg == "--root") {
+      const double r = parseNumber(value(), arg);
+      if (r < 0 || r != std::floor(r) || r > 65535) usageError("--root must be a rank");
+      a.root = static_cast<int>(r);
+    } else if (arg == "--chunk") {
+      a.chunkBytes = parseSize(value(), arg);
+      if (a.chunkBytes == 0) usageError("--chunk must be at least 1 byte");
+    } else if (arg == "--alpha") {
+      a.model.alpha = parseTime(value(), arg);
+    } else if (arg == "--beta-gbps" || arg == "--gamma-gbps") {
+      const double gbps = parseNumber(value(), arg);
+      if (gbps <= 0) usageError(arg + " must be positive");
+      (arg == "--beta-gbps" ? a.model.beta : a.model.gamma) = 1.0 / (gbps * 1e9);
+    } else if (arg == "--sender-queue-only") {
+      a.model.serializeIncoming = false;
+    } else if (arg == "--max-tasks") {
+      a.maxTasks = parseSize(value(), arg);
+    } else {
+      usageError("unknown argument '" + arg + "'");
+    }
+  }
+  a.coll = parseCollective(collective);
+  if (a.root >= a.ranks) {
+    usageError("--root " + std::to_string(a.root) + " is outside [0, " + std::to_string(a.ranks) +
+               ")");
+  }
+  const bool reduces = a.coll == Collective::kAllreduce || a.coll == Collective::kReduce ||
+                       a.coll == Collective::kReduceScatter;
+  if (!reduces && a.op != collx::ReduceOpKind::kSum) {
+    usageError(std::string("--op applies to reducing collectives, not ") +
+               collx::algorithms::collectiveName(a.coll));
+  }
+  if (reduces) {
+    try {
+      collx::ReduceOp(a.op).validate(a.dtype, collx::Where{-1, "collx-sim", -1});
+    } catch (const collx::Error& e) {
+      usageError(e.detail());
+    }
+  }
+  std::stringstream list(algorithmList);
+  std::string name;
+  while (std::getline(list, name, ',')) {
+    if (name.empty()) continue;
+    if (collx::algorithms::findAlgorithm(a.coll, name) == nullptr) {
+      usageError("unknown " + std::string(collx::algorithms::collectiveName(a.coll)) +
+                 " algorithm '" + name + "' (" + collx::algorithms::algorithmNames(a.coll) + ")");
+    }
+    a.algorithms.push_back(name);
+  }
+  if (a.algorithms.empty()) {
+    for (const AlgorithmInfo& info : collx::algorithms::algorithmRegistry()) {
+      if (info.coll == a.coll) a.algorithms.push_back(info.name);
+    }
+  }
+  if (a.sizes.empty()) {
+    if (a.minBytes > a.maxBytes) usageError("--min-bytes is above --max-bytes");
+    for (std::uint64_t s = a.minBytes; s <= a.maxBytes; s = std::max(s + 1, s * a.factor)) {
+      a.sizes.push_back(s);
+      if (s > a.maxBytes / a.factor) break;
+    }
+  }
+  if (a.coll == Collective::kBarrier) a.sizes = {0};
+  return a;
+}
+
+// Rank r's params for a call of `count` elements (blocks: equal for the v-collectives).
+ScheduleParams paramsOf(const Args& a, std::uint64_t count, int rank) {
+  ScheduleParams p;
+  p.coll = a.coll;
+  p.rank = rank;
+  p.size = a.ranks;
+  p.count = count;
+  p.elementSize = collx::dataTypeSize(a.dtype);
+  p.op = a.op;
+  p.root = a.root;
+  p.chunkBytes = a.chunkBytes;
+  switch (a.coll) {
+    case Collective::kAllgatherv:
+    case Collective::kReduceScatter:
+    case Collective::kGather:
+    case Collective::kGatherv:
+    case Collective::kScatter:
+    case Collective::kScatterv:
+    case Collective::kAlltoall:
+    case Collective::kAlltoallv:
+      p.counts.assign(static_cast<std::size_t>(a.ranks), count);
+      p.displs.resize(static_cast<std::size_t>(a.ranks));
+      for (int i = 0; i < a.ranks; ++i) p.displs[i] = static_cast<std::uint64_t>(i) * count;
+      if (a.coll == Collective::kAlltoall || a.coll == Collective::kAlltoallv) {
+        p.recvCounts = p.counts;
+        p.recvDispls = p.displs;
+      }
+      break;
+    default:
+      break;
+  }
+  return p;
+}
+
+std::string formatBytes(std::uint64_t b) {
+  char text[32];
+  if (b >= (1ull << 30) && b % (1ull << 30) == 0) {
+    std::snprintf(text, sizeof text, "%lluG", static_cast<unsigned long long>(b >> 30));
+  } else if (b >= (1ull << 20) && b % (1ull << 20) == 0) {
+    std::snprintf(text, sizeof text, "%lluM", static_cast<unsigned long long>(b >> 20));
+  } else if (b >= 1024 && b % 1024 == 0) {
+    std::snprintf(text, sizeof text, "%lluK", static_cast<unsigned long long>(b >> 10));
+  } else {
+    std::snprintf(text, sizeof text, "%llu", static_cast<unsigned long long>(b));
+  }
+  return text;
+}
+
+std::string formatTime(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", seconds * 1e6);
+  return text;
+}
+
+struct Row {
+  std::string algorithm;
+  bool ran = false;
+  std::string note;
+  double seconds = 0;
+  std::uint64_t rounds = 0, messages = 0, bytes = 0;
+};
+
+int run(const Args& a) {
+  collx::algorithms::SimOptions options;
+  options.moveBytes = false;
+  options.dtype = a.dtype;
+  options.op = a.op;
+  options.model = a.model;
+  const std::size_t es = collx::dataTypeSize(a.dtype);
+  const bool rooted = a.coll == Collective::kReduce || a.coll == Collective::kBroadcast ||
+                      a.coll == Collective::kGather || a.coll == Collective::kGatherv ||
+                      a.coll == Collective::kScatter || a.coll == Collective::kScatterv;
+  std::printf(
+      "collx-sim: %s of %s%s over P=%d ranks%s; alpha %s us, beta 1/%.3g GB/s, gamma "
+      "1/%.3g GB/s, chunk %s, %s\n",
+      collx::algorithms::collectiveName(a.coll), collx::dataTypeName(a.dtype),
+      a.coll == Collective::kAllreduce || a.coll == Collective::kReduce ||
+              a.coll == Collective::kReduceScatter
+          ? (std::string(" (") + collx::reduceOpKindName(a.op) + ")").c_str()
+          : "",
+      a.ranks, rooted ? (", root " + std::to_string(a.root)).c_str() : "",
+      formatTime(a.model.alpha).c_str(), 1e-9 / a.model.beta, 1e-9 / a.model.gamma,
+      formatBytes(a.chunkBytes).c_str(),
+      a.model.serializeIncoming ? "one message at a time per link" : "only senders queue");
+  std::printf("* = the default selection table's pick, < = the fastest modeled\n\n");
+  std::printf("%10s  %-20s %12s %8s %7s %10s %12s\n", "size", "algorithm", "time(us)", "x best",
+              "rounds", "msgs/rank", "bytes/rank");
+  const auto started = std::chrono::steady_clock::now();
+  int failures = 0;
+  for (std::uint64_t size : a.sizes) {
+    const std::uint64_t count = size / es;
+    const char* pick = collx::algorithms::defaultAlgorithm(a.coll, a.ranks, count * es);
+    std::vector<Row> rows;
+    for (const std::string& name : a.algorithms) {
+      const AlgorithmInfo& info = *collx::algorithms::findAlgorithm(a.coll, name);
+      Row row;
+      row.algorithm = name;
+      // Rank 0's schedule, times P, estimates the memory a run takes.
+      const std::uint64_t estimate =
+          info.build(paramsOf(a, count, 0)).tasks().size() * static_cast<std::uint64_t>(a.ranks);
+      if (estimate > a.maxTasks) {
+        row.note = "skipped: about " + std::to_string(estimate / 1000000) + "M tasks (--max-tasks)";
+        rows.push_back(row);
+        continue;
+      }
+      SimResult result = collx::algorithms::simulate(
+          info, a.ranks, [&](int r) { return paramsOf(a, count, r); }, nullptr, options);
+      if (!result.ok()) {
+        ++failures;
+        row.note = "FAILED: " + result.problems.front().detail;
+        std::fprintf(stderr, "collx-sim: %s %s at %s bytes:\n%s", collectiveName(a.coll),
+                     name.c_str(), formatBytes(size).c_str(), result.describeProblems().c_str());
+        rows.push_back(row);
+        continue;
+      }
+      row.ran = true;
+      row.seconds = result.seconds;
+      row.rounds = result.rounds;
+      for (const auto& rank : result.ranks) {
+        row.messages = std::max(row.messages, rank.cost.sends);
+        row.bytes = std::max(row.bytes, rank.cost.sendBytes);
+      }
+      rows.push_back(row);
+    }
+    double best = -1;
+    for (const Row& r : rows) {
+      if (r.ran && (best < 0 || r.seconds < best)) best = r.seconds;
+    }
+    bool first = true;
+    for (const Row& r : rows) {
+      std::string marks;
+      if (pick != nullptr && r.algorithm == pick) marks += " *";
+      if (r.ran && r.seconds == best) marks += " <";
+      const std::string sizeText = first ? formatBytes(count * es) : "";
+      first = false;
+      if (!r.ran) {
+        std::printf("%10s  %-20s %s%s\n", sizeText.c_str(), r.algorithm.c_str(), r.note.c_str(),
+                    marks.c_str());
+        continue;
+      }
+      std::printf("%10s  %-20s %12s %8.2f %7llu %10llu %12llu%s\n", sizeText.c_str(),
+                  r.algorithm.c_str(), formatTime(r.seconds).c_str(),
+                  best > 0 ? r.seconds / best : 1.0, static_cast<unsigned long long>(r.rounds),
+                  static_cast<unsigned long long>(r.messages),
+                  static_cast<unsigned long long>(r.bytes), marks.c_str());
+    }
+  }
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("\n(simulated in %.1f s)\n", took);
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parseArgs(argc, argv));
+  } catch (const collx::Error& e) {
+    std::fprintf(stderr, "collx-sim: %s\n", e.what());
+    return 1;
+  }
+}
