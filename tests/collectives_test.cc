@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "collx/algorithms/registry.h"
 #include "collx/collx.h"
 #include "util/reference.h"
 #include "util/world.h"
@@ -26,6 +27,15 @@ World& worldOf(int size) {
   auto& world = worlds[size];
   if (!world) world = std::make_unique<World>(size);
   return *world;
+}
+
+// The registry's algorithms of one collective: tests cover what is added there unchanged.
+std::vector<std::string> algorithmsOf(algorithms::Collective coll) {
+  std::vector<std::string> out;
+  for (const auto& info : algorithms::algorithmRegistry()) {
+    if (info.coll == coll) out.push_back(info.name);
+  }
+  return out;
 }
 
 std::vector<std::uint64_t> countsFor(int size) {
@@ -119,35 +129,56 @@ INSTANTIATE_TEST_SUITE_P(Sizes, AllreduceTest, ::testing::ValuesIn(allreduceCase
 
 class SizeTest : public ::testing::TestWithParam<int> {};
 
-TEST_P(SizeTest, AllgatherRing) {
+// Every allgather algorithm of the registry, and the default choice (""), which takes the
+// decision tree's pick for each size. The inputs are made once per (count, type) and shared
+// by the ranks; the large count runs with one type per algorithm, in turn, to keep time down.
+TEST_P(SizeTest, AllgatherEveryAlgorithm) {
   const int P = GetParam();
   World& world = worldOf(P);
+  std::vector<std::string> names = {""};
+  for (const std::string& name : algorithmsOf(algorithms::Collective::kAllgather)) {
+    names.push_back(name);
+  }
+  ASSERT_GE(names.size(), 8u) << "ring, linear, bruck, recursive_doubling, neighbor_exchange, "
+                                 "two_proc and sparbit should all be registered";
+  constexpr DataType kTypes[] = {DataType::kInt8, DataType::kFloat16, DataType::kInt32,
+                                 DataType::kFloat64};
   int combination = 0;
-  for (std::uint64_t count : countsFor(P)) {
-    for (DataType type : {DataType::kInt8, DataType::kFloat16, DataType::kInt32,
-                          DataType::kFloat64}) {
-      const bool inPlace = combination++ % 2 == 0;
-      const std::size_t es = dataTypeSize(type);
-      std::vector<std::string> wrong(P);
-      world.runOk([&](int rank, Context& ctx) {
+  for (std::size_t a = 0; a < names.size(); ++a) {
+    const std::string& algorithm = names[a];
+    for (std::uint64_t count : countsFor(P)) {
+      for (std::size_t t = 0; t < std::size(kTypes); ++t) {
+        if (count > 10000 && t != a % std::size(kTypes)) continue;
+        const DataType type = kTypes[t];
+        const bool inPlace = combination++ % 2 == 0;
+        const std::size_t es = dataTypeSize(type);
         std::vector<std::vector<std::uint8_t>> inputs;
-        for (int r = 0; r < P; ++r) inputs.push_back(test::makeInput(r, count, type, ReduceOpKind::kSum));
-        std::vector<std::uint8_t> out(count * es * P, 0xCD);
-        if (inPlace) {
-          std::copy(inputs[rank].begin(), inputs[rank].end(), out.begin() + rank * count * es);
-          allgather(ctx, nullptr, out.data(), count, type);
-        } else {
-          allgather(ctx, inputs[rank].data(), out.data(), count, type);
+        for (int r = 0; r < P; ++r) {
+          inputs.push_back(test::makeInput(r, count, type, ReduceOpKind::kSum));
         }
-        for (int r = 0; r < P && wrong[rank].empty(); ++r) {
-          if (!std::equal(inputs[r].begin(), inputs[r].end(), out.begin() + r * count * es)) {
-            wrong[rank] = "block of rank " + std::to_string(r) + " differs";
+        std::vector<std::string> wrong(P);
+        world.runOk([&](int rank, Context& ctx) {
+          std::vector<std::uint8_t> out(count * es * P, 0xCD);
+          CollectiveOptions o;
+          o.algorithm = algorithm;
+          if (inPlace) {
+            std::copy(inputs[rank].begin(), inputs[rank].end(), out.begin() + rank * count * es);
+            allgather(ctx, nullptr, out.data(), count, type, o);
+          } else {
+            allgather(ctx, inputs[rank].data(), out.data(), count, type, o);
           }
+          for (int r = 0; r < P && wrong[rank].empty(); ++r) {
+            if (!std::equal(inputs[r].begin(), inputs[r].end(), out.begin() + r * count * es)) {
+              wrong[rank] = "block of rank " + std::to_string(r) + " differs";
+            }
+          }
+        });
+        for (int r = 0; r < P; ++r) {
+          EXPECT_EQ(wrong[r], "") << (algorithm.empty() ? "default" : algorithm) << ", rank " << r
+                                  << ", count " << count << ", " << dataTypeName(type)
+                                  << (inPlace ? ", in place" : "");
         }
-      });
-      for (int r = 0; r < P; ++r) {
-        EXPECT_EQ(wrong[r], "") << "rank " << r << ", count " << count << ", "
-                                << dataTypeName(type) << (inPlace ? ", in place" : "");
+        if (::testing::Test::HasFailure()) return;
       }
     }
   }
@@ -156,7 +187,9 @@ TEST_P(SizeTest, AllgatherRing) {
 TEST_P(SizeTest, BroadcastEveryAlgorithmFromSeveralRoots) {
   const int P = GetParam();
   World& world = worldOf(P);
-  for (const char* algorithm : {"one_to_all", "binomial"}) {
+  const auto names = algorithmsOf(algorithms::Collective::kBroadcast);
+  ASSERT_GE(names.size(), 2u);
+  for (const std::string& algorithm : names) {
     for (int root : {0, P - 1, P / 2}) {
       for (std::uint64_t count : countsFor(P)) {
         std::vector<std::string> wrong(P);

@@ -11,17 +11,36 @@ Schedule buildAllreduceRingChunked(const ScheduleParams& p);
 Schedule buildAllreduceHalvingDoubling(const ScheduleParams& p);
 Schedule buildAllreduceRecursiveDoubling(const ScheduleParams& p);
 Schedule buildAllgatherRing(const ScheduleParams& p);
+Schedule buildAllgatherLinear(const ScheduleParams& p);
+Schedule buildAllgatherBruck(const ScheduleParams& p);
+Schedule buildAllgatherRecursiveDoubling(const ScheduleParams& p);
+Schedule buildAllgatherNeighborExchange(const ScheduleParams& p);
+Schedule buildAllgatherTwoProc(const ScheduleParams& p);
+Schedule buildAllgatherSparbit(const ScheduleParams& p);
 Schedule buildBroadcastOneToAll(const ScheduleParams& p);
 Schedule buildBroadcastBinomial(const ScheduleParams& p);
 Schedule buildBarrierAllToAll(const ScheduleParams& p);
 Schedule buildBarrierAllToOne(const ScheduleParams& p);
 Schedule buildBarrierDissemination(const ScheduleParams& p);
 Schedule buildAllgathervRing(const ScheduleParams& p);
+Schedule buildAllgathervBruck(const ScheduleParams& p);
 Schedule buildReduceScatterRing(const ScheduleParams& p);
 Schedule buildReduceBinomial(const ScheduleParams& p);
 Schedule buildGatherLinear(const ScheduleParams& p);
 Schedule buildScatterLinear(const ScheduleParams& p);
 Schedule buildAlltoallPairwise(const ScheduleParams& p);
+
+// The documented cost of each algorithm (AlgorithmInfo::cost), next to its builder. An
+// algorithm that falls back to another for some P gives that one's cost there.
+Cost costAllgatherRing(const ScheduleParams& p);
+Cost costAllgatherLinear(const ScheduleParams& p);
+Cost costAllgatherBruck(const ScheduleParams& p);
+Cost costAllgatherRecursiveDoubling(const ScheduleParams& p);
+Cost costAllgatherNeighborExchange(const ScheduleParams& p);
+Cost costAllgatherTwoProc(const ScheduleParams& p);
+Cost costAllgatherSparbit(const ScheduleParams& p);
+Cost costAllgathervRing(const ScheduleParams& p);
+Cost costAllgathervBruck(const ScheduleParams& p);
 
 // Shared by the ring allreduces: the bandwidth-optimal ring (reduce-scatter + allgather)
 // with every segment moved in `piecesPerSegment` pieces (0: pieces of params.chunkBytes).

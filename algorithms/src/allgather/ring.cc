@@ -50,4 +50,16 @@ Schedule buildAllgatherRing(const ScheduleParams& p) {
   return s;
 }
 
+Cost costAllgatherRing(const ScheduleParams& p) {
+  Cost c;
+  if (p.size == 1 || p.bytes() == 0) return c;
+  // P-1 steps of one block each way, in pieces of at most chunkBytes.
+  const std::uint64_t piece =
+      std::max<std::uint64_t>(p.elementSize, p.chunkBytes / p.elementSize * p.elementSize);
+  const std::uint64_t steps = static_cast<std::uint64_t>(p.size - 1);
+  c.sends = c.recvs = steps * ((p.bytes() + piece - 1) / piece);
+  c.sendBytes = c.recvBytes = steps * p.bytes();
+  return c;
+}
+
 }  // namespace collx::algorithms

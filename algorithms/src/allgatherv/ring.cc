@@ -54,4 +54,28 @@ Schedule buildAllgathervRing(const ScheduleParams& p) {
   return s;
 }
 
+Cost costAllgathervRing(const ScheduleParams& p) {
+  Cost c;
+  const int P = p.size;
+  if (P == 1) return c;
+  const std::uint64_t es = p.elementSize;
+  const std::uint64_t piece = std::max<std::uint64_t>(es, p.chunkBytes / es * es);
+  // Rank r sends every block but its right neighbour's (r+1 sends it the rest of the way) and
+  // receives every block but its own, each in pieces of at most chunkBytes.
+  const int right = patterns::mod(p.rank + 1, P);
+  for (int i = 0; i < P; ++i) {
+    const std::uint64_t bytes = p.counts[i] * es;
+    const std::uint64_t pieces = (bytes + piece - 1) / piece;
+    if (i != right) {
+      c.sends += pieces;
+      c.sendBytes += bytes;
+    }
+    if (i != p.rank) {
+      c.recvs += pieces;
+      c.recvBytes += bytes;
+    }
+  }
+  return c;
+}
+
 }  // namespace collx::algorithms
