@@ -291,6 +291,63 @@ TEST_P(SizeTest, NonblockingCallsOverlapAndComplete) {
 INSTANTIATE_TEST_SUITE_P(Sizes, SizeTest, ::testing::ValuesIn(kSizes),
                          [](const auto& p) { return "P" + std::to_string(p.param); });
 
+// The default allgather rows against the seed's decision tree (Open MPI's
+// coll_tuned_allgather_decision.c) written out as code, at every boundary of it and around.
+std::string openMpiAllgather(int P, std::uint64_t total) {
+  struct Cut {
+    std::uint64_t below;
+    const char* algorithm;
+  };
+  auto pick = [&](std::initializer_list<Cut> cuts, const char* otherwise) {
+    for (const Cut& c : cuts) {
+      if (total < c.below) return std::string(c.algorithm);
+    }
+    return std::string(otherwise);
+  };
+  const char* rd = "recursive_doubling";
+  const char* ne = "neighbor_exchange";
+  if (P == 2) return "two_proc";
+  if (P < 32) return rd;
+  if (P < 64) return pick({{1024, rd}, {65536, ne}}, "ring");
+  if (P < 128) return pick({{512, rd}, {65536, ne}}, "ring");
+  if (P < 256) return pick({{512, rd}, {131072, ne}, {524288, "ring"}, {1048576, ne}}, "ring");
+  if (P < 512) {
+    return pick(
+        {{32, rd}, {128, "bruck"}, {1024, rd}, {131072, ne}, {524288, "ring"}, {1048576, ne}},
+        "ring");
+  }
+  if (P < 1024) return pick({{64, rd}, {256, "bruck"}, {2048, rd}}, ne);
+  if (P < 2048) {
+    return pick(
+        {{4, rd}, {8, "bruck"}, {16, rd}, {32, "bruck"}, {256, rd}, {512, "bruck"}, {4096, rd}},
+        ne);
+  }
+  if (P < 4096) return pick({{32, "bruck"}, {128, rd}, {512, "bruck"}, {4096, rd}}, ne);
+  return pick({{2, rd}, {8, "bruck"}, {16, rd}, {512, "bruck"}, {4096, rd}}, ne);
+}
+
+TEST(Selection, AllgatherDefaultIsOpenMpisDecisionTree) {
+  std::vector<std::uint64_t> totals = {0, ~std::uint64_t{0}};
+  for (std::uint64_t cut :
+       {2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 65536, 131072, 524288, 1048576}) {
+    for (std::uint64_t t : {cut - 1, cut, cut + 1}) totals.push_back(t);
+  }
+  int checked = 0;
+  for (int P : {1,   2,   3,   4,   7,   8,   16,   31,   32,   33,   63,   64,   100,
+                127, 128, 255, 256, 511, 512, 1023, 1024, 2047, 2048, 4095, 4096, 100000}) {
+    for (std::uint64_t total : totals) {
+      const char* chosen =
+          algorithms::defaultAlgorithm(algorithms::Collective::kAllgather, P, total);
+      ASSERT_NE(chosen, nullptr) << "P " << P << ", " << total << " bytes";
+      EXPECT_EQ(chosen, openMpiAllgather(P, total)) << "P " << P << ", " << total << " bytes";
+      EXPECT_NE(algorithms::findAlgorithm(algorithms::Collective::kAllgather, chosen), nullptr)
+          << chosen;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
+
 // Several TCP streams per peer: large messages are striped over them.
 TEST(Streams, ThreeStreamsPerPeerGiveTheSameResults) {
   ContextOptions options;
