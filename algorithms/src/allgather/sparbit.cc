@@ -16,6 +16,8 @@
 // Cost (n bytes per rank): ceil(log2 P) alpha (the messages of a round go out together) +
 // (P-1) n beta; P-1 messages of one block each way. Message sizes never decrease from
 // round to round and the far partners come first with little data. Any P, any count.
+#include <bit>
+
 #include "../patterns.h"
 #include "common.h"
 
@@ -31,7 +33,7 @@ void forEachRound(int P, F&& f) {
   if (rounds == 0) return;
   // Rounds whose distance has its bit set in `exclusions` leave out the block received last.
   const auto uP = static_cast<std::uint32_t>(P);
-  const int lowBit = __builtin_ctz(uP);
+  const int lowBit = std::countr_zero(uP);
   const std::uint32_t exclusions = (~(uP >> lowBit) | 1u) << lowBit;
   std::int64_t held = 1;  // blocks held before the round
   std::int64_t d = std::int64_t{1} << (rounds - 1);
