@@ -8,7 +8,8 @@
 // over the iterations, each iteration's time being the slowest rank's. Columns follow
 // nccl-tests: algbw = bytes / time, busbw = algbw * (2(P-1)/P allreduce, (P-1)/P
 // allgather, 1 broadcast), GB/s = 1e9 B/s. Sizes: allreduce and broadcast count the
-// per-rank buffer, allgather the whole gathered buffer (P x one rank's block).
+// per-rank buffer, allgather and allgatherv (equal blocks) the whole gathered buffer (P x
+// one rank's block).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -35,7 +36,8 @@ Sweeps message sizes for one collective and prints, per size: size, count, type,
 (us, max over ranks of the median), p50 and p99 (us), algbw and busbw (GB/s) and
 #wrong (elements that differed from the reference on any rank; must be 0).
 
-  -c, --collective NAME  allreduce (default), allgather, broadcast, barrier
+  -c, --collective NAME  allreduce (default), allgather, allgatherv (equal blocks),
+                         broadcast, barrier
   -a, --algorithm NAME   an algorithm of that collective (default: chosen per size);
                          "list" prints them
   -b, --min-bytes SIZE   smallest size (default 4); K, M, G suffixes (powers of 2)
@@ -157,10 +159,10 @@ Args parseArgs(int argc, char** argv) {
       usageError("unknown argument '" + arg + "'");
     }
   }
-  if (a.collective != "allreduce" && a.collective != "allgather" && a.collective != "broadcast" &&
-      a.collective != "barrier") {
+  if (a.collective != "allreduce" && a.collective != "allgather" && a.collective != "allgatherv" &&
+      a.collective != "broadcast" && a.collective != "barrier") {
     usageError("unknown collective '" + a.collective +
-               "' (allreduce, allgather, broadcast, barrier)");
+               "' (allreduce, allgather, allgatherv, broadcast, barrier)");
   }
   if (a.sizes.empty()) {
     if (a.minBytes > a.maxBytes) usageError("--min-bytes is above --max-bytes");
@@ -176,6 +178,7 @@ Args parseArgs(int argc, char** argv) {
 collx::algorithms::Collective collectiveOf(const std::string& name) {
   using collx::algorithms::Collective;
   if (name == "allgather") return Collective::kAllgather;
+  if (name == "allgatherv") return Collective::kAllgatherv;
   if (name == "broadcast") return Collective::kBroadcast;
   if (name == "barrier") return Collective::kBarrier;
   return Collective::kAllreduce;
@@ -259,6 +262,13 @@ class Bench {
     } else if (a_.collective == "allgather") {
       const void* src = a_.inPlace ? nullptr : in.data();
       collx::allgather(ctx_, src, out.data(), count, a_.dtype, base);
+    } else if (a_.collective == "allgatherv") {
+      // Equal blocks in rank order: the allgatherv algorithms against the same layout as
+      // allgather's, comparable with them.
+      const void* src = a_.inPlace ? nullptr : in.data();
+      collx::Counts counts(P_, count), displs(P_);
+      for (int q = 0; q < P_; ++q) displs[q] = static_cast<std::uint64_t>(q) * count;
+      collx::allgatherv(ctx_, src, count, out.data(), counts, displs, a_.dtype, base);
     } else if (a_.collective == "broadcast") {
       collx::broadcast(ctx_, in.data(), count, a_.dtype, a_.root, base);
     } else {
@@ -315,7 +325,7 @@ class Bench {
       }
       if (a_.op == collx::ReduceOpKind::kProd && P_ > 8)
         return 0;  // products overflow the small types
-    } else if (a_.collective == "allgather") {
+    } else if (gathers()) {
       out.assign(count * es * P_, 0);
       expected.resize(count * es * P_);
       for (int q = 0; q < P_; ++q) {
@@ -337,7 +347,7 @@ class Bench {
     if (a_.collective == "broadcast") {
       call(count, in, out);
       out = in;
-    } else if (a_.collective == "allgather") {
+    } else if (gathers()) {
       call(count, in, out);
     } else {
       call(count, in, out);
@@ -354,13 +364,13 @@ class Bench {
     const std::size_t es = collx::dataTypeSize(a_.dtype);
     std::uint64_t count = bytes / es;
     std::uint64_t bufferBytes = count * es;
-    if (a_.collective == "allgather") {
+    if (gathers()) {
       count = bytes / es / static_cast<std::uint64_t>(P_);
       bufferBytes = count * es;
     }
     Result res{};
-    res.bytes = a_.collective == "allgather" ? count * es * P_ : count * es;
-    res.count = a_.collective == "allgather" ? count * P_ : count;
+    res.bytes = gathers() ? count * es * P_ : count * es;
+    res.count = gathers() ? count * P_ : count;
     if (a_.collective == "barrier") res.bytes = res.count = 0;
     res.algorithm = algorithmFor(res.bytes);
 
@@ -372,8 +382,8 @@ class Bench {
     res.wrong = totalWrong;
 
     std::vector<std::uint8_t> in(std::max<std::uint64_t>(bufferBytes, 1), 0);
-    std::vector<std::uint8_t> out(
-        std::max<std::uint64_t>(bufferBytes * (a_.collective == "allgather" ? P_ : 1), 1), 0);
+    std::vector<std::uint8_t> out(std::max<std::uint64_t>(bufferBytes * (gathers() ? P_ : 1), 1),
+                                  0);
     const bool fence = a_.collective == "broadcast";  // back-to-back broadcasts pipeline
     // Warmup: one call, then about 20 ms worth (at most 50 calls).
     auto t0 = Clock::now();
@@ -423,7 +433,7 @@ class Bench {
     double factor = 1;
     if (a_.collective == "allreduce")
       factor = 2.0 * (P_ - 1) / P_;
-    else if (a_.collective == "allgather")
+    else if (gathers())
       factor = static_cast<double>(P_ - 1) / P_;
     else if (a_.collective == "barrier")
       factor = 0;
@@ -439,6 +449,9 @@ class Bench {
         collx::algorithms::defaultAlgorithm(collectiveOf(a_.collective), P_, bytes);
     return chosen != nullptr ? chosen : "?";
   }
+
+  // allgather and allgatherv (equal blocks): sizes count the whole gathered buffer.
+  bool gathers() const { return a_.collective == "allgather" || a_.collective == "allgatherv"; }
 
   static std::string upper(std::string s) {
     for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));

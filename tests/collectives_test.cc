@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "collx/algorithms/registry.h"
 #include "collx/collx.h"
 #include "util/reference.h"
 #include "util/world.h"
@@ -26,6 +27,15 @@ World& worldOf(int size) {
   auto& world = worlds[size];
   if (!world) world = std::make_unique<World>(size);
   return *world;
+}
+
+// The registry's algorithms of one collective: tests cover what is added there unchanged.
+std::vector<std::string> algorithmsOf(algorithms::Collective coll) {
+  std::vector<std::string> out;
+  for (const auto& info : algorithms::algorithmRegistry()) {
+    if (info.coll == coll) out.push_back(info.name);
+  }
+  return out;
 }
 
 std::vector<std::uint64_t> countsFor(int size) {
@@ -119,35 +129,56 @@ INSTANTIATE_TEST_SUITE_P(Sizes, AllreduceTest, ::testing::ValuesIn(allreduceCase
 
 class SizeTest : public ::testing::TestWithParam<int> {};
 
-TEST_P(SizeTest, AllgatherRing) {
+// Every allgather algorithm of the registry, and the default choice (""), which takes the
+// decision tree's pick for each size. The inputs are made once per (count, type) and shared
+// by the ranks; the large count runs with one type per algorithm, in turn, to keep time down.
+TEST_P(SizeTest, AllgatherEveryAlgorithm) {
   const int P = GetParam();
   World& world = worldOf(P);
+  std::vector<std::string> names = {""};
+  for (const std::string& name : algorithmsOf(algorithms::Collective::kAllgather)) {
+    names.push_back(name);
+  }
+  ASSERT_GE(names.size(), 8u) << "ring, linear, bruck, recursive_doubling, neighbor_exchange, "
+                                 "two_proc and sparbit should all be registered";
+  constexpr DataType kTypes[] = {DataType::kInt8, DataType::kFloat16, DataType::kInt32,
+                                 DataType::kFloat64};
   int combination = 0;
-  for (std::uint64_t count : countsFor(P)) {
-    for (DataType type : {DataType::kInt8, DataType::kFloat16, DataType::kInt32,
-                          DataType::kFloat64}) {
-      const bool inPlace = combination++ % 2 == 0;
-      const std::size_t es = dataTypeSize(type);
-      std::vector<std::string> wrong(P);
-      world.runOk([&](int rank, Context& ctx) {
+  for (std::size_t a = 0; a < names.size(); ++a) {
+    const std::string& algorithm = names[a];
+    for (std::uint64_t count : countsFor(P)) {
+      for (std::size_t t = 0; t < std::size(kTypes); ++t) {
+        if (count > 10000 && t != a % std::size(kTypes)) continue;
+        const DataType type = kTypes[t];
+        const bool inPlace = combination++ % 2 == 0;
+        const std::size_t es = dataTypeSize(type);
         std::vector<std::vector<std::uint8_t>> inputs;
-        for (int r = 0; r < P; ++r) inputs.push_back(test::makeInput(r, count, type, ReduceOpKind::kSum));
-        std::vector<std::uint8_t> out(count * es * P, 0xCD);
-        if (inPlace) {
-          std::copy(inputs[rank].begin(), inputs[rank].end(), out.begin() + rank * count * es);
-          allgather(ctx, nullptr, out.data(), count, type);
-        } else {
-          allgather(ctx, inputs[rank].data(), out.data(), count, type);
+        for (int r = 0; r < P; ++r) {
+          inputs.push_back(test::makeInput(r, count, type, ReduceOpKind::kSum));
         }
-        for (int r = 0; r < P && wrong[rank].empty(); ++r) {
-          if (!std::equal(inputs[r].begin(), inputs[r].end(), out.begin() + r * count * es)) {
-            wrong[rank] = "block of rank " + std::to_string(r) + " differs";
+        std::vector<std::string> wrong(P);
+        world.runOk([&](int rank, Context& ctx) {
+          std::vector<std::uint8_t> out(count * es * P, 0xCD);
+          CollectiveOptions o;
+          o.algorithm = algorithm;
+          if (inPlace) {
+            std::copy(inputs[rank].begin(), inputs[rank].end(), out.begin() + rank * count * es);
+            allgather(ctx, nullptr, out.data(), count, type, o);
+          } else {
+            allgather(ctx, inputs[rank].data(), out.data(), count, type, o);
           }
+          for (int r = 0; r < P && wrong[rank].empty(); ++r) {
+            if (!std::equal(inputs[r].begin(), inputs[r].end(), out.begin() + r * count * es)) {
+              wrong[rank] = "block of rank " + std::to_string(r) + " differs";
+            }
+          }
+        });
+        for (int r = 0; r < P; ++r) {
+          EXPECT_EQ(wrong[r], "") << (algorithm.empty() ? "default" : algorithm) << ", rank " << r
+                                  << ", count " << count << ", " << dataTypeName(type)
+                                  << (inPlace ? ", in place" : "");
         }
-      });
-      for (int r = 0; r < P; ++r) {
-        EXPECT_EQ(wrong[r], "") << "rank " << r << ", count " << count << ", "
-                                << dataTypeName(type) << (inPlace ? ", in place" : "");
+        if (::testing::Test::HasFailure()) return;
       }
     }
   }
@@ -156,7 +187,9 @@ TEST_P(SizeTest, AllgatherRing) {
 TEST_P(SizeTest, BroadcastEveryAlgorithmFromSeveralRoots) {
   const int P = GetParam();
   World& world = worldOf(P);
-  for (const char* algorithm : {"one_to_all", "binomial"}) {
+  const auto names = algorithmsOf(algorithms::Collective::kBroadcast);
+  ASSERT_GE(names.size(), 2u);
+  for (const std::string& algorithm : names) {
     for (int root : {0, P - 1, P / 2}) {
       for (std::uint64_t count : countsFor(P)) {
         std::vector<std::string> wrong(P);
@@ -257,6 +290,63 @@ TEST_P(SizeTest, NonblockingCallsOverlapAndComplete) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, SizeTest, ::testing::ValuesIn(kSizes),
                          [](const auto& p) { return "P" + std::to_string(p.param); });
+
+// The default allgather rows against the seed's decision tree (Open MPI's
+// coll_tuned_allgather_decision.c) written out as code, at every boundary of it and around.
+std::string openMpiAllgather(int P, std::uint64_t total) {
+  struct Cut {
+    std::uint64_t below;
+    const char* algorithm;
+  };
+  auto pick = [&](std::initializer_list<Cut> cuts, const char* otherwise) {
+    for (const Cut& c : cuts) {
+      if (total < c.below) return std::string(c.algorithm);
+    }
+    return std::string(otherwise);
+  };
+  const char* rd = "recursive_doubling";
+  const char* ne = "neighbor_exchange";
+  if (P == 2) return "two_proc";
+  if (P < 32) return rd;
+  if (P < 64) return pick({{1024, rd}, {65536, ne}}, "ring");
+  if (P < 128) return pick({{512, rd}, {65536, ne}}, "ring");
+  if (P < 256) return pick({{512, rd}, {131072, ne}, {524288, "ring"}, {1048576, ne}}, "ring");
+  if (P < 512) {
+    return pick(
+        {{32, rd}, {128, "bruck"}, {1024, rd}, {131072, ne}, {524288, "ring"}, {1048576, ne}},
+        "ring");
+  }
+  if (P < 1024) return pick({{64, rd}, {256, "bruck"}, {2048, rd}}, ne);
+  if (P < 2048) {
+    return pick(
+        {{4, rd}, {8, "bruck"}, {16, rd}, {32, "bruck"}, {256, rd}, {512, "bruck"}, {4096, rd}},
+        ne);
+  }
+  if (P < 4096) return pick({{32, "bruck"}, {128, rd}, {512, "bruck"}, {4096, rd}}, ne);
+  return pick({{2, rd}, {8, "bruck"}, {16, rd}, {512, "bruck"}, {4096, rd}}, ne);
+}
+
+TEST(Selection, AllgatherDefaultIsOpenMpisDecisionTree) {
+  std::vector<std::uint64_t> totals = {0, ~std::uint64_t{0}};
+  for (std::uint64_t cut :
+       {2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 65536, 131072, 524288, 1048576}) {
+    for (std::uint64_t t : {cut - 1, cut, cut + 1}) totals.push_back(t);
+  }
+  int checked = 0;
+  for (int P : {1,   2,   3,   4,   7,   8,   16,   31,   32,   33,   63,   64,   100,
+                127, 128, 255, 256, 511, 512, 1023, 1024, 2047, 2048, 4095, 4096, 100000}) {
+    for (std::uint64_t total : totals) {
+      const char* chosen =
+          algorithms::defaultAlgorithm(algorithms::Collective::kAllgather, P, total);
+      ASSERT_NE(chosen, nullptr) << "P " << P << ", " << total << " bytes";
+      EXPECT_EQ(chosen, openMpiAllgather(P, total)) << "P " << P << ", " << total << " bytes";
+      EXPECT_NE(algorithms::findAlgorithm(algorithms::Collective::kAllgather, chosen), nullptr)
+          << chosen;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
 
 // Several TCP streams per peer: large messages are striped over them.
 TEST(Streams, ThreeStreamsPerPeerGiveTheSameResults) {

@@ -11,12 +11,19 @@ Schedule buildAllreduceRingChunked(const ScheduleParams& p);
 Schedule buildAllreduceHalvingDoubling(const ScheduleParams& p);
 Schedule buildAllreduceRecursiveDoubling(const ScheduleParams& p);
 Schedule buildAllgatherRing(const ScheduleParams& p);
+Schedule buildAllgatherLinear(const ScheduleParams& p);
+Schedule buildAllgatherBruck(const ScheduleParams& p);
+Schedule buildAllgatherRecursiveDoubling(const ScheduleParams& p);
+Schedule buildAllgatherNeighborExchange(const ScheduleParams& p);
+Schedule buildAllgatherTwoProc(const ScheduleParams& p);
+Schedule buildAllgatherSparbit(const ScheduleParams& p);
 Schedule buildBroadcastOneToAll(const ScheduleParams& p);
 Schedule buildBroadcastBinomial(const ScheduleParams& p);
 Schedule buildBarrierAllToAll(const ScheduleParams& p);
 Schedule buildBarrierAllToOne(const ScheduleParams& p);
 Schedule buildBarrierDissemination(const ScheduleParams& p);
 Schedule buildAllgathervRing(const ScheduleParams& p);
+Schedule buildAllgathervBruck(const ScheduleParams& p);
 Schedule buildReduceScatterRing(const ScheduleParams& p);
 Schedule buildReduceBinomial(const ScheduleParams& p);
 Schedule buildGatherLinear(const ScheduleParams& p);
@@ -42,6 +49,13 @@ Cost costReduceBinomial(const ScheduleParams& p);
 Cost costGatherLinear(const ScheduleParams& p);
 Cost costScatterLinear(const ScheduleParams& p);
 Cost costAlltoallPairwise(const ScheduleParams& p);
+Cost costAllgatherLinear(const ScheduleParams& p);
+Cost costAllgatherBruck(const ScheduleParams& p);
+Cost costAllgatherRecursiveDoubling(const ScheduleParams& p);
+Cost costAllgatherNeighborExchange(const ScheduleParams& p);
+Cost costAllgatherTwoProc(const ScheduleParams& p);
+Cost costAllgatherSparbit(const ScheduleParams& p);
+Cost costAllgathervBruck(const ScheduleParams& p);
 
 // Shared by the ring allreduces: the bandwidth-optimal ring (reduce-scatter + allgather)
 // with every segment moved in `piecesPerSegment` pieces (0: pieces of params.chunkBytes).

@@ -68,6 +68,22 @@ void checkBuffer(const void* buffer, std::uint64_t count, const char* which, con
   }
 }
 
+// The bytes the default selection table matches a call against (registry.h lists them):
+// the same on every rank wherever the rows depend on bytes.
+std::uint64_t selectionBytes(const Call& call, std::size_t es, int size) {
+  switch (call.coll) {
+    case Collective::kAllgather:
+      return call.count * es * static_cast<std::uint64_t>(size);
+    case Collective::kAllgatherv: {
+      std::uint64_t total = 0;
+      for (std::uint64_t c : call.counts) total += c;
+      return total * es;
+    }
+    default:
+      return call.count * es;
+  }
+}
+
 const algorithms::AlgorithmInfo& choose(const detail::Runtime& rt, const Call& call,
                                         std::uint64_t bytes, const Where& where) {
   std::string name = call.options->algorithm;
@@ -140,7 +156,7 @@ Prepared prepare(Context& ctx, const Call& call) {
   params.displs = call.displs;
   params.recvCounts = call.recvCounts;
   params.recvDispls = call.recvDispls;
-  const auto& algorithm = choose(rt, call, call.count * es, where);
+  const auto& algorithm = choose(rt, call, selectionBytes(call, es, rt.size), where);
   if (!params.commutative && !algorithm.keepsOrder) {
     throw InvalidArgument(where, "reduce op '" + call.op.name() + "' is not commutative and " +
                                      what + " algorithm '" + algorithm.name +

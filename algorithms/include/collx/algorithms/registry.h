@@ -96,6 +96,19 @@ const AlgorithmInfo* findAlgorithm(Collective coll, std::string_view name);
 std::string algorithmNames(Collective coll);
 
 // A row of the default selection table: the first row whose ranges hold picks.
+//
+// The bytes a collective's rows are matched against (what collx's choose() passes):
+//   allreduce, reduce, broadcast   the vector: count x element size
+//   allgather                      the total gathered: P x one rank's block (Open MPI's
+//                                  total_dsize, in which its decision tree is written)
+//   allgatherv                     the total gathered: the sum of the counts x element size
+//   gather, scatter, alltoall      one rank's block (alltoall: per peer) x element size
+//   reduce_scatter                 this rank's block: counts[rank] x element size
+//   gatherv, scatterv              this rank's own count x element size
+//   alltoallv, barrier             0
+// Every rank of a call must pick the same algorithm, so rows may split by bytes only where
+// the measure is the same on every rank: not for reduce_scatter with per-rank counts,
+// gatherv or scatterv.
 struct SelectionRule {
   Collective coll;
   int minRanks;

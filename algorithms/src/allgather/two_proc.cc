@@ -1,0 +1,47 @@
+// allgather two_proc: the two ranks swap their blocks in one step, each received straight
+// into place and sent straight from the input.
+//
+//   after step   rank0    rank1
+//   (start)      b0       b1
+//   0            b0 b1    b0 b1
+//
+// Cost (n bytes per rank): alpha + n beta, one message each way.
+//
+// Restriction: exactly 2 ranks. Open MPI refuses other sizes; here the schedule is then
+// recursive_doubling's (allgather/recursive_doubling.cc), which is this very exchange
+// repeated log2 P times (and bruck's when P is not a power of two). One rank only places
+// its own block.
+#include "collx/base/log.h"
+#include "common.h"
+
+namespace collx::algorithms {
+
+Schedule buildAllgatherTwoProc(const ScheduleParams& p) {
+  if (p.size != 2 && p.size != 1) {
+    COLLX_DEBUG(kAlgo,
+                "rank {}: allgather two_proc needs 2 ranks, {} ranks: using "
+                "recursive_doubling",
+                p.rank, p.size);
+    return buildAllgatherRecursiveDoubling(p);
+  }
+  const std::uint64_t block = p.bytes();
+  Schedule s("two_proc");
+  Deps own;
+  allgather::placeOwnBlock(p, s, own);
+  if (allgather::trivial(p)) return s;
+  const int other = 1 - p.rank;
+  s.recv(other, 0, output(static_cast<std::uint64_t>(other) * block), block);
+  s.send(other, 0, input(), block);
+  return s;
+}
+
+Cost costAllgatherTwoProc(const ScheduleParams& p) {
+  if (p.size != 2 && p.size != 1) return costAllgatherRecursiveDoubling(p);
+  Cost c;
+  if (allgather::trivial(p)) return c;
+  c.sends = c.recvs = 1;
+  c.sendBytes = c.recvBytes = p.bytes();
+  return c;
+}
+
+}  // namespace collx::algorithms
