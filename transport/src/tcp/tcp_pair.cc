@@ -320,6 +320,7 @@ bool TcpPair::flush(Stream& s) {
         return moved;
       }
       if (errno == EPIPE || errno == ECONNRESET) {
+        readWhatIsLeft();  // raises the peer's own ERROR frame if it sent one
         peerGone("the connection to rank " + std::to_string(peer()) + " (" + describe() +
                  ") broke while sending: rank " + std::to_string(peer()) + " died or was killed");
       }
@@ -656,6 +657,17 @@ void TcpPair::failAll(const Error& error) noexcept {
   for (Request* request : pending) request->onComplete(&error);
 }
 
+void TcpPair::readWhatIsLeft() {
+  // A peer that failed sends an ERROR frame and exits; its exit can reset the connection
+  // while this rank is still writing. The frame is in the receive queue ahead of the reset:
+  // read it, so that the peer's reason (naming the rank that really failed) is the one raised.
+  for (Stream& s : streams_) {
+    if (!s.open || s.fd < 0) continue;
+    while (!dead_ && receive(s)) {
+    }
+  }
+}
+
 bool TcpPair::finishPartial(Stream& s, std::chrono::milliseconds budget) noexcept {
   if (s.partialLane == -1) return true;
   OutFrame& f = s.partialLane == 0 ? s.control.front() : s.data.front();
@@ -693,12 +705,24 @@ void TcpPair::sendError(ErrorKind kind, const std::string& text, int culprit) no
   h.root = culprit;
   std::string body(1, static_cast<char>(kind));
   body += text;
-  iovec iov[2] = {{&h, sizeof(h)}, {body.data(), body.size()}};
-  msghdr msg{};
-  msg.msg_iov = iov;
-  msg.msg_iovlen = 2;
-  ssize_t ignored = ::sendmsg(s.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-  (void)ignored;
+  std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));
+  frame += body;
+  // A full socket buffer must not lose the reason: wait for room, briefly.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  std::size_t sent = 0;
+  while (sent < frame.size()) {
+    ssize_t n = ::send(s.fd, frame.data() + sent, frame.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return;
+    pollfd p{s.fd, POLLOUT, 0};
+    ::poll(&p, 1, static_cast<int>(left.count()));
+  }
 }
 
 void TcpPair::sendGoodbye() noexcept {

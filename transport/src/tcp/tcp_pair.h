@@ -118,6 +118,8 @@ class TcpPair final : public Pair {
   // Finishes a partly written frame within `budget`, so that a last frame can follow.
   bool finishPartial(Stream& stream, std::chrono::milliseconds budget) noexcept;
   bool receive(Stream& stream);
+  // Reads what the peer sent before its connection broke (see the .cc).
+  void readWhatIsLeft();
   void consumeStaged(Stream& stream);
   void onHeader(Stream& stream);
   void onPayloadDone(Stream& stream);
