@@ -105,7 +105,8 @@ TEST_P(AllreduceTest, MatchesTheSerialReference) {
 std::vector<AllreduceCase> allreduceCases() {
   std::vector<AllreduceCase> out;
   for (int P : kSizes) {
-    for (const char* a : {"ring", "ring_chunked", "halving_doubling", "recursive_doubling"}) {
+    for (const char* a :
+         {"ring", "ring_chunked", "halving_doubling", "recursive_doubling", "knomial"}) {
       out.push_back({P, a});
     }
   }
@@ -156,7 +157,7 @@ TEST_P(SizeTest, AllgatherRing) {
 TEST_P(SizeTest, BroadcastEveryAlgorithmFromSeveralRoots) {
   const int P = GetParam();
   World& world = worldOf(P);
-  for (const char* algorithm : {"one_to_all", "binomial"}) {
+  for (const char* algorithm : {"one_to_all", "binomial", "scatter_allgather", "chain"}) {
     for (int root : {0, P - 1, P / 2}) {
       for (std::uint64_t count : countsFor(P)) {
         std::vector<std::string> wrong(P);

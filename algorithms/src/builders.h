@@ -22,11 +22,38 @@ Schedule buildReduceBinomial(const ScheduleParams& p);
 Schedule buildGatherLinear(const ScheduleParams& p);
 Schedule buildScatterLinear(const ScheduleParams& p);
 Schedule buildAlltoallPairwise(const ScheduleParams& p);
+Schedule buildAllreduceKnomial(const ScheduleParams& p);
+Schedule buildReduceScatterRecursiveHalving(const ScheduleParams& p);
+Schedule buildReduceReduceScatterGather(const ScheduleParams& p);
+Schedule buildGatherBinomial(const ScheduleParams& p);
+Schedule buildScatterBinomial(const ScheduleParams& p);
+Schedule buildAlltoallBruck(const ScheduleParams& p);
+Schedule buildBroadcastScatterAllgather(const ScheduleParams& p);
+Schedule buildBroadcastChain(const ScheduleParams& p);
+
+// Each algorithm's documented cost for one rank (registry.h: Cost), next to its builder.
+Cost costAllreduceHalvingDoubling(const ScheduleParams& p);
+Cost costAllreduceRecursiveDoubling(const ScheduleParams& p);
+Cost costAllreduceKnomial(const ScheduleParams& p);
+Cost costReduceScatterRecursiveHalving(const ScheduleParams& p);
+Cost costReduceReduceScatterGather(const ScheduleParams& p);
+Cost costGatherBinomial(const ScheduleParams& p);
+Cost costScatterBinomial(const ScheduleParams& p);
+Cost costAlltoallBruck(const ScheduleParams& p);
+Cost costBroadcastBinomial(const ScheduleParams& p);
+Cost costBroadcastScatterAllgather(const ScheduleParams& p);
+Cost costBroadcastChain(const ScheduleParams& p);
 
 // Shared by the ring allreduces: the bandwidth-optimal ring (reduce-scatter + allgather)
 // with every segment moved in `piecesPerSegment` pieces (0: pieces of params.chunkBytes).
 Schedule buildAllreduceRingPieces(const ScheduleParams& p, std::uint64_t piecesPerSegment,
                                   const char* name);
+
+// The per-rank counts a binomial gather(v) / scatter(v) rank needs (`which` names them in
+// the error): counts, or for a leaf its own count alone. Throws InvalidArgument when a rank
+// with children has none (gatherv / scatterv give them at the root only unless the caller
+// passes them everywhere) or when its own count disagrees with them.
+std::vector<std::uint64_t> binomialCounts(const ScheduleParams& p, const char* which);
 
 // A world of one: copy input to output unless in place.
 Schedule buildLocalOnly(const ScheduleParams& p, const char* name);

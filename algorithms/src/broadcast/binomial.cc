@@ -8,7 +8,9 @@
 //   P=8, root 0:   0 -> 4, 2, 1;   4 -> 6, 5;   2 -> 3;   6 -> 7
 //
 // Cost: ceil(log2 P) alpha + ceil(log2 P) n beta without pipelining; pieces bring the beta
-// term towards n + log2 P * chunk. Any P, any root.
+// term towards n + log2 P * chunk. Exactly: K = ceil(n / piece) pieces (1 zero-byte piece
+// for an empty buffer); a rank other than the root receives K messages (n bytes) and every
+// rank sends K messages (n bytes) per child. Any P, any root.
 #include <algorithm>
 
 #include "../builders.h"
@@ -35,8 +37,8 @@ Schedule buildBroadcastBinomial(const ScheduleParams& p) {
   for (mask >>= 1; mask > 0; mask >>= 1) {
     if (v + mask < P) children.push_back(patterns::mod(v + mask + p.root, P));
   }
-  const std::uint64_t piece = std::max<std::uint64_t>(
-      p.elementSize, p.chunkBytes / p.elementSize * p.elementSize);
+  const std::uint64_t piece =
+      std::max<std::uint64_t>(p.elementSize, p.chunkBytes / p.elementSize * p.elementSize);
   const std::uint64_t K = n == 0 ? 1 : (n + piece - 1) / piece;
   for (std::uint64_t k = 0; k < K; ++k) {
     const std::uint64_t off = k * piece;
@@ -47,6 +49,25 @@ Schedule buildBroadcastBinomial(const ScheduleParams& p) {
     for (int child : children) s.send(child, step, output(off), len, deps);
   }
   return s;
+}
+
+Cost costBroadcastBinomial(const ScheduleParams& p) {
+  const int P = p.size;
+  if (P == 1) return Cost{};
+  const std::uint64_t n = p.bytes();
+  const std::uint64_t piece =
+      std::max<std::uint64_t>(p.elementSize, p.chunkBytes / p.elementSize * p.elementSize);
+  const std::uint64_t K = n == 0 ? 1 : (n + piece - 1) / piece;
+  const int v = patterns::mod(p.rank - p.root, P);
+  const auto children = static_cast<std::uint64_t>(patterns::BinomialTree{P}.children(v).size());
+  Cost c;
+  c.sends = K * children;
+  c.sendBytes = n * children;
+  if (v != 0) {
+    c.recvs = K;
+    c.recvBytes = n;
+  }
+  return c;
 }
 
 }  // namespace collx::algorithms

@@ -133,7 +133,11 @@ Prepared prepare(Context& ctx, const Call& call) {
   params.displs = call.displs;
   params.recvCounts = call.recvCounts;
   params.recvDispls = call.recvDispls;
-  const auto& algorithm = choose(rt, call, call.count * es, where);
+  // Every rank must choose the same algorithm: reduce_scatter chooses by the whole vector,
+  // which every rank knows (its own block's size differs between ranks with per-rank counts).
+  const std::uint64_t chooseCount =
+      call.coll == Collective::kReduceScatter ? call.fingerprintCount : call.count;
+  const auto& algorithm = choose(rt, call, chooseCount * es, where);
   if (!params.commutative && !algorithm.keepsOrder) {
     throw InvalidArgument(where, "reduce op '" + call.op.name() + "' is not commutative and " +
                                      what + " algorithm '" + algorithm.name +
@@ -391,6 +395,8 @@ Call gatherCall(Context& ctx, Collective coll, const void* sendbuf, std::uint64_
     }
     c.counts = recvcounts;
     c.displs = displs;
+  } else if (static_cast<int>(recvcounts.size()) == ctx.size()) {
+    c.counts = recvcounts;  // the binomial algorithm forwards its subtree's blocks
   }
   if (!c.inPlace) checkBuffer(sendbuf, c.count, "sendbuf", where);
   c.fingerprintCount = coll == Collective::kGather ? sendcount : 0;
@@ -428,6 +434,8 @@ Call scatterCall(Context& ctx, Collective coll, const void* sendbuf, const Count
     }
     c.counts = sendcounts;
     c.displs = displs;
+  } else if (static_cast<int>(sendcounts.size()) == ctx.size()) {
+    c.counts = sendcounts;  // the binomial algorithm forwards its subtree's blocks
   }
   if (!c.inPlace) checkBuffer(recvbuf, c.count, "recvbuf", where);
   c.fingerprintCount = coll == Collective::kScatter ? recvcount : 0;
