@@ -590,6 +590,27 @@ TEST(AlgorithmSchedules, BinomialGathervAndScattervNeedCountsWhereTheyForward) {
   }
 }
 
+// Every call finds a registered default, and the v-collectives whose ranks pass different
+// bytes (allgatherv, gatherv, scatterv, alltoallv) get one whatever the bytes, or ranks
+// could choose different algorithms.
+TEST(AlgorithmSchedules, TheDefaultTableNamesRegisteredAlgorithmsAgreedByEveryRank) {
+  for (Collective coll : collectives()) {
+    for (int P : kSizes) {
+      const char* first = nullptr;
+      for (std::uint64_t bytes = 0; bytes <= (std::uint64_t{1} << 32); bytes = bytes * 2 + 1) {
+        const char* name = defaultAlgorithm(coll, P, bytes);
+        ASSERT_NE(name, nullptr) << collectiveName(coll) << " P=" << P << " " << bytes;
+        EXPECT_NE(findAlgorithm(coll, name), nullptr) << collectiveName(coll) << " " << name;
+        if (first == nullptr) first = name;
+        if (coll == Collective::kAllgatherv || coll == Collective::kGatherv ||
+            coll == Collective::kScatterv || coll == Collective::kAlltoallv) {
+          EXPECT_STREQ(name, first) << collectiveName(coll) << " P=" << P << " " << bytes;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Sizes, AlgorithmSchedules, ::testing::ValuesIn(kSizes),
                          [](const auto& p) { return "P" + std::to_string(p.param); });
 

@@ -181,6 +181,23 @@ std::string algorithmNames(Collective coll) {
 // (benchmarks/README.md has the figures): latency-bound sizes take the fewest steps
 // (recursive doubling), mid sizes the fewest steps that still split the vector
 // (halving-doubling), the largest the ring.
+//
+// Every rank must pick the same row, so a row may depend on bytes only where every rank
+// passes the same bytes (collectives.cc): the vector (allreduce, broadcast, reduce), one
+// rank's block (allgather, gather, scatter, alltoall: equal blocks), reduce_scatter's whole
+// input; the v-collectives other than reduce_scatter get one row each.
+//
+// The rooted and blockwise collectives (P = 2, 4, 8, best of 5 interleaved rounds, sizes 64 B
+// to 16 MiB): the root sending every rank its copy beats the binomial tree up to 16 KiB at
+// P <= 4 and 4 KiB at P <= 8 (one step instead of log2 P, and 2 cores do the copies either
+// way); above that binomial, scatter_allgather and chain come within 10% of one another.
+// reduce_scatter recursive_halving (log2 P steps) beats the ring up to 256 KiB at every P,
+// the ring is as fast or faster above. alltoall bruck beats pairwise for blocks up to 8 KiB
+// at P = 8 and 1 KiB at P = 4 (log2 P steps instead of P - 1); at P = 3 both take 2 steps.
+// reduce binomial beats reduce_scatter_gather at nearly every size, gather and scatter
+// linear beat binomial: with every rank on 2 cores, the total bytes and messages decide,
+// not the critical path. gatherv and scatterv binomial need counts on every rank, so linear
+// stays their default.
 const std::vector<SelectionRule>& defaultSelection() {
   static constexpr std::uint64_t kAny = ~std::uint64_t{0};
   static constexpr int kMax = 1 << 30;
@@ -194,15 +211,20 @@ const std::vector<SelectionRule>& defaultSelection() {
       {Collective::kAllreduce, 1, kMax, 0, kAny, "ring"},
       {Collective::kAllgather, 1, kMax, 0, kAny, "ring"},
       {Collective::kBroadcast, 1, 2, 0, kAny, "one_to_all"},
+      {Collective::kBroadcast, 3, 4, 0, 16 * 1024, "one_to_all"},
+      {Collective::kBroadcast, 5, 8, 0, 4 * 1024, "one_to_all"},
       {Collective::kBroadcast, 3, kMax, 0, kAny, "binomial"},
       {Collective::kBarrier, 1, kMax, 0, kAny, "dissemination"},
       {Collective::kAllgatherv, 1, kMax, 0, kAny, "ring"},
+      {Collective::kReduceScatter, 1, kMax, 0, 256 * 1024, "recursive_halving"},
       {Collective::kReduceScatter, 1, kMax, 0, kAny, "ring"},
       {Collective::kReduce, 1, kMax, 0, kAny, "binomial"},
       {Collective::kGather, 1, kMax, 0, kAny, "linear"},
       {Collective::kGatherv, 1, kMax, 0, kAny, "linear"},
       {Collective::kScatter, 1, kMax, 0, kAny, "linear"},
       {Collective::kScatterv, 1, kMax, 0, kAny, "linear"},
+      {Collective::kAlltoall, 4, 4, 0, 1024, "bruck"},
+      {Collective::kAlltoall, 5, kMax, 0, 8 * 1024, "bruck"},
       {Collective::kAlltoall, 1, kMax, 0, kAny, "pairwise"},
       {Collective::kAlltoallv, 1, kMax, 0, kAny, "pairwise"},
   };

@@ -3,7 +3,8 @@
 // reducing the half it keeps (MPICH's recursive halving, with per-rank counts and a
 // rank-ordered variant for non-commutative ops).
 //
-// Blocks: rank i's block is counts[i] elements at displs[i] (prefix sums). P not a power of
+// Blocks: rank i's block is counts[i] elements at displs[i], the prefix sums of counts (as
+// collectives.cc passes them: the blocks follow each other in rank order). P not a power of
 // two: with p the largest power of two <= P and rem = P - p, the pairs (2i, 2i+1), i < rem,
 // fold first: 2i sends its whole vector to 2i+1, which reduces it into its own. The main
 // phase then runs over p "new" ranks: new rank i stands for ranks 2i and 2i+1 (i < rem, its
