@@ -46,7 +46,7 @@ ReduceOp matrixOp() {
 
 // Rank r's element i: small, distinct, and a non-trivial matrix for the matrix op.
 std::int64_t valueOf(int r, std::uint64_t i) {
-  const auto x = static_cast<std::uint64_t>(r + 1), y = i % 7 + 1;
+  const std::uint64_t x = static_cast<std::uint64_t>(r) + 1, y = i % 7 + 1;
   return static_cast<std::int64_t>(1 | (x + y) << 16 | ((x * 3 + y) % 5) << 32 | 1ull << 48);
 }
 
@@ -55,6 +55,8 @@ struct Rank {
   std::shared_ptr<Schedule> schedule;
   std::uint8_t* input = nullptr;
   std::uint8_t* output = nullptr;
+  // The storage the input and the output point into (they may share one), for bounds.
+  std::pair<const std::uint8_t*, std::size_t> inputStorage, outputStorage;
   std::vector<std::uint8_t> scratch;
   std::vector<std::uint32_t> remaining;
   std::uint64_t done = 0;
@@ -79,6 +81,20 @@ std::string execute(std::vector<Rank>& ranks, const ReduceOp& op, std::mt19937& 
         return ranks[r].scratch.data() + ref.offset;
     }
     return nullptr;
+  };
+  // Every task must stay inside the buffers it names.
+  auto inside = [&](int r, const BufferRef& ref, std::uint64_t bytes) {
+    const Rank& rank = ranks[r];
+    const std::uint8_t* at = pointer(r, ref);
+    std::pair<const std::uint8_t*, std::size_t> storage{rank.scratch.data(), rank.scratch.size()};
+    if (ref.buffer == Buffer::kInput) storage = rank.inputStorage;
+    if (ref.buffer == Buffer::kOutput) storage = rank.outputStorage;
+    if (bytes == 0) return;
+    if (at < storage.first || at + bytes > storage.first + storage.second) {
+      error = "rank " + std::to_string(r) + " reaches past buffer " +
+              std::to_string(static_cast<int>(ref.buffer)) + ": offset " +
+              std::to_string(ref.offset) + " + " + std::to_string(bytes);
+    }
   };
   auto ready = [&](int r, TaskId id) {
     const Task& t = ranks[r].schedule->tasks()[id];
@@ -127,6 +143,11 @@ std::string execute(std::vector<Rank>& ranks, const ReduceOp& op, std::mt19937& 
       computable[choice] = computable.back();  // order does not matter: picks are random
       computable.pop_back();
       const Task& t = ranks[r].schedule->tasks()[id];
+      const std::uint64_t bytes = t.kind == TaskKind::kCopy ? t.bytes : t.count * 8;
+      inside(r, t.dst, bytes);
+      if (t.kind == TaskKind::kReduce) inside(r, t.a, bytes);
+      if (t.kind != TaskKind::kDivide) inside(r, t.src, bytes);
+      if (!error.empty()) break;
       if (t.kind == TaskKind::kReduce) {
         reduce(pointer(r, t.dst), pointer(r, t.a), pointer(r, t.src), t.count, DataType::kInt64,
                op);
@@ -153,6 +174,9 @@ std::string execute(std::vector<Rank>& ranks, const ReduceOp& op, std::mt19937& 
              std::to_string(to) + ": " + std::to_string(s.bytes) + " bytes sent, " +
              std::to_string(d.bytes) + " expected";
     }
+    inside(from, s.src, s.bytes);
+    inside(to, d.dst, d.bytes);
+    if (!error.empty()) break;
     if (s.bytes > 0) std::memcpy(pointer(to, d.dst), pointer(from, s.src), s.bytes);
     complete(from, sendId);
     complete(to, recvId);
@@ -265,10 +289,14 @@ class Case {
       }
       ranks_[r].input = reinterpret_cast<std::uint8_t*>(inputs_[r].data());
       ranks_[r].output = reinterpret_cast<std::uint8_t*>(outputs_[r].data());
+      ranks_[r].inputStorage = {ranks_[r].input, inputs_[r].size() * 8};
+      ranks_[r].outputStorage = {ranks_[r].output, outputs_[r].size() * 8};
       if (aliased_[r] >= 0) {
         ranks_[r].input = ranks_[r].output + static_cast<std::uint64_t>(aliased_[r]) * 8;
+        ranks_[r].inputStorage = ranks_[r].outputStorage;
       } else if (aliased_[r] == -2) {  // the output lives in the input (scatter in place)
         ranks_[r].output = ranks_[r].input + ownAt_ * 8;
+        ranks_[r].outputStorage = ranks_[r].inputStorage;
       }
       if (info_.cost != nullptr) {
         const Cost want = info_.cost(params[r]), got = counted(*ranks_[r].schedule);
@@ -278,7 +306,7 @@ class Case {
         }
       }
     }
-    const std::string error = execute(ranks_, matrix_ ? matrixOp() : ReduceOp(kind_), rng);
+    std::string error = execute(ranks_, matrix_ ? matrixOp() : ReduceOp(kind_), rng);
     if (!error.empty()) return error;
     for (int r = 0; r < P_; ++r) {
       std::string wrong = check(r);
@@ -372,7 +400,8 @@ class Case {
         fill(inputs_[r], counts[r], r, 0);
         if (isRoot && inPlace_) {
           p.inPlace = true;
-          std::copy(inputs_[r].begin(), inputs_[r].end(), outputs_[r].begin() + displs[r]);
+          std::copy(inputs_[r].begin(), inputs_[r].end(),
+                    outputs_[r].begin() + static_cast<std::ptrdiff_t>(displs[r]));
           aliased_[r] = static_cast<int>(displs[r]);
         }
         break;

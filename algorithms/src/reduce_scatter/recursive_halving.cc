@@ -39,6 +39,7 @@
 // function adds up from the counts. Any P, any counts (zero-byte messages still go, so both
 // sides agree without knowing which blocks are empty). No fallback needed.
 #include <algorithm>
+#include <utility>
 
 #include "../builders.h"
 #include "../patterns.h"
@@ -142,7 +143,8 @@ Schedule buildReduceScatterRecursiveHalving(const ScheduleParams& p) {
   const int nr = fold.newRank(r);
   const std::uint32_t postStep = static_cast<std::uint32_t>(L.bits() + 1);
   auto divideOwn = [&](Deps deps) {
-    if (p.op == ReduceOpKind::kAvg && p.counts[r] > 0) s.divide(output(), p.counts[r], deps);
+    if (p.op == ReduceOpKind::kAvg && p.counts[r] > 0)
+      s.divide(output(), p.counts[r], std::move(deps));
   };
   if (nr < 0) {  // folds out: hand the vector over, take the own block back at the end
     s.send(r + 1, 0, input(), n * es);
