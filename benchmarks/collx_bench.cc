@@ -7,9 +7,11 @@
 // agreed by all ranks). time = max over ranks of each rank's median; p50 and p99 are taken
 // over the iterations, each iteration's time being the slowest rank's. Columns follow
 // nccl-tests: algbw = bytes / time, busbw = algbw * (2(P-1)/P allreduce, (P-1)/P
-// allgather, 1 broadcast), GB/s = 1e9 B/s. Sizes: allreduce and broadcast count the
-// per-rank buffer, allgather and allgatherv (equal blocks) the whole gathered buffer (P x
-// one rank's block).
+// allgather(v), reduce_scatter, gather, scatter and alltoall, 1 broadcast and reduce), GB/s
+// = 1e9 B/s. Sizes: allreduce, broadcast and reduce count the vector, the others the whole
+// buffer of P blocks (allgather's and gather's result, reduce_scatter's input, scatter's
+// input at the root, alltoall's send buffer). allgatherv runs equal blocks in rank order, to
+// be compared with allgather.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -37,7 +39,8 @@ Sweeps message sizes for one collective and prints, per size: size, count, type,
 #wrong (elements that differed from the reference on any rank; must be 0).
 
   -c, --collective NAME  allreduce (default), allgather, allgatherv (equal blocks),
-                         broadcast, barrier
+                         broadcast, barrier, reduce_scatter, reduce, gather, scatter,
+                         alltoall
   -a, --algorithm NAME   an algorithm of that collective (default: chosen per size);
                          "list" prints them
   -b, --min-bytes SIZE   smallest size (default 4); K, M, G suffixes (powers of 2)
@@ -46,8 +49,8 @@ Sweeps message sizes for one collective and prints, per size: size, count, type,
       --sizes LIST       explicit sizes instead, e.g. 4,1K,1M
   -d, --dtype TYPE       int8 uint8 int32 int64 float16 bfloat16 float32 (default) float64
   -o, --op OP            sum (default) prod min max avg band bor bxor
-  -r, --root R           broadcast root (default 0)
-      --in-place         allreduce/allgather in place (default: out of place)
+  -r, --root R           root of broadcast, reduce, gather, scatter (default 0)
+      --in-place         allreduce, allgather(v) in place (default: out of place)
   -w, --warmup N         warmup calls (default: 1 + about 20 ms worth, at most 50)
   -n, --iters N          timed calls (default: enough for --min-time, 5..10000)
       --min-time T       time spent per size when -n is unset (default 0.3s)
@@ -159,10 +162,13 @@ Args parseArgs(int argc, char** argv) {
       usageError("unknown argument '" + arg + "'");
     }
   }
-  if (a.collective != "allreduce" && a.collective != "allgather" && a.collective != "allgatherv" &&
-      a.collective != "broadcast" && a.collective != "barrier") {
+  static const std::set<std::string> kCollectives = {
+      "allreduce",      "allgather", "allgatherv", "broadcast", "barrier",
+      "reduce_scatter", "reduce",    "gather",     "scatter",   "alltoall"};
+  if (kCollectives.count(a.collective) == 0) {
     usageError("unknown collective '" + a.collective +
-               "' (allreduce, allgather, allgatherv, broadcast, barrier)");
+               "' (allreduce, allgather, allgatherv, broadcast, barrier, reduce_scatter, "
+               "reduce, gather, scatter, alltoall)");
   }
   if (a.sizes.empty()) {
     if (a.minBytes > a.maxBytes) usageError("--min-bytes is above --max-bytes");
@@ -181,6 +187,11 @@ collx::algorithms::Collective collectiveOf(const std::string& name) {
   if (name == "allgatherv") return Collective::kAllgatherv;
   if (name == "broadcast") return Collective::kBroadcast;
   if (name == "barrier") return Collective::kBarrier;
+  if (name == "reduce_scatter") return Collective::kReduceScatter;
+  if (name == "reduce") return Collective::kReduce;
+  if (name == "gather") return Collective::kGather;
+  if (name == "scatter") return Collective::kScatter;
+  if (name == "alltoall") return Collective::kAlltoall;
   return Collective::kAllreduce;
 }
 
@@ -245,114 +256,162 @@ struct Result {
   std::string algorithm;
 };
 
+// The collectives whose buffers hold P blocks of `count` elements (the size counts them all).
+bool blockwise(const std::string& c) {
+  return c == "allgather" || c == "allgatherv" || c == "reduce_scatter" || c == "gather" ||
+         c == "scatter" || c == "alltoall";
+}
+
 class Bench {
  public:
   Bench(collx::Context& ctx, const Args& args) : ctx_(ctx), a_(args), P_(ctx.size()) {}
 
-  // Runs one call of the collective on `bytes`.
+  // The bytes of the input and the output of one rank for a call with `count`.
+  std::uint64_t inputBytes(std::uint64_t count) const {
+    const std::uint64_t b = count * collx::dataTypeSize(a_.dtype);
+    const std::string& c = a_.collective;
+    return c == "reduce_scatter" || c == "scatter" || c == "alltoall" ? b * P_ : b;
+  }
+  std::uint64_t outputBytes(std::uint64_t count) const {
+    const std::uint64_t b = count * collx::dataTypeSize(a_.dtype);
+    const std::string& c = a_.collective;
+    return c == "allgather" || c == "allgatherv" || c == "gather" || c == "alltoall" ? b * P_ : b;
+  }
+
+  // Runs one call of the collective on `count` elements (per rank block for the blockwise ones).
   void call(std::uint64_t count, std::vector<std::uint8_t>& in, std::vector<std::uint8_t>& out) {
     collx::CollectiveOptions base;
     base.algorithm = a_.algorithm;
-    if (a_.collective == "allreduce") {
-      collx::AllreduceOptions o;
-      o.algorithm = a_.algorithm;
-      o.op = a_.op;
+    collx::ReduceOptions reducing;
+    reducing.algorithm = a_.algorithm;
+    reducing.op = a_.op;
+    const std::string& c = a_.collective;
+    if (c == "allreduce") {
       void* dst = a_.inPlace ? in.data() : out.data();
-      collx::allreduce(ctx_, in.data(), dst, count, a_.dtype, o);
-    } else if (a_.collective == "allgather") {
+      collx::allreduce(ctx_, in.data(), dst, count, a_.dtype, reducing);
+    } else if (c == "allgather") {
       const void* src = a_.inPlace ? nullptr : in.data();
       collx::allgather(ctx_, src, out.data(), count, a_.dtype, base);
-    } else if (a_.collective == "allgatherv") {
-      // Equal blocks in rank order: the allgatherv algorithms against the same layout as
-      // allgather's, comparable with them.
+    } else if (c == "allgatherv") {
       const void* src = a_.inPlace ? nullptr : in.data();
       collx::Counts counts(P_, count), displs(P_);
       for (int q = 0; q < P_; ++q) displs[q] = static_cast<std::uint64_t>(q) * count;
       collx::allgatherv(ctx_, src, count, out.data(), counts, displs, a_.dtype, base);
-    } else if (a_.collective == "broadcast") {
+    } else if (c == "broadcast") {
       collx::broadcast(ctx_, in.data(), count, a_.dtype, a_.root, base);
+    } else if (c == "reduce_scatter") {
+      collx::reduceScatter(ctx_, in.data(), out.data(), count, a_.dtype, reducing);
+    } else if (c == "reduce") {
+      collx::reduce(ctx_, in.data(), out.data(), count, a_.dtype, a_.root, reducing);
+    } else if (c == "gather") {
+      collx::gather(ctx_, in.data(), out.data(), count, a_.dtype, a_.root, base);
+    } else if (c == "scatter") {
+      collx::scatter(ctx_, in.data(), out.data(), count, a_.dtype, a_.root, base);
+    } else if (c == "alltoall") {
+      collx::alltoall(ctx_, in.data(), out.data(), count, a_.dtype, base);
     } else {
       collx::barrier(ctx_, base);
     }
+  }
+
+  // The reduction of element i over every rank's valueOf(rank, i), in the type's semantics.
+  double reduced(std::uint64_t i) const {
+    double acc = valueOf(0, i);
+    for (int q = 1; q < P_; ++q) {
+      double v = valueOf(q, i);
+      switch (a_.op) {
+        case collx::ReduceOpKind::kProd:
+          acc *= v;
+          break;
+        case collx::ReduceOpKind::kMin:
+          acc = std::min(acc, v);
+          break;
+        case collx::ReduceOpKind::kMax:
+          acc = std::max(acc, v);
+          break;
+        case collx::ReduceOpKind::kBand:
+          acc = static_cast<double>(static_cast<long>(acc) & static_cast<long>(v));
+          break;
+        case collx::ReduceOpKind::kBor:
+          acc = static_cast<double>(static_cast<long>(acc) | static_cast<long>(v));
+          break;
+        case collx::ReduceOpKind::kBxor:
+          acc = static_cast<double>(static_cast<long>(acc) ^ static_cast<long>(v));
+          break;
+        default:
+          acc += v;
+      }
+    }
+    if (a_.op == collx::ReduceOpKind::kAvg) {
+      if (collx::isInteger(a_.dtype)) {
+        acc = std::trunc(acc / P_);
+      } else if (a_.dtype == DataType::kFloat64) {
+        acc = acc / P_;
+      } else {  // one float32 division, then the type's rounding
+        acc = static_cast<double>(static_cast<float>(acc) / static_cast<float>(P_));
+      }
+    }
+    return acc;
+  }
+
+  // alltoall: element i of the block rank `from` sends rank `to`.
+  static double blockValue(int from, int to, std::uint64_t i) {
+    return valueOf(from * 3 + to * 7, i);
   }
 
   // Elements that differ from the reference after one call on this rank.
   std::uint64_t check(std::uint64_t count) {
     const std::size_t es = collx::dataTypeSize(a_.dtype);
     const int r = ctx_.rank();
-    std::vector<std::uint8_t> in(count * es), out, expected;
-    for (std::uint64_t i = 0; i < count; ++i) storeValue(in.data(), i, a_.dtype, valueOf(r, i));
-    if (a_.collective == "allreduce") {
-      out.assign(count * es, 0);
-      expected.resize(count * es);
-      for (std::uint64_t i = 0; i < count; ++i) {
-        double acc = valueOf(0, i);
-        for (int q = 1; q < P_; ++q) {
-          double v = valueOf(q, i);
-          switch (a_.op) {
-            case collx::ReduceOpKind::kProd:
-              acc *= v;
-              break;
-            case collx::ReduceOpKind::kMin:
-              acc = std::min(acc, v);
-              break;
-            case collx::ReduceOpKind::kMax:
-              acc = std::max(acc, v);
-              break;
-            case collx::ReduceOpKind::kBand:
-              acc = static_cast<double>(static_cast<long>(acc) & static_cast<long>(v));
-              break;
-            case collx::ReduceOpKind::kBor:
-              acc = static_cast<double>(static_cast<long>(acc) | static_cast<long>(v));
-              break;
-            case collx::ReduceOpKind::kBxor:
-              acc = static_cast<double>(static_cast<long>(acc) ^ static_cast<long>(v));
-              break;
-            default:
-              acc += v;
-          }
-        }
-        if (a_.op == collx::ReduceOpKind::kAvg) {
-          if (collx::isInteger(a_.dtype)) {
-            acc = std::trunc(acc / P_);
-          } else if (a_.dtype == DataType::kFloat64) {
-            acc = acc / P_;
-          } else {  // one float32 division, then the type's rounding
-            acc = static_cast<double>(static_cast<float>(acc) / static_cast<float>(P_));
-          }
-        }
-        storeValue(expected.data(), i, a_.dtype, acc);
-      }
-      if (a_.op == collx::ReduceOpKind::kProd && P_ > 8)
-        return 0;  // products overflow the small types
-    } else if (gathers()) {
-      out.assign(count * es * P_, 0);
-      expected.resize(count * es * P_);
-      for (int q = 0; q < P_; ++q) {
-        for (std::uint64_t i = 0; i < count; ++i) {
-          storeValue(expected.data() + q * count * es, i, a_.dtype, valueOf(q, i));
-        }
-      }
-      if (a_.inPlace) std::memcpy(out.data() + r * count * es, in.data(), count * es);
-    } else if (a_.collective == "broadcast") {
-      expected.resize(count * es);
-      for (std::uint64_t i = 0; i < count; ++i) {
-        storeValue(expected.data(), i, a_.dtype, valueOf(a_.root, i));
-      }
-      out = in;
-    } else {
-      call(0, in, out);
+    const std::string& c = a_.collective;
+    if (c == "barrier") {
+      std::vector<std::uint8_t> none;
+      call(0, none, none);
       return 0;
     }
-    if (a_.collective == "broadcast") {
-      call(count, in, out);
-      out = in;
-    } else if (gathers()) {
-      call(count, in, out);
-    } else {
-      call(count, in, out);
-      if (a_.inPlace) out = in;
+    const bool isRoot = r == a_.root;
+    std::vector<std::uint8_t> in(inputBytes(count)), out(outputBytes(count), 0), expected;
+    const std::uint64_t inElems = in.size() / es;
+    for (std::uint64_t i = 0; i < inElems; ++i) storeValue(in.data(), i, a_.dtype, valueOf(r, i));
+    if (c == "scatter") {  // block q of the root's buffer is rank q's valueOf
+      for (std::uint64_t i = 0; i < inElems; ++i) {
+        storeValue(in.data(), i, a_.dtype, valueOf(static_cast<int>(i / count), i % count));
+      }
+    } else if (c == "alltoall") {
+      for (std::uint64_t i = 0; i < inElems; ++i) {
+        storeValue(in.data(), i, a_.dtype, blockValue(r, static_cast<int>(i / count), i % count));
+      }
     }
+    bool checked = true;  // false: this rank has no result to compare
+    expected.resize(out.size());
+    const std::uint64_t outElems = out.size() / es;
+    for (std::uint64_t i = 0; i < outElems; ++i) {
+      double want = 0;
+      if (c == "allreduce" || c == "reduce") {
+        want = reduced(i);
+      } else if (c == "reduce_scatter") {
+        want = reduced(static_cast<std::uint64_t>(r) * count + i);
+      } else if (c == "allgather" || c == "allgatherv" || c == "gather") {
+        want = valueOf(static_cast<int>(i / count), i % count);
+      } else if (c == "broadcast") {
+        want = valueOf(a_.root, i);
+      } else if (c == "scatter") {
+        want = valueOf(r, i);
+      } else if (c == "alltoall") {
+        want = blockValue(static_cast<int>(i / count), r, i % count);
+      }
+      storeValue(expected.data(), i, a_.dtype, want);
+    }
+    if (c == "reduce" || c == "gather") checked = isRoot;
+    const bool reduces = c == "allreduce" || c == "reduce" || c == "reduce_scatter";
+    if (reduces && a_.op == collx::ReduceOpKind::kProd && P_ > 8) {
+      checked = false;  // products overflow the small types
+    }
+    if ((c == "allgather" || c == "allgatherv") && a_.inPlace)
+      std::memcpy(out.data() + r * count * es, in.data(), count * es);
+    call(count, in, out);
+    if (c == "broadcast" || (c == "allreduce" && a_.inPlace)) out = in;
+    if (!checked) return 0;
     std::uint64_t wrong = 0;
     for (std::uint64_t i = 0; i < expected.size() / es; ++i) {
       if (std::memcmp(out.data() + i * es, expected.data() + i * es, es) != 0) ++wrong;
@@ -362,17 +421,14 @@ class Bench {
 
   Result measure(std::uint64_t bytes) {
     const std::size_t es = collx::dataTypeSize(a_.dtype);
-    std::uint64_t count = bytes / es;
-    std::uint64_t bufferBytes = count * es;
-    if (gathers()) {
-      count = bytes / es / static_cast<std::uint64_t>(P_);
-      bufferBytes = count * es;
-    }
+    const std::string& c = a_.collective;
+    const bool blocks = blockwise(c);
+    const std::uint64_t count = bytes / es / (blocks ? static_cast<std::uint64_t>(P_) : 1);
     Result res{};
-    res.bytes = gathers() ? count * es * P_ : count * es;
-    res.count = gathers() ? count * P_ : count;
-    if (a_.collective == "barrier") res.bytes = res.count = 0;
-    res.algorithm = algorithmFor(res.bytes);
+    res.bytes = count * es * (blocks ? P_ : 1);
+    res.count = count * (blocks ? P_ : 1);
+    if (c == "barrier") res.bytes = res.count = 0;
+    res.algorithm = algorithmFor(c == "barrier" ? 0 : selectionBytes(count));
 
     // The checked call; #wrong is the total over ranks.
     std::uint64_t wrong = a_.check ? check(count) : 0;
@@ -381,10 +437,10 @@ class Bench {
     collx::allreduce(ctx_, &wrong, &totalWrong, 1, DataType::kInt64, sum);
     res.wrong = totalWrong;
 
-    std::vector<std::uint8_t> in(std::max<std::uint64_t>(bufferBytes, 1), 0);
-    std::vector<std::uint8_t> out(std::max<std::uint64_t>(bufferBytes * (gathers() ? P_ : 1), 1),
-                                  0);
-    const bool fence = a_.collective == "broadcast";  // back-to-back broadcasts pipeline
+    std::vector<std::uint8_t> in(std::max<std::uint64_t>(inputBytes(count), 1), 0);
+    std::vector<std::uint8_t> out(std::max<std::uint64_t>(outputBytes(count), 1), 0);
+    // Back-to-back rooted calls pipeline (a non-root may leave before the root is done).
+    const bool fence = c == "broadcast" || c == "reduce" || c == "gather" || c == "scatter";
     // Warmup: one call, then about 20 ms worth (at most 50 calls).
     auto t0 = Clock::now();
     call(count, in, out);
@@ -431,14 +487,22 @@ class Bench {
     double sec = res.timeUs / 1e6;
     res.algbw = sec > 0 ? static_cast<double>(res.bytes) / sec / 1e9 : 0;
     double factor = 1;
-    if (a_.collective == "allreduce")
+    if (c == "allreduce")
       factor = 2.0 * (P_ - 1) / P_;
-    else if (gathers())
+    else if (blocks)
       factor = static_cast<double>(P_ - 1) / P_;
-    else if (a_.collective == "barrier")
+    else if (c == "barrier")
       factor = 0;
     res.busbw = res.algbw * factor;
     return res;
+  }
+
+  // The bytes the library chooses the default algorithm by (collectives.cc: selectionBytes):
+  // the vector, one rank's block, or the whole buffer for reduce_scatter and allgather(v).
+  std::uint64_t selectionBytes(std::uint64_t count) const {
+    const std::uint64_t b = count * collx::dataTypeSize(a_.dtype);
+    const std::string& c = a_.collective;
+    return c == "reduce_scatter" || c == "allgather" || c == "allgatherv" ? b * P_ : b;
   }
 
   std::string algorithmFor(std::uint64_t bytes) const {
@@ -449,9 +513,6 @@ class Bench {
         collx::algorithms::defaultAlgorithm(collectiveOf(a_.collective), P_, bytes);
     return chosen != nullptr ? chosen : "?";
   }
-
-  // allgather and allgatherv (equal blocks): sizes count the whole gathered buffer.
-  bool gathers() const { return a_.collective == "allgather" || a_.collective == "allgatherv"; }
 
   static std::string upper(std::string s) {
     for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));

@@ -66,7 +66,9 @@ struct AllreduceCase {
   std::string algorithm;
 };
 
-void PrintTo(const AllreduceCase& c, std::ostream* os) { *os << "P=" << c.size << " " << c.algorithm; }
+void PrintTo(const AllreduceCase& c, std::ostream* os) {
+  *os << "P=" << c.size << " " << c.algorithm;
+}
 
 class AllreduceTest : public ::testing::TestWithParam<AllreduceCase> {};
 
@@ -115,7 +117,8 @@ TEST_P(AllreduceTest, MatchesTheSerialReference) {
 std::vector<AllreduceCase> allreduceCases() {
   std::vector<AllreduceCase> out;
   for (int P : kSizes) {
-    for (const char* a : {"ring", "ring_chunked", "halving_doubling", "recursive_doubling"}) {
+    for (const char* a :
+         {"ring", "ring_chunked", "halving_doubling", "recursive_doubling", "knomial"}) {
       out.push_back({P, a});
     }
   }
@@ -203,8 +206,8 @@ TEST_P(SizeTest, BroadcastEveryAlgorithmFromSeveralRoots) {
           if (buffer != expected) wrong[rank] = "the buffer differs from the root's";
         });
         for (int r = 0; r < P; ++r) {
-          EXPECT_EQ(wrong[r], "") << algorithm << " root " << root << " count " << count
-                                  << " rank " << r;
+          EXPECT_EQ(wrong[r], "") << algorithm << " root " << root << " count " << count << " rank "
+                                  << r;
         }
       }
     }
@@ -267,7 +270,8 @@ TEST_P(SizeTest, NonblockingCallsOverlapAndComplete) {
     std::vector<std::vector<std::uint8_t>> buffers;
     std::vector<Work> works;
     for (int c = 0; c < kCalls; ++c) {
-      buffers.push_back(test::makeInput(rank, 5000 + c * 999, DataType::kFloat32, ReduceOpKind::kSum));
+      buffers.push_back(
+          test::makeInput(rank, 5000 + c * 999, DataType::kFloat32, ReduceOpKind::kSum));
     }
     for (int c = 0; c < kCalls; ++c) {
       AllreduceOptions o;
@@ -281,7 +285,8 @@ TEST_P(SizeTest, NonblockingCallsOverlapAndComplete) {
       while (!works[c].test()) std::this_thread::yield();
       works[c].wait();
       if (works[c].error()) wrong[rank] = "call " + std::to_string(c) + " failed";
-      auto expected = test::expectedReduction(P, 5000 + c * 999, DataType::kFloat32, ReduceOpKind::kSum);
+      auto expected =
+          test::expectedReduction(P, 5000 + c * 999, DataType::kFloat32, ReduceOpKind::kSum);
       if (buffers[c] != expected) wrong[rank] = "call " + std::to_string(c) + " is wrong";
     }
   });
@@ -379,18 +384,22 @@ TEST(CustomOps, AUserFunctionReduces) {
   std::vector<std::string> wrong(3);
   world.runOk([&](int rank, Context& ctx) {
     // max of absolute values, as a user function on int32.
-    ReduceOp op = ReduceOp::custom([](void* inout, const void* in, std::size_t n, DataType) {
-      auto* a = static_cast<std::int32_t*>(inout);
-      const auto* b = static_cast<const std::int32_t*>(in);
-      for (std::size_t i = 0; i < n; ++i) a[i] = std::max(std::abs(a[i]), std::abs(b[i]));
-    }, "absmax");
+    ReduceOp op = ReduceOp::custom(
+        [](void* inout, const void* in, std::size_t n, DataType) {
+          auto* a = static_cast<std::int32_t*>(inout);
+          const auto* b = static_cast<const std::int32_t*>(in);
+          for (std::size_t i = 0; i < n; ++i) a[i] = std::max(std::abs(a[i]), std::abs(b[i]));
+        },
+        "absmax");
     std::vector<std::int32_t> v(777);
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = (rank == 1 ? -1 : 1) * static_cast<std::int32_t>(i % 50 + rank);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = (rank == 1 ? -1 : 1) * static_cast<std::int32_t>(i % 50 + rank);
     AllreduceOptions o;
     o.op = op;
     allreduce(ctx, v.data(), v.data(), v.size(), DataType::kInt32, o);
     for (std::size_t i = 0; i < v.size(); ++i) {
-      if (v[i] != static_cast<std::int32_t>(i % 50 + 2)) wrong[rank] = "element " + std::to_string(i);
+      if (v[i] != static_cast<std::int32_t>(i % 50 + 2))
+        wrong[rank] = "element " + std::to_string(i);
     }
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
@@ -414,16 +423,20 @@ TEST(Validation, BadArgumentsAreInvalidArgumentNamingRankAndCall) {
     };
     expectInvalid([&] { broadcast(ctx, x, 4, DataType::kFloat32, 2); }, "root 2 is outside [0, 2)");
     expectInvalid([&] { allreduce(ctx, nullptr, x, 4, DataType::kFloat32); }, "sendbuf is null");
-    expectInvalid([&] {
-      AllreduceOptions o;
-      o.op = ReduceOpKind::kBxor;
-      allreduce(ctx, x, x, 4, DataType::kFloat32, o);
-    }, "bitwise");
-    expectInvalid([&] {
-      AllreduceOptions o;
-      o.algorithm = "bogus";
-      allreduce(ctx, x, x, 4, DataType::kFloat32, o);
-    }, "unknown allreduce algorithm 'bogus' (from options; valid: ring, ring_chunked");
+    expectInvalid(
+        [&] {
+          AllreduceOptions o;
+          o.op = ReduceOpKind::kBxor;
+          allreduce(ctx, x, x, 4, DataType::kFloat32, o);
+        },
+        "bitwise");
+    expectInvalid(
+        [&] {
+          AllreduceOptions o;
+          o.algorithm = "bogus";
+          allreduce(ctx, x, x, 4, DataType::kFloat32, o);
+        },
+        "unknown allreduce algorithm 'bogus' (from options; valid: ring, ring_chunked");
     expectInvalid([&] { send(ctx, x, 4, DataType::kFloat32, 5); }, "peer 5 is outside");
     // The context is still usable after refused arguments: nothing was sent.
     allreduce(ctx, x, x, 4, DataType::kFloat32);

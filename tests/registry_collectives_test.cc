@@ -176,62 +176,49 @@ TEST_P(RegistryTest, ReduceToEveryRoot) {
   }
 }
 
-// 2x2 integer matrices (4 int64 each), multiplied: associative, as every reduce op must be,
-// but not commutative, so only rank order gives the reference.
-void matmul(std::int64_t* a, const std::int64_t* b) {
-  std::int64_t r[4] = {a[0] * b[0] + a[1] * b[2], a[0] * b[1] + a[1] * b[3],
-                       a[2] * b[0] + a[3] * b[2], a[2] * b[1] + a[3] * b[3]};
-  std::copy(r, r + 4, a);
-}
-
-ReduceOp nonCommutative() {
-  return ReduceOp::custom(
-      [](void* inout, const void* in, std::size_t n, DataType) {
-        auto* a = static_cast<std::int64_t*>(inout);
-        const auto* b = static_cast<const std::int64_t*>(in);
-        for (std::size_t i = 0; i + 4 <= n; i += 4) matmul(a + i, b + i);
-      },
-      "matmul", /*commutative=*/false);
-}
-
-void matrixOf(int rank, std::uint64_t i, std::int64_t* m) {
-  const auto k = static_cast<std::int64_t>(i);
-  m[0] = 1;
-  m[1] = rank + 1 + k;
-  m[2] = (rank * 3 + k) % 5;
-  m[3] = 1;
-}
+using test::matmul;
+using test::matrixOf;
 
 TEST_P(RegistryTest, NonCommutativeOpsKeepRankOrderOrAreRefused) {
   const int P = GetParam();
   World& world = worldOf(P);
-  const std::uint64_t matrices = 83, count = 4 * matrices;
+  const std::uint64_t count = 331;
   std::vector<std::int64_t> expected(count);
-  for (std::uint64_t i = 0; i < matrices; ++i) {
-    matrixOf(0, i, &expected[4 * i]);
-    for (int r = 1; r < P; ++r) {
-      std::int64_t m[4];
-      matrixOf(r, i, m);
-      matmul(&expected[4 * i], m);
-    }
+  for (std::uint64_t i = 0; i < count; ++i) {
+    auto product = static_cast<std::uint64_t>(matrixOf(0, i));
+    for (int r = 1; r < P; ++r)
+      product = matmul(product, static_cast<std::uint64_t>(matrixOf(r, i)));
+    expected[i] = static_cast<std::int64_t>(product);
   }
-  for (Collective coll : {Collective::kReduce, Collective::kAllreduce}) {
+  // reduce_scatter: equal blocks, and per-rank blocks with empty ones, over the same vector.
+  Counts equal(P, count / P), uneven = unevenCounts(P, 1);
+  equal[P - 1] += count % P;
+  uneven[P - 1] += count - std::accumulate(uneven.begin(), uneven.end(), std::uint64_t{0});
+  for (Collective coll :
+       {Collective::kReduce, Collective::kAllreduce, Collective::kReduceScatter}) {
     for (const auto& info : algorithms::algorithmRegistry()) {
       if (info.coll != coll) continue;
-      for (int root : {0, P - 1}) {
-        if (coll == Collective::kAllreduce && root != 0) continue;
+      for (int variant : {0, 1}) {  // reduce: root 0 or P-1; reduce_scatter: equal or uneven
+        if (coll == Collective::kAllreduce && variant != 0) continue;
+        const int root = variant == 0 ? 0 : P - 1;
+        const Counts& counts = variant == 0 ? equal : uneven;
         std::vector<std::string> wrong(P);
         world.runOk([&](int rank, Context& ctx) {
           std::vector<std::int64_t> in(count), out(count, 0);
-          for (std::uint64_t i = 0; i < matrices; ++i) matrixOf(rank, i, &in[4 * i]);
+          for (std::uint64_t i = 0; i < count; ++i) in[i] = matrixOf(rank, i);
           ReduceOptions o;
           o.algorithm = info.name;
-          o.op = nonCommutative();
+          o.op = test::matmulOp();
+          std::uint64_t first = 0, mine = count;
           try {
             if (coll == Collective::kReduce) {
               reduce(ctx, in.data(), out.data(), count, DataType::kInt64, root, o);
-            } else {
+            } else if (coll == Collective::kAllreduce) {
               allreduce(ctx, in.data(), out.data(), count, DataType::kInt64, o);
+            } else {
+              reduceScatterv(ctx, in.data(), out.data(), counts, DataType::kInt64, o);
+              first = std::accumulate(counts.begin(), counts.begin() + rank, std::uint64_t{0});
+              mine = counts[rank];
             }
           } catch (const InvalidArgument& e) {
             if (info.keepsOrder) {
@@ -247,10 +234,14 @@ TEST_P(RegistryTest, NonCommutativeOpsKeepRankOrderOrAreRefused) {
             return;
           }
           if (coll == Collective::kReduce && rank != root) return;
-          if (out != expected) wrong[rank] = "the product is not in rank order";
+          if (!std::equal(out.begin(), out.begin() + mine, expected.begin() + first)) {
+            wrong[rank] = "the product is not in rank order";
+          }
         });
-        report(wrong, std::string(algorithms::collectiveName(coll)) + " " + info.name + " root " +
-                          std::to_string(root));
+        report(wrong, std::string(algorithms::collectiveName(coll)) + " " + info.name +
+                          (coll == Collective::kReduceScatter
+                               ? (variant == 0 ? " equal counts" : " per-rank counts")
+                               : " root " + std::to_string(root)));
       }
     }
   }

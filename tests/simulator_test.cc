@@ -256,11 +256,13 @@ Scenario makeScenario(const AlgorithmInfo& info, int P, std::uint64_t c, int var
         s.params[r].count = counts[r];
         Bytes mine(counts[r] * 4);
         for (std::uint64_t e = 0; e < counts[r]; ++e) put(mine, e, valueOf(r, 0, e));
-        if (r != root) {  // only the root knows every count (as in collectives.cc)
+        // Every rank knows every count: the binomial algorithms need them where a rank
+        // forwards others' blocks, and the others ignore them away from the root.
+        s.params[r].counts = counts;
+        if (r != root) {
           s.buffers[r].input = std::move(mine);
           continue;
         }
-        s.params[r].counts = counts;
         s.params[r].displs = displs;
         s.buffers[r].output.assign(size * 4, 0xEE);
         Bytes all = s.buffers[r].output;
@@ -293,8 +295,8 @@ Scenario makeScenario(const AlgorithmInfo& info, int P, std::uint64_t c, int var
         s.expected[r].resize(counts[r] * 4);
         for (std::uint64_t e = 0; e < counts[r]; ++e) put(s.expected[r], e, valueOf(r, 0, e));
         s.buffers[r].output.assign(counts[r] * 4, 0xEE);
+        s.params[r].counts = counts;  // on every rank, as for gather(v)
         if (r != root) continue;
-        s.params[r].counts = counts;
         s.params[r].displs = displs;
         s.buffers[r].input.assign(extent(counts, displs) * 4, 0xEE);
         for (int i = 0; i < P; ++i) {
@@ -415,49 +417,34 @@ std::string sweepName(const ::testing::TestParamInfo<std::size_t>& info) {
 INSTANTIATE_TEST_SUITE_P(Registry, RegistrySweep,
                          ::testing::Range<std::size_t>(0, algorithmRegistry().size()), sweepName);
 
-// 2x2 integer matrices multiplied: associative, not commutative (tests/registry_collectives).
-ReduceOp matmulOp() {
-  return ReduceOp::custom(
-      [](void* inout, const void* in, std::size_t n, DataType) {
-        auto* a = static_cast<std::int64_t*>(inout);
-        const auto* b = static_cast<const std::int64_t*>(in);
-        for (std::size_t i = 0; i + 4 <= n; i += 4) {
-          const std::int64_t r[4] = {
-              a[i] * b[i] + a[i + 1] * b[i + 2], a[i] * b[i + 1] + a[i + 1] * b[i + 3],
-              a[i + 2] * b[i] + a[i + 3] * b[i + 2], a[i + 2] * b[i + 1] + a[i + 3] * b[i + 3]};
-          std::copy(r, r + 4, a + i);
-        }
-      },
-      "matmul", /*commutative=*/false);
-}
-
 TEST(Simulator, OrderKeepingAlgorithmsApplyNonCommutativeOpsInRankOrder) {
   int checked = 0;
   for (const AlgorithmInfo& info : algorithmRegistry()) {
     if (!info.keepsOrder) continue;
     for (int P : {2, 3, 5, 8, 13, 64}) {
       for (int root : {0, P - 1, P / 2}) {
-        const std::uint64_t matrices = 7, count = 4 * matrices;
-        auto matrix = [](int r, std::uint64_t i, std::int64_t* m) {
-          m[0] = 1;
-          m[1] = r + 1 + static_cast<std::int64_t>(i);
-          m[2] = (r * 3 + static_cast<std::int64_t>(i)) % 5;
-          m[3] = 1;
-        };
-        std::vector<std::int64_t> expected(count);
-        const ReduceOp op = matmulOp();
-        for (std::uint64_t i = 0; i < matrices; ++i) {
-          matrix(0, i, &expected[4 * i]);
-          for (int r = 1; r < P; ++r) {
-            std::int64_t m[4];
-            matrix(r, i, m);
-            op.function()(&expected[4 * i], m, 4, DataType::kInt64);
-          }
+        // One packed 2x2 matrix per element: any split of the vector falls on whole ones.
+        // reduce_scatter: the vector holds P blocks of `count`, rank r gets block r.
+        const std::uint64_t count = 29;
+        const bool scatters = info.coll == Collective::kReduceScatter;
+        const std::uint64_t n = scatters ? count * static_cast<std::uint64_t>(P) : count;
+        std::vector<std::int64_t> expected(n);
+        for (std::uint64_t i = 0; i < n; ++i) {
+          auto product = static_cast<std::uint64_t>(test::matrixOf(0, i));
+          for (int r = 1; r < P; ++r)
+            product = test::matmul(product, static_cast<std::uint64_t>(test::matrixOf(r, i)));
+          expected[i] = static_cast<std::int64_t>(product);
         }
         ScheduleParams params;
         params.coll = info.coll;
         params.size = P;
         params.count = count;
+        if (scatters) {
+          for (int q = 0; q < P; ++q) {
+            params.counts.push_back(count);
+            params.displs.push_back(static_cast<std::uint64_t>(q) * count);
+          }
+        }
         params.elementSize = 8;
         params.op = ReduceOpKind::kCustom;
         params.commutative = false;
@@ -465,17 +452,16 @@ TEST(Simulator, OrderKeepingAlgorithmsApplyNonCommutativeOpsInRankOrder) {
         params.chunkBytes = 64;
         SimOptions options;
         options.dtype = DataType::kInt64;
-        options.op = op;
+        options.op = test::matmulOp();
         const bool rooted = info.coll == Collective::kReduce;
         SimResult result = simulate(
             info, params,
             [&](int r) {
               SimBuffers b;
-              b.input.resize(count * 8);
-              for (std::uint64_t i = 0; i < matrices; ++i) {
-                std::int64_t m[4];
-                matrix(r, i, m);
-                std::memcpy(&b.input[i * 32], m, 32);
+              b.input.resize(n * 8);
+              for (std::uint64_t i = 0; i < n; ++i) {
+                const std::int64_t m = test::matrixOf(r, i);
+                std::memcpy(&b.input[i * 8], &m, 8);
               }
               b.output.assign(count * 8, 0);
               return b;
@@ -484,10 +470,12 @@ TEST(Simulator, OrderKeepingAlgorithmsApplyNonCommutativeOpsInRankOrder) {
         ASSERT_TRUE(result.ok()) << result.describeProblems();
         for (int r = 0; r < P; ++r) {
           if (rooted && r != root) continue;
-          std::vector<std::int64_t> got(count);
+          std::vector<std::int64_t> got(count), want(count);
           std::memcpy(got.data(), result.ranks[r].output.data(), count * 8);
-          EXPECT_EQ(got, expected) << collectiveName(info.coll) << " " << info.name << " P=" << P
-                                   << " root " << root << " rank " << r;
+          const std::uint64_t first = scatters ? static_cast<std::uint64_t>(r) * count : 0;
+          std::copy_n(expected.begin() + static_cast<std::ptrdiff_t>(first), count, want.begin());
+          EXPECT_EQ(got, want) << collectiveName(info.coll) << " " << info.name << " P=" << P
+                               << " root " << root << " rank " << r;
         }
         ++checked;
       }
@@ -634,6 +622,23 @@ TEST(Simulator, RefusesParamsThatDoNotFitTheCall) {
                InvalidArgument);
   p.size = 0;
   EXPECT_THROW(simulate(*ring, p, nullptr, countOnly()), InvalidArgument);
+  // Every reduce_scatter algorithm indexes counts by rank: without them, an error.
+  for (const char* name : {"ring", "recursive_halving"}) {
+    const AlgorithmInfo* rs = findAlgorithm(Collective::kReduceScatter, name);
+    ASSERT_NE(rs, nullptr) << name;
+    ScheduleParams q;
+    q.coll = Collective::kReduceScatter;
+    q.size = 4;
+    q.count = 8;
+    q.elementSize = 4;
+    try {
+      simulate(*rs, q, nullptr, countOnly());
+      ADD_FAILURE() << name << ": no error without counts";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("counts has 0 entries for 4 ranks"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // The time model on calls whose time is known in closed form.

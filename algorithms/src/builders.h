@@ -29,6 +29,14 @@ Schedule buildReduceBinomial(const ScheduleParams& p);
 Schedule buildGatherLinear(const ScheduleParams& p);
 Schedule buildScatterLinear(const ScheduleParams& p);
 Schedule buildAlltoallPairwise(const ScheduleParams& p);
+Schedule buildAllreduceKnomial(const ScheduleParams& p);
+Schedule buildReduceScatterRecursiveHalving(const ScheduleParams& p);
+Schedule buildReduceReduceScatterGather(const ScheduleParams& p);
+Schedule buildGatherBinomial(const ScheduleParams& p);
+Schedule buildScatterBinomial(const ScheduleParams& p);
+Schedule buildAlltoallBruck(const ScheduleParams& p);
+Schedule buildBroadcastScatterAllgather(const ScheduleParams& p);
+Schedule buildBroadcastChain(const ScheduleParams& p);
 
 // The documented cost of each algorithm for one rank (AlgorithmInfo::cost), written next to
 // its builder from the algorithm's math, not by counting its schedule: the simulator checks
@@ -56,12 +64,26 @@ Cost costAllgatherNeighborExchange(const ScheduleParams& p);
 Cost costAllgatherTwoProc(const ScheduleParams& p);
 Cost costAllgatherSparbit(const ScheduleParams& p);
 Cost costAllgathervBruck(const ScheduleParams& p);
+Cost costAllreduceKnomial(const ScheduleParams& p);
+Cost costReduceScatterRecursiveHalving(const ScheduleParams& p);
+Cost costReduceReduceScatterGather(const ScheduleParams& p);
+Cost costGatherBinomial(const ScheduleParams& p);
+Cost costScatterBinomial(const ScheduleParams& p);
+Cost costAlltoallBruck(const ScheduleParams& p);
+Cost costBroadcastScatterAllgather(const ScheduleParams& p);
+Cost costBroadcastChain(const ScheduleParams& p);
 
 // Shared by the ring allreduces: the bandwidth-optimal ring (reduce-scatter + allgather)
 // with every segment moved in `piecesPerSegment` pieces (0: pieces of params.chunkBytes).
 Schedule buildAllreduceRingPieces(const ScheduleParams& p, std::uint64_t piecesPerSegment,
                                   const char* name);
 Cost costAllreduceRingPieces(const ScheduleParams& p, std::uint64_t piecesPerSegment);
+
+// The per-rank counts a binomial gather(v) / scatter(v) rank needs (`which` names them in
+// the error): counts, or for a leaf its own count alone. Throws InvalidArgument when a rank
+// with children has none (gatherv / scatterv give them at the root only unless the caller
+// passes them everywhere) or when its own count disagrees with them.
+std::vector<std::uint64_t> binomialCounts(const ScheduleParams& p, const char* which);
 
 // A world of one: copy input to output unless in place.
 Schedule buildLocalOnly(const ScheduleParams& p, const char* name);

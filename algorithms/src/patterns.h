@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace collx::algorithms::patterns {
 
@@ -70,6 +71,95 @@ inline int binomialChildren(int v, int n) {
   int children = 0;
   for (int m = 1; m < low; m <<= 1) children += v + m < n ? 1 : 0;
   return children;
+}
+
+// The low `bits` bits of v in reverse order. Recursive halving with partners at increasing
+// distances (r ^ 1, r ^ 2, ...) keeps contiguous windows of blocks when block q sits at
+// position reverseBits(q): the halving_doubling, recursive_halving and reduce_scatter_gather
+// files use it to combine ranks in order.
+inline int reverseBits(int v, int bits) {
+  int out = 0;
+  for (int i = 0; i < bits; ++i) out |= ((v >> i) & 1) << (bits - 1 - i);
+  return out;
+}
+
+// A binomial tree over ranks relative to a root, v = (rank - root) mod P: the parent of v is
+// v with its lowest set bit cleared; its children are v + m for every power of two m below
+// that bit (every m for the root) with v + m < P. The subtree of v spans the relative ranks
+// [v, v + span(v)), so a subtree's blocks are contiguous in relative-rank order.
+struct BinomialTree {
+  int size;
+  static int lowBit(int v) { return v & -v; }
+  int parent(int v) const { return v == 0 ? -1 : v & (v - 1); }
+  int span(int v) const {
+    if (v == 0) return size;
+    return lowBit(v) < size - v ? lowBit(v) : size - v;
+  }
+  // Children, nearest first (v + 1, v + 2, v + 4, ...).
+  std::vector<int> children(int v) const {
+    std::vector<int> out;
+    const int limit = v == 0 ? size : lowBit(v);
+    for (int m = 1; m < limit && v + m < size; m <<= 1) out.push_back(v + m);
+    return out;
+  }
+};
+
+// Like Fold, but the pair (2i, 2i+1) that holds `keep` keeps that rank in the main phase
+// (the other pairs keep their odd rank), so that a root never folds out. New ranks stay in
+// rank order: new rank i stands for ranks 2i and 2i+1 (i < rem) or for rank i + rem.
+struct RootedFold {
+  int size;
+  int pow2;
+  int rem;
+  int keep;
+  RootedFold(int n, int keepRank)
+      : size(n), pow2(powerOfTwoBelow(n)), rem(n - powerOfTwoBelow(n)), keep(keepRank) {}
+  // The rank of a folded pair that stays (-1 when `rank` is not in a pair).
+  int survivorOf(int rank) const {
+    if (rank >= 2 * rem) return -1;
+    const int even = rank & ~1;
+    return keep == even ? even : even + 1;
+  }
+  int partnerOf(int rank) const { return rank ^ 1; }
+  int newRank(int rank) const {
+    if (rank < 2 * rem) return survivorOf(rank) == rank ? rank / 2 : -1;
+    return rank - rem;
+  }
+  int realRank(int newRank) const {
+    if (newRank >= rem) return newRank + rem;
+    return keep == 2 * newRank ? 2 * newRank : 2 * newRank + 1;
+  }
+};
+
+// The blocks of the relative ranks [first, last) (relative rank u is rank (u + root) mod P)
+// of a buffer laid out by counts / displs: their total count, and whether they lie back to
+// back in that order (empty blocks aside), so that one message can carry them straight
+// from or into place. displ: where the first non-empty one starts (0 when all are empty).
+struct RelativeRange {
+  std::uint64_t count = 0;
+  bool contiguous = true;
+  std::uint64_t displ = 0;
+};
+inline RelativeRange relativeRange(const std::vector<std::uint64_t>& counts,
+                                   const std::vector<std::uint64_t>& displs, int root, int first,
+                                   int last) {
+  const int P = static_cast<int>(counts.size());
+  RelativeRange out;
+  bool any = false;
+  std::uint64_t end = 0;
+  for (int u = first; u < last; ++u) {
+    const int i = mod(u + root, P);
+    if (counts[i] == 0) continue;
+    if (!any) {
+      out.displ = displs[i];
+    } else if (displs[i] != end) {
+      out.contiguous = false;
+    }
+    any = true;
+    end = displs[i] + counts[i];
+    out.count += counts[i];
+  }
+  return out;
 }
 
 }  // namespace collx::algorithms::patterns

@@ -82,14 +82,16 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
        /*keepsOrder=*/false, costAllreduceRingChunked},
       {Collective::kAllreduce, "halving_doubling",
        "Rabenseifner: recursive-halving reduce-scatter + recursive-doubling allgather; "
-       "2 log P steps, 2(P-1)/P n bytes",
-       buildAllreduceHalvingDoubling,
-       /*keepsOrder=*/false, costAllreduceHalvingDoubling},
+       "2 log P steps, 2(P-1)/P n bytes; keeps rank order",
+       buildAllreduceHalvingDoubling, /*keepsOrder=*/true, costAllreduceHalvingDoubling},
       {Collective::kAllreduce, "recursive_doubling",
        "partners exchange the whole vector in log P rounds; log P steps, n log P bytes; "
-       "for small messages",
-       buildAllreduceRecursiveDoubling,
-       /*keepsOrder=*/false, costAllreduceRecursiveDoubling},
+       "for small messages; keeps rank order",
+       buildAllreduceRecursiveDoubling, /*keepsOrder=*/true, costAllreduceRecursiveDoubling},
+      {Collective::kAllreduce, "knomial",
+       "recursive multiplying, radix 4: groups of 4 exchange whole vectors; ceil(log4 P) "
+       "steps of 3 messages, 3n bytes per step; small messages; keeps rank order",
+       buildAllreduceKnomial, /*keepsOrder=*/true, costAllreduceKnomial},
       {Collective::kAllgather, "ring", "P-1 steps, (P-1) n bytes, pipelined in chunks",
        buildAllgatherRing, /*keepsOrder=*/false, costAllgatherRing},
       {Collective::kAllgather, "linear",
@@ -115,8 +117,15 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
        "the root sends to everyone: (P-1) n bytes at the root", buildBroadcastOneToAll,
        /*keepsOrder=*/false, costBroadcastOneToAll},
       {Collective::kBroadcast, "binomial", "binomial tree, pipelined in chunks: ceil(log2 P) steps",
-       buildBroadcastBinomial,
-       /*keepsOrder=*/false, costBroadcastBinomial},
+       buildBroadcastBinomial, /*keepsOrder=*/false, costBroadcastBinomial},
+      {Collective::kBroadcast, "scatter_allgather",
+       "van de Geijn: binomial scatter of P blocks + ring allgather; log P + P-1 steps, about "
+       "2n bytes per rank; large buffers (binomial below P elements)",
+       buildBroadcastScatterAllgather, /*keepsOrder=*/false, costBroadcastScatterAllgather},
+      {Collective::kBroadcast, "chain",
+       "root -> root+1 -> ... in pieces of chunkBytes; P-2+K steps of one piece, n bytes per "
+       "link",
+       buildBroadcastChain, /*keepsOrder=*/false, costBroadcastChain},
       {Collective::kBarrier, "all_to_all", "everyone tells everyone: 1 step, P-1 messages",
        buildBarrierAllToAll,
        /*keepsOrder=*/false, costBarrierAllToAll},
@@ -135,26 +144,46 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
        buildAllgathervBruck, /*keepsOrder=*/false, costAllgathervBruck},
       {Collective::kReduceScatter, "ring",
        "P-1 steps; n - n_r bytes out, n - n_(r-1) in and reduced per rank; pipelined in chunks",
-       buildReduceScatterRing,
-       /*keepsOrder=*/false, costReduceScatterRing},
+       buildReduceScatterRing, /*keepsOrder=*/false, costReduceScatterRing},
+      {Collective::kReduceScatter, "recursive_halving",
+       "log P steps halving the vector between partners, (n - n_r) bytes and reductions; any "
+       "counts; keeps rank order",
+       buildReduceScatterRecursiveHalving, /*keepsOrder=*/true, costReduceScatterRecursiveHalving},
       {Collective::kReduce, "binomial",
        "binomial tree towards the root, pipelined in chunks; keeps rank order", buildReduceBinomial,
        /*keepsOrder=*/true, costReduceBinomial},
+      {Collective::kReduce, "reduce_scatter_gather",
+       "Rabenseifner: recursive-halving reduce-scatter + binomial gather to the root; 2 log P "
+       "steps, about 2n bytes at the root; large vectors; keeps rank order",
+       buildReduceReduceScatterGather, /*keepsOrder=*/true, costReduceReduceScatterGather},
       {Collective::kGather, "linear", "everyone sends to the root: P-1 messages at the root",
-       buildGatherLinear,
-       /*keepsOrder=*/false, costGatherLinear},
+       buildGatherLinear, /*keepsOrder=*/false, costGatherLinear},
+      {Collective::kGather, "binomial",
+       "subtrees climb a binomial tree in one message each: ceil(log2 P) messages at the root",
+       buildGatherBinomial, /*keepsOrder=*/false, costGatherBinomial},
       {Collective::kGatherv, "linear", "everyone sends to the root: P-1 messages at the root",
-       buildGatherLinear,
-       /*keepsOrder=*/false, costGatherLinear},
+       buildGatherLinear, /*keepsOrder=*/false, costGatherLinear},
+      {Collective::kGatherv, "binomial",
+       "subtrees climb a binomial tree in one message each: ceil(log2 P) messages at the "
+       "root; needs recvcounts on every rank",
+       buildGatherBinomial, /*keepsOrder=*/false, costGatherBinomial},
       {Collective::kScatter, "linear", "the root sends to everyone: P-1 messages at the root",
-       buildScatterLinear,
-       /*keepsOrder=*/false, costScatterLinear},
+       buildScatterLinear, /*keepsOrder=*/false, costScatterLinear},
+      {Collective::kScatter, "binomial",
+       "subtrees go down a binomial tree in one message each: ceil(log2 P) messages at the root",
+       buildScatterBinomial, /*keepsOrder=*/false, costScatterBinomial},
       {Collective::kScatterv, "linear", "the root sends to everyone: P-1 messages at the root",
-       buildScatterLinear,
-       /*keepsOrder=*/false, costScatterLinear},
+       buildScatterLinear, /*keepsOrder=*/false, costScatterLinear},
+      {Collective::kScatterv, "binomial",
+       "subtrees go down a binomial tree in one message each: ceil(log2 P) messages at the "
+       "root; needs sendcounts on every rank",
+       buildScatterBinomial, /*keepsOrder=*/false, costScatterBinomial},
       {Collective::kAlltoall, "pairwise", "P-1 steps, in step s send to r+s and receive from r-s",
-       buildAlltoallPairwise,
-       /*keepsOrder=*/false, costAlltoallPairwise},
+       buildAlltoallPairwise, /*keepsOrder=*/false, costAlltoallPairwise},
+      {Collective::kAlltoall, "bruck",
+       "Bruck: ceil(log2 P) steps, each packing the blocks whose bit k is set; about n/2 log P "
+       "bytes; small blocks (alltoall only)",
+       buildAlltoallBruck, /*keepsOrder=*/false, costAlltoallBruck},
       {Collective::kAlltoallv, "pairwise", "P-1 steps, in step s send to r+s and receive from r-s",
        buildAlltoallPairwise,
        /*keepsOrder=*/false, costAlltoallPairwise},
@@ -183,6 +212,23 @@ std::string algorithmNames(Collective coll) {
 // algorithm (benchmarks/README.md has the figures): latency-bound sizes take the fewest steps
 // (recursive doubling), mid sizes the fewest steps that still split the vector
 // (halving-doubling), the largest the ring.
+//
+// Every rank must pick the same row, so a row may depend on bytes only where every rank
+// passes the same bytes (collectives.cc): the vector (allreduce, broadcast, reduce), one
+// rank's block (allgather, gather, scatter, alltoall: equal blocks), reduce_scatter's whole
+// input; the v-collectives other than reduce_scatter get one row each.
+//
+// The rooted and blockwise collectives (P = 2, 4, 8, best of 5 interleaved rounds, sizes 64 B
+// to 16 MiB): the root sending every rank its copy beats the binomial tree up to 16 KiB at
+// P <= 4 and 4 KiB at P <= 8 (one step instead of log2 P, and 2 cores do the copies either
+// way); above that binomial, scatter_allgather and chain come within 10% of one another.
+// reduce_scatter recursive_halving (log2 P steps) beats the ring up to 256 KiB at every P,
+// the ring is as fast or faster above. alltoall bruck beats pairwise for blocks up to 8 KiB
+// at P = 8 and 1 KiB at P = 4 (log2 P steps instead of P - 1); at P = 3 both take 2 steps.
+// reduce binomial beats reduce_scatter_gather at nearly every size, gather and scatter
+// linear beat binomial: with every rank on 2 cores, the total bytes and messages decide,
+// not the critical path. gatherv and scatterv binomial need counts on every rank, so linear
+// stays their default.
 const std::vector<SelectionRule>& defaultSelection() {
   static constexpr std::uint64_t kAny = ~std::uint64_t{0};
   static constexpr int kMax = 1 << 30;
@@ -240,15 +286,20 @@ const std::vector<SelectionRule>& defaultSelection() {
       {Collective::kAllgather, 4096, kMax, 512, 4095, "recursive_doubling"},
       {Collective::kAllgather, 4096, kMax, 4096, kAny, "neighbor_exchange"},
       {Collective::kBroadcast, 1, 2, 0, kAny, "one_to_all"},
+      {Collective::kBroadcast, 3, 4, 0, 16 * 1024, "one_to_all"},
+      {Collective::kBroadcast, 5, 8, 0, 4 * 1024, "one_to_all"},
       {Collective::kBroadcast, 3, kMax, 0, kAny, "binomial"},
       {Collective::kBarrier, 1, kMax, 0, kAny, "dissemination"},
       {Collective::kAllgatherv, 1, kMax, 0, kAny, "ring"},
+      {Collective::kReduceScatter, 1, kMax, 0, 256 * 1024, "recursive_halving"},
       {Collective::kReduceScatter, 1, kMax, 0, kAny, "ring"},
       {Collective::kReduce, 1, kMax, 0, kAny, "binomial"},
       {Collective::kGather, 1, kMax, 0, kAny, "linear"},
       {Collective::kGatherv, 1, kMax, 0, kAny, "linear"},
       {Collective::kScatter, 1, kMax, 0, kAny, "linear"},
       {Collective::kScatterv, 1, kMax, 0, kAny, "linear"},
+      {Collective::kAlltoall, 4, 4, 0, 1024, "bruck"},
+      {Collective::kAlltoall, 5, kMax, 0, 8 * 1024, "bruck"},
       {Collective::kAlltoall, 1, kMax, 0, kAny, "pairwise"},
       {Collective::kAlltoallv, 1, kMax, 0, kAny, "pairwise"},
   };

@@ -638,6 +638,45 @@ std::string SimResult::describeProblems() const {
   return out;
 }
 
+// The per-rank vectors the collective's builders index by rank (collectives.cc fills them):
+// missing ones are an InvalidArgument here, not a read past their end.
+void checkShape(const ScheduleParams& p, const Where& where) {
+  const auto P = static_cast<std::size_t>(p.size);
+  auto need = [&](const std::vector<std::uint64_t>& v, const char* name) {
+    if (v.size() != P) {
+      throw InvalidArgument(where, std::string(name) + " has " + std::to_string(v.size()) +
+                                       " entries for " + std::to_string(P) + " ranks");
+    }
+  };
+  const bool root = p.rank == p.root;
+  switch (p.coll) {
+    case Collective::kReduceScatter:
+      need(p.counts, "counts");
+      need(p.displs, "displs");
+      break;
+    case Collective::kAllgatherv:
+      need(p.counts, "counts");
+      break;
+    case Collective::kAlltoallv:
+      need(p.counts, "counts");
+      need(p.displs, "displs");
+      need(p.recvCounts, "recvCounts");
+      need(p.recvDispls, "recvDispls");
+      break;
+    case Collective::kGatherv:
+    case Collective::kScatterv:
+      if (root) {
+        need(p.counts, "counts");
+        need(p.displs, "displs");
+      } else if (!p.counts.empty()) {
+        need(p.counts, "counts");
+      }
+      break;
+    default:
+      break;
+  }
+}
+
 SimResult simulate(const AlgorithmInfo& algorithm, int size, const ParamsOf& paramsOf,
                    const BuffersOf& buffersOf, const SimOptions& options) {
   checkSize(size);
@@ -665,6 +704,7 @@ SimResult simulate(const AlgorithmInfo& algorithm, int size, const ParamsOf& par
                             "element size " + std::to_string(params.elementSize) + " is not " +
                                 dataTypeName(options.dtype) + "'s");
     }
+    checkShape(params, Where{r, what, -1});
     sim.addRank(r, algorithm.build(params), options.moveBytes ? buffersOf(r) : SimBuffers{},
                 params.elementSize);
   }

@@ -35,13 +35,19 @@ float bfloat16ToFloat(std::uint16_t b) {
 void storeValue(void* data, std::uint64_t i, DataType type, double v) {
   auto* p = static_cast<std::uint8_t*>(data);
   switch (type) {
-    case DataType::kInt8: reinterpret_cast<std::int8_t*>(p)[i] = static_cast<std::int8_t>(v); break;
+    case DataType::kInt8:
+      reinterpret_cast<std::int8_t*>(p)[i] = static_cast<std::int8_t>(v);
+      break;
     case DataType::kUint8:
       reinterpret_cast<std::uint8_t*>(p)[i] =
           static_cast<std::uint8_t>(static_cast<std::int64_t>(v));
       break;
-    case DataType::kInt32: reinterpret_cast<std::int32_t*>(p)[i] = static_cast<std::int32_t>(v); break;
-    case DataType::kInt64: reinterpret_cast<std::int64_t*>(p)[i] = static_cast<std::int64_t>(v); break;
+    case DataType::kInt32:
+      reinterpret_cast<std::int32_t*>(p)[i] = static_cast<std::int32_t>(v);
+      break;
+    case DataType::kInt64:
+      reinterpret_cast<std::int64_t*>(p)[i] = static_cast<std::int64_t>(v);
+      break;
     case DataType::kFloat16: {
       std::uint16_t h = floatToHalf(static_cast<float>(v));
       std::memcpy(p + 2 * i, &h, 2);
@@ -52,18 +58,26 @@ void storeValue(void* data, std::uint64_t i, DataType type, double v) {
       std::memcpy(p + 2 * i, &b, 2);
       break;
     }
-    case DataType::kFloat32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: reinterpret_cast<double*>(p)[i] = v; break;
+    case DataType::kFloat32:
+      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      reinterpret_cast<double*>(p)[i] = v;
+      break;
   }
 }
 
 double loadValue(const void* data, std::uint64_t i, DataType type) {
   const auto* p = static_cast<const std::uint8_t*>(data);
   switch (type) {
-    case DataType::kInt8: return reinterpret_cast<const std::int8_t*>(p)[i];
-    case DataType::kUint8: return reinterpret_cast<const std::uint8_t*>(p)[i];
-    case DataType::kInt32: return reinterpret_cast<const std::int32_t*>(p)[i];
-    case DataType::kInt64: return static_cast<double>(reinterpret_cast<const std::int64_t*>(p)[i]);
+    case DataType::kInt8:
+      return reinterpret_cast<const std::int8_t*>(p)[i];
+    case DataType::kUint8:
+      return reinterpret_cast<const std::uint8_t*>(p)[i];
+    case DataType::kInt32:
+      return reinterpret_cast<const std::int32_t*>(p)[i];
+    case DataType::kInt64:
+      return static_cast<double>(reinterpret_cast<const std::int64_t*>(p)[i]);
     case DataType::kFloat16: {
       std::uint16_t h;
       std::memcpy(&h, p + 2 * i, 2);
@@ -74,8 +88,10 @@ double loadValue(const void* data, std::uint64_t i, DataType type) {
       std::memcpy(&b, p + 2 * i, 2);
       return bfloat16ToFloat(b);
     }
-    case DataType::kFloat32: return reinterpret_cast<const float*>(p)[i];
-    case DataType::kFloat64: return reinterpret_cast<const double*>(p)[i];
+    case DataType::kFloat32:
+      return reinterpret_cast<const float*>(p)[i];
+    case DataType::kFloat64:
+      return reinterpret_cast<const double*>(p)[i];
   }
   return 0;
 }
@@ -84,9 +100,12 @@ double inputValue(int rank, std::uint64_t i, ReduceOpKind op) {
   std::uint64_t mix = static_cast<std::uint64_t>(rank) * 7 + i * 3;
   if (op == ReduceOpKind::kProd) {
     switch ((static_cast<std::uint64_t>(rank) + i) % 4) {
-      case 0: return 2;
-      case 1: return -1;
-      default: return 1;
+      case 0:
+        return 2;
+      case 1:
+        return -1;
+      default:
+        return 1;
     }
   }
   return static_cast<double>(static_cast<std::int64_t>(mix % 9) - 4);
@@ -94,7 +113,8 @@ double inputValue(int rank, std::uint64_t i, ReduceOpKind op) {
 
 std::vector<std::uint8_t> makeInput(int rank, std::uint64_t count, DataType type, ReduceOpKind op) {
   std::vector<std::uint8_t> out(count * dataTypeSize(type));
-  for (std::uint64_t i = 0; i < count; ++i) storeValue(out.data(), i, type, inputValue(rank, i, op));
+  for (std::uint64_t i = 0; i < count; ++i)
+    storeValue(out.data(), i, type, inputValue(rank, i, op));
   return out;
 }
 
@@ -106,14 +126,22 @@ T reduceInt(T a, T b, ReduceOpKind op) {
   using U = std::make_unsigned_t<T>;
   switch (op) {
     case ReduceOpKind::kSum:
-    case ReduceOpKind::kAvg: return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-    case ReduceOpKind::kProd: return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-    case ReduceOpKind::kMin: return a < b ? a : b;
-    case ReduceOpKind::kMax: return a > b ? a : b;
-    case ReduceOpKind::kBand: return static_cast<T>(a & b);
-    case ReduceOpKind::kBor: return static_cast<T>(a | b);
-    case ReduceOpKind::kBxor: return static_cast<T>(a ^ b);
-    case ReduceOpKind::kCustom: break;
+    case ReduceOpKind::kAvg:
+      return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+    case ReduceOpKind::kProd:
+      return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    case ReduceOpKind::kMin:
+      return a < b ? a : b;
+    case ReduceOpKind::kMax:
+      return a > b ? a : b;
+    case ReduceOpKind::kBand:
+      return static_cast<T>(a & b);
+    case ReduceOpKind::kBor:
+      return static_cast<T>(a | b);
+    case ReduceOpKind::kBxor:
+      return static_cast<T>(a ^ b);
+    case ReduceOpKind::kCustom:
+      break;
   }
   return a;
 }
@@ -159,11 +187,20 @@ std::vector<std::uint8_t> expectedReduction(int size, std::uint64_t count, DataT
       double v = inputValue(r, i, op);
       switch (op) {
         case ReduceOpKind::kSum:
-        case ReduceOpKind::kAvg: acc += v; break;
-        case ReduceOpKind::kProd: acc *= v; break;
-        case ReduceOpKind::kMin: acc = std::min(acc, v); break;
-        case ReduceOpKind::kMax: acc = std::max(acc, v); break;
-        default: break;
+        case ReduceOpKind::kAvg:
+          acc += v;
+          break;
+        case ReduceOpKind::kProd:
+          acc *= v;
+          break;
+        case ReduceOpKind::kMin:
+          acc = std::min(acc, v);
+          break;
+        case ReduceOpKind::kMax:
+          acc = std::max(acc, v);
+          break;
+        default:
+          break;
       }
     }
     if (op == ReduceOpKind::kAvg) {
@@ -184,10 +221,36 @@ std::int64_t firstDifference(const std::vector<std::uint8_t>& a, const std::vect
   const std::size_t es = dataTypeSize(type);
   const std::size_t n = std::min(a.size(), b.size()) / es;
   for (std::size_t i = 0; i < n; ++i) {
-    if (std::memcmp(a.data() + i * es, b.data() + i * es, es) != 0) return static_cast<std::int64_t>(i);
+    if (std::memcmp(a.data() + i * es, b.data() + i * es, es) != 0)
+      return static_cast<std::int64_t>(i);
   }
   if (a.size() != b.size()) return static_cast<std::int64_t>(n);
   return -1;
+}
+
+std::uint64_t matmul(std::uint64_t a, std::uint64_t b) {
+  auto at = [](std::uint64_t m, int i) { return (m >> (16 * i)) & 0xFFFF; };
+  const std::uint64_t r0 = at(a, 0) * at(b, 0) + at(a, 1) * at(b, 2);
+  const std::uint64_t r1 = at(a, 0) * at(b, 1) + at(a, 1) * at(b, 3);
+  const std::uint64_t r2 = at(a, 2) * at(b, 0) + at(a, 3) * at(b, 2);
+  const std::uint64_t r3 = at(a, 2) * at(b, 1) + at(a, 3) * at(b, 3);
+  return (r0 & 0xFFFF) | (r1 & 0xFFFF) << 16 | (r2 & 0xFFFF) << 32 | (r3 & 0xFFFF) << 48;
+}
+
+ReduceOp matmulOp() {
+  return ReduceOp::custom(
+      [](void* inout, const void* in, std::size_t n, DataType) {
+        auto* a = static_cast<std::uint64_t*>(inout);
+        const auto* b = static_cast<const std::uint64_t*>(in);
+        for (std::size_t i = 0; i < n; ++i) a[i] = matmul(a[i], b[i]);
+      },
+      "matmul", /*commutative=*/false);
+}
+
+std::int64_t matrixOf(int rank, std::uint64_t i) {
+  const auto x = static_cast<std::uint64_t>(rank) + 1 + i % 11;
+  const auto y = (static_cast<std::uint64_t>(rank) * 3 + i) % 5;
+  return static_cast<std::int64_t>(1 | x << 16 | y << 32 | std::uint64_t{1} << 48);
 }
 
 }  // namespace collx::test

@@ -29,6 +29,15 @@ std::vector<std::uint8_t> makeInput(int rank, std::uint64_t count, DataType type
 std::vector<std::uint8_t> expectedReduction(int size, std::uint64_t count, DataType type,
                                             ReduceOpKind op);
 
+// A 2x2 matrix of 16-bit entries packed in one int64 element, multiplied modulo 2^16:
+// associative, as every reduce op must be, but not commutative, so only rank order gives
+// the reference. One matrix per element, so algorithms may split a vector anywhere.
+std::uint64_t matmul(std::uint64_t a, std::uint64_t b);
+// matmul as a custom ReduceOp over int64 elements (commutative = false).
+ReduceOp matmulOp();
+// [[1, x], [y, 1]], x and y depending on the rank and the element: distinct, non-trivial.
+std::int64_t matrixOf(int rank, std::uint64_t i);
+
 // The index of the first element that differs, or -1.
 std::int64_t firstDifference(const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b,
                              DataType type);

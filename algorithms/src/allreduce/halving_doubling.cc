@@ -2,61 +2,35 @@
 // allgather by recursive doubling.
 //
 // With p ranks in the main phase (P folded onto its largest power of two as in
-// recursive_doubling.cc), the vector is split into p blocks. Reduce-scatter round j
-// (distance d = p/2, p/4, ..., 1): rank nr keeps the half of its current window on its side
-// of nr ^ d, sends the other half to nr ^ d and reduces the half it receives; at the end it
-// holds block nr reduced. Allgather rounds (d = 1, 2, ..., p/2) exchange ever larger windows.
+// recursive_doubling.cc), the vector is split into p blocks. Reduce-scatter round j: rank
+// nr pairs with nr ^ 2^j (distances 1, 2, ..., p/2), keeps the half of its current window
+// of blocks that holds its target block and sends the other half; the partner's half is
+// reduced into it. Allgather rounds pair the same ranks in reverse (distances p/2, ..., 1)
+// and exchange ever larger windows. Pairing at increasing distances makes every partial a
+// reduction over a contiguous range of ranks, which is what keeps rank order; for the
+// windows to stay contiguous in memory, rank nr's target block is reverseBits(nr)
+// ("position" v below; the partner of round j is at position v ^ p/2^(j+1)).
 //
-//   p=4, blocks b0..b3:  RS d=2: 0,1 keep b0b1; 2,3 keep b2b3   RS d=1: rank i keeps b_i
-//                        AG d=1: 0,1 hold b0b1; 2,3 hold b2b3   AG d=2: all hold b0..b3
+//   p=4, blocks b0..b3 (target: rank0 b0, rank1 b2, rank2 b1, rank3 b3):
+//   RS 1st (0-1, 2-3):  0,2 keep b0b1;  1,3 keep b2b3      (partials over {0,1} or {2,3})
+//   RS 2nd (0-2, 1-3):  0 b0, 2 b1, 1 b2, 3 b3 reduced over all four
+//   AG 1st (0-2, 1-3):  0,2 hold b0b1;  1,3 hold b2b3       AG 2nd (0-1, 2-3): all hold all
 //
-// Cost: 2 log2 p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma (+ 2 alpha + 2 n beta + n gamma
-// when P is not a power of two: the vector folds in and the result folds out). Any P.
+// Rank order: the lower range of ranks is always the left operand (the fold too: 2i op
+// 2i+1), so non-commutative ops are exact and every block is reduced by exactly one rank.
 //
-// Exactly, per rank (costAllreduceHalvingDoubling), with b_i the size of block i and W_d the
-// d blocks aligned on d that hold block nr: every round is one message each way, empty or
-// not, so a main-phase rank sends and receives 2 log2 p messages. The windows it gives away
-// in the reduce-scatter and receives in the allgather are the siblings of W_p/2 .. W_1, which
-// tile everything but block nr: n - b_nr elements each way. It receives and reduces W_p/2 ..
-// W_1 in the reduce-scatter and sends the same windows in the allgather: sum_d |W_d|
-// elements each way ((p-1) n / p when the blocks are equal). Folding adds one message of n
-// bytes each way and n reduced elements to the odd rank of a pair; the even rank only sends
-// its vector and gets the result back.
+// Cost: 2 log2 p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma (+ 2 alpha + n beta + n gamma
+// when P is not a power of two). Exactly, for a rank in the main phase: 2 log2 p sends and
+// receives; the reduce-scatter sends and reduces the window halves (n - n_own elements in
+// all, n_own its block's share of Blocks{count, p}), the allgather receives n - n_own bytes
+// and sends as much; the folded pairs add one message of n each way (one reduction of n at
+// 2i+1). Any P.
 #include <algorithm>
 
 #include "../builders.h"
 #include "../patterns.h"
 
 namespace collx::algorithms {
-
-Cost costAllreduceHalvingDoubling(const ScheduleParams& p) {
-  const int P = p.size;
-  if (P == 1) return {};
-  const std::uint64_t es = p.elementSize, n = p.count;
-  const patterns::Fold fold(P);
-  const int nr = fold.newRank(p.rank);
-  Cost c;
-  if (nr < 0) return Cost{1, n * es, 1, n * es, 0};
-  const std::uint64_t rounds = static_cast<std::uint64_t>(patterns::log2Exact(fold.pow2));
-  const patterns::Blocks blocks{n, fold.pow2};
-  std::uint64_t windows = 0;  // sum over d = 1, 2, .., p/2 of |W_d|
-  for (int d = 1; d < fold.pow2; d *= 2) {
-    const int lo = nr / d * d;
-    windows += blocks.rangeSize(lo, lo + d);
-  }
-  const std::uint64_t elements = n - blocks.size(nr) + windows;
-  c.sends = c.recvs = 2 * rounds;
-  c.sendBytes = c.recvBytes = elements * es;
-  c.reducedElements = windows;
-  if (p.rank < 2 * fold.rem) {  // the odd rank of a folded pair
-    c.sends += 1;
-    c.recvs += 1;
-    c.sendBytes += n * es;
-    c.recvBytes += n * es;
-    c.reducedElements += n;
-  }
-  return c;
-}
 
 Schedule buildAllreduceHalvingDoubling(const ScheduleParams& p) {
   const int P = p.size;
@@ -79,18 +53,22 @@ Schedule buildAllreduceHalvingDoubling(const ScheduleParams& p) {
     s.recv(r + 1, postStep, output(), n, {sent});
     return s;
   }
-  if (r < 2 * fold.rem) {
+  if (r < 2 * fold.rem) {  // (2i) op (2i+1): the partner's vector is the left operand
     TaskId got = s.recv(r - 1, 0, scratch(), n, prev);
-    prev = {s.reduce(output(), output(), scratch(), p.count, {got})};
+    prev = {s.reduce(output(), scratch(), output(), p.count, {got})};
   }
+  const int v = patterns::reverseBits(nr, rounds);  // this rank's target block
+  auto partnerAt = [&](int position) {
+    return fold.realRank(patterns::reverseBits(position, rounds));
+  };
   // Reduce-scatter by recursive halving over the window [lo, hi) of blocks.
   int lo = 0, hi = fold.pow2;
   Deps sends;
   for (int j = 0; j < rounds; ++j) {
     const int d = fold.pow2 >> (j + 1);
-    const int partner = fold.realRank(nr ^ d);
+    const int partner = partnerAt(v ^ d);
     const int mid = lo + (hi - lo) / 2;
-    const bool keepLow = (nr & d) == 0;
+    const bool keepLow = (v & d) == 0;
     const int keepLo = keepLow ? lo : mid, keepHi = keepLow ? mid : hi;
     const int giveLo = keepLow ? mid : lo, giveHi = keepLow ? hi : mid;
     const std::uint64_t keepOff = blocks.rangeOffset(keepLo) * es;
@@ -101,7 +79,9 @@ Schedule buildAllreduceHalvingDoubling(const ScheduleParams& p) {
     TaskId sent = s.send(partner, step, output(giveOff), giveN * es, prev);
     sends.push_back(sent);
     TaskId got = s.recv(partner, step, scratch(keepOff), keepN * es, prev);
-    prev = {s.reduce(output(keepOff), output(keepOff), scratch(keepOff), keepN, {got})};
+    prev = {partner < r
+                ? s.reduce(output(keepOff), scratch(keepOff), output(keepOff), keepN, {got})
+                : s.reduce(output(keepOff), output(keepOff), scratch(keepOff), keepN, {got})};
     lo = keepLo;
     hi = keepHi;
   }
@@ -112,9 +92,9 @@ Schedule buildAllreduceHalvingDoubling(const ScheduleParams& p) {
   Deps received = sends;  // no receive may overwrite what a reduce-scatter send still reads
   for (int j = 0; j < rounds; ++j) {
     const int d = 1 << j;
-    const int partner = fold.realRank(nr ^ d);
-    const int myLo = (nr / d) * d;
-    const int theirLo = ((nr ^ d) / d) * d;
+    const int partner = partnerAt(v ^ d);
+    const int myLo = (v / d) * d;
+    const int theirLo = ((v ^ d) / d) * d;
     const std::uint32_t step = static_cast<std::uint32_t>(rounds + j + 1);
     TaskId sent = s.send(partner, step, output(blocks.rangeOffset(myLo) * es),
                          blocks.rangeSize(myLo, myLo + d) * es, prev);
@@ -127,6 +107,35 @@ Schedule buildAllreduceHalvingDoubling(const ScheduleParams& p) {
   }
   if (r < 2 * fold.rem) s.send(r - 1, postStep, output(), n, prev);
   return s;
+}
+
+Cost costAllreduceHalvingDoubling(const ScheduleParams& p) {
+  Cost c;
+  const int P = p.size, r = p.rank;
+  if (P == 1) return c;
+  const std::uint64_t es = p.elementSize, n = p.bytes();
+  const patterns::Fold fold(P);
+  const int nr = fold.newRank(r);
+  if (nr < 0) return Cost{1, n, 1, n, 0};
+  if (r < 2 * fold.rem) c = Cost{1, n, 1, n, p.count};
+  const int rounds = patterns::log2Exact(fold.pow2);
+  const int v = patterns::reverseBits(nr, rounds);
+  const patterns::Blocks blocks{p.count, fold.pow2};
+  // Reduce-scatter round j gives and keeps halves of the 2^(rounds-j) blocks around v; the
+  // allgather mirrors it: what was given is received back, what was kept is sent.
+  for (int j = 0; j < rounds; ++j) {
+    const int half = fold.pow2 >> (j + 1);
+    const int lo = v / (2 * half) * (2 * half);
+    const int keepLo = v - lo < half ? lo : lo + half, giveLo = keepLo == lo ? lo + half : lo;
+    const std::uint64_t keep = blocks.rangeSize(keepLo, keepLo + half);
+    const std::uint64_t give = blocks.rangeSize(giveLo, giveLo + half);
+    c.sends += 2;
+    c.recvs += 2;
+    c.sendBytes += (give + keep) * es;
+    c.recvBytes += (keep + give) * es;
+    c.reducedElements += keep;
+  }
+  return c;
 }
 
 }  // namespace collx::algorithms

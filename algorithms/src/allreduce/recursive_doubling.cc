@@ -7,30 +7,19 @@
 //
 //   P=4:  round 0: 0<->1, 2<->3   round 1: 0<->2, 1<->3   -> everyone holds the sum
 //
-// Cost: log2 p (alpha + n beta + n gamma), + 2 alpha + 2 n beta + n gamma when P != p (fold
-// in and out; the critical path then has log2 p + 1 or + 2 messages, as the main-phase ranks
-// that did not fold start at once). Every rank combines the same pairs of values (a+b on
-// one side, b+a on the other: commutative ops give the same bits), so results are
-// bit-identical across ranks. Any P.
+// Rank order: round i pairs ranks 2^i apart, so each partial covers a contiguous range of
+// ranks; the partner's partial is the left operand when its ranks are lower (the fold too:
+// 2i op 2i+1). Both partners thus compute the same (lower) op (higher): non-commutative ops
+// are exact and results are bit-identical across ranks.
 //
-// Exactly, per rank (costAllreduceRecursiveDoubling): a main-phase rank sends, receives and
-// reduces the whole vector once per round, log2 p times, once more when it is the odd rank
-// of a folded pair; the even rank of a pair sends and receives it once and reduces nothing.
+// Cost: (log2 p + 2[P != p]) alpha + log2 p * n beta + log2 p * n gamma. Exactly, for a rank
+// in the main phase: log2 p sends and receives of n bytes and log2 p * count reduced
+// elements; the folded pairs add one message of n each way (and count reduced elements at
+// 2i+1). Any P.
 #include "../builders.h"
 #include "../patterns.h"
 
 namespace collx::algorithms {
-
-Cost costAllreduceRecursiveDoubling(const ScheduleParams& p) {
-  const int P = p.size;
-  if (P == 1) return {};
-  const std::uint64_t n = p.count, bytes = p.bytes();
-  const patterns::Fold fold(P);
-  if (fold.newRank(p.rank) < 0) return Cost{1, bytes, 1, bytes, 0};
-  const std::uint64_t rounds =
-      static_cast<std::uint64_t>(patterns::log2Exact(fold.pow2)) + (p.rank < 2 * fold.rem ? 1 : 0);
-  return Cost{rounds, rounds * bytes, rounds, rounds * bytes, rounds * n};
-}
 
 Schedule buildAllreduceRecursiveDoubling(const ScheduleParams& p) {
   const int P = p.size;
@@ -51,9 +40,9 @@ Schedule buildAllreduceRecursiveDoubling(const ScheduleParams& p) {
     s.recv(r + 1, postStep, output(), n, {sent});
     return s;
   }
-  if (r < 2 * fold.rem) {  // odd rank of a folded pair: reduce the partner's vector first
+  if (r < 2 * fold.rem) {  // odd rank of a folded pair: (2i) op (2i+1) first
     TaskId got = s.recv(r - 1, 0, scratch(), n, prev);
-    prev = {s.reduce(output(), output(), scratch(), p.count, {got})};
+    prev = {s.reduce(output(), scratch(), output(), p.count, {got})};
   }
   for (int i = 0; i < rounds; ++i) {
     const int partner = fold.realRank(nr ^ (1 << i));
@@ -61,11 +50,24 @@ Schedule buildAllreduceRecursiveDoubling(const ScheduleParams& p) {
     TaskId sent = s.send(partner, step, output(), n, prev);
     TaskId got = s.recv(partner, step, scratch(), n, prev);
     // The reduction overwrites what the send reads: it waits for both.
-    prev = {s.reduce(output(), output(), scratch(), p.count, {sent, got})};
+    prev = {partner < r ? s.reduce(output(), scratch(), output(), p.count, {sent, got})
+                        : s.reduce(output(), output(), scratch(), p.count, {sent, got})};
   }
   if (p.op == ReduceOpKind::kAvg) prev = {s.divide(output(), p.count, prev)};
   if (r < 2 * fold.rem) s.send(r - 1, postStep, output(), n, prev);
   return s;
+}
+
+Cost costAllreduceRecursiveDoubling(const ScheduleParams& p) {
+  const int P = p.size, r = p.rank;
+  if (P == 1) return Cost{};
+  const std::uint64_t n = p.bytes();
+  const patterns::Fold fold(P);
+  if (fold.newRank(r) < 0) return Cost{1, n, 1, n, 0};
+  const std::uint64_t rounds = static_cast<std::uint64_t>(patterns::log2Exact(fold.pow2));
+  const std::uint64_t folds = r < 2 * fold.rem ? 1 : 0;
+  return Cost{rounds + folds, (rounds + folds) * n, rounds + folds, (rounds + folds) * n,
+              (rounds + folds) * p.count};
 }
 
 }  // namespace collx::algorithms

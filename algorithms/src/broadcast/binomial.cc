@@ -7,32 +7,16 @@
 //
 //   P=8, root 0:   0 -> 4, 2, 1;   4 -> 6, 5;   2 -> 3;   6 -> 7
 //
-// Cost: ceil(log2 P) alpha + ceil(log2 P) n beta without pipelining. Pieces bring the beta
-// term towards (n + log2 P * chunk) beta only where a rank feeds its children in parallel;
-// through one outgoing link the root still sends ceil(log2 P) n bytes (the simulator's
-// model), and pieces then add alphas and only let the ranks down the tree start earlier.
-// Any P, any root.
-// Counts (costBroadcastBinomial), k = the pieces of n (1 when n is 0: one empty message per
-// edge): every rank but the root receives k messages and n bytes from its parent, and sends
-// as much to each of its children (ceil(log2 P) of them at the root).
+// Cost: ceil(log2 P) alpha + ceil(log2 P) n beta without pipelining; pieces bring the beta
+// term towards n + log2 P * chunk. Exactly: K = ceil(n / piece) pieces (1 zero-byte piece
+// for an empty buffer); a rank other than the root receives K messages (n bytes) and every
+// rank sends K messages (n bytes) per child. Any P, any root.
 #include <algorithm>
 
 #include "../builders.h"
 #include "../patterns.h"
 
 namespace collx::algorithms {
-
-Cost costBroadcastBinomial(const ScheduleParams& p) {
-  if (p.size == 1) return {};
-  const std::uint64_t n = p.bytes();
-  const std::uint64_t piece =
-      std::max<std::uint64_t>(p.elementSize, p.chunkBytes / p.elementSize * p.elementSize);
-  const std::uint64_t k = n == 0 ? 1 : patterns::piecesOf(n, piece);
-  const int v = patterns::mod(p.rank - p.root, p.size);
-  const auto children = static_cast<std::uint64_t>(patterns::binomialChildren(v, p.size));
-  const std::uint64_t parents = v == 0 ? 0 : 1;
-  return Cost{children * k, children * n, parents * k, parents * n, 0};
-}
 
 Schedule buildBroadcastBinomial(const ScheduleParams& p) {
   Schedule s("binomial");
@@ -65,6 +49,25 @@ Schedule buildBroadcastBinomial(const ScheduleParams& p) {
     for (int child : children) s.send(child, step, output(off), len, deps);
   }
   return s;
+}
+
+Cost costBroadcastBinomial(const ScheduleParams& p) {
+  const int P = p.size;
+  if (P == 1) return Cost{};
+  const std::uint64_t n = p.bytes();
+  const std::uint64_t piece =
+      std::max<std::uint64_t>(p.elementSize, p.chunkBytes / p.elementSize * p.elementSize);
+  const std::uint64_t K = n == 0 ? 1 : (n + piece - 1) / piece;
+  const int v = patterns::mod(p.rank - p.root, P);
+  const auto children = static_cast<std::uint64_t>(patterns::BinomialTree{P}.children(v).size());
+  Cost c;
+  c.sends = K * children;
+  c.sendBytes = n * children;
+  if (v != 0) {
+    c.recvs = K;
+    c.recvBytes = n;
+  }
+  return c;
 }
 
 }  // namespace collx::algorithms

@@ -79,6 +79,10 @@ std::uint64_t selectionBytes(const Call& call, std::size_t es, int size) {
       for (std::uint64_t c : call.counts) total += c;
       return total * es;
     }
+    case Collective::kReduceScatter:
+      // Every rank must choose the same algorithm: the whole vector, which every rank knows
+      // (its own block's size differs between ranks with per-rank counts).
+      return call.fingerprintCount * es;
     default:
       return call.count * es;
   }
@@ -414,6 +418,8 @@ Call gatherCall(Context& ctx, Collective coll, const void* sendbuf, std::uint64_
     }
     c.counts = recvcounts;
     c.displs = displs;
+  } else if (static_cast<int>(recvcounts.size()) == ctx.size()) {
+    c.counts = recvcounts;  // the binomial algorithm forwards its subtree's blocks
   }
   if (!c.inPlace) checkBuffer(sendbuf, c.count, "sendbuf", where);
   c.fingerprintCount = coll == Collective::kGather ? sendcount : 0;
@@ -451,6 +457,8 @@ Call scatterCall(Context& ctx, Collective coll, const void* sendbuf, const Count
     }
     c.counts = sendcounts;
     c.displs = displs;
+  } else if (static_cast<int>(sendcounts.size()) == ctx.size()) {
+    c.counts = sendcounts;  // the binomial algorithm forwards its subtree's blocks
   }
   if (!c.inPlace) checkBuffer(recvbuf, c.count, "recvbuf", where);
   c.fingerprintCount = coll == Collective::kScatter ? recvcount : 0;

@@ -50,7 +50,7 @@ struct ScheduleParams {
   int root = 0;
   std::uint64_t chunkBytes = 1u << 20;  // pipelining granularity of the chunked algorithms
   bool commutative = true;              // false: the op must be applied in rank order
-  // Per-rank blocks in elements, for allgatherv, reduce_scatter with per-rank counts,
+  // Per-rank blocks in elements, for allgatherv, reduce_scatter (equal blocks too),
   // gatherv, scatterv (counts[i], displs[i]: rank i's block in the buffer holding them all)
   // and alltoallv (what this rank sends to peer i; recvCounts / recvDispls: what it
   // receives from peer i). Empty for the other collectives.

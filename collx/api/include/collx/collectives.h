@@ -117,7 +117,8 @@ void gather(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t coun
 Work gatherAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                  DataType dtype, int root, const CollectiveOptions& options = {});
 // With per-rank counts: the root's recvbuf + displs[i] receives recvcounts[i] elements from
-// rank i (recvcounts and displs matter at the root only).
+// rank i (recvcounts and displs matter at the root only, except that the binomial algorithm
+// needs recvcounts on every rank that forwards other ranks' blocks: pass them everywhere).
 void gatherv(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
              const Counts& recvcounts, const Counts& displs, DataType dtype, int root,
              const CollectiveOptions& options = {});
@@ -131,7 +132,8 @@ void scatter(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t cou
 Work scatterAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                   DataType dtype, int root, const CollectiveOptions& options = {});
 // With per-rank counts: sendcounts[i] elements at the root's sendbuf + displs[i] go to rank i
-// (sendcounts and displs matter at the root only).
+// (sendcounts and displs matter at the root only, except that the binomial algorithm needs
+// sendcounts on every rank that forwards other ranks' blocks: pass them everywhere).
 void scatterv(Context& ctx, const void* sendbuf, const Counts& sendcounts, const Counts& displs,
               void* recvbuf, std::uint64_t recvcount, DataType dtype, int root,
               const CollectiveOptions& options = {});
