@@ -1,7 +1,8 @@
 // Every collective and algorithm with ranks as threads over real TCP (loopback), against
-// serial references: P in {1,2,3,4,5,7,8,11,16} x counts {0, 1, P-1, odd, large} x dtypes
-// x ops, in place and out of place, blocking and nonblocking. Results are exact: the
-// inputs are small integers, so floating-point results are checked bit for bit.
+// serial references: P in {1..17, 32, 64} x counts {0, 1, P-1, odd, large} x dtypes x ops
+// (above 16 ranks: no large count and representative dtype-op pairs), in place and out of place,
+// blocking and nonblocking. Results are exact: the inputs are small integers, so floating-point
+// results are checked bit for bit.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -19,28 +20,16 @@ namespace {
 using namespace std::chrono_literals;
 using test::World;
 
-constexpr int kSizes[] = {1, 2, 3, 4, 5, 7, 8, 11, 16};
-
-// One world per size, shared by the tests of this process.
-World& worldOf(int size) {
-  static std::map<int, std::unique_ptr<World>> worlds;
-  auto& world = worlds[size];
-  if (!world) world = std::make_unique<World>(size);
-  return *world;
-}
-
-// The registry's algorithms of one collective: tests cover what is added there unchanged.
-std::vector<std::string> algorithmsOf(algorithms::Collective coll) {
-  std::vector<std::string> out;
-  for (const auto& info : algorithms::algorithmRegistry()) {
-    if (info.coll == coll) out.push_back(info.name);
-  }
+// Counts: empty, one element, fewer than P, odd, and (up to kFullSweepMaxSize) large.
+std::vector<std::uint64_t> countsFor(int size) {
+  std::vector<std::uint64_t> out = {0, 1, static_cast<std::uint64_t>(size > 1 ? size - 1 : 2),
+                                    1001};
+  if (size <= test::kFullSweepMaxSize) out.push_back(3 * 65536 + 7);
   return out;
 }
 
-std::vector<std::uint64_t> countsFor(int size) {
-  return {0, 1, static_cast<std::uint64_t>(size > 1 ? size - 1 : 2), 1001, 3 * 65536 + 7};
-}
+// Above kFullSweepMaxSize ranks every combination runs the representative pairs only.
+bool fullSweep(int size) { return size <= test::kFullSweepMaxSize; }
 
 std::vector<ReduceOpKind> opsFor(DataType type) {
   std::vector<ReduceOpKind> ops = {ReduceOpKind::kSum, ReduceOpKind::kProd, ReduceOpKind::kMin,
@@ -51,7 +40,8 @@ std::vector<ReduceOpKind> opsFor(DataType type) {
   return ops;
 }
 
-// The large count runs with a few representative (dtype, op) pairs only, to keep time down.
+// The large count (and P above kFullSweepMaxSize) runs with a few representative (dtype, op)
+// pairs only, to keep time down: every dtype, and the ops that differ in kernels.
 bool largeCase(DataType type, ReduceOpKind op) {
   return (type == DataType::kFloat32 && op == ReduceOpKind::kSum) ||
          (type == DataType::kInt32 && op == ReduceOpKind::kMax) ||
@@ -74,12 +64,13 @@ class AllreduceTest : public ::testing::TestWithParam<AllreduceCase> {};
 
 TEST_P(AllreduceTest, MatchesTheSerialReference) {
   const int P = GetParam().size;
-  World& world = worldOf(P);
+  COLLX_NEED_FILES_FOR(P);
+  World& world = test::worldOf(P);
   int combination = 0;
   for (std::uint64_t count : countsFor(P)) {
     for (DataType type : kAllDataTypes) {
       for (ReduceOpKind op : opsFor(type)) {
-        if (count > 10000 && !largeCase(type, op)) continue;
+        if ((count > 10000 || !fullSweep(P)) && !largeCase(type, op)) continue;
         const bool inPlace = combination++ % 2 == 0;
         const auto expected = test::expectedReduction(P, count, type, op);
         std::vector<std::string> wrong(P);
@@ -116,7 +107,7 @@ TEST_P(AllreduceTest, MatchesTheSerialReference) {
 
 std::vector<AllreduceCase> allreduceCases() {
   std::vector<AllreduceCase> out;
-  for (int P : kSizes) {
+  for (int P : test::kWorldSizes) {
     for (const char* a :
          {"ring", "ring_chunked", "halving_doubling", "recursive_doubling", "knomial"}) {
       out.push_back({P, a});
@@ -137,9 +128,10 @@ class SizeTest : public ::testing::TestWithParam<int> {};
 // by the ranks; the large count runs with one type per algorithm, in turn, to keep time down.
 TEST_P(SizeTest, AllgatherEveryAlgorithm) {
   const int P = GetParam();
-  World& world = worldOf(P);
+  COLLX_NEED_FILES_FOR(P);
+  World& world = test::worldOf(P);
   std::vector<std::string> names = {""};
-  for (const std::string& name : algorithmsOf(algorithms::Collective::kAllgather)) {
+  for (const std::string& name : test::algorithmsOf(algorithms::Collective::kAllgather)) {
     names.push_back(name);
   }
   ASSERT_GE(names.size(), 8u) << "ring, linear, bruck, recursive_doubling, neighbor_exchange, "
@@ -151,7 +143,7 @@ TEST_P(SizeTest, AllgatherEveryAlgorithm) {
     const std::string& algorithm = names[a];
     for (std::uint64_t count : countsFor(P)) {
       for (std::size_t t = 0; t < std::size(kTypes); ++t) {
-        if (count > 10000 && t != a % std::size(kTypes)) continue;
+        if ((count > 10000 || !fullSweep(P)) && t != a % std::size(kTypes)) continue;
         const DataType type = kTypes[t];
         const bool inPlace = combination++ % 2 == 0;
         const std::size_t es = dataTypeSize(type);
@@ -189,8 +181,9 @@ TEST_P(SizeTest, AllgatherEveryAlgorithm) {
 
 TEST_P(SizeTest, BroadcastEveryAlgorithmFromSeveralRoots) {
   const int P = GetParam();
-  World& world = worldOf(P);
-  const auto names = algorithmsOf(algorithms::Collective::kBroadcast);
+  COLLX_NEED_FILES_FOR(P);
+  World& world = test::worldOf(P);
+  const auto names = test::algorithmsOf(algorithms::Collective::kBroadcast);
   ASSERT_GE(names.size(), 2u);
   for (const std::string& algorithm : names) {
     for (int root : {0, P - 1, P / 2}) {
@@ -216,7 +209,8 @@ TEST_P(SizeTest, BroadcastEveryAlgorithmFromSeveralRoots) {
 
 TEST_P(SizeTest, BarriersHoldEveryRankBack) {
   const int P = GetParam();
-  World& world = worldOf(P);
+  COLLX_NEED_FILES_FOR(P);
+  World& world = test::worldOf(P);
   for (const char* algorithm : {"all_to_all", "all_to_one", "dissemination"}) {
     std::atomic<int> arrived{0};
     std::vector<std::string> wrong(P);
@@ -237,7 +231,8 @@ TEST_P(SizeTest, BarriersHoldEveryRankBack) {
 
 TEST_P(SizeTest, SendRecvAroundTheRingWithTags) {
   const int P = GetParam();
-  World& world = worldOf(P);
+  COLLX_NEED_FILES_FOR(P);
+  World& world = test::worldOf(P);
   for (std::uint64_t count : {std::uint64_t{0}, std::uint64_t{3}, std::uint64_t{100000}}) {
     std::vector<std::string> wrong(P);
     world.runOk([&](int rank, Context& ctx) {
@@ -263,7 +258,8 @@ TEST_P(SizeTest, SendRecvAroundTheRingWithTags) {
 
 TEST_P(SizeTest, NonblockingCallsOverlapAndComplete) {
   const int P = GetParam();
-  World& world = worldOf(P);
+  COLLX_NEED_FILES_FOR(P);
+  World& world = test::worldOf(P);
   std::vector<std::string> wrong(P);
   world.runOk([&](int rank, Context& ctx) {
     constexpr int kCalls = 6;
@@ -293,7 +289,7 @@ TEST_P(SizeTest, NonblockingCallsOverlapAndComplete) {
   for (int r = 0; r < P; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, SizeTest, ::testing::ValuesIn(kSizes),
+INSTANTIATE_TEST_SUITE_P(Sizes, SizeTest, ::testing::ValuesIn(test::kWorldSizes),
                          [](const auto& p) { return "P" + std::to_string(p.param); });
 
 // The default allgather rows against the seed's decision tree (Open MPI's
@@ -380,7 +376,7 @@ TEST(Streams, ThreeStreamsPerPeerGiveTheSameResults) {
 }
 
 TEST(CustomOps, AUserFunctionReduces) {
-  World& world = worldOf(3);
+  World& world = test::worldOf(3);
   std::vector<std::string> wrong(3);
   world.runOk([&](int rank, Context& ctx) {
     // max of absolute values, as a user function on int32.
@@ -406,7 +402,7 @@ TEST(CustomOps, AUserFunctionReduces) {
 }
 
 TEST(Validation, BadArgumentsAreInvalidArgumentNamingRankAndCall) {
-  World& world = worldOf(2);
+  World& world = test::worldOf(2);
   auto errors = world.run([&](int rank, Context& ctx) {
     float x[4] = {};
     auto expectInvalid = [&](const std::function<void()>& f, const std::string& mentions) {

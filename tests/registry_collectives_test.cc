@@ -18,23 +18,6 @@ namespace {
 using algorithms::Collective;
 using test::World;
 
-constexpr int kSizes[] = {1, 2, 3, 4, 5, 7, 8, 11, 16};
-
-World& worldOf(int size) {
-  static std::map<int, std::unique_ptr<World>> worlds;
-  auto& world = worlds[size];
-  if (!world) world = std::make_unique<World>(size);
-  return *world;
-}
-
-std::vector<std::string> algorithmsOf(Collective coll) {
-  std::vector<std::string> out;
-  for (const auto& info : algorithms::algorithmRegistry()) {
-    if (info.coll == coll) out.push_back(info.name);
-  }
-  return out;
-}
-
 // Per-rank counts with zeros and unequal sizes, scaled by `scale`.
 Counts unevenCounts(int P, std::uint64_t scale) {
   Counts c(P);
@@ -74,8 +57,9 @@ class RegistryTest : public ::testing::TestWithParam<int> {
 
 TEST_P(RegistryTest, Allgatherv) {
   const int P = GetParam();
-  World& world = worldOf(P);
-  for (const std::string& algorithm : algorithmsOf(Collective::kAllgatherv)) {
+  COLLX_NEED_FILES_FOR(P);
+  World& world = test::worldOf(P);
+  for (const std::string& algorithm : test::algorithmsOf(Collective::kAllgatherv)) {
     for (std::uint64_t scale : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{3001}}) {
       for (bool inPlace : {false, true}) {
         Counts counts = unevenCounts(P, scale), displs = gappedDispls(counts, 2);
@@ -103,8 +87,9 @@ TEST_P(RegistryTest, Allgatherv) {
 
 TEST_P(RegistryTest, ReduceScatterEqualAndPerRankCounts) {
   const int P = GetParam();
-  World& world = worldOf(P);
-  for (const std::string& algorithm : algorithmsOf(Collective::kReduceScatter)) {
+  COLLX_NEED_FILES_FOR(P);
+  World& world = test::worldOf(P);
+  for (const std::string& algorithm : test::algorithmsOf(Collective::kReduceScatter)) {
     for (bool perRank : {false, true}) {
       for (std::uint64_t scale : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{2049}}) {
         for (ReduceOpKind op : {ReduceOpKind::kSum, ReduceOpKind::kMax, ReduceOpKind::kAvg}) {
@@ -140,8 +125,9 @@ TEST_P(RegistryTest, ReduceScatterEqualAndPerRankCounts) {
 
 TEST_P(RegistryTest, ReduceToEveryRoot) {
   const int P = GetParam();
-  World& world = worldOf(P);
-  for (const std::string& algorithm : algorithmsOf(Collective::kReduce)) {
+  COLLX_NEED_FILES_FOR(P);
+  World& world = test::worldOf(P);
+  for (const std::string& algorithm : test::algorithmsOf(Collective::kReduce)) {
     for (int root : {0, P - 1, P / 2}) {
       for (std::uint64_t count : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{70001}}) {
         for (ReduceOpKind op : {ReduceOpKind::kSum, ReduceOpKind::kMin, ReduceOpKind::kAvg}) {
@@ -181,7 +167,8 @@ using test::matrixOf;
 
 TEST_P(RegistryTest, NonCommutativeOpsKeepRankOrderOrAreRefused) {
   const int P = GetParam();
-  World& world = worldOf(P);
+  COLLX_NEED_FILES_FOR(P);
+  World& world = test::worldOf(P);
   const std::uint64_t count = 331;
   std::vector<std::int64_t> expected(count);
   for (std::uint64_t i = 0; i < count; ++i) {
@@ -249,9 +236,10 @@ TEST_P(RegistryTest, NonCommutativeOpsKeepRankOrderOrAreRefused) {
 
 TEST_P(RegistryTest, GatherAndGathervToEveryRoot) {
   const int P = GetParam();
-  World& world = worldOf(P);
+  COLLX_NEED_FILES_FOR(P);
+  World& world = test::worldOf(P);
   for (Collective coll : {Collective::kGather, Collective::kGatherv}) {
-    for (const std::string& algorithm : algorithmsOf(coll)) {
+    for (const std::string& algorithm : test::algorithmsOf(coll)) {
       for (int root : {0, P - 1, P / 2}) {
         for (std::uint64_t scale : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{4099}}) {
           for (bool inPlace : {false, true}) {
@@ -298,9 +286,10 @@ TEST_P(RegistryTest, GatherAndGathervToEveryRoot) {
 
 TEST_P(RegistryTest, ScatterAndScattervFromEveryRoot) {
   const int P = GetParam();
-  World& world = worldOf(P);
+  COLLX_NEED_FILES_FOR(P);
+  World& world = test::worldOf(P);
   for (Collective coll : {Collective::kScatter, Collective::kScatterv}) {
-    for (const std::string& algorithm : algorithmsOf(coll)) {
+    for (const std::string& algorithm : test::algorithmsOf(coll)) {
       for (int root : {0, P - 1, P / 2}) {
         for (std::uint64_t scale : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{4099}}) {
           for (bool inPlace : {false, true}) {
@@ -348,9 +337,10 @@ TEST_P(RegistryTest, ScatterAndScattervFromEveryRoot) {
 
 TEST_P(RegistryTest, AlltoallAndAlltoallv) {
   const int P = GetParam();
-  World& world = worldOf(P);
+  COLLX_NEED_FILES_FOR(P);
+  World& world = test::worldOf(P);
   for (Collective coll : {Collective::kAlltoall, Collective::kAlltoallv}) {
-    for (const std::string& algorithm : algorithmsOf(coll)) {
+    for (const std::string& algorithm : test::algorithmsOf(coll)) {
       for (std::uint64_t scale : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{1023}}) {
         const bool v = coll == Collective::kAlltoallv;
         // count[i][j]: what rank i sends rank j.
@@ -388,11 +378,11 @@ TEST_P(RegistryTest, AlltoallAndAlltoallv) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, RegistryTest, ::testing::ValuesIn(kSizes),
+INSTANTIATE_TEST_SUITE_P(Sizes, RegistryTest, ::testing::ValuesIn(test::kWorldSizes),
                          [](const auto& p) { return "P" + std::to_string(p.param); });
 
 TEST(RegistryValidation, BadLayoutsAreRefused) {
-  World& world = worldOf(3);
+  World& world = test::worldOf(3);
   auto errors = world.run([&](int rank, Context& ctx) {
     std::vector<std::int32_t> buf(100);
     auto expect = [&](const std::function<void()>& f, const std::string& mentions) {

@@ -1,6 +1,10 @@
 #include "world.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <cstdlib>
+#include <map>
 
 #include "collx/base/log.h"
 
@@ -15,6 +19,59 @@ std::string messageOf(const std::exception_ptr& error) {
   } catch (...) {
     return "unknown exception";
   }
+}
+
+namespace {
+
+std::uint64_t streamsPerPeer() {
+  const char* env = std::getenv("COLLX_TCP_STREAMS");
+  const long n = env != nullptr ? std::strtol(env, nullptr, 10) : 1;
+  return n > 0 ? static_cast<std::uint64_t>(n) : 1;
+}
+
+}  // namespace
+
+std::vector<std::string> algorithmsOf(algorithms::Collective coll) {
+  std::vector<std::string> out;
+  for (const auto& info : algorithms::algorithmRegistry()) {
+    if (info.coll == coll) out.push_back(info.name);
+  }
+  return out;
+}
+
+std::string ensureFilesFor(int size) {
+  // Every rank: a socket per peer and stream, a listener, a few more; plus this process's
+  // other worlds (worldOf keeps the small ones) and what gtest and the store hold.
+  const auto P = static_cast<std::uint64_t>(size);
+  const std::uint64_t need = P * (P * streamsPerPeer() + 8) + 2048;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return "getrlimit(RLIMIT_NOFILE) failed";
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < need) {
+    if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < need) {
+      return "a world of " + std::to_string(size) + " thread ranks needs about " +
+             std::to_string(need) + " open files; the hard limit here is " +
+             std::to_string(limit.rlim_max) + " (raise it with ulimit -Hn)";
+    }
+    limit.rlim_cur = need;
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return "setrlimit(RLIMIT_NOFILE) failed";
+  }
+  return "";
+}
+
+World& worldOf(int size) {
+  // Small worlds stay for the other tests of this process; a large one replaces the last.
+  static std::map<int, std::unique_ptr<World>> worlds;
+  if (size > kFullSweepMaxSize + 1) {
+    std::erase_if(
+        worlds, [&](const auto& w) { return w.first > kFullSweepMaxSize + 1 && w.first != size; });
+  }
+  auto& world = worlds[size];
+  if (!world) {
+    const std::string why = ensureFilesFor(size);
+    if (!why.empty()) throw std::runtime_error(why);
+    world = std::make_unique<World>(size);
+  }
+  return *world;
 }
 
 World::World(int size, ContextOptions options) : size_(size), contexts_(size), errors_(size) {

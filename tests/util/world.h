@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "collx/algorithms/registry.h"
 #include "collx/collx.h"
 
 namespace collx::test {
@@ -45,6 +46,30 @@ class World {
   bool stop_ = false;
   std::vector<std::exception_ptr> errors_;
 };
+
+// The world sizes the thread-rank suites run: every P up to 17, then 32 and 64.
+inline constexpr int kWorldSizes[] = {1,  2,  3,  4,  5,  6,  7,  8,  9, 10,
+                                      11, 12, 13, 14, 15, 16, 17, 32, 64};
+// Above this size a suite runs fewer combinations (dtypes, ops, counts) per algorithm.
+inline constexpr int kFullSweepMaxSize = 16;
+
+// The registry's algorithms of one collective: suites cover what is added there unchanged.
+std::vector<std::string> algorithmsOf(algorithms::Collective coll);
+
+// One world per size, shared by the tests of this process.
+World& worldOf(int size);
+
+// Raises the soft limit on open files for a world of `size` ranks in this process (every
+// rank holds a socket per peer). Returns "" when there are enough, else why not (for a
+// GTEST_SKIP that says so).
+std::string ensureFilesFor(int size);
+
+// In a test body: skips, saying why, when this process cannot open a world of P ranks.
+#define COLLX_NEED_FILES_FOR(P)                                \
+  do {                                                         \
+    const std::string why_ = ::collx::test::ensureFilesFor(P); \
+    if (!why_.empty()) GTEST_SKIP() << why_;                   \
+  } while (0)
 
 // The message of an exception_ptr ("" for nullptr).
 std::string messageOf(const std::exception_ptr& error);
