@@ -10,8 +10,8 @@
 // allgather(v), reduce_scatter, gather, scatter and alltoall, 1 broadcast and reduce), GB/s
 // = 1e9 B/s. Sizes: allreduce, broadcast and reduce count the vector, the others the whole
 // buffer of P blocks (allgather's and gather's result, reduce_scatter's input, scatter's
-// input at the root, alltoall's send buffer). allgatherv runs equal blocks in rank order, to
-// be compared with allgather.
+// input at the root, alltoall's send buffer). The v-collectives run equal blocks in rank
+// order, to be compared with the collectives without the v.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -38,9 +38,9 @@ Sweeps message sizes for one collective and prints, per size: size, count, type,
 (us, max over ranks of the median), p50 and p99 (us), algbw and busbw (GB/s) and
 #wrong (elements that differed from the reference on any rank; must be 0).
 
-  -c, --collective NAME  allreduce (default), allgather, allgatherv (equal blocks),
-                         broadcast, barrier, reduce_scatter, reduce, gather, scatter,
-                         alltoall
+  -c, --collective NAME  allreduce (default), allgather, broadcast, barrier,
+                         reduce_scatter, reduce, gather, scatter, alltoall, and
+                         allgatherv, gatherv, scatterv, alltoallv (equal blocks)
   -a, --algorithm NAME   an algorithm of that collective (default: chosen per size);
                          "list" prints them
   -b, --min-bytes SIZE   smallest size (default 4); K, M, G suffixes (powers of 2)
@@ -163,12 +163,12 @@ Args parseArgs(int argc, char** argv) {
     }
   }
   static const std::set<std::string> kCollectives = {
-      "allreduce",      "allgather", "allgatherv", "broadcast", "barrier",
-      "reduce_scatter", "reduce",    "gather",     "scatter",   "alltoall"};
+      "allreduce", "allgather", "allgatherv", "broadcast", "barrier",  "reduce_scatter", "reduce",
+      "gather",    "gatherv",   "scatter",    "scatterv",  "alltoall", "alltoallv"};
   if (kCollectives.count(a.collective) == 0) {
     usageError("unknown collective '" + a.collective +
                "' (allreduce, allgather, allgatherv, broadcast, barrier, reduce_scatter, "
-               "reduce, gather, scatter, alltoall)");
+               "reduce, gather, gatherv, scatter, scatterv, alltoall, alltoallv)");
   }
   if (a.sizes.empty()) {
     if (a.minBytes > a.maxBytes) usageError("--min-bytes is above --max-bytes");
@@ -190,6 +190,9 @@ collx::algorithms::Collective collectiveOf(const std::string& name) {
   if (name == "reduce_scatter") return Collective::kReduceScatter;
   if (name == "reduce") return Collective::kReduce;
   if (name == "gather") return Collective::kGather;
+  if (name == "gatherv") return Collective::kGatherv;
+  if (name == "scatterv") return Collective::kScatterv;
+  if (name == "alltoallv") return Collective::kAlltoallv;
   if (name == "scatter") return Collective::kScatter;
   if (name == "alltoall") return Collective::kAlltoall;
   return Collective::kAllreduce;
@@ -256,10 +259,19 @@ struct Result {
   std::string algorithm;
 };
 
+// The v-collectives run equal blocks in rank order: their buffers, checks and sizes are
+// those of the collective without the v.
+std::string layoutOf(const std::string& c) {
+  if (c == "allgatherv" || c == "gatherv" || c == "scatterv" || c == "alltoallv")
+    return c.substr(0, c.size() - 1);
+  return c;
+}
+
 // The collectives whose buffers hold P blocks of `count` elements (the size counts them all).
 bool blockwise(const std::string& c) {
-  return c == "allgather" || c == "allgatherv" || c == "reduce_scatter" || c == "gather" ||
-         c == "scatter" || c == "alltoall";
+  const std::string l = layoutOf(c);
+  return l == "allgather" || l == "reduce_scatter" || l == "gather" || l == "scatter" ||
+         l == "alltoall";
 }
 
 class Bench {
@@ -269,17 +281,22 @@ class Bench {
   // The bytes of the input and the output of one rank for a call with `count`.
   std::uint64_t inputBytes(std::uint64_t count) const {
     const std::uint64_t b = count * collx::dataTypeSize(a_.dtype);
-    const std::string& c = a_.collective;
+    const std::string c = layoutOf(a_.collective);
     return c == "reduce_scatter" || c == "scatter" || c == "alltoall" ? b * P_ : b;
   }
   std::uint64_t outputBytes(std::uint64_t count) const {
     const std::uint64_t b = count * collx::dataTypeSize(a_.dtype);
-    const std::string& c = a_.collective;
-    return c == "allgather" || c == "allgatherv" || c == "gather" || c == "alltoall" ? b * P_ : b;
+    const std::string c = layoutOf(a_.collective);
+    return c == "allgather" || c == "gather" || c == "alltoall" ? b * P_ : b;
   }
 
   // Runs one call of the collective on `count` elements (per rank block for the blockwise ones).
   void call(std::uint64_t count, std::vector<std::uint8_t>& in, std::vector<std::uint8_t>& out) {
+    if (equal_.empty() || equal_[0] != count) {  // the v-collectives' equal blocks
+      equal_.assign(static_cast<std::size_t>(P_), count);
+      displs_.resize(static_cast<std::size_t>(P_));
+      for (int q = 0; q < P_; ++q) displs_[q] = static_cast<std::uint64_t>(q) * count;
+    }
     collx::CollectiveOptions base;
     base.algorithm = a_.algorithm;
     collx::ReduceOptions reducing;
@@ -294,9 +311,14 @@ class Bench {
       collx::allgather(ctx_, src, out.data(), count, a_.dtype, base);
     } else if (c == "allgatherv") {
       const void* src = a_.inPlace ? nullptr : in.data();
-      collx::Counts counts(P_, count), displs(P_);
-      for (int q = 0; q < P_; ++q) displs[q] = static_cast<std::uint64_t>(q) * count;
-      collx::allgatherv(ctx_, src, count, out.data(), counts, displs, a_.dtype, base);
+      collx::allgatherv(ctx_, src, count, out.data(), equal_, displs_, a_.dtype, base);
+    } else if (c == "gatherv") {
+      collx::gatherv(ctx_, in.data(), count, out.data(), equal_, displs_, a_.dtype, a_.root, base);
+    } else if (c == "scatterv") {
+      collx::scatterv(ctx_, in.data(), equal_, displs_, out.data(), count, a_.dtype, a_.root, base);
+    } else if (c == "alltoallv") {
+      collx::alltoallv(ctx_, in.data(), equal_, displs_, out.data(), equal_, displs_, a_.dtype,
+                       base);
     } else if (c == "broadcast") {
       collx::broadcast(ctx_, in.data(), count, a_.dtype, a_.root, base);
     } else if (c == "reduce_scatter") {
@@ -363,7 +385,7 @@ class Bench {
   std::uint64_t check(std::uint64_t count) {
     const std::size_t es = collx::dataTypeSize(a_.dtype);
     const int r = ctx_.rank();
-    const std::string& c = a_.collective;
+    const std::string c = layoutOf(a_.collective);
     if (c == "barrier") {
       std::vector<std::uint8_t> none;
       call(0, none, none);
@@ -391,7 +413,7 @@ class Bench {
         want = reduced(i);
       } else if (c == "reduce_scatter") {
         want = reduced(static_cast<std::uint64_t>(r) * count + i);
-      } else if (c == "allgather" || c == "allgatherv" || c == "gather") {
+      } else if (c == "allgather" || c == "gather") {
         want = valueOf(static_cast<int>(i / count), i % count);
       } else if (c == "broadcast") {
         want = valueOf(a_.root, i);
@@ -407,7 +429,7 @@ class Bench {
     if (reduces && a_.op == collx::ReduceOpKind::kProd && P_ > 8) {
       checked = false;  // products overflow the small types
     }
-    if ((c == "allgather" || c == "allgatherv") && a_.inPlace)
+    if (c == "allgather" && a_.inPlace)
       std::memcpy(out.data() + r * count * es, in.data(), count * es);
     call(count, in, out);
     if (c == "broadcast" || (c == "allreduce" && a_.inPlace)) out = in;
@@ -440,7 +462,8 @@ class Bench {
     std::vector<std::uint8_t> in(std::max<std::uint64_t>(inputBytes(count), 1), 0);
     std::vector<std::uint8_t> out(std::max<std::uint64_t>(outputBytes(count), 1), 0);
     // Back-to-back rooted calls pipeline (a non-root may leave before the root is done).
-    const bool fence = c == "broadcast" || c == "reduce" || c == "gather" || c == "scatter";
+    const std::string l = layoutOf(c);
+    const bool fence = l == "broadcast" || l == "reduce" || l == "gather" || l == "scatter";
     // Warmup: one call, then about 20 ms worth (at most 50 calls).
     auto t0 = Clock::now();
     call(count, in, out);
@@ -501,8 +524,8 @@ class Bench {
   // the vector, one rank's block, or the whole buffer for reduce_scatter and allgather(v).
   std::uint64_t selectionBytes(std::uint64_t count) const {
     const std::uint64_t b = count * collx::dataTypeSize(a_.dtype);
-    const std::string& c = a_.collective;
-    return c == "reduce_scatter" || c == "allgather" || c == "allgatherv" ? b * P_ : b;
+    const std::string c = layoutOf(a_.collective);
+    return c == "reduce_scatter" || c == "allgather" ? b * P_ : b;
   }
 
   std::string algorithmFor(std::uint64_t bytes) const {
@@ -524,6 +547,7 @@ class Bench {
   collx::Context& ctx_;
   const Args& a_;
   int P_;
+  collx::Counts equal_, displs_;
 };
 
 }  // namespace

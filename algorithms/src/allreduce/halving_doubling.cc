@@ -19,8 +19,8 @@
 // Rank order: the lower range of ranks is always the left operand (the fold too: 2i op
 // 2i+1), so non-commutative ops are exact and every block is reduced by exactly one rank.
 //
-// Cost: 2 log2 p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma (+ 2 alpha + n beta + n gamma
-// when P is not a power of two). Exactly, for a rank in the main phase: 2 log2 p sends and
+// Cost: 2 log2 p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma (+ 2 alpha + 2 n beta + n gamma
+// when P is not a power of two: the vector folds in and the result folds out). Exactly, for a rank in the main phase: 2 log2 p sends and
 // receives; the reduce-scatter sends and reduces the window halves (n - n_own elements in
 // all, n_own its block's share of Blocks{count, p}), the allgather receives n - n_own bytes
 // and sends as much; the folded pairs add one message of n each way (one reduction of n at

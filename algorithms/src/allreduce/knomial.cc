@@ -1,7 +1,8 @@
 // allreduce knomial: recursive multiplying with radix k = 4 (recursive doubling with groups
 // of 4 instead of pairs; UCC's knomial allreduce): in each round a rank exchanges its whole
 // vector with the other members of its group and combines all of them. For small and
-// medium messages: ceil(log4 P) rounds instead of log2 P, each with 3 messages in flight.
+// medium messages: ceil(log4 p) rounds instead of log2 p (p: the ranks left after the fold
+// below), each with 3 messages in flight.
 //
 // Shape: m = c * 4^a <= P is the largest multiple of a power of four with c < 4 (P = 15:
 // 12 = 3 * 4; P = 8: 8 = 2 * 4); new ranks 0..m-1 are written in mixed radix, digits
@@ -24,8 +25,9 @@
 // the same expression in the same order, so results are bit-identical on every rank.
 //
 // Cost: rounds (alpha + 3 n beta + 3 n gamma) for radix-4 rounds, as in the model where
-// a rank's R - 1 messages of a round overlap: ceil(log4 P) alpha against log2 P for
-// recursive doubling, 3 n beta per round against n. Exactly: R - 1 sends and receives of n
+// a rank's R - 1 messages of a round overlap: ceil(log4 p) alpha against log2 p for
+// recursive doubling, 3 n beta per round against n (where a rank sends one message at a
+// time, as collx-sim models it, a round costs 3 alpha). Exactly: R - 1 sends and receives of n
 // bytes and (R - 1) * count reduced elements per round; the folded pairs add one message of
 // n each way (and count reduced elements at 2i+1). Scratch: 3 n. Any P; no fallback.
 #include "../builders.h"

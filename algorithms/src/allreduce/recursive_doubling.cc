@@ -12,7 +12,8 @@
 // 2i op 2i+1). Both partners thus compute the same (lower) op (higher): non-commutative ops
 // are exact and results are bit-identical across ranks.
 //
-// Cost: (log2 p + 2[P != p]) alpha + log2 p * n beta + log2 p * n gamma. Exactly, for a rank
+// Cost: log2 p (alpha + n beta + n gamma) (+ 2 alpha + 2 n beta + n gamma when P is not a
+// power of two: the vector folds in and the result folds out). Exactly, for a rank
 // in the main phase: log2 p sends and receives of n bytes and log2 p * count reduced
 // elements; the folded pairs add one message of n each way (and count reduced elements at
 // 2i+1). Any P.

@@ -7,8 +7,10 @@
 //
 //   P=8, root 0:   0 -> 4, 2, 1;   4 -> 6, 5;   2 -> 3;   6 -> 7
 //
-// Cost: ceil(log2 P) alpha + ceil(log2 P) n beta without pipelining; pieces bring the beta
-// term towards n + log2 P * chunk. Exactly: K = ceil(n / piece) pieces (1 zero-byte piece
+// Cost: ceil(log2 P) alpha + ceil(log2 P) n beta: the root sends the whole vector to each
+// of its children in turn over one link, pieces or not. Pieces let a child forward while
+// the root still sends, which shortens the critical path only where a rank's links to its
+// children work in parallel. Exactly: K = ceil(n / piece) pieces (1 zero-byte piece
 // for an empty buffer); a rank other than the root receives K messages (n bytes) and every
 // rank sends K messages (n bytes) per child. Any P, any root.
 #include <algorithm>
