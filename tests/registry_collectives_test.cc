@@ -44,7 +44,10 @@ std::uint64_t extent(const Counts& counts, const Counts& displs) {
 }
 
 // A recognizable value for element i of rank r's data.
-std::int32_t valueOf(int r, std::uint64_t i) { return static_cast<std::int32_t>(r * 100003 + i); }
+std::int32_t valueOf(int r, std::uint64_t i) {
+  return static_cast<std::int32_t>(static_cast<std::uint32_t>(r) * 100003u +
+                                   static_cast<std::uint32_t>(i));
+}
 
 class RegistryTest : public ::testing::TestWithParam<int> {
  protected:
