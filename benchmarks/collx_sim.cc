@@ -331,6 +331,9 @@ ScheduleParams paramsOf(const Args& a, std::uint64_t count, int rank) {
         p.recvCounts = p.counts;
         p.recvDispls = p.displs;
       }
+      if (a.coll == Collective::kAlltoallv) {  // equal blocks: the matrix alltoallv bruck needs
+        p.countMatrix.assign(static_cast<std::size_t>(a.ranks) * a.ranks, count);
+      }
       break;
     default:
       break;

@@ -420,6 +420,11 @@ class Case {
         }
         p.displs = prefix(p.counts, variable() ? 1 : 0);
         p.recvDispls = prefix(p.recvCounts, variable() ? 2 : 0);
+        if (info_.coll == Collective::kAlltoallv) {  // as collectives.cc gathers it for bruck
+          for (int i = 0; i < P_; ++i) {
+            for (int j = 0; j < P_; ++j) p.countMatrix.push_back(a2a(i, j));
+          }
+        }
         inputs_[r].assign(extent(p.counts, p.displs), kPoison);
         for (int j = 0; j < P_; ++j) {
           for (std::uint64_t e = 0; e < p.counts[j]; ++e)

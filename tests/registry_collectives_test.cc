@@ -428,5 +428,45 @@ TEST(RegistryValidation, BadLayoutsAreRefused) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(test::messageOf(errors[r]), "") << "rank " << r;
 }
 
+// alltoallv bruck learns every rank's counts first: counts that disagree between a sender
+// and its receiver are a MismatchError on every rank, naming both, instead of a hang.
+TEST(RegistryValidation, AlltoallvBruckCountsThatDisagreeAreAMismatchEverywhere) {
+  World& world = test::worldOf(3);
+  auto errors = world.run([&](int rank, Context& ctx) {
+    Counts sc(3, 2), rc(3, 2), sd = {0, 2, 4};
+    if (rank == 1) rc[0] = 3;  // rank 0 sends it 2
+    const Counts rd = rank == 1 ? Counts{0, 3, 5} : Counts{0, 2, 4};
+    std::vector<std::int32_t> in(6, rank), out(8, -1);
+    CollectiveOptions o;
+    o.algorithm = "bruck";
+    alltoallv(ctx, in.data(), sc, sd, out.data(), rc, rd, DataType::kInt32, o);
+  });
+  for (int r = 0; r < 3; ++r) {
+    const std::string what = test::messageOf(errors[r]);
+    EXPECT_NE(what.find("rank 0 sends 2 elements to rank 1, whose recvcounts[0] is 3"),
+              std::string::npos)
+        << "rank " << r << ": " << what;
+    try {
+      if (errors[r]) std::rethrow_exception(errors[r]);
+    } catch (const MismatchError&) {
+    } catch (...) {
+      ADD_FAILURE() << "rank " << r << ": not a MismatchError: " << what;
+    }
+  }
+  // The world goes on: the same call with agreeing counts works on every rank.
+  world.runOk([&](int rank, Context& ctx) {
+    Counts sc(3, 2), d = {0, 2, 4};
+    std::vector<std::int32_t> in(6), out(6, -1);
+    for (int j = 0; j < 3; ++j) in[2 * j] = in[2 * j + 1] = rank * 10 + j;
+    CollectiveOptions o;
+    o.algorithm = "bruck";
+    alltoallv(ctx, in.data(), sc, d, out.data(), sc, d, DataType::kInt32, o);
+    for (int j = 0; j < 3; ++j) {
+      if (out[2 * j] != j * 10 + rank || out[2 * j + 1] != j * 10 + rank)
+        throw std::runtime_error("block from rank " + std::to_string(j) + " is wrong");
+    }
+  });
+}
+
 }  // namespace
 }  // namespace collx

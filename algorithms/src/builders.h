@@ -35,6 +35,7 @@ Schedule buildReduceReduceScatterGather(const ScheduleParams& p);
 Schedule buildGatherBinomial(const ScheduleParams& p);
 Schedule buildScatterBinomial(const ScheduleParams& p);
 Schedule buildAlltoallBruck(const ScheduleParams& p);
+Schedule buildAlltoallvBruck(const ScheduleParams& p);
 Schedule buildBroadcastScatterAllgather(const ScheduleParams& p);
 Schedule buildBroadcastChain(const ScheduleParams& p);
 
@@ -70,6 +71,7 @@ Cost costReduceReduceScatterGather(const ScheduleParams& p);
 Cost costGatherBinomial(const ScheduleParams& p);
 Cost costScatterBinomial(const ScheduleParams& p);
 Cost costAlltoallBruck(const ScheduleParams& p);
+Cost costAlltoallvBruck(const ScheduleParams& p);
 Cost costBroadcastScatterAllgather(const ScheduleParams& p);
 Cost costBroadcastChain(const ScheduleParams& p);
 

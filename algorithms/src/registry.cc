@@ -185,8 +185,11 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
        "bytes; small blocks (alltoall only)",
        buildAlltoallBruck, /*keepsOrder=*/false, costAlltoallBruck},
       {Collective::kAlltoallv, "pairwise", "P-1 steps, in step s send to r+s and receive from r-s",
-       buildAlltoallPairwise,
-       /*keepsOrder=*/false, costAlltoallPairwise},
+       buildAlltoallPairwise, /*keepsOrder=*/false, costAlltoallPairwise},
+      {Collective::kAlltoallv, "bruck",
+       "Bruck over per-rank counts: an allgather of every rank's sendcounts first, then "
+       "ceil(log2 P) steps forwarding blocks through intermediate ranks; small blocks",
+       buildAlltoallvBruck, /*keepsOrder=*/false, costAlltoallvBruck},
   };
   return kAlgorithms;
 }

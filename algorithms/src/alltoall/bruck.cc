@@ -22,11 +22,8 @@
 // bytes. Any P. Scratch: two send and two receive areas of ceil(P/2) blocks (a round packs
 // while the previous round's message may still be in flight).
 //
-// alltoall only. A Bruck alltoallv is unsound in this model: a block travels through up to
-// log2 P intermediate ranks, which must post receives of the right size, but a rank only
-// knows its own row (what it sends) and column (what it receives) of the count matrix, and
-// a schedule is built before any byte moves, so it cannot learn the other sizes first.
-// Padding to a common size would need the global maximum, which no rank knows either.
+// alltoall only: with per-rank counts the intermediate ranks need every block's size, which
+// alltoallv/bruck.cc learns from an exchange of the counts before it builds its schedule.
 #include <algorithm>
 
 #include "../builders.h"

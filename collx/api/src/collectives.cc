@@ -1,6 +1,7 @@
 #include "collx/collectives.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "collx/base/config.h"
 #include "collx/base/log.h"
@@ -131,6 +132,37 @@ std::string orderKeepingAlgorithms(Collective coll) {
   return out.empty() ? "none" : out;
 }
 
+// alltoallv bruck forwards blocks through other ranks, so every rank needs every rank's
+// counts: an allgather of each rank's sendcounts and recvcounts, checked here on every rank
+// alike (so that all of them raise the same MismatchError, none waits for the others).
+// Returns the send count matrix (row i: what rank i sends).
+std::vector<std::uint64_t> exchangeCounts(Context& ctx, const Call& call, const Where& where) {
+  const auto P = static_cast<std::uint64_t>(ctx.size());
+  std::vector<std::uint64_t> mine(2 * P), all(2 * P * P);
+  std::copy(call.counts.begin(), call.counts.end(), mine.begin());
+  std::copy(call.recvCounts.begin(), call.recvCounts.end(), mine.begin() + static_cast<long>(P));
+  CollectiveOptions options;
+  options.timeout = call.options->timeout;
+  allgather(ctx, mine.data(), all.data(), 2 * P, DataType::kInt64, options);
+  std::vector<std::uint64_t> matrix(P * P);
+  for (std::uint64_t i = 0; i < P; ++i) {
+    for (std::uint64_t j = 0; j < P; ++j) {
+      const std::uint64_t sends = all[i * 2 * P + j], expects = all[j * 2 * P + P + i];
+      if (sends != expects) {
+        // The peer: the other side of the disagreement, seen from this rank.
+        const std::uint64_t me = static_cast<std::uint64_t>(where.rank);
+        const int peer = static_cast<int>(i == me ? j : i);
+        throw MismatchError(Where{where.rank, where.op, peer},
+                            "rank " + std::to_string(i) + " sends " + std::to_string(sends) +
+                                " elements to rank " + std::to_string(j) + ", whose recvcounts[" +
+                                std::to_string(i) + "] is " + std::to_string(expects));
+      }
+      matrix[i * P + j] = sends;
+    }
+  }
+  return matrix;
+}
+
 Prepared prepare(Context& ctx, const Call& call) {
   const char* what = algorithms::collectiveName(call.coll);
   detail::Runtime& rt = runtimeOf(ctx, what);
@@ -161,6 +193,9 @@ Prepared prepare(Context& ctx, const Call& call) {
   params.recvCounts = call.recvCounts;
   params.recvDispls = call.recvDispls;
   const auto& algorithm = choose(rt, call, selectionBytes(call, es, rt.size), where);
+  if (call.coll == Collective::kAlltoallv && std::string_view(algorithm.name) == "bruck") {
+    params.countMatrix = exchangeCounts(ctx, call, where);
+  }
   if (!params.commutative && !algorithm.keepsOrder) {
     throw InvalidArgument(where, "reduce op '" + call.op.name() + "' is not commutative and " +
                                      what + " algorithm '" + algorithm.name +

@@ -58,6 +58,9 @@ struct ScheduleParams {
   std::vector<std::uint64_t> displs;
   std::vector<std::uint64_t> recvCounts;
   std::vector<std::uint64_t> recvDispls;
+  // alltoallv bruck only: every rank's sendcounts, row by row (P x P; entry i * P + j is what
+  // rank i sends rank j), exchanged by the API layer before the schedule is built.
+  std::vector<std::uint64_t> countMatrix;
 
   std::uint64_t bytes() const { return count * elementSize; }
   bool operator==(const ScheduleParams&) const = default;
