@@ -231,7 +231,8 @@ std::string algorithmNames(Collective coll) {
 // reduce binomial beats reduce_scatter_gather at nearly every size, gather and scatter
 // linear beat binomial: with every rank on 2 cores, the total bytes and messages decide,
 // not the critical path. gatherv and scatterv binomial need counts on every rank, so linear
-// stays their default.
+// stays their default; alltoallv bruck pays an allgather of the counts before its rounds,
+// so pairwise stays alltoallv's.
 const std::vector<SelectionRule>& defaultSelection() {
   static constexpr std::uint64_t kAny = ~std::uint64_t{0};
   static constexpr int kMax = 1 << 30;
