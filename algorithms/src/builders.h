@@ -86,6 +86,9 @@ Cost costAllreduceRingPieces(const ScheduleParams& p, std::uint64_t piecesPerSeg
 // with children has none (gatherv / scatterv give them at the root only unless the caller
 // passes them everywhere) or when its own count disagrees with them.
 std::vector<std::uint64_t> binomialCounts(const ScheduleParams& p, const char* which);
+// A binomial gather(v)'s messages and bytes for one rank (a scatter's are the same, each
+// the other way); `which` as for binomialCounts.
+Cost binomialTreeCost(const ScheduleParams& p, const char* which);
 
 // A world of one: copy input to output unless in place.
 Schedule buildLocalOnly(const ScheduleParams& p, const char* name);

@@ -73,6 +73,17 @@ inline int binomialChildren(int v, int n) {
   return children;
 }
 
+// A recursive-halving step: the window [lo, hi) of positions splits at its middle; position
+// v keeps the half that holds it (the low half when v & d is 0) and gives the other away.
+struct Halves {
+  int keepLo, keepHi, giveLo, giveHi;
+};
+inline Halves halve(int v, int d, int lo, int hi) {
+  const int mid = lo + (hi - lo) / 2;
+  if ((v & d) == 0) return {lo, mid, mid, hi};
+  return {mid, hi, lo, mid};
+}
+
 // The low `bits` bits of v in reverse order. Recursive halving with partners at increasing
 // distances (r ^ 1, r ^ 2, ...) keeps contiguous windows of blocks when block q sits at
 // position reverseBits(q): the halving_doubling, recursive_halving and reduce_scatter_gather

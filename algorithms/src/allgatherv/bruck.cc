@@ -18,10 +18,10 @@
 //
 // Cost (N = the sum of all blocks' bytes, n_r this rank's): ceil(log2 P) alpha +
 // (N - n_r) beta received; the bytes sent at a step are those of the blocks r .. r+cnt-1
-// (the own block goes out at every step: with unequal blocks a rank may send more than N). Local copies: N bytes (the own block into the scratch, every
-// other block out of it); scratch N bytes. Any P, any counts (0 included), any
-// non-overlapping displacements. For small and mid-sized totals; the ring moves less per
-// rank's link when blocks are large.
+// (the own block goes out at every step: with unequal blocks a rank may send more than N). Local
+// copies: N bytes (the own block into the scratch, every other block out of it); scratch N bytes.
+// Any P, any counts (0 included), any non-overlapping displacements. For small and mid-sized
+// totals; the ring moves less per rank's link when blocks are large.
 #include <algorithm>
 #include <optional>
 

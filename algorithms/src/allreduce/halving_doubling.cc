@@ -20,11 +20,11 @@
 // 2i+1), so non-commutative ops are exact and every block is reduced by exactly one rank.
 //
 // Cost: 2 log2 p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma (+ 2 alpha + 2 n beta + n gamma
-// when P is not a power of two: the vector folds in and the result folds out). Exactly, for a rank in the main phase: 2 log2 p sends and
-// receives; the reduce-scatter sends and reduces the window halves (n - n_own elements in
-// all, n_own its block's share of Blocks{count, p}), the allgather receives n - n_own bytes
-// and sends as much; the folded pairs add one message of n each way (one reduction of n at
-// 2i+1). Any P.
+// when P is not a power of two: the vector folds in and the result folds out). Exactly, for a rank
+// in the main phase: 2 log2 p sends and receives; the reduce-scatter sends and reduces the window
+// halves (n - n_own elements in all, n_own its block's share of Blocks{count, p}), the allgather
+// receives n - n_own bytes and sends as much; the folded pairs add one message of n each way (one
+// reduction of n at 2i+1). Any P.
 #include <algorithm>
 
 #include "../builders.h"
@@ -67,10 +67,7 @@ Schedule buildAllreduceHalvingDoubling(const ScheduleParams& p) {
   for (int j = 0; j < rounds; ++j) {
     const int d = fold.pow2 >> (j + 1);
     const int partner = partnerAt(v ^ d);
-    const int mid = lo + (hi - lo) / 2;
-    const bool keepLow = (v & d) == 0;
-    const int keepLo = keepLow ? lo : mid, keepHi = keepLow ? mid : hi;
-    const int giveLo = keepLow ? mid : lo, giveHi = keepLow ? hi : mid;
+    const auto [keepLo, keepHi, giveLo, giveHi] = patterns::halve(v, d, lo, hi);
     const std::uint64_t keepOff = blocks.rangeOffset(keepLo) * es;
     const std::uint64_t keepN = blocks.rangeSize(keepLo, keepHi);
     const std::uint64_t giveOff = blocks.rangeOffset(giveLo) * es;

@@ -135,11 +135,11 @@ Schedule buildGatherBinomial(const ScheduleParams& p) {
   return s;
 }
 
-Cost costGatherBinomial(const ScheduleParams& p) {
+Cost binomialTreeCost(const ScheduleParams& p, const char* which) {
   const int P = p.size;
   const patterns::BinomialTree tree{P};
   const int v = patterns::mod(p.rank - p.root, P);
-  const std::vector<std::uint64_t> counts = binomialCounts(p, "recvcounts");
+  const std::vector<std::uint64_t> counts = binomialCounts(p, which);
   auto total = [&](int first, int last) {
     std::uint64_t n = 0;
     for (int u = first; u < last; ++u) n += counts[patterns::mod(u + p.root, P)];
@@ -156,5 +156,7 @@ Cost costGatherBinomial(const ScheduleParams& p) {
   }
   return c;
 }
+
+Cost costGatherBinomial(const ScheduleParams& p) { return binomialTreeCost(p, "recvcounts"); }
 
 }  // namespace collx::algorithms

@@ -108,10 +108,7 @@ Schedule buildReduceReduceScatterGather(const ScheduleParams& p) {
   for (int j = 0; j < plan.bits; ++j) {
     const int d = plan.fold.pow2 >> (j + 1);
     const int partner = plan.rankAt(v ^ d);
-    const int mid = lo + (hi - lo) / 2;
-    const bool keepLow = (v & d) == 0;
-    const int keepLo = keepLow ? lo : mid, keepHi = keepLow ? mid : hi;
-    const int giveLo = keepLow ? mid : lo, giveHi = keepLow ? hi : mid;
+    const auto [keepLo, keepHi, giveLo, giveHi] = patterns::halve(v, d, lo, hi);
     const std::uint64_t keepOff = blocks.rangeOffset(keepLo) * es;
     const std::uint64_t keepN = blocks.rangeSize(keepLo, keepHi);
     const std::uint64_t giveOff = blocks.rangeOffset(giveLo) * es;

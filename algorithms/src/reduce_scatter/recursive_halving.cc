@@ -177,10 +177,7 @@ Schedule buildReduceScatterRecursiveHalving(const ScheduleParams& p) {
     const int d = L.pow2() >> (j + 1);
     const int partner = fold.realRank(L.newBlockAt(v ^ d));
     const bool partnerFirst = partner < r;
-    const int mid = lo + (hi - lo) / 2;
-    const bool keepLow = (v & d) == 0;
-    const int keepLo = keepLow ? lo : mid, keepHi = keepLow ? mid : hi;
-    const int giveLo = keepLow ? mid : lo, giveHi = keepLow ? hi : mid;
+    const auto [keepLo, keepHi, giveLo, giveHi] = patterns::halve(v, d, lo, hi);
     const auto step = static_cast<std::uint32_t>(j + 1);
     const bool last = j + 1 == L.bits();
 

@@ -22,6 +22,8 @@
 // other ranks (collectives.h). As for gatherv there is no sound fallback (every rank's
 // schedule must agree with its peers'), so a rank with children and no counts refuses the
 // call (InvalidArgument). Any P, any root.
+#include <utility>
+
 #include "../builders.h"
 #include "../patterns.h"
 
@@ -81,24 +83,10 @@ Schedule buildScatterBinomial(const ScheduleParams& p) {
 }
 
 Cost costScatterBinomial(const ScheduleParams& p) {
-  const int P = p.size;
-  const patterns::BinomialTree tree{P};
-  const int v = patterns::mod(p.rank - p.root, P);
-  const std::vector<std::uint64_t> counts = binomialCounts(p, "sendcounts");
-  auto total = [&](int first, int last) {
-    std::uint64_t n = 0;
-    for (int u = first; u < last; ++u) n += counts[patterns::mod(u + p.root, P)];
-    return n * p.elementSize;
-  };
-  Cost c;
-  for (int child : tree.children(v)) {
-    c.sends += 1;
-    c.sendBytes += total(child, child + tree.span(child));
-  }
-  if (v != 0) {
-    c.recvs = 1;
-    c.recvBytes = total(v, v + tree.span(v));
-  }
+  // The gather's messages, each the other way.
+  Cost c = binomialTreeCost(p, "sendcounts");
+  std::swap(c.sends, c.recvs);
+  std::swap(c.sendBytes, c.recvBytes);
   return c;
 }
 
