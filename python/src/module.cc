@@ -104,7 +104,7 @@ void createErrorClasses(py::module_& m) {
 
 // ---- arguments -------------------------------------------------------------------------
 
-std::optional<milliseconds> toDuration(py::handle value, const char* what) {
+std::optional<milliseconds> toDuration(py::handle value, const Where& where) {
   if (value.is_none()) return std::nullopt;
   double seconds = 0;
   if (py::hasattr(value, "total_seconds")) {
@@ -113,13 +113,12 @@ std::optional<milliseconds> toDuration(py::handle value, const char* what) {
     seconds = value.cast<double>();
   }
   if (!(seconds > 0)) {
-    throw InvalidArgument(Where{-1, what, -1},
-                          "timeout must be positive, got " + std::to_string(seconds) + " s");
+    throw InvalidArgument(where, "timeout must be positive, got " + std::to_string(seconds) + " s");
   }
   return milliseconds(static_cast<std::int64_t>(seconds * 1000 + 0.5));
 }
 
-std::optional<DataType> toDataType(py::handle value) {
+std::optional<DataType> toDataType(py::handle value, const Where& where) {
   if (value.is_none()) return std::nullopt;
   if (py::isinstance<DataType>(value)) return value.cast<DataType>();
   std::string name;
@@ -134,10 +133,9 @@ std::optional<DataType> toDataType(py::handle value) {
   }
   std::optional<DataType> type = parseDataType(name);
   if (!type) {
-    throw InvalidArgument(Where{-1, "dtype", -1},
-                          "'" + name +
-                              "' is not a collx type (int8, uint8, int32, int64, float16, "
-                              "bfloat16, float32, float64)");
+    throw InvalidArgument(where, "'" + name +
+                                     "' is not a collx type (int8, uint8, int32, int64, float16, "
+                                     "bfloat16, float32, float64)");
   }
   return type;
 }
@@ -204,7 +202,7 @@ struct PyReduceOp {
 };
 
 // The op argument: a ReduceOp or its name ("sum", "max", torch's "ReduceOp.SUM").
-PyReduceOp toReduceOp(py::handle value) {
+PyReduceOp toReduceOp(py::handle value, const Where& where) {
   if (value.is_none()) return {ReduceOpKind::kSum, nullptr};
   if (py::isinstance<PyReduceOp>(value)) return value.cast<PyReduceOp>();
   std::string name = py::str(value);
@@ -214,9 +212,9 @@ PyReduceOp toReduceOp(py::handle value) {
   if (lower == "product") lower = "prod";
   std::optional<ReduceOpKind> kind = parseReduceOpKind(lower);
   if (!kind) {
-    throw InvalidArgument(Where{-1, "op", -1}, "'" + name +
-                                                   "' is not a reduce op (sum, prod, min, max, "
-                                                   "avg, band, bor, bxor or ReduceOp.custom)");
+    throw InvalidArgument(where, "'" + name +
+                                     "' is not a reduce op (sum, prod, min, max, "
+                                     "avg, band, bor, bxor or ReduceOp.custom)");
   }
   return {*kind, nullptr};
 }
@@ -293,7 +291,7 @@ class PyWork {
   }
 
   bool wait(py::handle timeout) {
-    std::optional<milliseconds> limit = toDuration(timeout, "Work.wait");
+    std::optional<milliseconds> limit = toDuration(timeout, Where{-1, "Work.wait", -1});
     bool done = false;
     {
       py::gil_scoped_release release;
@@ -351,11 +349,11 @@ struct Common {
 };
 
 Common common(py::handle dtype, py::handle algorithm, py::handle timeout, bool async,
-              const char* what) {
+              const Where& where) {
   Common c;
-  c.dtype = toDataType(dtype);
+  c.dtype = toDataType(dtype, where);
   if (!algorithm.is_none()) c.options.algorithm = algorithm.cast<std::string>();
-  c.options.timeout = toDuration(timeout, what);
+  c.options.timeout = toDuration(timeout, where);
   c.async = async;
   return c;
 }
@@ -438,7 +436,7 @@ py::object allreduce(PyContext& self, py::handle array, py::handle out, py::hand
                      py::handle dtype, py::handle algorithm, py::handle timeout, bool async) {
   Context& ctx = self.ctx("allreduce");
   Where where = whereOf(ctx, "allreduce");
-  Common c = common(dtype, algorithm, timeout, async, "allreduce");
+  Common c = common(dtype, algorithm, timeout, async, where);
   Held held;
   const bool inPlace = out.is_none() || out.is(array);
   Buffer in = Buffer::acquire(array, inPlace, "the input", where);
@@ -460,7 +458,7 @@ py::object allreduce(PyContext& self, py::handle array, py::handle out, py::hand
   }
   AllreduceOptions options;
   static_cast<CollectiveOptions&>(options) = c.options;
-  PyReduceOp pyOp = toReduceOp(op);
+  PyReduceOp pyOp = toReduceOp(op, where);
   options.op = pyOp.op;
   held.fn = pyOp.fn;
   const void* src = in.data();
@@ -476,7 +474,7 @@ py::object reduceCall(PyContext& self, py::handle array, py::handle out, int roo
                       py::handle dtype, py::handle algorithm, py::handle timeout, bool async) {
   Context& ctx = self.ctx("reduce");
   Where where = whereOf(ctx, "reduce");
-  Common c = common(dtype, algorithm, timeout, async, "reduce");
+  Common c = common(dtype, algorithm, timeout, async, where);
   const bool isRoot = ctx.rank() == root;
   Held held;
   const bool inPlace = !isRoot || out.is_none() || out.is(array);
@@ -498,7 +496,7 @@ py::object reduceCall(PyContext& self, py::handle array, py::handle out, int roo
   }
   ReduceOptions options;
   static_cast<CollectiveOptions&>(options) = c.options;
-  PyReduceOp pyOp = toReduceOp(op);
+  PyReduceOp pyOp = toReduceOp(op, where);
   options.op = pyOp.op;
   held.fn = pyOp.fn;
   const void* src = in.data();
@@ -514,7 +512,7 @@ py::object broadcastCall(PyContext& self, py::handle array, int root, py::handle
                          py::handle algorithm, py::handle timeout, bool async) {
   Context& ctx = self.ctx("broadcast");
   Where where = whereOf(ctx, "broadcast");
-  Common c = common(dtype, algorithm, timeout, async, "broadcast");
+  Common c = common(dtype, algorithm, timeout, async, where);
   Held held;
   Buffer b = Buffer::acquire(array, ctx.rank() != root, "the array", where);
   Typed t = typeOf(b, c.dtype, false, "the array", where);
@@ -555,7 +553,7 @@ py::object allgatherCall(PyContext& self, py::handle array, py::handle out, py::
                          py::handle algorithm, py::handle timeout, bool async) {
   Context& ctx = self.ctx("allgather");
   Where where = whereOf(ctx, "allgather");
-  Common c = common(dtype, algorithm, timeout, async, "allgather");
+  Common c = common(dtype, algorithm, timeout, async, where);
   Held held;
   const auto P = static_cast<std::uint64_t>(ctx.size());
   if (array.is_none()) {
@@ -639,7 +637,7 @@ py::object allgathervCall(PyContext& self, py::handle array, py::handle counts, 
                           py::handle timeout, bool async) {
   Context& ctx = self.ctx("allgatherv");
   Where where = whereOf(ctx, "allgatherv");
-  Common c = common(dtype, algorithm, timeout, async, "allgatherv");
+  Common c = common(dtype, algorithm, timeout, async, where);
   Held held;
   if (array.is_none()) {
     if (out.is_none()) throw InvalidArgument(where, "in place (array=None) needs out");
@@ -683,7 +681,7 @@ py::object reduceScatterCall(PyContext& self, py::handle array, py::handle out, 
                              bool async) {
   Context& ctx = self.ctx("reduce_scatter");
   Where where = whereOf(ctx, "reduce_scatter");
-  Common c = common(dtype, algorithm, timeout, async, "reduce_scatter");
+  Common c = common(dtype, algorithm, timeout, async, where);
   Held held;
   const auto P = static_cast<std::uint64_t>(ctx.size());
   Buffer in = Buffer::acquire(array, false, "the input", where);
@@ -710,7 +708,7 @@ py::object reduceScatterCall(PyContext& self, py::handle array, py::handle out, 
   }
   ReduceOptions options;
   static_cast<CollectiveOptions&>(options) = c.options;
-  PyReduceOp pyOp = toReduceOp(op);
+  PyReduceOp pyOp = toReduceOp(op, where);
   options.op = pyOp.op;
   held.fn = pyOp.fn;
   held.result = o;
@@ -730,7 +728,7 @@ py::object reduceScattervCall(PyContext& self, py::handle array, py::handle coun
                               py::handle timeout, bool async) {
   Context& ctx = self.ctx("reduce_scatterv");
   Where where = whereOf(ctx, "reduce_scatterv");
-  Common c = common(dtype, algorithm, timeout, async, "reduce_scatterv");
+  Common c = common(dtype, algorithm, timeout, async, where);
   Held held;
   Buffer in = Buffer::acquire(array, false, "the input", where);
   Typed t = typeOf(in, c.dtype, true, "the input", where);
@@ -756,7 +754,7 @@ py::object reduceScattervCall(PyContext& self, py::handle array, py::handle coun
   }
   ReduceOptions options;
   static_cast<CollectiveOptions&>(options) = c.options;
-  PyReduceOp pyOp = toReduceOp(op);
+  PyReduceOp pyOp = toReduceOp(op, where);
   options.op = pyOp.op;
   held.fn = pyOp.fn;
   held.result = o;
@@ -775,7 +773,7 @@ py::object gatherCall(PyContext& self, py::handle array, py::handle out, int roo
                       py::handle algorithm, py::handle timeout, bool async) {
   Context& ctx = self.ctx("gather");
   Where where = whereOf(ctx, "gather");
-  Common c = common(dtype, algorithm, timeout, async, "gather");
+  Common c = common(dtype, algorithm, timeout, async, where);
   Held held;
   const auto P = static_cast<std::uint64_t>(ctx.size());
   Buffer in = Buffer::acquire(array, false, "the input", where);
@@ -800,7 +798,7 @@ py::object gathervCall(PyContext& self, py::handle array, py::handle counts, py:
                        py::handle timeout, bool async) {
   Context& ctx = self.ctx("gatherv");
   Where where = whereOf(ctx, "gatherv");
-  Common c = common(dtype, algorithm, timeout, async, "gatherv");
+  Common c = common(dtype, algorithm, timeout, async, where);
   Held held;
   Buffer in = Buffer::acquire(array, false, "the input", where);
   Typed t = typeOf(in, c.dtype, false, "the input", where);
@@ -825,7 +823,7 @@ py::object scatterCall(PyContext& self, py::handle array, py::handle out, int ro
                        py::handle dtype, py::handle algorithm, py::handle timeout, bool async) {
   Context& ctx = self.ctx("scatter");
   Where where = whereOf(ctx, "scatter");
-  Common c = common(dtype, algorithm, timeout, async, "scatter");
+  Common c = common(dtype, algorithm, timeout, async, where);
   Held held;
   const auto P = static_cast<std::uint64_t>(ctx.size());
   const bool isRoot = ctx.rank() == root;
@@ -879,7 +877,7 @@ py::object scattervCall(PyContext& self, py::handle array, py::handle counts, py
                         py::handle timeout, bool async) {
   Context& ctx = self.ctx("scatterv");
   Where where = whereOf(ctx, "scatterv");
-  Common c = common(dtype, algorithm, timeout, async, "scatterv");
+  Common c = common(dtype, algorithm, timeout, async, where);
   Held held;
   const bool isRoot = ctx.rank() == root;
   if (out.is_none()) throw InvalidArgument(where, "out (the array that receives) is required");
@@ -915,7 +913,7 @@ py::object alltoallCall(PyContext& self, py::handle array, py::handle out, py::h
                         py::handle algorithm, py::handle timeout, bool async) {
   Context& ctx = self.ctx("alltoall");
   Where where = whereOf(ctx, "alltoall");
-  Common c = common(dtype, algorithm, timeout, async, "alltoall");
+  Common c = common(dtype, algorithm, timeout, async, where);
   Held held;
   const auto P = static_cast<std::uint64_t>(ctx.size());
   Buffer in = Buffer::acquire(array, false, "the input", where);
@@ -952,7 +950,7 @@ py::object alltoallvCall(PyContext& self, py::handle array, py::handle sendCount
                          py::handle dtype, py::handle algorithm, py::handle timeout, bool async) {
   Context& ctx = self.ctx("alltoallv");
   Where where = whereOf(ctx, "alltoallv");
-  Common c = common(dtype, algorithm, timeout, async, "alltoallv");
+  Common c = common(dtype, algorithm, timeout, async, where);
   Held held;
   Buffer in = Buffer::acquire(array, false, "the input", where);
   Typed t = typeOf(in, c.dtype, false, "the input", where);
@@ -981,7 +979,8 @@ py::object alltoallvCall(PyContext& self, py::handle array, py::handle sendCount
 
 py::object barrierCall(PyContext& self, py::handle algorithm, py::handle timeout, bool async) {
   Context& ctx = self.ctx("barrier");
-  Common c = common(py::none(), algorithm, timeout, async, "barrier");
+  Where where = whereOf(ctx, "barrier");
+  Common c = common(py::none(), algorithm, timeout, async, where);
   return self.run(Held{}, c.async, [&](bool a) -> Work {
     if (a) return barrierAsync(ctx, c.options);
     barrier(ctx, c.options);
@@ -993,7 +992,7 @@ py::object sendCall(PyContext& self, py::handle array, int peer, std::uint64_t t
                     py::handle dtype, py::handle timeout, bool async) {
   Context& ctx = self.ctx("send");
   Where where = whereOf(ctx, "send");
-  Common c = common(dtype, py::none(), timeout, async, "send");
+  Common c = common(dtype, py::none(), timeout, async, where);
   Held held;
   Buffer in = Buffer::acquire(array, false, "the array", where);
   Typed t = typeOf(in, c.dtype, false, "the array", where);
@@ -1010,7 +1009,7 @@ py::object recvCall(PyContext& self, py::handle out, int peer, std::uint64_t tag
                     py::handle timeout, bool async) {
   Context& ctx = self.ctx("recv");
   Where where = whereOf(ctx, "recv");
-  Common c = common(dtype, py::none(), timeout, async, "recv");
+  Common c = common(dtype, py::none(), timeout, async, where);
   Held held;
   Buffer ob = Buffer::acquire(out, true, "out", where);
   Typed t = typeOf(ob, c.dtype, false, "out", where);
@@ -1034,7 +1033,7 @@ std::shared_ptr<PyContext> initCall(py::handle rank, py::handle size, py::handle
   if (!store.is_none()) options.store = py::str(store).cast<std::string>();
   if (!jobId.is_none()) options.jobId = jobId.cast<std::string>();
   if (!generation.is_none()) options.generation = generation.cast<std::int64_t>();
-  options.timeout = toDuration(timeout, "init");
+  options.timeout = toDuration(timeout, Where{-1, "init", -1});
   std::shared_ptr<Context> context;
   {
     py::gil_scoped_release release;

@@ -99,11 +99,14 @@ class C10dStore final : public rendezvous::Store {
   }
 
   // c10d's stores answer a compare-and-set on an absent key with a non-empty expected value
-  // by returning the expected value; collx's contract returns empty then.
+  // by returning the expected value; collx's contract returns empty then. And torch 1.13's
+  // TCPStore daemon wakes the clients waiting for a key on set() but not on compareSet():
+  // a successful swap is set() again (same value) so that waiters see it.
   Bytes doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override {
     Bytes held = guarded("compareSet", [&] { return store_->compareSet(key, expected, desired); });
     if (!expected.empty() && held == expected && expected != desired) return {};
     if (!expected.empty() && held == expected && !doCheck({key})) return {};
+    if (held == desired && expected != desired) doSet(key, desired);
     return held;
   }
 
