@@ -219,6 +219,7 @@ class Completer {
 // What a call borrows: collx reads and writes these tensors' memory until it ends.
 struct Pending {
   Work work;
+  std::exception_ptr error;  // of a call that ran on the caller's thread
   std::vector<at::Tensor> keep;
   std::function<void()> finalize;  // copies a flat result out, after success
 };
@@ -274,6 +275,9 @@ class WorkCollx final : public c10d::Work {
   }
 
   std::vector<at::Tensor> result() override { return outputs_; }
+
+  // For a call that already ran on the caller's thread.
+  void completeNow() { end(); }
   int sourceRank() const override { return source_; }
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
@@ -309,7 +313,7 @@ class WorkCollx final : public c10d::Work {
     {
       std::lock_guard<std::mutex> lock(endMutex_);
       if (ended_.load()) return;
-      std::exception_ptr error = pending_->work.error();
+      std::exception_ptr error = pending_->error ? pending_->error : pending_->work.error();
       if (!error && pending_->finalize) {
         try {
           pending_->finalize();
@@ -524,6 +528,8 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     options.timeout = timeout;
     options.routeHost = C10dStore::tcpHost(*store);
     context_ = Context::create(std::move(adapter), rank, size, options);
+    eagerBytes_ = static_cast<std::uint64_t>(
+        *Config::process().getInt("COLLX_TORCH_EAGER_BYTES", 0, std::int64_t{1} << 40));
     init();
   }
 
@@ -542,8 +548,11 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     Flat f = flatOf(t, "the tensor", where);
     CollectiveOptions o = options(opts.timeout);
     const int root = static_cast<int>(opts.rootRank);
-    return launch(c10d::OpType::BROADCAST, tensors, {t},
-                  [&] { return broadcastAsync(*context_, f.data, f.count, f.dtype, root, o); });
+    return launch(c10d::OpType::BROADCAST, tensors, {t}, [&](bool async) -> Work {
+      if (async) return broadcastAsync(*context_, f.data, f.count, f.dtype, root, o);
+      collx::broadcast(*context_, f.data, f.count, f.dtype, root, o);
+      return {};
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
@@ -554,8 +563,11 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     AllreduceOptions o;
     static_cast<CollectiveOptions&>(o) = options(opts.timeout);
     o.op = reduceOpOf(opts.reduceOp, t.scalar_type(), where);
-    return launch(c10d::OpType::ALLREDUCE, tensors, {t},
-                  [&] { return allreduceAsync(*context_, f.data, f.data, f.count, f.dtype, o); });
+    return launch(c10d::OpType::ALLREDUCE, tensors, {t}, [&](bool async) -> Work {
+      if (async) return allreduceAsync(*context_, f.data, f.data, f.count, f.dtype, o);
+      collx::allreduce(*context_, f.data, f.data, f.count, f.dtype, o);
+      return {};
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
@@ -576,7 +588,11 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     std::vector<at::Tensor> outputs = tensors;
     return launch(
         c10d::OpType::ALLREDUCE_COALESCED, tensors, {flat},
-        [&] { return allreduceAsync(*context_, f.data, f.data, f.count, f.dtype, o); },
+        [&](bool async) -> Work {
+          if (async) return allreduceAsync(*context_, f.data, f.data, f.count, f.dtype, o);
+          collx::allreduce(*context_, f.data, f.data, f.count, f.dtype, o);
+          return {};
+        },
         [flat, outputs]() mutable { unpack(flat, outputs); });
   }
 
@@ -590,8 +606,10 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     static_cast<CollectiveOptions&>(o) = options(opts.timeout);
     o.op = reduceOpOf(opts.reduceOp, t.scalar_type(), where);
     const int root = static_cast<int>(opts.rootRank);
-    return launch(c10d::OpType::REDUCE, tensors, {t}, [&] {
-      return reduceAsync(*context_, f.data, f.data, f.count, f.dtype, root, o);
+    return launch(c10d::OpType::REDUCE, tensors, {t}, [&](bool async) -> Work {
+      if (async) return reduceAsync(*context_, f.data, f.data, f.count, f.dtype, root, o);
+      collx::reduce(*context_, f.data, f.data, f.count, f.dtype, root, o);
+      return {};
     });
   }
 
@@ -617,15 +635,24 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     if (equal) {
       return launch(
           c10d::OpType::ALLGATHER, list, {in, flat},
-          [&] { return allgatherAsync(*context_, fin.data, fout.data, fin.count, fin.dtype, o); },
+          [&](bool async) -> Work {
+            if (async)
+              return allgatherAsync(*context_, fin.data, fout.data, fin.count, fin.dtype, o);
+            collx::allgather(*context_, fin.data, fout.data, fin.count, fin.dtype, o);
+            return {};
+          },
           finalize);
     }
     Counts displs = prefix(counts);
     return launch(
         c10d::OpType::ALLGATHER, list, {in, flat},
-        [&] {
-          return allgathervAsync(*context_, fin.data, fin.count, fout.data, counts, displs,
-                                 fin.dtype, o);
+        [&](bool async) -> Work {
+          if (async)
+            return allgathervAsync(*context_, fin.data, fin.count, fout.data, counts, displs,
+                                   fin.dtype, o);
+          collx::allgatherv(*context_, fin.data, fin.count, fout.data, counts, displs, fin.dtype,
+                            o);
+          return {};
         },
         finalize);
   }
@@ -642,9 +669,12 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
                                        std::to_string(input.numel()) + " of the input");
     }
     CollectiveOptions o = options(opts.timeout);
-    return launch(c10d::OpType::_ALLGATHER_BASE, {output}, {input, output}, [&] {
-      return allgatherAsync(*context_, fin.data, fout.data, fin.count, fin.dtype, o);
-    });
+    return launch(
+        c10d::OpType::_ALLGATHER_BASE, {output}, {input, output}, [&](bool async) -> Work {
+          if (async) return allgatherAsync(*context_, fin.data, fout.data, fin.count, fin.dtype, o);
+          collx::allgather(*context_, fin.data, fout.data, fin.count, fin.dtype, o);
+          return {};
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -661,8 +691,10 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
         throw InvalidArgument(
             where, "only the root (rank " + std::to_string(root) + ") takes output tensors");
       }
-      return launch(c10d::OpType::GATHER, {}, {in}, [&] {
-        return gatherAsync(*context_, fin.data, nullptr, fin.count, fin.dtype, root, o);
+      return launch(c10d::OpType::GATHER, {}, {in}, [&](bool async) -> Work {
+        if (async) return gatherAsync(*context_, fin.data, nullptr, fin.count, fin.dtype, root, o);
+        collx::gather(*context_, fin.data, nullptr, fin.count, fin.dtype, root, o);
+        return {};
       });
     }
     if (outputs.size() != 1) throw InvalidArgument(where, "expected one list of output tensors");
@@ -678,7 +710,12 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     Flat fout = flatOf(flat, "the output", where);
     return launch(
         c10d::OpType::GATHER, list, {in, flat},
-        [&] { return gatherAsync(*context_, fin.data, fout.data, fin.count, fin.dtype, root, o); },
+        [&](bool async) -> Work {
+          if (async)
+            return gatherAsync(*context_, fin.data, fout.data, fin.count, fin.dtype, root, o);
+          collx::gather(*context_, fin.data, fout.data, fin.count, fin.dtype, root, o);
+          return {};
+        },
         [flat, list]() mutable { unpack(flat, list); });
   }
 
@@ -696,8 +733,11 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
         throw InvalidArgument(
             where, "only the root (rank " + std::to_string(root) + ") takes input tensors");
       }
-      return launch(c10d::OpType::SCATTER, {out}, {out}, [&] {
-        return scatterAsync(*context_, nullptr, fout.data, fout.count, fout.dtype, root, o);
+      return launch(c10d::OpType::SCATTER, {out}, {out}, [&](bool async) -> Work {
+        if (async)
+          return scatterAsync(*context_, nullptr, fout.data, fout.count, fout.dtype, root, o);
+        collx::scatter(*context_, nullptr, fout.data, fout.count, fout.dtype, root, o);
+        return {};
       });
     }
     if (inputs.size() != 1) throw InvalidArgument(where, "expected one list of input tensors");
@@ -711,8 +751,11 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     }
     at::Tensor flat = packed(list);
     Flat fin = flatOf(flat, "the input", where);
-    return launch(c10d::OpType::SCATTER, {out}, {out, flat}, [&] {
-      return scatterAsync(*context_, fin.data, fout.data, fout.count, fout.dtype, root, o);
+    return launch(c10d::OpType::SCATTER, {out}, {out, flat}, [&](bool async) -> Work {
+      if (async)
+        return scatterAsync(*context_, fin.data, fout.data, fout.count, fout.dtype, root, o);
+      collx::scatter(*context_, fin.data, fout.data, fout.count, fout.dtype, root, o);
+      return {};
     });
   }
 
@@ -737,12 +780,17 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
                                        " elements, the output " + std::to_string(out.numel()));
     }
     if (equal) {
-      return launch(c10d::OpType::REDUCE_SCATTER, {out}, {out, flat}, [&] {
-        return reduceScatterAsync(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
+      return launch(c10d::OpType::REDUCE_SCATTER, {out}, {out, flat}, [&](bool async) -> Work {
+        if (async)
+          return reduceScatterAsync(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
+        collx::reduceScatter(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
+        return {};
       });
     }
-    return launch(c10d::OpType::REDUCE_SCATTER, {out}, {out, flat}, [&] {
-      return reduceScattervAsync(*context_, fin.data, fout.data, counts, fout.dtype, o);
+    return launch(c10d::OpType::REDUCE_SCATTER, {out}, {out, flat}, [&](bool async) -> Work {
+      if (async) return reduceScattervAsync(*context_, fin.data, fout.data, counts, fout.dtype, o);
+      collx::reduceScatterv(*context_, fin.data, fout.data, counts, fout.dtype, o);
+      return {};
     });
   }
 
@@ -760,9 +808,13 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     ReduceOptions o;
     static_cast<CollectiveOptions&>(o) = options(opts.timeout);
     o.op = reduceOpOf(opts.reduceOp, output.scalar_type(), where);
-    return launch(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, {input, output}, [&] {
-      return reduceScatterAsync(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
-    });
+    return launch(
+        c10d::OpType::_REDUCE_SCATTER_BASE, {output}, {input, output}, [&](bool async) -> Work {
+          if (async)
+            return reduceScatterAsync(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
+          collx::reduceScatter(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
+          return {};
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -783,16 +835,24 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
                                          ") must hold equal numbers of elements, divisible by " +
                                          std::to_string(size_));
       }
-      return launch(c10d::OpType::ALLTOALL_BASE, {output}, {input, output}, [&] {
-        return alltoallAsync(*context_, fin.data, fout.data, fin.count / P, fin.dtype, o);
-      });
+      return launch(
+          c10d::OpType::ALLTOALL_BASE, {output}, {input, output}, [&](bool async) -> Work {
+            if (async)
+              return alltoallAsync(*context_, fin.data, fout.data, fin.count / P, fin.dtype, o);
+            collx::alltoall(*context_, fin.data, fout.data, fin.count / P, fin.dtype, o);
+            return {};
+          });
     }
     Counts sendCounts = splitCounts(input, fin, inputSplits, "input", where);
     Counts recvCounts = splitCounts(output, fout, outputSplits, "output", where);
     Counts sendDispls = prefix(sendCounts), recvDispls = prefix(recvCounts);
-    return launch(c10d::OpType::ALLTOALL_BASE, {output}, {input, output}, [&] {
-      return alltoallvAsync(*context_, fin.data, sendCounts, sendDispls, fout.data, recvCounts,
-                            recvDispls, fin.dtype, o);
+    return launch(c10d::OpType::ALLTOALL_BASE, {output}, {input, output}, [&](bool async) -> Work {
+      if (async)
+        return alltoallvAsync(*context_, fin.data, sendCounts, sendDispls, fout.data, recvCounts,
+                              recvDispls, fin.dtype, o);
+      collx::alltoallv(*context_, fin.data, sendCounts, sendDispls, fout.data, recvCounts,
+                       recvDispls, fin.dtype, o);
+      return {};
     });
   }
 
@@ -817,16 +877,24 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     std::vector<at::Tensor> list = outputs;
     return launch(
         c10d::OpType::ALLTOALL, list, {in, flat},
-        [&] {
-          return alltoallvAsync(*context_, fin.data, sendCounts, sendDispls, fout.data, recvCounts,
-                                recvDispls, fin.dtype, o);
+        [&](bool async) -> Work {
+          if (async)
+            return alltoallvAsync(*context_, fin.data, sendCounts, sendDispls, fout.data,
+                                  recvCounts, recvDispls, fin.dtype, o);
+          collx::alltoallv(*context_, fin.data, sendCounts, sendDispls, fout.data, recvCounts,
+                           recvDispls, fin.dtype, o);
+          return {};
         },
         [flat, list]() mutable { unpack(flat, list); });
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     CollectiveOptions o = options(opts.timeout);
-    return launch(c10d::OpType::BARRIER, {}, {}, [&] { return barrierAsync(*context_, o); });
+    return launch(c10d::OpType::BARRIER, {}, {}, [&](bool async) -> Work {
+      if (async) return barrierAsync(*context_, o);
+      collx::barrier(*context_, o);
+      return {};
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
@@ -834,8 +902,10 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     const at::Tensor& t = single(tensors, where);
     Flat f = flatOf(t, "the tensor", where);
     CollectiveOptions o;
-    return launch(c10d::OpType::SEND, tensors, {t}, [&] {
-      return sendAsync(*context_, f.data, f.count, f.dtype, dst, tagOf(tag, where), o);
+    return launch(c10d::OpType::SEND, tensors, {t}, [&](bool async) -> Work {
+      if (async) return sendAsync(*context_, f.data, f.count, f.dtype, dst, tagOf(tag, where), o);
+      collx::send(*context_, f.data, f.count, f.dtype, dst, tagOf(tag, where), o);
+      return {};
     });
   }
 
@@ -846,7 +916,12 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     CollectiveOptions o;
     return launch(
         c10d::OpType::RECV, tensors, {t},
-        [&] { return recvAsync(*context_, f.data, f.count, f.dtype, src, tagOf(tag, where), o); },
+        [&](bool async) -> Work {
+          if (async)
+            return recvAsync(*context_, f.data, f.count, f.dtype, src, tagOf(tag, where), o);
+          collx::recv(*context_, f.data, f.count, f.dtype, src, tagOf(tag, where), o);
+          return {};
+        },
         {}, src);
   }
 
@@ -980,20 +1055,43 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     return counts;
   }
 
-  // Starts a call and wraps it. `keep` stays alive until the call ends; `outputs` are the
-  // Work's result(); `finalize` runs after success (copies a flat result out).
-  template <class Start>
+  // Runs or starts a call and wraps it. `keep` stays alive until the call ends; `outputs`
+  // are the Work's result(); `finalize` runs after success (copies a flat result out).
+  //
+  // A collective whose buffers hold at most COLLX_TORCH_EAGER_BYTES runs to completion here,
+  // on the caller's thread: torch makes every blocking call as a nonblocking one and waits
+  // at once, and handing a small call to another thread and back costs more than the call
+  // (three context switches per call where ranks outnumber cores). Its Work is complete
+  // when returned (its error, if any, is raised by wait()). Larger calls and point to point
+  // (whose peer may need this rank's next op first) run in the background.
+  template <class Call>
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                        std::vector<at::Tensor> keep, Start&& start,
+                                        std::vector<at::Tensor> keep, Call&& call,
                                         std::function<void()> finalize = {}, int source = -1) {
+    std::uint64_t bytes = 0;
+    for (const auto& t : keep) bytes = std::max<std::uint64_t>(bytes, t.nbytes());
+    const bool pointToPoint = type == c10d::OpType::SEND || type == c10d::OpType::RECV;
+    const bool eager = !pointToPoint && bytes <= eagerBytes_;
     auto pending = std::make_shared<Pending>();
     pending->keep = std::move(keep);
     pending->finalize = std::move(finalize);
-    pending->work = start();
-    return c10::make_intrusive<WorkCollx>(rank_, type, std::move(pending), std::move(outputs),
-                                          completer_, source);
+    if (!eager) {
+      pending->work = call(true);
+      return c10::make_intrusive<WorkCollx>(rank_, type, std::move(pending), std::move(outputs),
+                                            completer_, source);
+    }
+    try {
+      call(false);
+    } catch (const Error&) {
+      pending->error = std::current_exception();
+    }
+    auto work = c10::make_intrusive<WorkCollx>(rank_, type, std::move(pending), std::move(outputs),
+                                               completer_, source);
+    work->completeNow();
+    return work;
   }
 
+  std::uint64_t eagerBytes_ = 0;
   std::shared_ptr<Context> context_;
   std::shared_ptr<Completer> completer_;
 };

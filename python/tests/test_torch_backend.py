@@ -1,7 +1,8 @@
 """The torch.distributed backend "collx" against backend "gloo" on identical inputs, in the
 same processes (3 ranks, env:// rendezvous): every op and type of torch_cases, then
-DistributedDataParallel training on both backends. Then init_process_group through tcp://
-and file://."""
+DistributedDataParallel training on both backends; once with small calls on the caller's
+thread, once with every call in the background. Then init_process_group through tcp:// and
+file://."""
 import json
 import subprocess
 import sys
@@ -24,13 +25,13 @@ SCRIPT = WORKERS / "torch_backend.py"
 NRANKS = 3
 
 
-def launch(tmp_path, nranks, init, *flags, env_rdzv=False, timeout=120):
+def launch(tmp_path, nranks, init, *flags, env_rdzv=False, timeout=120, env=None):
     procs, outs = [], []
     port = free_port()
     for r in range(nranks):
         out = tmp_path / ("rank%d.json" % r)
         outs.append(out)
-        extra = dict(GLOO_SOCKET_IFNAME="lo")
+        extra = dict(GLOO_SOCKET_IFNAME="lo", **(env or {}))
         if env_rdzv:
             extra.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=r, WORLD_SIZE=nranks)
         procs.append(subprocess.Popen(
@@ -51,10 +52,16 @@ def launch(tmp_path, nranks, init, *flags, env_rdzv=False, timeout=120):
     return results
 
 
-@pytest.fixture(scope="module")
-def env_run(tmp_path_factory):
-    # One launch for the module; a failed launch fails every test with its output.
-    return launch(tmp_path_factory.mktemp("torch_env"), NRANKS, "env://", env_rdzv=True)
+# Small collectives run on the caller's thread (COLLX_TORCH_EAGER_BYTES, 64 KiB); the second
+# run sends every op to the background (work handles, futures, the completion thread).
+MODES = {"eager": {}, "background": {"COLLX_TORCH_EAGER_BYTES": "0"}}
+
+
+@pytest.fixture(scope="module", params=sorted(MODES))
+def env_run(request, tmp_path_factory):
+    # One launch per mode; a failed launch fails every test of the mode with its output.
+    return launch(tmp_path_factory.mktemp("torch_" + request.param), NRANKS, "env://",
+                  env_rdzv=True, env=MODES[request.param])
 
 
 def outcome(results, case):

@@ -281,12 +281,13 @@ def run(case):
         dist.barrier()
         dist.barrier(async_op=True).wait()
     elif case == "async_work":
-        xs = [data(R, 1 << k, "float32", k) for k in range(0, 14, 2)]
+        ks = (0, 4, 10, 15, 18)  # up to 1 MiB: past COLLX_TORCH_EAGER_BYTES
+        xs = [data(R, 1 << k, "float32", k) for k in ks]
         works = [dist.all_reduce(x, async_op=True) for x in xs]
         for w in works:
             assert w.wait()
             assert w.is_completed() and w.is_success()
-        for k, x in zip(range(0, 14, 2), xs):
+        for k, x in zip(ks, xs):
             same("async all_reduce %d" % k, x,
                  gloo_all_reduce(data(R, 1 << k, "float32", k), dist.ReduceOp.SUM))
     elif case == "future":
