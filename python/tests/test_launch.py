@@ -92,3 +92,14 @@ def test_installed_package(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "installed ok" in proc.stdout
+
+
+def test_collx_run_runs_the_ddp_example():
+    pytest.importorskip("torch", reason="python3-torch is not importable by " + sys.executable)
+    import collx
+
+    if not any(n == "pytorch backend" and b for n, b, _ in collx.build_features()):
+        pytest.skip("this build has no torch backend (COLLX_WITH_TORCH)")
+    proc = run_collx(2, ROOT / "examples" / "torch_ddp.py", env=base_env(GLOO_SOCKET_IFNAME="lo"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "max parameter difference" in proc.stdout
