@@ -219,6 +219,15 @@ PyReduceOp toReduceOp(py::handle value, const Where& where) {
   return {*kind, nullptr};
 }
 
+// bool arrays reduce as uint8: sum and prod become logical or and and, as in torch and
+// numpy (a sum of trues stays a valid bool).
+ReduceOp forElements(const ReduceOp& op, const Buffer& buffer) {
+  if (buffer.typeName() != "bool") return op;
+  if (op.kind() == ReduceOpKind::kSum) return ReduceOpKind::kBor;
+  if (op.kind() == ReduceOpKind::kProd) return ReduceOpKind::kBand;
+  return op;
+}
+
 // ---- contexts and calls ----------------------------------------------------------------
 
 // What a call keeps alive until it ends: its buffers, its result, its reduce function.
@@ -459,7 +468,7 @@ py::object allreduce(PyContext& self, py::handle array, py::handle out, py::hand
   AllreduceOptions options;
   static_cast<CollectiveOptions&>(options) = c.options;
   PyReduceOp pyOp = toReduceOp(op, where);
-  options.op = pyOp.op;
+  options.op = forElements(pyOp.op, in);
   held.fn = pyOp.fn;
   const void* src = in.data();
   held.buffers.push_back(std::move(in));
@@ -497,7 +506,7 @@ py::object reduceCall(PyContext& self, py::handle array, py::handle out, int roo
   ReduceOptions options;
   static_cast<CollectiveOptions&>(options) = c.options;
   PyReduceOp pyOp = toReduceOp(op, where);
-  options.op = pyOp.op;
+  options.op = forElements(pyOp.op, in);
   held.fn = pyOp.fn;
   const void* src = in.data();
   held.buffers.push_back(std::move(in));
@@ -709,7 +718,7 @@ py::object reduceScatterCall(PyContext& self, py::handle array, py::handle out, 
   ReduceOptions options;
   static_cast<CollectiveOptions&>(options) = c.options;
   PyReduceOp pyOp = toReduceOp(op, where);
-  options.op = pyOp.op;
+  options.op = forElements(pyOp.op, in);
   held.fn = pyOp.fn;
   held.result = o;
   const void* src = in.data();
@@ -755,7 +764,7 @@ py::object reduceScattervCall(PyContext& self, py::handle array, py::handle coun
   ReduceOptions options;
   static_cast<CollectiveOptions&>(options) = c.options;
   PyReduceOp pyOp = toReduceOp(op, where);
-  options.op = pyOp.op;
+  options.op = forElements(pyOp.op, in);
   held.fn = pyOp.fn;
   held.result = o;
   const void* src = in.data();

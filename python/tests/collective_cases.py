@@ -16,7 +16,8 @@ TYPED = ["int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "f
 UNTYPED = ["uint16", "complex64"]
 
 CASES = ([(c, t) for c in REDUCING for t in TYPED] +
-         [(c, t) for c in MOVING for t in TYPED + UNTYPED] + [("barrier", "none")])
+         [(c, t) for c in MOVING for t in TYPED + UNTYPED] + [("barrier", "none"),
+                                                              ("allreduce", "bool")])
 
 N = 5  # elements per rank's block
 

@@ -243,7 +243,14 @@ def run_case(coll, dtype):
         w.wait()
         expect(w.result() is None, "Work.result() of a barrier is not None")
         return "ok"
-    if coll in ("allreduce", "reduce", "reduce_scatter", "reduce_scatterv"):
+    if dtype == "bool":  # sum and prod of bools are or and and: the result stays 0 or 1
+        x = np.array([R == 0, True, False, R != 0])
+        ctx.allreduce(x)
+        y = np.array([R == 0, True, False, R != 0])
+        ctx.allreduce(y, op="prod")
+        expect(x.view(np.uint8).tolist() == [1, 1, 0, 1], "bool sum: %s" % x.view(np.uint8))
+        expect(y.view(np.uint8).tolist() == [0, 1, 0, 0], "bool prod: %s" % y.view(np.uint8))
+    elif coll in ("allreduce", "reduce", "reduce_scatter", "reduce_scatterv"):
         reducing(coll, dtype)
     else:
         moving(coll, dtype)
