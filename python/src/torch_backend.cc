@@ -534,7 +534,16 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
   }
 
   ~ProcessGroupCollx() override {
-    completer_.reset();  // finishes the pending waits (each bounded by its call's deadline)
+    // Finishing the pending waits (each bounded by its call's deadline) may run futures'
+    // callbacks written in Python: never hold the GIL while joining their thread.
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      completer_.reset();
+      context_.reset();
+    } else {
+      completer_.reset();
+      context_.reset();
+    }
   }
 
   const std::string getBackendName() const override { return "collx"; }
@@ -1075,14 +1084,15 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     auto pending = std::make_shared<Pending>();
     pending->keep = std::move(keep);
     pending->finalize = std::move(finalize);
-    if (!eager) {
-      pending->work = call(true);
-      return c10::make_intrusive<WorkCollx>(rank_, type, std::move(pending), std::move(outputs),
-                                            completer_, source);
-    }
     try {
+      if (!eager) {
+        pending->work = call(true);
+        return c10::make_intrusive<WorkCollx>(rank_, type, std::move(pending), std::move(outputs),
+                                              completer_, source);
+      }
       call(false);
     } catch (const Error&) {
+      // Raised by wait(), whichever way the call went (torch waits at once when blocking).
       pending->error = std::current_exception();
     }
     auto work = c10::make_intrusive<WorkCollx>(rank_, type, std::move(pending), std::move(outputs),
