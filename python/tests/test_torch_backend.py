@@ -90,3 +90,14 @@ def test_init_method(tmp_path, scheme):
     for case in ("all_reduce-float32", "all_gather_into_tensor-float32", "broadcast-int64",
                  "barrier", "future"):
         outcome(results, case)
+
+
+def test_backend_is_documented_and_registered():
+    import torch.distributed as dist
+
+    import collx.torch as backend
+
+    assert backend.__doc__ and backend.create_process_group.__doc__
+    assert backend.ProcessGroupCollx.__doc__ and backend.ProcessGroupCollx.__init__.__doc__
+    assert "COLLX" in dist.Backend._plugins
+    assert issubclass(backend.ProcessGroupCollx, dist.ProcessGroup)
