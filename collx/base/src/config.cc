@@ -59,7 +59,12 @@ const std::vector<ConfigVar>& configVars() {
        "per local rank, else 0."},
       {"COLLX_YIELD_US", "",
        "Microseconds a waiting call keeps polling after COLLX_SPIN_US, yielding the core between "
-       "polls, before it sleeps; unset: 1000 when local ranks outnumber cores, else 0."},
+       "polls, before it sleeps; unset: 1000."},
+      {"COLLX_TORCH_EAGER_BYTES", "65536",
+       "PyTorch backend: a collective whose buffers hold at most this many bytes runs to "
+       "completion on the calling thread (its work handle is complete when returned) instead "
+       "of in the background; torch waits on it at once anyway, and the hand-off between "
+       "threads costs more than a small call. 0: every call in the background."},
       {"COLLX_RULES", "",
        "A JSON rules file of the selection table's shape ({\"allreduce\": [{\"min_ranks\": 1, "
        "\"max_bytes\": \"64K\", \"algorithm\": \"ring\"}, ...]}) whose rows are tried "

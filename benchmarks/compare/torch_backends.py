@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""torch.distributed all_reduce with backend "collx" against backend "gloo", in one run.
+
+    PYTHONPATH=build/python /usr/bin/python3 benchmarks/compare/torch_backends.py -p 4
+        [--sizes 4,64,...] [--min-time 0.3] [--repeat 1] [--csv out.csv]
+
+Spawns P ranks (subprocess, file:// rendezvous, everything on 127.0.0.1). Each rank
+creates the default group with backend collx and a second group over the same ranks with
+backend gloo; for every size both backends run in the same processes, one after the other
+(the order alternates between sizes), so that the machine's load is the same for both.
+Method as ../shared/peers/torch_bench.py: float32 sum, in place, one verified call, warmup,
+then a time-bounded loop of dist.all_reduce (blocking, as a training loop calls it); the
+time is the max over ranks of each rank's median. With --repeat R every size is measured R
+times per backend and each keeps its best round. Prints one table with gloo/collx ratios
+(above 1: collx is faster).
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+DEFAULT_SIZES = [4, 64, 1024, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20,
+                 64 << 20]
+
+
+def parse():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-p", type=int, default=0, help="launch P ranks")
+    ap.add_argument("--rank", type=int, default=-1)
+    ap.add_argument("--size", type=int, default=-1)
+    ap.add_argument("--init", default="")
+    ap.add_argument("--sizes", default="")
+    ap.add_argument("--min-time", type=float, default=0.3)
+    ap.add_argument("--min-iters", type=int, default=5)
+    ap.add_argument("--max-iters", type=int, default=10000)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--csv", default="")
+    return ap.parse_args()
+
+
+def worker(a):
+    import torch
+    import torch.distributed as dist
+    import collx.torch  # noqa: F401  (registers the backend)
+
+    torch.set_num_threads(1)
+    P, r = a.size, a.rank
+    dist.init_process_group("collx", init_method=a.init, rank=r, world_size=P)
+    groups = {"collx": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    sizes = [int(x, 0) for x in a.sizes.split(",")] if a.sizes else DEFAULT_SIZES
+
+    def amax(v):
+        t = torch.tensor([v], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=groups["gloo"])
+        return t.item()
+
+    def time_op(op):
+        t0 = time.perf_counter()
+        op()
+        est = amax(time.perf_counter() - t0)
+        w = max(1, min(50, int(-(-0.02 // max(est, 1e-9)))))
+        t0 = time.perf_counter()
+        for _ in range(w):
+            op()
+        est = amax((time.perf_counter() - t0) / w)
+        iters = int(-(-a.min_time // max(est, 1e-9)))
+        iters = max(a.min_iters, min(a.max_iters, iters))
+        ts = []
+        pc = time.perf_counter
+        for _ in range(iters):
+            t1 = pc()
+            op()
+            ts.append(pc() - t1)
+        return amax(statistics.median(ts))
+
+    best = {}
+    for rep in range(a.repeat):
+        for i, b in enumerate(sizes):
+            n = max(1, b // 4)
+            idx = torch.arange(n, dtype=torch.int64)
+            pat = ((idx % 13) + 1).to(torch.float32)
+            order = ["collx", "gloo"] if (i + rep) % 2 == 0 else ["gloo", "collx"]
+            for name in order:
+                g = groups[name]
+                x = pat * (r + 1)
+                dist.all_reduce(x, group=g)
+                if not torch.equal(x, pat * (P * (P + 1) // 2)):
+                    sys.stderr.write("ERROR: %s all_reduce of %d bytes: wrong result\n" %
+                                     (name, n * 4))
+                    sys.exit(1)
+                x.zero_()
+                t = time_op(lambda: dist.all_reduce(x, group=g))
+                key = (name, n * 4)
+                best[key] = min(best.get(key, float("inf")), t)
+    if r == 0:
+        for (name, nbytes), t in sorted(best.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            sys.stdout.write("%s,%d,%d,%.3f\n" % (name, P, nbytes, t * 1e6))
+        sys.stdout.flush()
+    dist.barrier(group=groups["gloo"])
+    dist.destroy_process_group()
+
+
+def launch(a):
+    tmp = tempfile.mkdtemp(prefix="collx_torch_bench_")
+    init = "file://" + os.path.join(tmp, "rdzv")
+    env = dict(os.environ)
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.pop("MASTER_ADDR", None)
+    base = [sys.executable, os.path.abspath(__file__), "--size", str(a.p), "--init", init,
+            "--min-time", str(a.min_time), "--min-iters", str(a.min_iters),
+            "--max-iters", str(a.max_iters), "--repeat", str(a.repeat)]
+    if a.sizes:
+        base += ["--sizes", a.sizes]
+    procs = [subprocess.Popen(base + ["--rank", str(r)], env=env,
+                              stdout=subprocess.PIPE if r == 0 else None, text=True)
+             for r in range(a.p)]
+    out, _ = procs[0].communicate()
+    rc = 0
+    for p in procs:
+        rc |= p.wait()
+    try:
+        for f in os.listdir(tmp):
+            os.unlink(os.path.join(tmp, f))
+        os.rmdir(tmp)
+    except OSError:
+        pass
+    rows = {}
+    for line in out.splitlines():
+        name, P, nbytes, t = line.split(",")
+        rows.setdefault(int(nbytes), {})[name] = float(t)
+    if a.csv:
+        with open(a.csv, "a") as f:
+            for nbytes, r in sorted(rows.items()):
+                for name, t in sorted(r.items()):
+                    f.write("%s,%d,%d,%.3f\n" % (name, a.p, nbytes, t))
+    print("| P | bytes | collx (us) | gloo (us) | gloo / collx |")
+    print("|---|---|---|---|---|")
+    for nbytes, r in sorted(rows.items()):
+        c, g = r.get("collx"), r.get("gloo")
+        ratio = "%.2f" % (g / c) if c and g else "-"
+        print("| %d | %d | %.1f | %.1f | %s |" % (a.p, nbytes, c or 0, g or 0, ratio))
+    sys.stdout.flush()
+    return rc
+
+
+def main():
+    a = parse()
+    if a.p > 0:
+        return launch(a)
+    if a.rank < 0 or a.size <= 0 or not a.init:
+        sys.stderr.write("usage: torch_backends.py -p P [options]\n")
+        return 2
+    worker(a)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

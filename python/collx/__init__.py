@@ -1,0 +1,84 @@
+"""collx: collective communication for CPU processes.
+
+    import numpy as np
+    import collx
+
+    ctx = collx.init()                  # rank, size and store from the environment (collx-run)
+    x = np.full(1024, ctx.rank, dtype=np.float32)
+    ctx.allreduce(x)                    # in place: every rank now holds the sum
+    w = ctx.allgather(x, async_op=True) # a Work
+    everyone = w.result()               # shape (ctx.size, 1024)
+
+Every collective is a method of Context and takes numpy arrays, any C-contiguous object with
+the buffer protocol, or CPU torch tensors (bfloat16 included). Errors are collx.Error
+subclasses: IoError, TimeoutError, InvalidArgument, MismatchError, Unsupported, Aborted.
+``import collx.torch`` registers the torch.distributed backend "collx".
+"""
+
+import atexit as _atexit
+import weakref as _weakref
+
+from ._collx import (  # noqa: F401
+    Aborted,
+    Context,
+    DataType,
+    Error,
+    InvalidArgument,
+    IoError,
+    MismatchError,
+    ReduceOp,
+    TimeoutError,
+    Unsupported,
+    Work,
+    __version__,
+    bfloat16,
+    build_features,
+    config,
+    float16,
+    float32,
+    float64,
+    int8,
+    int32,
+    int64,
+    uint8,
+)
+from ._collx import init as _init
+
+__all__ = [
+    "Aborted", "Context", "DataType", "Error", "InvalidArgument", "IoError", "MismatchError",
+    "ReduceOp", "TimeoutError", "Unsupported", "Work", "bfloat16", "build_features", "config",
+    "float16", "float32", "float64", "init", "int8", "int32", "int64", "uint8",
+]
+
+# Contexts still open at exit are closed before the interpreter tears down (closing may wait
+# for async calls and, on a rank that hosts the store, for the other ranks to leave).
+_open_contexts = _weakref.WeakSet()
+
+
+def init(*, rank=None, size=None, store=None, local_rank=None, job_id=None, generation=None,
+         timeout=None):
+    """Joins a job and connects to every peer; returns a collx.Context.
+
+    Each value not given is taken from the environment: COLLX_RANK, COLLX_WORLD_SIZE and
+    COLLX_STORE (collx-run sets them), else torchrun's RANK, WORLD_SIZE, MASTER_ADDR and
+    MASTER_PORT (rank 0 then hosts the store), Open MPI's or Slurm's variables; with nothing
+    set, the process is rank 0 of 1. ``store`` is a URL (tcp://host:port, file:///shared/dir,
+    redis://host:port); ``timeout`` is in seconds or a timedelta (else COLLX_TIMEOUT) and
+    bounds joining and, later, every call. The GIL is released while joining.
+
+    Raises collx.InvalidArgument for a missing or malformed value, collx.TimeoutError when
+    ranks do not all join in time, collx.MismatchError when two processes claim one rank.
+    """
+    ctx = _init(rank=rank, size=size, store=store, local_rank=local_rank, job_id=job_id,
+                generation=generation, timeout=timeout)
+    _open_contexts.add(ctx)
+    return ctx
+
+
+@_atexit.register
+def _close_open_contexts():
+    for ctx in list(_open_contexts):
+        try:
+            ctx.close()
+        except Exception:  # noqa: BLE001 - nothing left to report it to
+            pass

@@ -1,0 +1,1133 @@
+// collx._collx_torch: the torch.distributed backend "collx" (torch 1.13's c10d API).
+//
+//   import collx.torch     # registers the backend
+//   torch.distributed.init_process_group("collx", init_method="env://")
+//
+// ProcessGroupCollx is a c10d::ProcessGroup over one collx::Context, which joins through the
+// c10d::Store torch's rendezvous made (C10dStore adapts it to collx's Store), so torch's
+// TCPStore or FileStore serves collx too. Every op starts a collx nonblocking call on the
+// caller's thread (ranks issue them in the same order, as torch requires) and returns a
+// WorkCollx: wait() drives the call on the waiting thread (no hand-off for a blocking
+// torch call); getFuture() hands the wait to the group's completion thread, which completes
+// the future (DistributedDataParallel's path). Ops whose torch arguments are lists of tensors
+// go through one flat buffer and copy in or out around the call.
+//
+// This is the only file that includes torch's headers (they cost ~1 minute to compile).
+#include <ATen/ATen.h>
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "collx/collx.h"
+
+namespace collx::torch_backend {
+
+namespace py = pybind11;
+using rendezvous::Bytes;
+using std::chrono::milliseconds;
+
+// ---- the store ---------------------------------------------------------------------------
+
+// collx's Store over a c10d::Store. c10d's errors (c10::Error, std::runtime_error) become
+// IoError naming the store; a c10d wait that times out reports the keys still missing, so
+// that collx words the timeout as every store does.
+class C10dStore final : public rendezvous::Store {
+ public:
+  C10dStore(c10::intrusive_ptr<c10d::Store> store, const rendezvous::StoreOptions& options)
+      : rendezvous::Store(options), store_(std::move(store)), description_(describe(*store_)) {}
+
+  std::string describe() const override { return description_; }
+
+  // The host of the TCPStore under torch's prefixes, if any: its route picks collx's
+  // interface, as MASTER_ADDR does for collx's own store.
+  static std::string tcpHost(c10d::Store& store) {
+    if (auto* prefix = dynamic_cast<c10d::PrefixStore*>(&store)) {
+      return tcpHost(*prefix->getUnderlyingStore());
+    }
+    if (auto* tcp = dynamic_cast<c10d::TCPStore*>(&store)) return tcp->getHost();
+    return "";
+  }
+
+ protected:
+  void doSet(const std::string& key, const Bytes& value) override {
+    guarded("set", [&] { store_->set(key, value); });
+  }
+
+  std::vector<std::string> doWait(const std::vector<std::string>& keys,
+                                  rendezvous::Clock::time_point deadline) override {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - rendezvous::Clock::now());
+    if (left.count() > 0) {
+      try {
+        // c10d takes 0 to mean "no timeout": never pass it.
+        store_->wait(keys, std::max(left, milliseconds(1)));
+        return {};
+      } catch (const std::exception& e) {
+        std::vector<std::string> missing = missingKeys(keys);
+        if (missing.empty()) return {};
+        if (rendezvous::Clock::now() + milliseconds(50) < deadline) {
+          // Not a timeout: the store failed.
+          throw IoError(where("wait"), description_ + ": " + firstLine(e.what()));
+        }
+        return missing;
+      }
+    }
+    return missingKeys(keys);
+  }
+
+  std::vector<std::string> doMultiGet(const std::vector<std::string>& keys,
+                                      rendezvous::Clock::time_point deadline,
+                                      std::vector<Bytes>& values) override {
+    std::vector<std::string> missing = doWait(keys, deadline);
+    if (!missing.empty()) return missing;
+    values.clear();
+    for (const auto& key : keys) values.push_back(guarded("get", [&] { return store_->get(key); }));
+    return {};
+  }
+
+  std::int64_t doAdd(const std::string& key, std::int64_t delta) override {
+    return guarded("add", [&] { return store_->add(key, delta); });
+  }
+
+  // c10d's stores answer a compare-and-set on an absent key with a non-empty expected value
+  // by returning the expected value; collx's contract returns empty then. And torch 1.13's
+  // TCPStore daemon wakes the clients waiting for a key on set() but not on compareSet():
+  // a successful swap is set() again (same value) so that waiters see it.
+  Bytes doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override {
+    Bytes held = guarded("compareSet", [&] { return store_->compareSet(key, expected, desired); });
+    if (!expected.empty() && held == expected && expected != desired) return {};
+    if (!expected.empty() && held == expected && !doCheck({key})) return {};
+    if (held == desired && expected != desired) doSet(key, desired);
+    return held;
+  }
+
+  bool doCheck(const std::vector<std::string>& keys) override {
+    return guarded("check", [&] { return store_->check(keys); });
+  }
+
+  bool doErase(const std::string& key) override {
+    return guarded("erase", [&] { return store_->deleteKey(key); });
+  }
+
+ private:
+  static std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+  static std::string describe(c10d::Store& store) {
+    if (auto* prefix = dynamic_cast<c10d::PrefixStore*>(&store)) {
+      return describe(*prefix->getUnderlyingStore());
+    }
+    if (auto* tcp = dynamic_cast<c10d::TCPStore*>(&store)) {
+      return "torch TCPStore tcp://" + tcp->getHost() + ":" + std::to_string(tcp->getPort());
+    }
+    if (dynamic_cast<c10d::FileStore*>(&store) != nullptr) return "torch FileStore";
+    return "torch c10d store";
+  }
+
+  std::vector<std::string> missingKeys(const std::vector<std::string>& keys) {
+    std::vector<std::string> missing;
+    for (const auto& key : keys) {
+      if (!doCheck({key})) missing.push_back(key);
+    }
+    return missing;
+  }
+
+  template <class F>
+  auto guarded(const char* op, F&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw IoError(where(op), description_ + ": " + firstLine(e.what()));
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string description_;
+};
+
+// ---- the completion thread -------------------------------------------------------------
+
+// Runs tasks in order on one thread: waits that complete futures, and the calls whose Work
+// torch dropped before they ended (their tensors stay alive until they do).
+class Completer {
+ public:
+  Completer() : queue_(std::make_shared<Queue>()) {}
+  ~Completer() {
+    {
+      std::lock_guard<std::mutex> lock(queue_->mutex);
+      queue_->stop = true;
+    }
+    queue_->cv.notify_all();
+    if (!thread_.joinable()) return;
+    // The last owner may be a Work released by a task on the thread itself.
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+  }
+  Completer(const Completer&) = delete;
+  Completer& operator=(const Completer&) = delete;
+
+  void post(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(queue_->mutex);
+      queue_->tasks.push_back(std::move(task));
+      if (!thread_.joinable()) thread_ = std::thread([queue = queue_] { run(*queue); });
+    }
+    queue_->cv.notify_one();
+  }
+
+ private:
+  struct Queue {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> tasks;
+    bool stop = false;
+  };
+
+  static void run(Queue& q) {
+    std::unique_lock<std::mutex> lock(q.mutex);
+    for (;;) {
+      q.cv.wait(lock, [&] { return q.stop || !q.tasks.empty(); });
+      if (q.tasks.empty()) return;  // stopped and drained
+      std::function<void()> task = std::move(q.tasks.front());
+      q.tasks.pop_front();
+      lock.unlock();
+      task();
+      task = nullptr;  // drops what the task held, outside the lock
+      lock.lock();
+    }
+  }
+
+  std::shared_ptr<Queue> queue_;
+  std::thread thread_;
+};
+
+// ---- work ----------------------------------------------------------------------------------
+
+// What a call borrows: collx reads and writes these tensors' memory until it ends.
+struct Pending {
+  Work work;
+  std::exception_ptr error;  // of a call that ran on the caller's thread
+  std::vector<at::Tensor> keep;
+  std::function<void()> finalize;  // copies a flat result out, after success
+};
+
+class WorkCollx final : public c10d::Work {
+ public:
+  WorkCollx(int rank, c10d::OpType type, std::shared_ptr<Pending> pending,
+            std::vector<at::Tensor> outputs, std::shared_ptr<Completer> completer, int source)
+      : c10d::Work(rank, type),
+        pending_(std::move(pending)),
+        outputs_(std::move(outputs)),
+        completer_(std::move(completer)),
+        source_(source) {}
+
+  ~WorkCollx() override {
+    if (ended_.load()) return;
+    // torch dropped the handle of a call in flight: keep its tensors until it ends.
+    completer_->post([pending = pending_] {
+      try {
+        pending->work.wait();
+      } catch (...) {
+        // Nobody is left to tell; the context keeps the error for its next call.
+      }
+    });
+  }
+
+  bool isCompleted() override {
+    if (ended_.load()) return true;
+    if (!pending_->work.test()) return false;
+    end();
+    return true;
+  }
+
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (!ended_.load()) {
+      bool done = true;
+      try {
+        done = pending_->work.wait(timeout == kNoTimeout ? std::nullopt
+                                                         : std::optional<milliseconds>(timeout));
+      } catch (const Error&) {
+        // end() records the call's error and wait rethrows it below.
+      }
+      if (!done) {
+        throw TimeoutError(Where{rank_, c10d::opTypeToString(opType_), -1},
+                           "Work.wait timed out after " + std::to_string(timeout.count()) +
+                               " ms (the call goes on)");
+      }
+      end();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (exception_) std::rethrow_exception(exception_);
+    return true;
+  }
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+
+  // For a call that already ran on the caller's thread.
+  void completeNow() { end(); }
+  int sourceRank() const override { return source_; }
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    bool post = false;
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    {
+      std::lock_guard<std::mutex> lock(futureMutex_);
+      if (!future_) {
+        future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+        post = !ended_.load();
+      }
+      future = future_;
+    }
+    if (post) {
+      c10::intrusive_ptr<WorkCollx> self = c10::intrusive_ptr<WorkCollx>::reclaim_copy(this);
+      completer_->post([self] {
+        try {
+          self->pending_->work.wait();
+        } catch (const Error&) {
+          // recorded by end()
+        }
+        self->end();
+      });
+    } else {
+      completeFuture();
+    }
+    return future;
+  }
+
+ private:
+  // The call ended: copies results out, records its error, completes the future. Once.
+  void end() {
+    {
+      std::lock_guard<std::mutex> lock(endMutex_);
+      if (ended_.load()) return;
+      std::exception_ptr error = pending_->error ? pending_->error : pending_->work.error();
+      if (!error && pending_->finalize) {
+        try {
+          pending_->finalize();
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      pending_->finalize = nullptr;
+      pending_->keep.clear();
+      finish(error);  // c10d::Work's completed_ and exception_, under its mutex
+      ended_.store(true);
+    }
+    completeFuture();
+  }
+
+  void completeFuture() {
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    {
+      std::lock_guard<std::mutex> lock(futureMutex_);
+      if (!future_ || futureDone_ || !ended_.load()) return;
+      futureDone_ = true;
+      future = future_;
+    }
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error = exception_;
+    }
+    if (error) {
+      future->setError(error);
+    } else {
+      future->markCompleted(c10::IValue(outputs_));
+    }
+  }
+
+  std::shared_ptr<Pending> pending_;
+  std::vector<at::Tensor> outputs_;
+  std::shared_ptr<Completer> completer_;
+  int source_;
+  std::mutex endMutex_;
+  std::atomic<bool> ended_{false};
+  std::mutex futureMutex_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool futureDone_ = false;
+};
+
+// ---- tensors ---------------------------------------------------------------------------
+
+// A contiguous CPU tensor as collx sees it: a type and an element count. Complex tensors
+// reduce (sum, avg) as pairs of reals; tensors of a type collx has no name for move as
+// bytes when nothing is reduced.
+struct Flat {
+  void* data = nullptr;
+  std::uint64_t count = 0;
+  DataType dtype = DataType::kUint8;
+};
+
+std::optional<DataType> collxType(at::ScalarType type) {
+  switch (type) {
+    case at::kChar:
+      return DataType::kInt8;
+    case at::kByte:
+    case at::kBool:
+      return DataType::kUint8;
+    case at::kInt:
+      return DataType::kInt32;
+    case at::kLong:
+      return DataType::kInt64;
+    case at::kHalf:
+      return DataType::kFloat16;
+    case at::kBFloat16:
+      return DataType::kBfloat16;
+    case at::kFloat:
+      return DataType::kFloat32;
+    case at::kDouble:
+      return DataType::kFloat64;
+    default:
+      return std::nullopt;
+  }
+}
+
+void checkTensor(const at::Tensor& t, const char* role, const Where& where) {
+  if (!t.defined()) throw InvalidArgument(where, std::string(role) + " is undefined");
+  if (!t.device().is_cpu()) {
+    throw InvalidArgument(where, std::string(role) + " is on " + t.device().str() +
+                                     ": the collx backend moves CPU tensors only");
+  }
+  if (t.layout() != at::kStrided) {
+    throw InvalidArgument(where, std::string(role) + " is not a dense (strided) tensor");
+  }
+  if (!t.is_contiguous()) {
+    throw InvalidArgument(where, std::string(role) + " is not contiguous (sizes " +
+                                     c10::str(t.sizes()) + ", strides " + c10::str(t.strides()) +
+                                     "): pass t.contiguous()");
+  }
+}
+
+// `op` set: the tensor is reduced with it.
+Flat flatOf(const at::Tensor& t, const char* role, const Where& where,
+            std::optional<c10d::ReduceOp::RedOpType> op = std::nullopt) {
+  checkTensor(t, role, where);
+  Flat f;
+  f.data = t.data_ptr();
+  std::optional<DataType> type = collxType(t.scalar_type());
+  if (type) {
+    f.dtype = *type;
+    f.count = static_cast<std::uint64_t>(t.numel());
+    return f;
+  }
+  const bool complex =
+      t.scalar_type() == at::kComplexFloat || t.scalar_type() == at::kComplexDouble;
+  if (op && complex && (*op == c10d::ReduceOp::SUM || *op == c10d::ReduceOp::AVG)) {
+    f.dtype = t.scalar_type() == at::kComplexFloat ? DataType::kFloat32 : DataType::kFloat64;
+    f.count = static_cast<std::uint64_t>(t.numel()) * 2;
+    return f;
+  }
+  if (op) {
+    throw InvalidArgument(where, std::string(role) + " is " +
+                                     std::string(c10::toString(t.scalar_type())) +
+                                     ", which collx cannot reduce with this op");
+  }
+  f.dtype = DataType::kUint8;
+  f.count = static_cast<std::uint64_t>(t.nbytes());
+  return f;
+}
+
+ReduceOp reduceOpOf(const c10d::ReduceOp& op, at::ScalarType type, const Where& where) {
+  const bool boolean = type == at::kBool;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return boolean ? ReduceOpKind::kBor : ReduceOpKind::kSum;  // as gloo: logical or
+    case c10d::ReduceOp::PRODUCT:
+      return boolean ? ReduceOpKind::kBand : ReduceOpKind::kProd;
+    case c10d::ReduceOp::MIN:
+      return ReduceOpKind::kMin;
+    case c10d::ReduceOp::MAX:
+      return ReduceOpKind::kMax;
+    case c10d::ReduceOp::AVG:
+      if (boolean) throw InvalidArgument(where, "ReduceOp.AVG of bool tensors");
+      return ReduceOpKind::kAvg;
+    case c10d::ReduceOp::BAND:
+      return ReduceOpKind::kBand;
+    case c10d::ReduceOp::BOR:
+      return ReduceOpKind::kBor;
+    case c10d::ReduceOp::BXOR:
+      return ReduceOpKind::kBxor;
+    default:
+      throw InvalidArgument(where, "ReduceOp " + std::to_string(static_cast<int>(op.op_)) +
+                                       " (PREMUL_SUM) is not supported by the collx backend");
+  }
+}
+
+// The tensors of a list as one contiguous run of memory, if they already are one (e.g.
+// torch.empty(P, n).unbind(0)): then the call needs no copy.
+bool adjacent(const std::vector<at::Tensor>& list) {
+  if (list.empty()) return false;
+  auto* next = static_cast<std::uint8_t*>(list[0].data_ptr());
+  for (const auto& t : list) {
+    if (!t.is_contiguous() || t.scalar_type() != list[0].scalar_type() ||
+        static_cast<std::uint8_t*>(t.data_ptr()) != next) {
+      return false;
+    }
+    next += t.nbytes();
+  }
+  return true;
+}
+
+// One flat tensor over the elements of `list` (a copy unless they are adjacent).
+at::Tensor packed(const std::vector<at::Tensor>& list) {
+  if (adjacent(list)) {
+    std::int64_t total = 0;
+    for (const auto& t : list) total += t.numel();
+    return at::from_blob(list[0].data_ptr(), {total}, list[0].options());
+  }
+  std::vector<at::Tensor> flat;
+  flat.reserve(list.size());
+  for (const auto& t : list) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+// Copies a flat result into the tensors of `list` (nothing when they are its memory).
+void unpack(const at::Tensor& flat, std::vector<at::Tensor>& list) {
+  if (!list.empty() && flat.data_ptr() == list[0].data_ptr()) return;
+  std::int64_t at = 0;
+  for (auto& t : list) {
+    t.copy_(flat.narrow(0, at, t.numel()).view(t.sizes()));
+    at += t.numel();
+  }
+}
+
+// A flat tensor that receives `list`'s elements: the list's own memory when adjacent.
+at::Tensor receiver(const std::vector<at::Tensor>& list) {
+  if (adjacent(list)) return packed(list);
+  std::int64_t total = 0;
+  for (const auto& t : list) total += t.numel();
+  return at::empty({total}, list[0].options());
+}
+
+// ---- the process group -----------------------------------------------------------------
+
+class ProcessGroupCollx final : public c10d::ProcessGroup {
+ public:
+  ProcessGroupCollx(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    milliseconds timeout)
+      : c10d::ProcessGroup(rank, size), completer_(std::make_shared<Completer>()) {
+    rendezvous::StoreOptions storeOptions;
+    storeOptions.timeout = timeout;
+    storeOptions.rank = rank;
+    auto adapter = std::make_shared<C10dStore>(store, storeOptions);
+    ContextOptions options;
+    options.jobId = "torch";
+    options.timeout = timeout;
+    options.routeHost = C10dStore::tcpHost(*store);
+    context_ = Context::create(std::move(adapter), rank, size, options);
+    eagerBytes_ = static_cast<std::uint64_t>(
+        *Config::process().getInt("COLLX_TORCH_EAGER_BYTES", 0, std::int64_t{1} << 40));
+    init();
+  }
+
+  ~ProcessGroupCollx() override {
+    // Finishing the pending waits (each bounded by its call's deadline) may run futures'
+    // callbacks written in Python: never hold the GIL while joining their thread.
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      completer_.reset();
+      context_.reset();
+    } else {
+      completer_.reset();
+      context_.reset();
+    }
+  }
+
+  const std::string getBackendName() const override { return "collx"; }
+  Context& context() { return *context_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override {
+    Where where = here("broadcast");
+    const at::Tensor& t = single(tensors, where);
+    if (opts.rootTensor != 0) throw InvalidArgument(where, "rootTensor must be 0");
+    Flat f = flatOf(t, "the tensor", where);
+    CollectiveOptions o = options(opts.timeout);
+    const int root = static_cast<int>(opts.rootRank);
+    return launch(c10d::OpType::BROADCAST, tensors, {t}, [&](bool async) -> Work {
+      if (async) return broadcastAsync(*context_, f.data, f.count, f.dtype, root, o);
+      collx::broadcast(*context_, f.data, f.count, f.dtype, root, o);
+      return {};
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    Where where = here("allreduce");
+    const at::Tensor& t = single(tensors, where);
+    Flat f = flatOf(t, "the tensor", where, opts.reduceOp.op_);
+    AllreduceOptions o;
+    static_cast<CollectiveOptions&>(o) = options(opts.timeout);
+    o.op = reduceOpOf(opts.reduceOp, t.scalar_type(), where);
+    return launch(c10d::OpType::ALLREDUCE, tensors, {t}, [&](bool async) -> Work {
+      if (async) return allreduceAsync(*context_, f.data, f.data, f.count, f.dtype, o);
+      collx::allreduce(*context_, f.data, f.data, f.count, f.dtype, o);
+      return {};
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+    Where where = here("allreduce_coalesced");
+    if (tensors.empty()) throw InvalidArgument(where, "no tensors");
+    for (const auto& t : tensors) {
+      checkTensor(t, "a tensor", where);
+      if (t.scalar_type() != tensors[0].scalar_type()) {
+        throw InvalidArgument(where, "the tensors have different types");
+      }
+    }
+    at::Tensor flat = packed(tensors);
+    Flat f = flatOf(flat, "the tensors", where, opts.reduceOp.op_);
+    AllreduceOptions o;
+    static_cast<CollectiveOptions&>(o) = options(opts.timeout);
+    o.op = reduceOpOf(opts.reduceOp, flat.scalar_type(), where);
+    std::vector<at::Tensor> outputs = tensors;
+    return launch(
+        c10d::OpType::ALLREDUCE_COALESCED, tensors, {flat},
+        [&](bool async) -> Work {
+          if (async) return allreduceAsync(*context_, f.data, f.data, f.count, f.dtype, o);
+          collx::allreduce(*context_, f.data, f.data, f.count, f.dtype, o);
+          return {};
+        },
+        [flat, outputs]() mutable { unpack(flat, outputs); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override {
+    Where where = here("reduce");
+    const at::Tensor& t = single(tensors, where);
+    if (opts.rootTensor != 0) throw InvalidArgument(where, "rootTensor must be 0");
+    Flat f = flatOf(t, "the tensor", where, opts.reduceOp.op_);
+    ReduceOptions o;
+    static_cast<CollectiveOptions&>(o) = options(opts.timeout);
+    o.op = reduceOpOf(opts.reduceOp, t.scalar_type(), where);
+    const int root = static_cast<int>(opts.rootRank);
+    return launch(c10d::OpType::REDUCE, tensors, {t}, [&](bool async) -> Work {
+      if (async) return reduceAsync(*context_, f.data, f.data, f.count, f.dtype, root, o);
+      collx::reduce(*context_, f.data, f.data, f.count, f.dtype, root, o);
+      return {};
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override {
+    Where where = here("allgather");
+    const at::Tensor& in = single(inputs, where);
+    if (outputs.size() != 1) throw InvalidArgument(where, "expected one list of output tensors");
+    std::vector<at::Tensor> list = outputs[0];
+    checkList(list, size_, in, "output", where);
+    Flat fin = flatOf(in, "the input", where);
+    at::Tensor flat = receiver(list);
+    Flat fout = flatOf(flat, "the output", where);
+    CollectiveOptions o = options(opts.timeout);
+    auto [counts, equal] = countsOf(list, fin, in);
+    if (counts[rank_] != fin.count) {
+      throw InvalidArgument(where, "output " + std::to_string(rank_) + " holds " +
+                                       std::to_string(list[rank_].numel()) +
+                                       " elements, the input " + std::to_string(in.numel()));
+    }
+    auto finalize = [flat, list]() mutable { unpack(flat, list); };
+    if (equal) {
+      return launch(
+          c10d::OpType::ALLGATHER, list, {in, flat},
+          [&](bool async) -> Work {
+            if (async)
+              return allgatherAsync(*context_, fin.data, fout.data, fin.count, fin.dtype, o);
+            collx::allgather(*context_, fin.data, fout.data, fin.count, fin.dtype, o);
+            return {};
+          },
+          finalize);
+    }
+    Counts displs = prefix(counts);
+    return launch(
+        c10d::OpType::ALLGATHER, list, {in, flat},
+        [&](bool async) -> Work {
+          if (async)
+            return allgathervAsync(*context_, fin.data, fin.count, fout.data, counts, displs,
+                                   fin.dtype, o);
+          collx::allgatherv(*context_, fin.data, fin.count, fout.data, counts, displs, fin.dtype,
+                            o);
+          return {};
+        },
+        finalize);
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override {
+    Where where = here("all_gather_into_tensor");
+    Flat fin = flatOf(input, "the input", where);
+    Flat fout = flatOf(output, "the output", where);
+    checkSameType(input, output, where);
+    if (fout.count != fin.count * static_cast<std::uint64_t>(size_)) {
+      throw InvalidArgument(where, "the output holds " + std::to_string(output.numel()) +
+                                       " elements, not " + std::to_string(size_) + " x the " +
+                                       std::to_string(input.numel()) + " of the input");
+    }
+    CollectiveOptions o = options(opts.timeout);
+    return launch(
+        c10d::OpType::_ALLGATHER_BASE, {output}, {input, output}, [&](bool async) -> Work {
+          if (async) return allgatherAsync(*context_, fin.data, fout.data, fin.count, fin.dtype, o);
+          collx::allgather(*context_, fin.data, fout.data, fin.count, fin.dtype, o);
+          return {};
+        });
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override {
+    Where where = here("gather");
+    const at::Tensor& in = single(inputs, where);
+    const int root = static_cast<int>(opts.rootRank);
+    checkRoot(root, where);
+    Flat fin = flatOf(in, "the input", where);
+    CollectiveOptions o = options(opts.timeout);
+    if (rank_ != root) {
+      if (!outputs.empty() && !outputs[0].empty()) {
+        throw InvalidArgument(
+            where, "only the root (rank " + std::to_string(root) + ") takes output tensors");
+      }
+      return launch(c10d::OpType::GATHER, {}, {in}, [&](bool async) -> Work {
+        if (async) return gatherAsync(*context_, fin.data, nullptr, fin.count, fin.dtype, root, o);
+        collx::gather(*context_, fin.data, nullptr, fin.count, fin.dtype, root, o);
+        return {};
+      });
+    }
+    if (outputs.size() != 1) throw InvalidArgument(where, "expected one list of output tensors");
+    std::vector<at::Tensor> list = outputs[0];
+    checkList(list, size_, in, "output", where);
+    for (const auto& t : list) {
+      if (t.numel() != in.numel()) {
+        throw InvalidArgument(where, "every output tensor must have the input's " +
+                                         std::to_string(in.numel()) + " elements");
+      }
+    }
+    at::Tensor flat = receiver(list);
+    Flat fout = flatOf(flat, "the output", where);
+    return launch(
+        c10d::OpType::GATHER, list, {in, flat},
+        [&](bool async) -> Work {
+          if (async)
+            return gatherAsync(*context_, fin.data, fout.data, fin.count, fin.dtype, root, o);
+          collx::gather(*context_, fin.data, fout.data, fin.count, fin.dtype, root, o);
+          return {};
+        },
+        [flat, list]() mutable { unpack(flat, list); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    Where where = here("scatter");
+    const at::Tensor& out = single(outputs, where);
+    const int root = static_cast<int>(opts.rootRank);
+    checkRoot(root, where);
+    Flat fout = flatOf(out, "the output", where);
+    CollectiveOptions o = options(opts.timeout);
+    if (rank_ != root) {
+      if (!inputs.empty() && !inputs[0].empty()) {
+        throw InvalidArgument(
+            where, "only the root (rank " + std::to_string(root) + ") takes input tensors");
+      }
+      return launch(c10d::OpType::SCATTER, {out}, {out}, [&](bool async) -> Work {
+        if (async)
+          return scatterAsync(*context_, nullptr, fout.data, fout.count, fout.dtype, root, o);
+        collx::scatter(*context_, nullptr, fout.data, fout.count, fout.dtype, root, o);
+        return {};
+      });
+    }
+    if (inputs.size() != 1) throw InvalidArgument(where, "expected one list of input tensors");
+    std::vector<at::Tensor> list = inputs[0];
+    checkList(list, size_, out, "input", where);
+    for (const auto& t : list) {
+      if (t.numel() != out.numel()) {
+        throw InvalidArgument(where, "every input tensor must have the output's " +
+                                         std::to_string(out.numel()) + " elements");
+      }
+    }
+    at::Tensor flat = packed(list);
+    Flat fin = flatOf(flat, "the input", where);
+    return launch(c10d::OpType::SCATTER, {out}, {out, flat}, [&](bool async) -> Work {
+      if (async)
+        return scatterAsync(*context_, fin.data, fout.data, fout.count, fout.dtype, root, o);
+      collx::scatter(*context_, fin.data, fout.data, fout.count, fout.dtype, root, o);
+      return {};
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    Where where = here("reduce_scatter");
+    const at::Tensor& out = single(outputs, where);
+    if (inputs.size() != 1) throw InvalidArgument(where, "expected one list of input tensors");
+    std::vector<at::Tensor> list = inputs[0];
+    checkList(list, size_, out, "input", where);
+    at::Tensor flat = packed(list);
+    Flat fin = flatOf(flat, "the input", where, opts.reduceOp.op_);
+    Flat fout = flatOf(out, "the output", where, opts.reduceOp.op_);
+    ReduceOptions o;
+    static_cast<CollectiveOptions&>(o) = options(opts.timeout);
+    o.op = reduceOpOf(opts.reduceOp, out.scalar_type(), where);
+    auto [counts, equal] = countsOf(list, fin, flat);
+    if (counts[rank_] != fout.count) {
+      throw InvalidArgument(where, "input " + std::to_string(rank_) + " holds " +
+                                       std::to_string(list[rank_].numel()) +
+                                       " elements, the output " + std::to_string(out.numel()));
+    }
+    if (equal) {
+      return launch(c10d::OpType::REDUCE_SCATTER, {out}, {out, flat}, [&](bool async) -> Work {
+        if (async)
+          return reduceScatterAsync(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
+        collx::reduceScatter(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
+        return {};
+      });
+    }
+    return launch(c10d::OpType::REDUCE_SCATTER, {out}, {out, flat}, [&](bool async) -> Work {
+      if (async) return reduceScattervAsync(*context_, fin.data, fout.data, counts, fout.dtype, o);
+      collx::reduceScatterv(*context_, fin.data, fout.data, counts, fout.dtype, o);
+      return {};
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
+    Where where = here("reduce_scatter_tensor");
+    Flat fin = flatOf(input, "the input", where, opts.reduceOp.op_);
+    Flat fout = flatOf(output, "the output", where, opts.reduceOp.op_);
+    checkSameType(input, output, where);
+    if (fin.count != fout.count * static_cast<std::uint64_t>(size_)) {
+      throw InvalidArgument(where, "the input holds " + std::to_string(input.numel()) +
+                                       " elements, not " + std::to_string(size_) + " x the " +
+                                       std::to_string(output.numel()) + " of the output");
+    }
+    ReduceOptions o;
+    static_cast<CollectiveOptions&>(o) = options(opts.timeout);
+    o.op = reduceOpOf(opts.reduceOp, output.scalar_type(), where);
+    return launch(
+        c10d::OpType::_REDUCE_SCATTER_BASE, {output}, {input, output}, [&](bool async) -> Work {
+          if (async)
+            return reduceScatterAsync(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
+          collx::reduceScatter(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
+          return {};
+        });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override {
+    Where where = here("all_to_all_single");
+    Flat fin = flatOf(input, "the input", where);
+    Flat fout = flatOf(output, "the output", where);
+    checkSameType(input, output, where);
+    CollectiveOptions o = options(opts.timeout);
+    const auto P = static_cast<std::uint64_t>(size_);
+    if (outputSplits.empty() && inputSplits.empty()) {
+      if (fin.count % P != 0 || fout.count != fin.count) {
+        throw InvalidArgument(where, "without split sizes, input (" +
+                                         std::to_string(input.numel()) + ") and output (" +
+                                         std::to_string(output.numel()) +
+                                         ") must hold equal numbers of elements, divisible by " +
+                                         std::to_string(size_));
+      }
+      return launch(
+          c10d::OpType::ALLTOALL_BASE, {output}, {input, output}, [&](bool async) -> Work {
+            if (async)
+              return alltoallAsync(*context_, fin.data, fout.data, fin.count / P, fin.dtype, o);
+            collx::alltoall(*context_, fin.data, fout.data, fin.count / P, fin.dtype, o);
+            return {};
+          });
+    }
+    Counts sendCounts = splitCounts(input, fin, inputSplits, "input", where);
+    Counts recvCounts = splitCounts(output, fout, outputSplits, "output", where);
+    Counts sendDispls = prefix(sendCounts), recvDispls = prefix(recvCounts);
+    return launch(c10d::OpType::ALLTOALL_BASE, {output}, {input, output}, [&](bool async) -> Work {
+      if (async)
+        return alltoallvAsync(*context_, fin.data, sendCounts, sendDispls, fout.data, recvCounts,
+                              recvDispls, fin.dtype, o);
+      collx::alltoallv(*context_, fin.data, sendCounts, sendDispls, fout.data, recvCounts,
+                       recvDispls, fin.dtype, o);
+      return {};
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override {
+    Where where = here("all_to_all");
+    if (inputs.empty()) throw InvalidArgument(where, "no input tensors");
+    checkList(inputs, size_, inputs[0], "input", where);
+    checkList(outputs, size_, inputs[0], "output", where);
+    at::Tensor in = packed(inputs);
+    at::Tensor flat = receiver(outputs);
+    Flat fin = flatOf(in, "the input", where);
+    Flat fout = flatOf(flat, "the output", where);
+    Counts sendCounts, recvCounts;
+    for (int i = 0; i < size_; ++i) {
+      sendCounts.push_back(unitsOf(inputs[i], fin, in));
+      recvCounts.push_back(unitsOf(outputs[i], fin, in));
+    }
+    Counts sendDispls = prefix(sendCounts), recvDispls = prefix(recvCounts);
+    CollectiveOptions o = options(opts.timeout);
+    std::vector<at::Tensor> list = outputs;
+    return launch(
+        c10d::OpType::ALLTOALL, list, {in, flat},
+        [&](bool async) -> Work {
+          if (async)
+            return alltoallvAsync(*context_, fin.data, sendCounts, sendDispls, fout.data,
+                                  recvCounts, recvDispls, fin.dtype, o);
+          collx::alltoallv(*context_, fin.data, sendCounts, sendDispls, fout.data, recvCounts,
+                           recvDispls, fin.dtype, o);
+          return {};
+        },
+        [flat, list]() mutable { unpack(flat, list); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    CollectiveOptions o = options(opts.timeout);
+    return launch(c10d::OpType::BARRIER, {}, {}, [&](bool async) -> Work {
+      if (async) return barrierAsync(*context_, o);
+      collx::barrier(*context_, o);
+      return {};
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    Where where = here("send");
+    const at::Tensor& t = single(tensors, where);
+    Flat f = flatOf(t, "the tensor", where);
+    CollectiveOptions o;
+    return launch(c10d::OpType::SEND, tensors, {t}, [&](bool async) -> Work {
+      if (async) return sendAsync(*context_, f.data, f.count, f.dtype, dst, tagOf(tag, where), o);
+      collx::send(*context_, f.data, f.count, f.dtype, dst, tagOf(tag, where), o);
+      return {};
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    Where where = here("recv");
+    const at::Tensor& t = single(tensors, where);
+    Flat f = flatOf(t, "the tensor", where);
+    CollectiveOptions o;
+    return launch(
+        c10d::OpType::RECV, tensors, {t},
+        [&](bool async) -> Work {
+          if (async)
+            return recvAsync(*context_, f.data, f.count, f.dtype, src, tagOf(tag, where), o);
+          collx::recv(*context_, f.data, f.count, f.dtype, src, tagOf(tag, where), o);
+          return {};
+        },
+        {}, src);
+  }
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    throw Unsupported(here("recv"),
+                      "receiving from any source is not supported by the collx backend: name "
+                      "the source rank");
+  }
+
+ private:
+  Where here(const char* what) const { return Where{rank_, what, -1}; }
+
+  static CollectiveOptions options(milliseconds timeout) {
+    CollectiveOptions o;
+    if (timeout.count() > 0) o.timeout = timeout;  // kUnsetTimeout (-1): the group's
+    return o;
+  }
+
+  static std::uint64_t tagOf(int tag, const Where& where) {
+    if (tag < 0) throw InvalidArgument(where, "tag " + std::to_string(tag) + " is negative");
+    return static_cast<std::uint64_t>(tag);
+  }
+
+  static const at::Tensor& single(const std::vector<at::Tensor>& tensors, const Where& where) {
+    if (tensors.size() != 1) {
+      throw InvalidArgument(where, "the collx backend takes one tensor per rank, got " +
+                                       std::to_string(tensors.size()));
+    }
+    return tensors[0];
+  }
+
+  void checkRoot(int root, const Where& where) const {
+    if (root < 0 || root >= size_) {
+      throw InvalidArgument(
+          where, "root " + std::to_string(root) + " is outside [0, " + std::to_string(size_) + ")");
+    }
+  }
+
+  static void checkSameType(const at::Tensor& a, const at::Tensor& b, const Where& where) {
+    if (a.scalar_type() != b.scalar_type()) {
+      throw InvalidArgument(where, "the input is " + std::string(c10::toString(a.scalar_type())) +
+                                       " but the output is " +
+                                       std::string(c10::toString(b.scalar_type())));
+    }
+  }
+
+  // A list of `size` CPU tensors of `like`'s type (list entries may be non-contiguous: the
+  // copy in or out handles them).
+  static void checkList(const std::vector<at::Tensor>& list, int size, const at::Tensor& like,
+                        const char* role, const Where& where) {
+    if (static_cast<int>(list.size()) != size) {
+      throw InvalidArgument(where, "expected " + std::to_string(size) + " " + role +
+                                       " tensors (one per rank), got " +
+                                       std::to_string(list.size()));
+    }
+    for (const auto& t : list) {
+      if (!t.defined() || !t.device().is_cpu() || t.layout() != at::kStrided) {
+        throw InvalidArgument(where,
+                              std::string("every ") + role + " tensor must be a dense CPU tensor");
+      }
+      if (t.scalar_type() != like.scalar_type()) {
+        throw InvalidArgument(where, std::string("every ") + role + " tensor must be " +
+                                         std::string(c10::toString(like.scalar_type())) + ", got " +
+                                         std::string(c10::toString(t.scalar_type())));
+      }
+    }
+  }
+
+  // Per-rank element counts of a list in the units `flat` moves (`flat` is a tensor of the
+  // list's type seen by flatOf: elements, pairs of reals, or bytes), and whether they are
+  // all equal.
+  static std::pair<Counts, bool> countsOf(const std::vector<at::Tensor>& list, const Flat& flat,
+                                          const at::Tensor& like) {
+    Counts counts;
+    bool equal = true;
+    for (const auto& t : list) {
+      counts.push_back(unitsOf(t, flat, like));
+      equal = equal && counts.back() == counts.front();
+    }
+    return {counts, equal};
+  }
+
+  static std::uint64_t unitsOf(const at::Tensor& t, const Flat& flat, const at::Tensor& like) {
+    const auto n = static_cast<std::uint64_t>(t.numel());
+    if (collxType(like.scalar_type())) return n;
+    if (flat.dtype == DataType::kUint8) return n * static_cast<std::uint64_t>(t.element_size());
+    return n * 2;  // complex as pairs of reals
+  }
+
+  static Counts prefix(const Counts& counts) {
+    Counts out;
+    std::uint64_t at = 0;
+    for (auto c : counts) {
+      out.push_back(at);
+      at += c;
+    }
+    return out;
+  }
+
+  // all_to_all_single's split sizes (rows of dim 0) as element counts; empty: equal rows.
+  Counts splitCounts(const at::Tensor& t, const Flat& f, const std::vector<int64_t>& splits,
+                     const char* role, const Where& where) const {
+    const std::int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    const std::uint64_t perRow = rows > 0 ? f.count / static_cast<std::uint64_t>(rows) : 0;
+    Counts counts;
+    if (splits.empty()) {
+      if (rows % size_ != 0) {
+        throw InvalidArgument(where, std::string("the ") + role + "'s " + std::to_string(rows) +
+                                         " rows do not split evenly over " + std::to_string(size_) +
+                                         " ranks");
+      }
+      counts.assign(size_, static_cast<std::uint64_t>(rows / size_) * perRow);
+      return counts;
+    }
+    if (static_cast<int>(splits.size()) != size_) {
+      throw InvalidArgument(where, std::string("the ") + role + " split sizes have " +
+                                       std::to_string(splits.size()) + " entries for " +
+                                       std::to_string(size_) + " ranks");
+    }
+    std::int64_t total = 0;
+    for (auto s : splits) {
+      if (s < 0) throw InvalidArgument(where, "a negative split size");
+      total += s;
+      counts.push_back(static_cast<std::uint64_t>(s) * perRow);
+    }
+    if (total != rows) {
+      throw InvalidArgument(where, std::string("the ") + role + " split sizes add up to " +
+                                       std::to_string(total) + ", the tensor has " +
+                                       std::to_string(rows) + " rows");
+    }
+    return counts;
+  }
+
+  // Runs or starts a call and wraps it. `keep` stays alive until the call ends; `outputs`
+  // are the Work's result(); `finalize` runs after success (copies a flat result out).
+  //
+  // A collective whose buffers hold at most COLLX_TORCH_EAGER_BYTES runs to completion here,
+  // on the caller's thread: torch makes every blocking call as a nonblocking one and waits
+  // at once, and handing a small call to another thread and back costs more than the call
+  // (three context switches per call where ranks outnumber cores). Its Work is complete
+  // when returned (its error, if any, is raised by wait()). Larger calls and point to point
+  // (whose peer may need this rank's next op first) run in the background.
+  template <class Call>
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                        std::vector<at::Tensor> keep, Call&& call,
+                                        std::function<void()> finalize = {}, int source = -1) {
+    std::uint64_t bytes = 0;
+    for (const auto& t : keep) bytes = std::max<std::uint64_t>(bytes, t.nbytes());
+    const bool pointToPoint = type == c10d::OpType::SEND || type == c10d::OpType::RECV;
+    const bool eager = !pointToPoint && bytes <= eagerBytes_;
+    auto pending = std::make_shared<Pending>();
+    pending->keep = std::move(keep);
+    pending->finalize = std::move(finalize);
+    try {
+      if (!eager) {
+        pending->work = call(true);
+        return c10::make_intrusive<WorkCollx>(rank_, type, std::move(pending), std::move(outputs),
+                                              completer_, source);
+      }
+      call(false);
+    } catch (const Error&) {
+      // Raised by wait(), whichever way the call went (torch waits at once when blocking).
+      pending->error = std::current_exception();
+    }
+    auto work = c10::make_intrusive<WorkCollx>(rank_, type, std::move(pending), std::move(outputs),
+                                               completer_, source);
+    work->completeNow();
+    return work;
+  }
+
+  std::uint64_t eagerBytes_ = 0;
+  std::shared_ptr<Context> context_;
+  std::shared_ptr<Completer> completer_;
+};
+
+}  // namespace collx::torch_backend
+
+PYBIND11_MODULE(_collx_torch, m) {
+  using collx::torch_backend::ProcessGroupCollx;
+  m.doc() = "The torch.distributed backend 'collx' (import collx.torch to register it).";
+  // c10d::ProcessGroup's Python type must be registered before ours derives from it.
+  py::module_::import("torch.distributed");
+  py::class_<ProcessGroupCollx, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupCollx>>(
+      m, "ProcessGroupCollx",
+      "A c10d ProcessGroup over a collx context. torch.distributed creates it through the "
+      "backend registered by import collx.torch; it can also be made directly.")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout) {
+             return c10::make_intrusive<ProcessGroupCollx>(store, rank, size, timeout);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"),
+           py::arg("timeout") = std::chrono::milliseconds(30 * 60 * 1000),
+           py::call_guard<py::gil_scoped_release>(),
+           "ProcessGroupCollx(store, rank, size, timeout=timedelta(minutes=30))\n\nJoins the "
+           "group through a c10d store (the one torch's rendezvous made) and connects to every "
+           "rank; timeout bounds joining and every call.")
+      .def_property_readonly(
+          "transports", [](ProcessGroupCollx& pg) { return pg.context().transports(); },
+          "The collx transport to each rank ('self', 'tcp').");
+}

@@ -1,0 +1,95 @@
+"""Failures across real processes (one per rank, file store, no launcher between them):
+mismatches, a killed peer, a stopped peer, abort, and what Python sees of each: the
+exception class, collx's message and its parts."""
+import signal
+import time
+
+import pytest
+
+from conftest import WORKERS
+
+SCRIPT = WORKERS / "failures.py"
+
+
+def run(ranks, scenario, n=2, timeout=60, env=None):
+    return ranks(n, SCRIPT, scenario, timeout=timeout, env=env).wait()
+
+
+def outcome(results, rank):
+    code, text, data = results[rank]
+    assert data is not None, "rank %d wrote nothing (exit %s):\n%s" % (rank, code, text)
+    return data
+
+
+@pytest.mark.parametrize("scenario,needle", [
+    ("count_mismatch", "float32x"),
+    ("dtype_mismatch", "int32"),
+    ("collective_mismatch", "broadcast"),
+])
+def test_mismatch_raises_mismatch_error_on_both_sides(ranks, scenario, needle):
+    results = run(ranks, scenario)
+    for r in (0, 1):
+        d = outcome(results, r)
+        assert d.get("error") == "MismatchError", d
+        assert "MismatchError" in d["is"] and "Error" in d["is"] and "RuntimeError" in d["is"]
+        assert needle in d["message"], d["message"]
+        assert d["message"].startswith("rank %d: " % r), d["message"]
+        assert d["attrs"]["kind"] == "MismatchError" and d["attrs"]["rank"] == r
+        # the context failed for good: the next call raises the first error's kind
+        assert d["after"] == "MismatchError", d
+    # at least one side fails in the mismatching call itself
+    assert "the call" in [outcome(results, r)["raised_by"] for r in (0, 1)]
+
+
+def test_killed_peer_raises_io_error_naming_it(ranks):
+    start = time.monotonic()
+    results = run(ranks, "killed_peer", timeout=45)
+    elapsed = time.monotonic() - start
+    assert results[1][0] == -signal.SIGKILL
+    d = outcome(results, 0)
+    assert d.get("error") == "IoError", d
+    assert "rank 1" in d["message"], d["message"]
+    assert d["message"].startswith("rank 0: allreduce"), d["message"]
+    assert d["after"] == "IoError", d
+    assert elapsed < 30, "noticed only after %.1f s (COLLX_TIMEOUT is 60 s)" % elapsed
+
+
+def test_stopped_peer_raises_timeout_error(ranks):
+    r = ranks(2, SCRIPT, "stopped_peer", timeout=40)
+    try:
+        code, text, data = r.wait(only=[0])[0]
+    finally:
+        r.procs[1].kill()
+    assert data is not None, text
+    assert data.get("error") == "TimeoutError", data
+    assert "TimeoutError" in data["is"]
+    assert "rank 1" in data["message"], data["message"]
+
+
+def test_abort_wakes_a_blocked_call_with_aborted(ranks):
+    d = outcome(run(ranks, "abort"), 0)
+    assert d.get("error") == "Aborted", d
+    assert "the test aborted" in d["message"]
+
+
+def test_blocking_call_releases_the_gil(ranks):
+    d = outcome(run(ranks, "gil"), 0)
+    assert d.get("ok"), d
+    assert d["waited"] > 0.2, d  # rank 0 really waited for rank 1 ...
+    assert d["ticks_during_call"] > 1000, d  # ... while its other thread kept running
+
+
+def test_custom_op_exception_is_raised_after_the_call(ranks):
+    results = run(ranks, "custom_op_raises")
+    for r in (0, 1):
+        d = outcome(results, r)
+        assert d.get("error") == "ValueError", d
+        assert "on purpose" in d["message"]
+        assert d["after"] == "barrier succeeded", d  # the context is still usable
+
+
+def test_dropped_async_work_keeps_its_arrays_until_done(ranks):
+    results = run(ranks, "dropped_work")
+    for r in (0, 1):
+        d = outcome(results, r)
+        assert d.get("ok") is True, d

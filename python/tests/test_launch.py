@@ -1,0 +1,105 @@
+"""Ways in: collx-run running Python, explicit rank/size/store, torchrun's variables, and the
+installed package."""
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import base_env, build_dir, run_collx
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+SNIPPET = """
+import numpy as np, collx
+ctx = collx.init({args})
+x = np.full(3, ctx.rank + 1.0)
+ctx.allreduce(x)
+assert x.tolist() == [sum(range(1, ctx.size + 1))] * 3, x
+print("rank", ctx.rank, "of", ctx.size, "ok")
+ctx.close()
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_each(nranks, code_of, env_of, timeout=60):
+    procs = [subprocess.Popen([sys.executable, "-c", code_of(r)], env=env_of(r),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(nranks)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append((p.communicate(timeout=timeout)[0], p.returncode))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            outs.append((p.communicate()[0] + "\n(killed)", -9))
+    return outs
+
+
+def test_collx_run_runs_the_numpy_example():
+    # the form of the README: collx-run -n 4 /usr/bin/python3 script.py
+    proc = run_collx(4, ROOT / "examples" / "numpy_collectives.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4 ranks, 40000 rows" in proc.stdout
+
+
+def test_explicit_rank_size_and_store(tmp_path):
+    store = "file://%s" % tmp_path
+    outs = run_each(2, lambda r: SNIPPET.format(args="rank=%d, size=2, store=%r" % (r, store)),
+                    lambda r: base_env())
+    for r, (text, code) in enumerate(outs):
+        assert code == 0 and "rank %d of 2 ok" % r in text, text
+
+
+def test_torchrun_variables():
+    port = free_port()
+    outs = run_each(2, lambda r: SNIPPET.format(args=""),
+                    lambda r: base_env(RANK=r, WORLD_SIZE=2, LOCAL_RANK=r,
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
+    for r, (text, code) in enumerate(outs):
+        assert code == 0 and "rank %d of 2 ok" % r in text, text
+
+
+def test_installed_package(tmp_path):
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("cmake is not on PATH: cannot install the build")
+    prefix = tmp_path / "prefix"
+    proc = subprocess.run([cmake, "--install", str(build_dir()), "--prefix", str(prefix)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sites = list(prefix.glob("lib/python3*/*-packages"))
+    assert len(sites) == 1, list(prefix.rglob("collx"))
+    env = base_env()
+    env["PYTHONPATH"] = str(sites[0])  # the installed package only, not the build tree
+    env.pop("LD_LIBRARY_PATH", None)
+    code = ("import collx, sys; assert collx.__file__.startswith(%r), collx.__file__; "
+            "import numpy as np; c = collx.init(rank=0, size=1, store='hash://'); "
+            "x = np.ones(2); c.allreduce(x); print('installed ok', collx.__version__)"
+            % str(sites[0]))
+    if any(name == "pytorch backend" and built for name, built, _ in
+           __import__("collx").build_features()):
+        code += "; import collx.torch; print('torch backend ok')"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "installed ok" in proc.stdout
+
+
+def test_collx_run_runs_the_ddp_example():
+    pytest.importorskip("torch", reason="python3-torch is not importable by " + sys.executable)
+    import collx
+
+    if not any(n == "pytorch backend" and b for n, b, _ in collx.build_features()):
+        pytest.skip("this build has no torch backend (COLLX_WITH_TORCH)")
+    proc = run_collx(2, ROOT / "examples" / "torch_ddp.py", env=base_env(GLOO_SOCKET_IFNAME="lo"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "max parameter difference" in proc.stdout

@@ -1,0 +1,103 @@
+"""The torch.distributed backend "collx" against backend "gloo" on identical inputs, in the
+same processes (3 ranks, env:// rendezvous): every op and type of torch_cases, then
+DistributedDataParallel training on both backends; once with small calls on the caller's
+thread, once with every call in the background. Then init_process_group through tcp:// and
+file://."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import WORKERS, base_env
+from test_launch import free_port
+
+torch = pytest.importorskip("torch", reason="python3-torch is not importable by "
+                            + sys.executable)
+import collx  # noqa: E402
+
+from torch_cases import CASES  # noqa: E402
+
+if not any(name == "pytorch backend" and built for name, built, _ in collx.build_features()):
+    pytest.skip("this build has no torch backend (COLLX_WITH_TORCH)", allow_module_level=True)
+
+SCRIPT = WORKERS / "torch_backend.py"
+NRANKS = 3
+
+
+def launch(tmp_path, nranks, init, *flags, env_rdzv=False, timeout=120, env=None):
+    procs, outs = [], []
+    port = free_port()
+    for r in range(nranks):
+        out = tmp_path / ("rank%d.json" % r)
+        outs.append(out)
+        extra = dict(GLOO_SOCKET_IFNAME="lo", **(env or {}))
+        if env_rdzv:
+            extra.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=r, WORLD_SIZE=nranks)
+        procs.append(subprocess.Popen(
+            [sys.executable, str(SCRIPT), str(out), init, str(r), str(nranks)] + list(flags),
+            env=base_env(**extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    logs = []
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            p.kill()
+            logs.append(p.communicate()[0] + "\n(killed after %d s)" % timeout)
+    results = []
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        if not out.exists():
+            return "rank %d wrote no results (exit %s):\n%s" % (r, p.returncode, logs[r][-6000:])
+        results.append(json.loads(out.read_text()))
+    return results
+
+
+# Small collectives run on the caller's thread (COLLX_TORCH_EAGER_BYTES, 64 KiB); the second
+# run sends every op to the background (work handles, futures, the completion thread).
+MODES = {"eager": {}, "background": {"COLLX_TORCH_EAGER_BYTES": "0"}}
+
+
+@pytest.fixture(scope="module", params=sorted(MODES))
+def env_run(request, tmp_path_factory):
+    # One launch per mode; a failed launch fails every test of the mode with its output.
+    return launch(tmp_path_factory.mktemp("torch_" + request.param), NRANKS, "env://",
+                  env_rdzv=True, env=MODES[request.param])
+
+
+def outcome(results, case):
+    if isinstance(results, str):
+        pytest.fail(results)
+    bad = [r.get(case, "not run (an earlier case failed the group)") for r in results]
+    bad = [b for b in bad if b != "ok"]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_op_matches_gloo(env_run, case):
+    outcome(env_run, case)
+    assert all(r["backend"] == "collx" for r in env_run)
+
+
+def test_ddp_matches_gloo(env_run):
+    outcome(env_run, "ddp")
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "file"])
+def test_init_method(tmp_path, scheme):
+    init = ("tcp://127.0.0.1:%d" % free_port() if scheme == "tcp"
+            else "file://%s" % (tmp_path / "rendezvous"))
+    results = launch(tmp_path, 2, init, "--smoke", "--no-ddp")
+    for case in ("all_reduce-float32", "all_gather_into_tensor-float32", "broadcast-int64",
+                 "barrier", "future"):
+        outcome(results, case)
+
+
+def test_backend_is_documented_and_registered():
+    import torch.distributed as dist
+
+    import collx.torch as backend
+
+    assert backend.__doc__ and backend.create_process_group.__doc__
+    assert backend.ProcessGroupCollx.__doc__ and backend.ProcessGroupCollx.__init__.__doc__
+    assert "COLLX" in dist.Backend._plugins
+    assert issubclass(backend.ProcessGroupCollx, dist.ProcessGroup)

@@ -1,0 +1,128 @@
+"""One rank of a failure scenario (test_failures.py starts each rank as its own process over a
+file store): does what the scenario says and writes what it saw to argv[1] as JSON
+{"error": class name, "message": ..., "is": [collx classes it is an instance of], ...}.
+
+    failures.py OUT SCENARIO
+"""
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+import collx
+
+out, scenario = sys.argv[1], sys.argv[2]
+result = {}
+
+
+def record(e):
+    result["error"] = type(e).__name__
+    result["message"] = str(e)
+    result["is"] = [c.__name__ for c in (collx.Error, collx.IoError, collx.TimeoutError,
+                                         collx.MismatchError, collx.InvalidArgument,
+                                         collx.Aborted, RuntimeError, ValueError)
+                    if isinstance(e, c)]
+    result["attrs"] = {k: getattr(e, k, None) for k in ("kind", "rank", "peer", "op", "detail")}
+
+
+def write():
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
+ctx = collx.init()
+R = ctx.rank
+try:
+    if scenario.endswith("_mismatch"):
+        result["raised_by"] = "the call"
+        if scenario == "count_mismatch":
+            # rank 0 reduces 8 elements, rank 1 reduces 16
+            ctx.allreduce(np.ones(8 if R == 0 else 16, np.float32))
+        elif scenario == "dtype_mismatch":
+            # same bytes, different types: float32 against int32
+            ctx.allreduce(np.ones(8, np.float32 if R == 0 else np.int32))
+        elif scenario == "collective_mismatch":
+            if R == 0:
+                ctx.allreduce(np.ones(4, np.float32))
+            else:
+                ctx.broadcast(np.ones(4, np.float32), root=1)
+        # A rank whose part had completed learns of the mismatch at its next call.
+        result["raised_by"] = "the next call"
+        ctx.barrier(timeout=10)
+    elif scenario == "killed_peer":
+        ctx.allreduce(np.ones(4, np.float32))  # the job works first
+        if R == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.3)
+        ctx.allreduce(np.ones(1 << 16, np.float32))
+    elif scenario == "stopped_peer":
+        ctx.barrier()
+        if R == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)  # the test kills it afterwards
+        ctx.allreduce(np.ones(4, np.float32), timeout=1.5)
+    elif scenario == "abort":
+        # rank 0 aborts its own context from another thread while it waits for rank 1
+        if R == 0:
+            threading.Timer(0.3, lambda: ctx.abort("the test aborted")).start()
+            ctx.allreduce(np.ones(4, np.float32))
+        else:
+            time.sleep(1.0)
+    elif scenario == "gil":
+        # While rank 0 waits in a blocking allreduce (rank 1 arrives 0.5 s late), another
+        # Python thread of rank 0 keeps running: the call released the GIL.
+        ticks = [0]
+        stop = threading.Event()
+
+        def spin():
+            while not stop.is_set():
+                ticks[0] += 1
+
+        t = threading.Thread(target=spin)
+        if R == 0:
+            t.start()
+            time.sleep(0.05)
+            before = ticks[0]
+            t0 = time.perf_counter()
+            ctx.allreduce(np.ones(4, np.float32))
+            waited = time.perf_counter() - t0
+            result["ticks_during_call"] = ticks[0] - before
+            result["waited"] = waited
+            stop.set()
+            t.join()
+        else:
+            time.sleep(0.5)
+            ctx.allreduce(np.ones(4, np.float32))
+        result["ok"] = True
+    elif scenario == "custom_op_raises":
+        def bad(a, b):
+            raise ValueError("the custom op failed on purpose")
+
+        ctx.allreduce(np.ones(4, np.float32), op=collx.ReduceOp.custom(bad, "bad"))
+        result["ok"] = True
+    elif scenario == "dropped_work":
+        # Works dropped before they end: their arrays stay borrowed until the calls end.
+        for i in range(20):
+            ctx.allreduce(np.full(1 << 14, float(R), np.float32), async_op=True)
+        x = np.ones(4, np.float32)
+        ctx.allreduce(x)
+        result["ok"] = bool((x == ctx.size).all())
+    else:
+        raise SystemExit("unknown scenario " + scenario)
+    result.setdefault("ok", True)
+    write()
+    ctx.close()  # an orderly goodbye: the peers' last reads are not cut short
+    sys.exit(0)
+except Exception as e:  # noqa: BLE001 - the scenario is what the exception says
+    record(e)
+    # After a failure the context refuses later calls with the first error.
+    try:
+        ctx.barrier(timeout=2)
+        result["after"] = "barrier succeeded"
+    except collx.Error as later:
+        result["after"] = type(later).__name__
+write()
+os._exit(0)  # not waiting for peers that were killed or stopped
