@@ -234,6 +234,23 @@ std::shared_ptr<Mapping> mapPeerArena(pid_t pid, const std::string& locator, std
 
 namespace collx::transport {
 
+namespace {
+
+// The process no longer runs: it does not exist, or it is a zombie (exited, not yet reaped:
+// an orphan whose launcher was killed waits for init to reap it).
+bool processGone(int pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string content;
+  if (!stat || !std::getline(stat, content)) return false;
+  std::size_t close = content.rfind(')');
+  if (close == std::string::npos || close + 2 >= content.size()) return false;
+  const char state = content[close + 2];
+  return state == 'Z' || state == 'X';
+}
+
+}  // namespace
+
 std::vector<std::string> removeShmLeftovers(const std::vector<int>& exitedPids) noexcept {
   std::vector<std::string> removed;
   try {
@@ -262,7 +279,7 @@ std::vector<std::string> removeShmLeftovers(const std::vector<int>& exitedPids) 
       if (pid <= 0) continue;
       bool gone;
       if (exitedPids.empty()) {
-        gone = ::kill(pid, 0) != 0 && errno == ESRCH;
+        gone = processGone(pid);
       } else {
         gone = std::find(exitedPids.begin(), exitedPids.end(), pid) != exitedPids.end();
       }

@@ -51,8 +51,11 @@ ShmPair::ShmPair(LinkState& link, const ShmPairOptions& options, const Mapping& 
   outBytes_ = peerHeader_->ringBytes;
   // The eager limit fits twice in the ring the peer gave us.
   options_.eagerLimit = std::min(options_.eagerLimit, outBytes_ / 2 - sizeof(Record));
-  options_.dataChunkBytes =
-      std::max<std::uint64_t>(kMinDataPiece, std::min(options_.dataChunkBytes, outBytes_ / 4));
+  // DATA pieces: up to a quarter of the ring, so that the reader copies one out while the
+  // writer copies the next ones in.
+  options_.dataChunkBytes = std::max<std::uint64_t>(
+      64, std::min(options_.dataChunkBytes, outBytes_ / 4) & ~std::uint64_t{63});
+  minPiece_ = std::min(kMinDataPiece, options_.dataChunkBytes);
 }
 
 ShmPair::~ShmPair() = default;
@@ -272,7 +275,7 @@ bool ShmPair::flush() {
       std::uint64_t piece =
           free > sizeof(Record) ? (free - sizeof(Record)) & ~std::uint64_t{63} : 0;
       piece = std::min({piece, left, options_.dataChunkBytes});
-      if (piece < std::min(left, kMinDataPiece)) {
+      if (piece < std::min(left, minPiece_)) {
         blocked_ = true;
         break;
       }

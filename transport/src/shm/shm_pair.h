@@ -200,8 +200,9 @@ class ShmPair final : public Pair {
   std::uint64_t outHeadSeen_ = 0;
   std::uint64_t eagerCharged_ = 0;
   std::uint64_t creditSeen_ = 0;
-  bool wrote_ = false;    // records written since the peer was last notified
-  bool blocked_ = false;  // output waits for room in the peer's ring
+  std::uint64_t minPiece_ = 0;  // a smaller DATA piece waits for more room
+  bool wrote_ = false;          // records written since the peer was last notified
+  bool blocked_ = false;        // output waits for room in the peer's ring
 
   std::uint32_t nextXfer_ = 1;
   std::unordered_set<Request*> live_;
