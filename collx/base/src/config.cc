@@ -53,10 +53,12 @@ const std::vector<ConfigVar>& configVars() {
       {"COLLX_TCP_BUFFER", "0",
        "Socket send and receive buffer size (bytes); 0 leaves them to the kernel's autotuning, "
        "which grows them to net.ipv4.tcp_wmem/tcp_rmem as bandwidth needs."},
-      {"COLLX_SHM_EAGER_LIMIT", "16384",
-       "Shared memory: largest message (bytes) copied through the ring at once; larger ones are "
-       "copied once, straight from the sender's buffer (process_vm_readv), when the receiver "
-       "posts its buffer (capped at half a ring)."},
+      {"COLLX_SHM_EAGER_LIMIT", "262144",
+       "Shared memory: largest message (bytes) copied through the ring at once (capped at half "
+       "a ring); larger ones are copied once, straight from the sender's buffer "
+       "(process_vm_readv), when the receiver posts its buffer. Measured with 2 ranks: two "
+       "memcpys through the ring beat one process_vm_readv up to 256 KiB (a 128 KiB "
+       "allreduce 18 us instead of 31-43 us)."},
       {"COLLX_SHM_RING_BYTES", "",
        "Shared memory: bytes of each ring (one per sender and receiver on a host; a power of "
        "two, at least 4096); unset: 1 MiB, halved until a rank's rings total at most 8 MiB, "

@@ -116,7 +116,8 @@ void ShmPair::post(Request& request) {
     live_.insert(&request);
     verify(request, u.record);
     if (u.record.type == static_cast<std::uint8_t>(RecordType::kEager)) {
-      if (request.length > 0) std::memcpy(request.data, u.payload.data(), request.length);
+      if (request.length > 0) std::memcpy(request.data, u.payload.bytes.get(), request.length);
+      giveBuffer(std::move(u.payload));
       returnCredit(charge(request.length));
       complete(request);
     } else {
@@ -175,6 +176,34 @@ void ShmPair::askForData(Request& request, const Record& rts) {
 void ShmPair::complete(Request& request) {
   live_.erase(&request);
   request.onComplete(nullptr);
+}
+
+ShmPair::Buffer ShmPair::takeBuffer(std::uint64_t bytes) {
+  // The smallest spare that fits.
+  std::size_t best = spare_.size();
+  for (std::size_t i = 0; i < spare_.size(); ++i) {
+    if (spare_[i].capacity >= bytes &&
+        (best == spare_.size() || spare_[i].capacity < spare_[best].capacity)) {
+      best = i;
+    }
+  }
+  if (best == spare_.size()) {
+    Buffer fresh;
+    fresh.bytes = std::make_unique_for_overwrite<std::uint8_t[]>(bytes);
+    fresh.capacity = bytes;
+    return fresh;
+  }
+  Buffer found = std::move(spare_[best]);
+  spare_[best] = std::move(spare_.back());
+  spare_.pop_back();
+  spareBytes_ -= found.capacity;
+  return found;
+}
+
+void ShmPair::giveBuffer(Buffer buffer) {
+  if (buffer.capacity == 0 || spareBytes_ + buffer.capacity > options_.creditWindow) return;
+  spareBytes_ += buffer.capacity;
+  spare_.push_back(std::move(buffer));
 }
 
 void ShmPair::returnCredit(std::uint64_t bytes) {
@@ -353,8 +382,10 @@ void ShmPair::onRecord(const Record& r, std::uint64_t payloadAt) {
       }
       Unexpected u;
       u.record = r;
-      u.payload.resize(r.length);
-      if (r.length > 0) ringCopyOut(inData_, inBytes_, payloadAt, u.payload.data(), r.length);
+      if (r.length > 0) {
+        u.payload = takeBuffer(r.length);
+        ringCopyOut(inData_, inBytes_, payloadAt, u.payload.bytes.get(), r.length);
+      }
       unexpected_[key].push_back(std::move(u));
       return;
     }

@@ -85,7 +85,7 @@ struct Record {
 static_assert(sizeof(Record) == 64, "a record header is one cache line");
 
 struct ShmPairOptions {
-  std::uint64_t eagerLimit = 16384;
+  std::uint64_t eagerLimit = 256 * 1024;
   std::uint64_t creditWindow = 1u << 20;
   std::uint64_t dataChunkBytes = 64u << 10;  // DATA pieces (ring copy)
   std::uint64_t pullChunkBytes = 4u << 20;   // one process_vm_readv / memcpy
@@ -146,9 +146,15 @@ class ShmPair final : public Pair {
     std::uint64_t address;
     std::uint32_t xfer;  // the sender's id, for DONE
   };
+  // Holds an early EAGER message's bytes; kept for reuse (within the credit window), since
+  // allocating and faulting in a fresh buffer per message would cost more than the copy.
+  struct Buffer {
+    std::unique_ptr<std::uint8_t[]> bytes;
+    std::uint64_t capacity = 0;
+  };
   struct Unexpected {
     Record record;
-    std::vector<std::uint8_t> payload;  // EAGER only
+    Buffer payload;  // EAGER only
   };
   using KeyMap = std::unordered_map<MessageKey, std::deque<Request*>, MessageKeyHash>;
 
@@ -168,6 +174,8 @@ class ShmPair final : public Pair {
   void queueControl(const Record& record, Request* request = nullptr,
                     const std::uint8_t* payload = nullptr, std::uint64_t length = 0);
   void returnCredit(std::uint64_t bytes);
+  Buffer takeBuffer(std::uint64_t bytes);
+  void giveBuffer(Buffer buffer);
   void complete(Request& request);
   void checkPeerState(std::uint32_t state);
   [[noreturn]] void raisePeerFailure();
@@ -213,6 +221,8 @@ class ShmPair final : public Pair {
   std::deque<Out> control_;
   std::deque<Stream> data_;
   std::deque<Pull> pulls_;
+  std::vector<Buffer> spare_;  // at most creditWindow bytes in all
+  std::uint64_t spareBytes_ = 0;
 
   bool peerClosed_ = false;  // the peer closed its context (and we read all it wrote)
   bool exited_ = false;      // the peer's process ended (after closing)

@@ -52,7 +52,7 @@ struct MeshOptions {
   // from the sender's memory (CMA), a named /dev/shm arena instead of a memfd, and an
   // override of this host's identity (tests simulate several hosts with it).
   std::uint64_t shmRingBytes = 0;
-  std::uint64_t shmEagerLimit = 16384;
+  std::uint64_t shmEagerLimit = 256 * 1024;
   bool shmCma = true;
   bool shmPosix = false;
   std::string hostId;
