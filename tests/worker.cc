@@ -4,6 +4,8 @@
 //                                             times (0: until killed), checking every result;
 //                                             prints "ready" after the first one
 //   collx-test-worker count COUNT             one allreduce of COUNT float32 elements
+//   collx-test-worker message BYTES           rank 0 sends one message of BYTES bytes to the
+//                                             last rank, which checks every byte
 //   collx-test-worker sweep MAXCOUNT          every allreduce algorithm x dtype x op x count
 //                                             (0, 1, P-1, odd, MAXCOUNT), then allgather,
 //                                             broadcast and barrier, against the references
@@ -152,6 +154,25 @@ int main(int argc, char** argv) {
         std::printf("peer %d: %s\n", peer, ctx->describePeer(peer).c_str());
       }
       std::fflush(stdout);
+    }
+    if (mode == "message") {
+      std::vector<std::uint8_t> bytes(count);
+      auto expected = [](std::uint64_t i) { return static_cast<std::uint8_t>((i * 7 + 3) % 251); };
+      if (ctx->rank() == 0) {
+        for (std::uint64_t i = 0; i < count; ++i) bytes[i] = expected(i);
+        collx::send(*ctx, bytes.data(), count, collx::DataType::kUint8, P - 1, 7);
+      } else if (ctx->rank() == P - 1) {
+        collx::recv(*ctx, bytes.data(), count, collx::DataType::kUint8, 0, 7);
+        for (std::uint64_t i = 0; i < count; ++i) {
+          if (bytes[i] != expected(i)) {
+            std::fprintf(stderr, "rank %d: byte %llu is wrong\n", ctx->rank(),
+                         static_cast<unsigned long long>(i));
+            return 20;
+          }
+        }
+      }
+      std::printf("message ok\n");
+      return 0;
     }
     if (mode == "sweep") {
       std::string wrong = sweep(*ctx, count);
