@@ -67,7 +67,10 @@ const std::vector<ConfigVar>& configVars() {
        "Shared memory: 1 copies large messages straight from the sender's memory "
        "(process_vm_readv, or memcpy between threads of one process) where permitted; 0 "
        "copies them through the ring in pieces (as when CMA is refused, e.g. by seccomp or "
-       "ptrace restrictions)."},
+       "ptrace restrictions). Measured on a VM whose process_vm_readv copies at 10 GB/s "
+       "(memcpy: 35-50): 0 was up to 20% faster for 1-16 MiB allreduces with a core per rank, "
+       "1 up to 1.5x faster with 4 ranks on 2 cores (the receiver copies while the sender "
+       "is not scheduled)."},
       {"COLLX_SHM_ARENA", "memfd",
        "Shared memory: 'memfd' (an anonymous file peers open through /proc/<pid>/fd; nothing "
        "is ever left behind) or 'posix' (/dev/shm/collx-*, unlinked once every peer mapped "
