@@ -1,11 +1,13 @@
 // 64-bit counts end to end: more than 2^31 elements through allreduce, allgatherv and
 // alltoallv (int8 keeps it within memory), every element checked, and one message over
-// 4 GiB. Needs ~10 GiB of memory; labelled "large" (not run under the sanitizers).
+// 4 GiB, between threads and between processes (over shared memory: single copy and ring
+// copy). Needs ~10 GiB of memory; labelled "large" (not run under the sanitizers).
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "collx/collx.h"
+#include "util/test_util.h"
 #include "util/world.h"
 
 namespace collx {
@@ -108,6 +110,21 @@ TEST(LargeCounts, OneMessageOverFourGibibytes) {
     }
   });
   EXPECT_EQ(wrong, "");
+}
+
+TEST(LargeCounts, OneMessageOverFourGibibytesBetweenProcesses) {
+  const std::string bytes = std::to_string((std::uint64_t{9} << 29) + 3);
+  for (const char* cma : {"1", "0"}) {
+    test::RunResult r = test::run({test::binDir() + "/collx-run", "-n", "2", "--",
+                                   test::binDir() + "/collx-test-worker", "message", bytes},
+                                  {{"COLLX_TRANSPORT", "shm"},
+                                   {"COLLX_SHM_CMA", cma},
+                                   {"COLLX_JOB_ID", ""},
+                                   {"COLLX_STORE", ""},
+                                   {"COLLX_TIMEOUT", "300s"}},
+                                  std::chrono::seconds(400));
+    EXPECT_EQ(r.code, 0) << "COLLX_SHM_CMA=" << cma << ": " << r.err;
+  }
 }
 
 }  // namespace

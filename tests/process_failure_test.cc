@@ -1,9 +1,8 @@
 // Real processes failing under a collective: a rank killed, a rank stopped, ranks that
-// disagree. The other ranks must raise the right error, naming the rank, well within
-// the timeout (kill) or at it (stop).
-#include <signal.h>
-
+// disagree, over tcp and over shared memory. The other ranks must raise the right error,
+// naming the rank, well within the timeout (kill) or at it (stop).
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <thread>
 
@@ -19,7 +18,8 @@ using test::Process;
 class Job {
  public:
   Job(int size, const std::vector<std::string>& args, const std::string& timeout,
-      std::function<std::vector<std::string>(int)> argsFor = nullptr) {
+      std::function<std::vector<std::string>(int)> argsFor = nullptr,
+      const std::string& transport = "auto") {
     for (int r = 0; r < size; ++r) {
       std::vector<std::string> argv = {test::binDir() + "/collx-test-worker"};
       auto mine = argsFor ? argsFor(r) : args;
@@ -29,7 +29,9 @@ class Job {
                                                    {"COLLX_WORLD_SIZE", std::to_string(size)},
                                                    {"COLLX_STORE", server_.url()},
                                                    {"COLLX_JOB_ID", "failure-test"},
-                                                   {"COLLX_TIMEOUT", timeout}}));
+                                                   {"COLLX_TIMEOUT", timeout},
+                                                   {"COLLX_TRANSPORT", transport},
+                                                   {"TEST_WORKER_DESCRIBE", "1"}}));
     }
   }
   Process& rank(int r) { return *ranks_[r]; }
@@ -52,9 +54,24 @@ class Job {
   std::vector<std::unique_ptr<Process>> ranks_;
 };
 
-TEST(ProcessFailures, AKilledRankIsAnIoErrorNamingItOnEveryOtherRank) {
-  Job job(4, {"loop", "50000", "0"}, "60s");
+// Every test runs over tcp and over shared memory (the transport is checked in each rank's
+// "peer R: <connection>" lines).
+class ProcessFailures : public ::testing::TestWithParam<std::string> {
+ protected:
+  void expectTransport(Job& job, int size) {
+    for (int r = 0; r < size; ++r) {
+      job.rank(r).wait(1ms);
+      const std::string peer = "peer " + std::to_string((r + 1) % size) + ": " + GetParam() + " ";
+      EXPECT_NE(job.rank(r).out().find(peer), std::string::npos) << job.rank(r).out();
+    }
+  }
+};
+
+TEST_P(ProcessFailures, AKilledRankIsAnIoErrorNamingItOnEveryOtherRank) {
+  // 50000 floats: large messages (single copy over shm) in flight when the rank dies.
+  Job job(4, {"loop", "50000", "0"}, "60s", nullptr, GetParam());
   ASSERT_TRUE(job.allReady());
+  expectTransport(job, 4);
   auto killed = std::chrono::steady_clock::now();
   job.rank(2).signal(SIGKILL);
   for (int r : {0, 1, 3}) {
@@ -70,38 +87,57 @@ TEST(ProcessFailures, AKilledRankIsAnIoErrorNamingItOnEveryOtherRank) {
   EXPECT_TRUE(job.rank(2).killedBySignal(SIGKILL));
 }
 
-TEST(ProcessFailures, AStoppedRankIsATimeoutAtTheDeadline) {
-  Job job(3, {"loop", "1000", "0"}, "3s");
+TEST_P(ProcessFailures, AKilledRankMidCollectiveWithSmallMessagesToo) {
+  Job job(3, {"loop", "100", "0"}, "60s", nullptr, GetParam());
   ASSERT_TRUE(job.allReady());
+  auto killed = std::chrono::steady_clock::now();
+  job.rank(0).signal(SIGKILL);
+  for (int r : {1, 2}) {
+    ASSERT_TRUE(job.rank(r).wait(20s)) << "rank " << r << " did not notice";
+    EXPECT_EQ(job.rank(r).exitCode(), 10) << "rank " << r << ": " << job.rank(r).err();
+    EXPECT_NE(job.rank(r).err().find("rank 0 died or was killed"), std::string::npos)
+        << job.rank(r).err();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 15s);
+}
+
+TEST_P(ProcessFailures, AStoppedRankIsATimeoutAtTheDeadline) {
+  Job job(3, {"loop", "1000", "0"}, "3s", nullptr, GetParam());
+  ASSERT_TRUE(job.allReady());
+  expectTransport(job, 3);
   job.rank(1).signal(SIGSTOP);
   auto stopped = std::chrono::steady_clock::now();
   // Rank 2 receives from rank 1 in the ring: it waits for the stopped rank.
   ASSERT_TRUE(job.rank(2).wait(20s));
   auto took = std::chrono::steady_clock::now() - stopped;
   EXPECT_EQ(job.rank(2).exitCode(), 11) << job.rank(2).err();
-  EXPECT_NE(job.rank(2).err().find("timed out after 3000 ms waiting for rank 1"),
-            std::string::npos)
+  EXPECT_NE(job.rank(2).err().find("timed out after 3000 ms waiting for rank 1"), std::string::npos)
       << job.rank(2).err();
   EXPECT_GE(took, 2500ms);
   EXPECT_LT(took, 10s);
   ASSERT_TRUE(job.rank(0).wait(20s));
-  EXPECT_TRUE(job.rank(0).exitCode() == 11 || job.rank(0).exitCode() == 10)
-      << job.rank(0).err();
+  EXPECT_TRUE(job.rank(0).exitCode() == 11 || job.rank(0).exitCode() == 10) << job.rank(0).err();
   job.rank(1).signal(SIGKILL);
   job.rank(1).signal(SIGCONT);
   ASSERT_TRUE(job.rank(1).wait(5s));
 }
 
-TEST(ProcessFailures, RanksThatDisagreeOnTheCountBothRaiseMismatch) {
-  Job job(2, {}, "30s", [](int r) {
-    return std::vector<std::string>{"count", r == 0 ? "100" : "300"};
-  });
+TEST_P(ProcessFailures, RanksThatDisagreeOnTheCountBothRaiseMismatch) {
+  Job job(
+      2, {}, "30s",
+      [](int r) {
+        return std::vector<std::string>{"count", r == 0 ? "100" : "300"};
+      },
+      GetParam());
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(job.rank(r).wait(20s));
     EXPECT_EQ(job.rank(r).exitCode(), 12) << "rank " << r << ": " << job.rank(r).err();
     EXPECT_NE(job.rank(r).err().find("allreduce#0"), std::string::npos) << job.rank(r).err();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, ProcessFailures, ::testing::Values("tcp", "shm"),
+                         [](const auto& p) { return p.param; });
 
 }  // namespace
 }  // namespace collx

@@ -4,6 +4,8 @@
 //                                             times (0: until killed), checking every result;
 //                                             prints "ready" after the first one
 //   collx-test-worker count COUNT             one allreduce of COUNT float32 elements
+//   collx-test-worker message BYTES           rank 0 sends one message of BYTES bytes to the
+//                                             last rank, which checks every byte
 //   collx-test-worker sweep MAXCOUNT          every allreduce algorithm x dtype x op x count
 //                                             (0, 1, P-1, odd, MAXCOUNT), then allgather,
 //                                             broadcast and barrier, against the references
@@ -11,7 +13,20 @@
 // Exit codes name the outcome: 0 ok, 10 IoError, 11 TimeoutError, 12 MismatchError,
 // 13 Aborted, 14 InvalidArgument, 15 another collx error, 20 a wrong result, 2 usage.
 // The error's message goes to stderr.
+//
+// Test knobs (environment): TEST_WORKER_DENY_CMA=1 makes process_vm_readv fail with EPERM
+// in this process (a seccomp filter, as container runtimes install), before collx starts;
+// TEST_WORKER_DESCRIBE=1 prints "peer R: <connection>" for every peer after joining.
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+#include <cerrno>
+#include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -97,6 +112,25 @@ std::string sweep(collx::Context& ctx, std::uint64_t maxCount) {
   return "";
 }
 
+// process_vm_readv and process_vm_writev fail with EPERM from now on (x86-64 and aarch64).
+bool denyCrossMemoryAttach() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 1, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog program{static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])), filter};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+bool knob(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,9 +141,39 @@ int main(int argc, char** argv) {
   std::string mode = argv[1];
   const std::uint64_t count = std::stoull(argv[2]);
   const long iterations = mode == "loop" && argc > 3 ? std::stol(argv[3]) : 1;
+  if (knob("TEST_WORKER_DENY_CMA") && !denyCrossMemoryAttach()) {
+    std::fprintf(stderr, "collx-test-worker: cannot install the seccomp filter: %s\n",
+                 std::strerror(errno));
+    return 2;
+  }
   try {
     auto ctx = collx::init();
     const int P = ctx->size();
+    if (knob("TEST_WORKER_DESCRIBE")) {
+      for (int peer = 0; peer < P; ++peer) {
+        std::printf("peer %d: %s\n", peer, ctx->describePeer(peer).c_str());
+      }
+      std::fflush(stdout);
+    }
+    if (mode == "message") {
+      std::vector<std::uint8_t> bytes(count);
+      auto expected = [](std::uint64_t i) { return static_cast<std::uint8_t>((i * 7 + 3) % 251); };
+      if (ctx->rank() == 0) {
+        for (std::uint64_t i = 0; i < count; ++i) bytes[i] = expected(i);
+        collx::send(*ctx, bytes.data(), count, collx::DataType::kUint8, P - 1, 7);
+      } else if (ctx->rank() == P - 1) {
+        collx::recv(*ctx, bytes.data(), count, collx::DataType::kUint8, 0, 7);
+        for (std::uint64_t i = 0; i < count; ++i) {
+          if (bytes[i] != expected(i)) {
+            std::fprintf(stderr, "rank %d: byte %llu is wrong\n", ctx->rank(),
+                         static_cast<unsigned long long>(i));
+            return 20;
+          }
+        }
+      }
+      std::printf("message ok\n");
+      return 0;
+    }
     if (mode == "sweep") {
       std::string wrong = sweep(*ctx, count);
       if (!wrong.empty()) {

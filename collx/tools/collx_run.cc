@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "collx/collx.h"
+#include "collx/transport/shm_segments.h"
 #include "launcher.h"
 
 namespace {
@@ -21,7 +22,9 @@ Runs P ranks of `program` on this node, with COLLX_RANK, COLLX_WORLD_SIZE,
 COLLX_LOCAL_RANK, COLLX_STORE and COLLX_JOB_ID set for collx::init(). Starts a TCP
 store for them (on node 0) unless --store names one. When a rank fails, the others
 are stopped (SIGTERM, then SIGKILL after the grace period) and collx-run exits with
-the failing rank's code (128+N when it died of signal N). SIGINT, SIGTERM, SIGHUP
+the failing rank's code (128+N when it died of signal N). Shared-memory arenas that
+killed ranks left in /dev/shm are removed when they exit (and, at start, those of
+any earlier rank on this host that no longer runs). SIGINT, SIGTERM, SIGHUP
 and SIGQUIT are forwarded to every rank. With several nodes, node 0 keeps the store
 up until every node's ranks have finished (at most 10 minutes after its own).
 Any program works:
@@ -250,7 +253,13 @@ int launch(const Args& args) {
     if (args.nodeRank == 0) removeDir = parsed.path;
   }
 
+  // Shared-memory arenas whose owners were killed (a launcher killed with its ranks leaves
+  // them): their pids are gone, so they can go too.
+  collx::transport::removeShmLeftovers();
+
   collx::run::SuperviseOptions options;
+  std::vector<int> pids;
+  options.pids = &pids;
   options.programPath = program;
   options.argv = args.command;
   options.timeout = args.timeout;
@@ -266,6 +275,8 @@ int launch(const Args& args) {
          "COLLX_JOB_ID=" + jobId}});
   }
   int code = collx::run::supervise(options);
+  // Every rank has exited: what a killed one could not remove, we do.
+  collx::transport::removeShmLeftovers(pids);
   if (args.nnodes > 1) awaitOtherNodes(args, storeUrl, jobId, server != nullptr);
   if (!removeDir.empty()) {
     std::error_code ec;

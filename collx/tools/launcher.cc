@@ -257,6 +257,7 @@ int supervise(const SuperviseOptions& options) {
     }
     ::setpgid(pid, pid);  // also here, so that it is in place before we ever signal it
     r.pid = pid;
+    if (options.pids != nullptr) options.pids->push_back(static_cast<int>(pid));
     r.running = true;
     if (options.tagOutput) {
       ::close(outPipe[1]);

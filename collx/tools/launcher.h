@@ -21,6 +21,7 @@ struct SuperviseOptions {
   std::optional<std::chrono::milliseconds> timeout;  // bound on the whole job
   std::chrono::milliseconds grace{5000};             // SIGTERM -> SIGKILL delay when stopping ranks
   bool tagOutput = false;                            // prefix every output line with "[rank] "
+  std::vector<int>* pids = nullptr;  // when set, receives every rank's pid as it starts
 };
 
 // Blocks the signals supervise() handles, in the calling thread and every thread it starts

@@ -3,17 +3,20 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <map>
 
 #include "collx/base/log.h"
 #include "self_device.h"
+#include "shm/shm_device.h"
 #include "tcp/tcp_device.h"
 
 namespace collx::transport {
 
 std::string describePlain(const MessageKey& key, const Fingerprint& fp) {
-  return (key.space == Space::kPointToPoint ? "p2p tag " : "collective " + std::to_string(fp.coll) + " #") +
+  return (key.space == Space::kPointToPoint ? "p2p tag "
+                                            : "collective " + std::to_string(fp.coll) + " #") +
          std::to_string(key.seq) + " step " + std::to_string(key.step) + " dtype " +
          std::to_string(fp.dtype) + " count " + std::to_string(fp.count);
 }
@@ -49,13 +52,17 @@ std::map<std::string, std::string> parseAddress(const std::string& blob) {
 Mesh::Mesh(const MeshOptions& options) : options_(options) {
   link_.rank = options_.rank;
   link_.describer = options_.describer;
-  if (options_.transport != "auto" && options_.transport != "tcp") {
-    throw InvalidArgument(Where{options_.rank, "transport", -1},
-                          "COLLX_TRANSPORT='" + options_.transport +
-                              "' is not a transport of this build (auto, tcp)");
+  const std::string& forced = options_.transport;
+  if (forced != "auto" && forced != "tcp" && forced != "shm") {
+    throw InvalidArgument(
+        Where{options_.rank, "transport", -1},
+        "COLLX_TRANSPORT='" + forced + "' is not a transport of this build (auto, shm, tcp)");
   }
   devices_.push_back(std::make_unique<SelfDevice>(options_.rank, link_));
-  devices_.push_back(std::make_unique<tcp::TcpDevice>(link_, options_));
+  if (forced != "tcp" && options_.size > 1) {
+    devices_.push_back(std::make_unique<shm::ShmDevice>(link_, options_));
+  }
+  if (forced != "shm") devices_.push_back(std::make_unique<tcp::TcpDevice>(link_, options_));
   pairs_.assign(static_cast<std::size_t>(options_.size), nullptr);
   transportNames_.assign(static_cast<std::size_t>(options_.size), "");
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -82,29 +89,43 @@ std::string Mesh::address() const {
 void Mesh::connect(const std::vector<std::string>& addresses, Clock::time_point deadline) {
   const int n = options_.size;
   if (static_cast<int>(addresses.size()) != n) {
-    throw InvalidArgument(Where{options_.rank, "connect", -1},
-                          std::to_string(addresses.size()) + " addresses for " +
-                              std::to_string(n) + " ranks");
+    throw InvalidArgument(
+        Where{options_.rank, "connect", -1},
+        std::to_string(addresses.size()) + " addresses for " + std::to_string(n) + " ranks");
   }
-  // Each peer's transport: the first device, in priority order, that can reach it.
+  // Each peer's transport: the first device, in priority order, that can reach it and
+  // (where both sides must agree) confirms it.
+  std::vector<std::map<std::string, std::string>> published(n);
+  for (int peer = 0; peer < n; ++peer) published[peer] = parseAddress(addresses[peer]);
   std::vector<std::vector<int>> peersOf(devices_.size());
   std::vector<std::vector<std::string>> addressesOf(devices_.size());
-  for (int peer = 0; peer < n; ++peer) {
-    auto published = parseAddress(addresses[peer]);
-    bool found = false;
-    for (std::size_t d = 0; d < devices_.size() && !found; ++d) {
-      Device& device = *devices_[d];
-      std::string name = device.name();
+  std::vector<bool> assigned(static_cast<std::size_t>(n), false);
+  for (std::size_t d = 0; d < devices_.size(); ++d) {
+    Device& device = *devices_[d];
+    const std::string name = device.name();
+    std::vector<int> candidates;
+    std::vector<std::string> candidateAddresses;
+    for (int peer = 0; peer < n; ++peer) {
+      if (assigned[peer]) continue;
       bool allowed = name == "self" ? peer == options_.rank
                                     : options_.transport == "auto" || options_.transport == name;
-      auto it = published.find(name);
-      if (!allowed || it == published.end() || !device.canConnect(peer, it->second)) continue;
-      peersOf[d].push_back(peer);
-      addressesOf[d].push_back(it->second);
-      transportNames_[peer] = name;
-      found = true;
+      auto it = published[peer].find(name);
+      if (!allowed || it == published[peer].end() || !device.canConnect(peer, it->second)) continue;
+      candidates.push_back(peer);
+      candidateAddresses.push_back(it->second);
     }
-    if (!found) {
+    for (int peer : device.confirm(candidates, candidateAddresses, deadline)) {
+      auto at = std::find(candidates.begin(), candidates.end(), peer);
+      if (at == candidates.end() || assigned[peer]) continue;
+      peersOf[d].push_back(peer);
+      addressesOf[d].push_back(
+          candidateAddresses[static_cast<std::size_t>(at - candidates.begin())]);
+      transportNames_[peer] = name;
+      assigned[peer] = true;
+    }
+  }
+  for (int peer = 0; peer < n; ++peer) {
+    if (!assigned[peer]) {
       throw IoError(Where{options_.rank, "connect", peer},
                     "no transport can reach rank " + std::to_string(peer) + " (it published '" +
                         addresses[peer] + "', COLLX_TRANSPORT=" + options_.transport + ")");
@@ -144,6 +165,15 @@ bool Mesh::progress(std::chrono::microseconds wait, bool tryDirect) {
     Aborted error(Where{options_.rank, "transport", -1}, abortReason_);
     fail(error);
     throw error;
+  }
+  if (wait.count() > 0) {
+    // Devices signalled through memory arm their doorbells, or say that there is no need.
+    for (auto& device : devices_) {
+      if (!device->prepareToSleep()) {
+        wait = std::chrono::microseconds(0);
+        break;
+      }
+    }
   }
   fds_.clear();
   fds_.push_back(pollfd{wakeFd_, POLLIN, 0});

@@ -178,6 +178,19 @@ void Context::connect(const ContextOptions& options) {
       static_cast<int>(*config.getInt("COLLX_TCP_BUFFER", 0, std::int64_t{1} << 30));
   mesh.eagerLimit =
       static_cast<std::uint64_t>(*config.getInt("COLLX_TCP_EAGER_LIMIT", 0, std::int64_t{1} << 30));
+  if (config.isSet("COLLX_SHM_RING_BYTES")) {
+    mesh.shmRingBytes = static_cast<std::uint64_t>(
+        *config.getInt("COLLX_SHM_RING_BYTES", 4096, std::int64_t{1} << 30));
+  }
+  mesh.shmEagerLimit =
+      static_cast<std::uint64_t>(*config.getInt("COLLX_SHM_EAGER_LIMIT", 0, std::int64_t{1} << 30));
+  mesh.shmCma = config.getBool("COLLX_SHM_CMA");
+  const std::string arena = config.getString("COLLX_SHM_ARENA");
+  if (arena != "memfd" && arena != "posix") {
+    throw InvalidArgument(where, "COLLX_SHM_ARENA='" + arena + "': expected memfd or posix");
+  }
+  mesh.shmPosix = arena == "posix";
+  mesh.hostId = config.getString("COLLX_HOST_ID");
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   auto transports = std::make_unique<transport::Mesh>(mesh);
 

@@ -10,7 +10,9 @@ const std::vector<BuildFeature>& buildFeatures() {
   static const std::vector<BuildFeature> kFeatures = {
       {"self transport", true, "always built (a rank to itself)"},
       {"tcp transport", true, "always built (Asio to connect, raw sockets for data)"},
-      {"shm transport", false, "not implemented yet"},
+      {"shm transport", true,
+       "always built (memfd or /dev/shm arenas, process_vm_readv single copy, ring-copy "
+       "fallback)"},
       {"hash store (in process)", true, "always built"},
       {"file store", true, "always built"},
       {"tcp store (server and client)", true, "always built (standalone Asio)"},

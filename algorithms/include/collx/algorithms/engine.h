@@ -37,7 +37,7 @@ struct CallInfo {
   const char* collective = "";
   const char* algorithm = nullptr;  // nullptr for point to point
   int peer = -1;                    // point to point: the peer
-  transport::MessageKey key;  // seq and space; the schedule supplies the steps
+  transport::MessageKey key;        // seq and space; the schedule supplies the steps
   transport::Fingerprint fingerprint;
   DataType dtype = DataType::kUint8;
   ReduceOp op;
@@ -129,7 +129,8 @@ class Engine {
   std::vector<std::shared_ptr<Execution>> active_;   // admitted, running (drive_)
   std::atomic<int> callersWaiting_{0};
   std::atomic<int> asyncInFlight_{0};
-  bool stopping_ = false;
+  // Set under stateMutex_; the progress thread also reads it while driving (without it).
+  std::atomic<bool> stopping_{false};
   std::thread progressThread_;
 };
 

@@ -26,11 +26,28 @@ class Device {
   virtual std::string address() const = 0;
   // Whether this device can reach `peer`, given the address it published on this device.
   virtual bool canConnect(int peer, const std::string& peerAddress) const = 0;
+  // Of `peers` (each accepted by canConnect), the ones this device will connect. A device
+  // whose reachability needs both sides' say (shm: each maps the other's arena) agrees on
+  // it with each peer here, so that both ends pick the same transport; blocking, bounded by
+  // `deadline` (TimeoutError). The others fall through to the next device. Default: all.
+  virtual std::vector<int> confirm(const std::vector<int>& peers,
+                                   const std::vector<std::string>& addresses,
+                                   std::chrono::steady_clock::time_point deadline) {
+    (void)addresses;
+    (void)deadline;
+    return peers;
+  }
   // Connects to `peers` (all of which chose this device; addresses indexed like peers).
   // Blocking, bounded by `deadline`. Returns one pair per peer, owned by the device.
   virtual std::vector<Pair*> connect(const std::vector<int>& peers,
                                      const std::vector<std::string>& addresses,
                                      std::chrono::steady_clock::time_point deadline) = 0;
+
+  // The mesh is about to sleep in poll(). A device whose peers signal it through memory
+  // rather than a descriptor (shm) arms its doorbell here, which addPollFds() then adds, and
+  // returns false, arming nothing, when something is already waiting (the mesh then only
+  // looks). Default: true.
+  virtual bool prepareToSleep() { return true; }
 
   // Descriptors the mesh polls for this device, with the events wanted now (readable always,
   // writable while output waits). Appended to `fds`; returns how many were added.

@@ -34,7 +34,8 @@ struct MeshOptions {
   // Bounds connecting; collectives have their own deadlines.
   std::chrono::milliseconds timeout{30000};
   Describer describer;
-  // "auto" (the best transport per peer) or a transport name that every pair must use.
+  // "auto" (the best transport per peer: self, shm within a host, tcp) or a transport name
+  // that every pair must use ("tcp", "shm").
   std::string transport = "auto";
   // TCP: streams per peer, the interface to use ("" = the one that routes to routeHost),
   // the size up to which messages are sent eagerly.
@@ -46,6 +47,15 @@ struct MeshOptions {
   // the buffers up to net.ipv4.tcp_wmem / tcp_rmem as bandwidth needs (setting a size turns
   // autotuning off and is capped by net.core.wmem_max / rmem_max).
   int tcpBufferBytes = 0;
+  // Shared memory: bytes per ring (a power of two; 0: from the world size), the largest
+  // message copied through the ring eagerly, whether large messages may be copied straight
+  // from the sender's memory (CMA), a named /dev/shm arena instead of a memfd, and an
+  // override of this host's identity (tests simulate several hosts with it).
+  std::uint64_t shmRingBytes = 0;
+  std::uint64_t shmEagerLimit = 256 * 1024;
+  bool shmCma = true;
+  bool shmPosix = false;
+  std::string hostId;
 };
 
 // State every pair of a mesh shares.
@@ -95,9 +105,10 @@ class Mesh {
   int rank() const noexcept { return options_.rank; }
   int size() const noexcept { return options_.size; }
   const MeshOptions& options() const noexcept { return options_; }
-  // "self", "tcp 127.0.0.1:40123": for error messages and benchmark headers.
+  // "self", "shm pid 1234, cma", "tcp 127.0.0.1:40123": for error messages and benchmark
+  // headers.
   std::string describePeer(int peer) const;
-  // Transport names per peer ("self", "tcp", ...), indexed by rank.
+  // Transport names per peer ("self", "shm", "tcp"), indexed by rank.
   std::vector<std::string> transportNames() const;
   LinkState& link() noexcept { return link_; }
 
@@ -124,8 +135,8 @@ class Mesh {
  private:
   MeshOptions options_;
   LinkState link_;
-  std::vector<std::unique_ptr<Device>> devices_;  // in priority order: self, tcp
-  std::vector<Pair*> pairs_;                       // by peer rank
+  std::vector<std::unique_ptr<Device>> devices_;  // in priority order: self, shm, tcp
+  std::vector<Pair*> pairs_;                      // by peer rank
   std::vector<std::string> transportNames_;
   std::vector<pollfd> fds_;
   std::vector<std::size_t> fdCounts_;  // per device, into fds_

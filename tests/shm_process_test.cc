@@ -1,0 +1,273 @@
+// The shared-memory transport between real processes: CMA refused (the ring-copy fallback),
+// jobs that mix shm and tcp, more ranks than cores, a rank killed during a ring copy, and
+// arenas that nothing leaves behind: after kill -9 of a rank and of the launcher.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include "collx/rendezvous/prefix_store.h"
+#include "collx/rendezvous/store.h"
+#include "collx/rendezvous/tcp_store.h"
+#include "collx/transport/mesh.h"
+#include "collx/transport/shm_segments.h"
+#include "util/test_util.h"
+
+namespace collx {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Process;
+
+// Ranks started one by one (each with its own environment) over a TCP store.
+class Ranks {
+ public:
+  Ranks(int size, const std::vector<std::string>& args,
+        const std::function<std::map<std::string, std::string>(int)>& envFor) {
+    for (int r = 0; r < size; ++r) {
+      std::vector<std::string> argv = {test::binDir() + "/collx-test-worker"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      std::map<std::string, std::string> env = {
+          {"COLLX_RANK", std::to_string(r)}, {"COLLX_WORLD_SIZE", std::to_string(size)},
+          {"COLLX_STORE", server_.url()},    {"COLLX_JOB_ID", "shm-process-test"},
+          {"COLLX_TIMEOUT", "60s"},          {"TEST_WORKER_DESCRIBE", "1"}};
+      for (auto& [name, value] : envFor(r)) env[name] = value;
+      ranks_.push_back(std::make_unique<Process>(argv, env));
+    }
+  }
+  Process& rank(int r) { return *ranks_[r]; }
+  int size() const { return static_cast<int>(ranks_.size()); }
+  // Waits for every rank and expects exit code 0.
+  void expectSuccess() {
+    for (int r = 0; r < size(); ++r) {
+      ASSERT_TRUE(rank(r).wait(120s)) << "rank " << r << " did not finish";
+      EXPECT_EQ(rank(r).exitCode(), 0) << "rank " << r << ": " << rank(r).err();
+    }
+  }
+  bool allReady() {
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      bool all = true;
+      for (auto& p : ranks_) {
+        p->wait(1ms);
+        all = all && p->out().find("ready") != std::string::npos;
+      }
+      if (all) return true;
+    }
+    return false;
+  }
+
+ private:
+  rendezvous::TcpStoreServer server_;
+  std::vector<std::unique_ptr<Process>> ranks_;
+};
+
+bool says(Process& p, const std::string& text) { return p.out().find(text) != std::string::npos; }
+
+TEST(ShmProcesses, ARankWhoseCmaIsRefusedReceivesThroughTheRing) {
+  // Rank 1 runs under a seccomp filter that refuses process_vm_readv (as container
+  // runtimes do): it cannot read its peers' memory and asks for ring copies; the others
+  // still read its memory directly.
+  Ranks job(3, {"sweep", "70001"}, [](int r) {
+    std::map<std::string, std::string> env = {{"COLLX_TRANSPORT", "shm"}};
+    if (r == 1) env["TEST_WORKER_DENY_CMA"] = "1";
+    return env;
+  });
+  job.expectSuccess();
+  EXPECT_TRUE(
+      says(job.rank(1), "peer 0: shm pid " + std::to_string(job.rank(0).pid()) + ", ring copy"))
+      << job.rank(1).out();
+  EXPECT_TRUE(
+      says(job.rank(1), "peer 2: shm pid " + std::to_string(job.rank(2).pid()) + ", ring copy"))
+      << job.rank(1).out();
+  EXPECT_TRUE(says(job.rank(0), "peer 1: shm pid " + std::to_string(job.rank(1).pid()) + ", cma"))
+      << job.rank(0).out();
+  EXPECT_TRUE(says(job.rank(0), "peer 2: shm pid " + std::to_string(job.rank(2).pid()) + ", cma"))
+      << job.rank(0).out();
+}
+
+TEST(ShmProcesses, CmaTurnedOffCopiesEverythingThroughTheRing) {
+  Ranks job(3, {"sweep", "70001"}, [](int) {
+    return std::map<std::string, std::string>{
+        {"COLLX_TRANSPORT", "shm"}, {"COLLX_SHM_CMA", "0"}, {"COLLX_SHM_RING_BYTES", "65536"}};
+  });
+  job.expectSuccess();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(says(job.rank(r), "peer " + std::to_string((r + 1) % 3) + ": shm pid " +
+                                      std::to_string(job.rank((r + 1) % 3).pid()) + ", ring copy"))
+        << job.rank(r).out();
+  }
+}
+
+TEST(ShmProcesses, TwoSimulatedHostsUseShmWithinAndTcpAcross) {
+  Ranks job(4, {"sweep", "70001"}, [](int r) {
+    return std::map<std::string, std::string>{{"COLLX_HOST_ID", r < 2 ? "host-a" : "host-b"}};
+  });
+  job.expectSuccess();
+  for (int r = 0; r < 4; ++r) {
+    for (int p = 0; p < 4; ++p) {
+      if (p == r) continue;
+      const std::string expected =
+          "peer " + std::to_string(p) + ": " + ((p < 2) == (r < 2) ? "shm pid" : "tcp ");
+      EXPECT_TRUE(says(job.rank(r), expected)) << "rank " << r << ": " << job.rank(r).out();
+    }
+  }
+}
+
+TEST(ShmProcesses, EightRanksOnTwoCoresProgress) {
+  // More ranks than cores: waiting ranks yield and sleep (their doorbells wake them), so the
+  // rank being waited for gets a core.
+  auto start = std::chrono::steady_clock::now();
+  test::RunResult r = test::run({test::binDir() + "/collx-run", "-n", "8", "--timeout", "120s",
+                                 "--", test::binDir() + "/collx-test-worker", "sweep", "70001"},
+                                {{"COLLX_TRANSPORT", "shm"},
+                                 {"COLLX_JOB_ID", ""},
+                                 {"COLLX_STORE", ""},
+                                 {"COLLX_TIMEOUT", "60s"}},
+                                180s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 90s);
+}
+
+TEST(ShmProcesses, ARankKilledDuringARingCopyIsNamedByTheOthers) {
+  Ranks job(3, {"loop", "50000", "0"}, [](int) {
+    return std::map<std::string, std::string>{
+        {"COLLX_TRANSPORT", "shm"}, {"COLLX_SHM_CMA", "0"}, {"COLLX_SHM_RING_BYTES", "16384"}};
+  });
+  ASSERT_TRUE(job.allReady());
+  auto killed = std::chrono::steady_clock::now();
+  job.rank(1).signal(SIGKILL);
+  for (int r : {0, 2}) {
+    ASSERT_TRUE(job.rank(r).wait(20s)) << "rank " << r << " did not notice";
+    EXPECT_EQ(job.rank(r).exitCode(), 10) << "rank " << r << ": " << job.rank(r).err();
+    EXPECT_NE(job.rank(r).err().find("(peer rank 1)"), std::string::npos) << job.rank(r).err();
+    EXPECT_NE(job.rank(r).err().find("rank 1 died or was killed"), std::string::npos)
+        << job.rank(r).err();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 15s);
+}
+
+// ---- nothing left behind ------------------------------------------------------------------
+
+std::vector<std::string> segments() {
+  std::vector<std::string> names;
+  if (DIR* dir = ::opendir(transport::kShmDirectory)) {
+    while (dirent* e = ::readdir(dir)) {
+      if (std::string(e->d_name).rfind(transport::kShmPrefix, 0) == 0) names.push_back(e->d_name);
+    }
+    ::closedir(dir);
+  }
+  return names;
+}
+
+bool hasSegmentOf(pid_t pid) {
+  for (const std::string& name : segments()) {
+    if (name.find("-" + std::to_string(pid) + "-r") != std::string::npos) return true;
+  }
+  return false;
+}
+
+bool waitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+// A job of two ranks whose rank 1 is this test: it publishes a real arena but never
+// connects, so rank 0 (under collx-run, node 0 of 2) holds its named arena open while it
+// waits in the shared-memory handshake. Returns rank 0's pid.
+class HalfJob {
+ public:
+  explicit HalfJob(const std::string& arena) {
+    const std::string port = std::to_string(test::freePort());
+    job_ = "shm-cleanup-" + std::to_string(::getpid()) + "-" + arena;
+    launcher_ = std::make_unique<Process>(
+        std::vector<std::string>{test::binDir() + "/collx-run", "-n", "1", "--nnodes", "2",
+                                 "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port",
+                                 port, "--job-id", job_, "--",
+                                 test::binDir() + "/collx-test-worker", "count", "10"},
+        std::map<std::string, std::string>{{"COLLX_SHM_ARENA", arena},
+                                           {"COLLX_TIMEOUT", "60s"},
+                                           {"COLLX_STORE", ""},
+                                           {"COLLX_JOB_ID", ""}});
+    rendezvous::StoreOptions options;
+    options.timeout = 30s;
+    store_ = std::make_shared<rendezvous::PrefixStore>(
+        "collx/" + job_ + "/0", rendezvous::openStore("tcp://127.0.0.1:" + port, options), options);
+    // Rank 0's join record names its pid.
+    std::string record = rendezvous::toString(store_->get("rank/0"));
+    rank0_ = std::stoi(record.substr(record.find("pid=") + 4));
+    store_->set("rank/1",
+                "host=fake\nboot=fake\npid=" + std::to_string(::getpid()) + "\nlocal_rank=1\n");
+    transport::MeshOptions mesh;
+    mesh.rank = 1;
+    mesh.size = 2;
+    mesh.jobId = job_;
+    mesh.transport = "shm";
+    fake_ = std::make_unique<transport::Mesh>(mesh);
+    store_->set("transport/1", fake_->address());
+  }
+  Process& launcher() { return *launcher_; }
+  pid_t rank0() const { return rank0_; }
+
+ private:
+  std::string job_;
+  std::unique_ptr<Process> launcher_;
+  std::shared_ptr<rendezvous::Store> store_;
+  std::unique_ptr<transport::Mesh> fake_;
+  pid_t rank0_ = 0;
+};
+
+TEST(ShmCleanup, CollxRunRemovesTheArenaOfARankKilledWithKill9) {
+  HalfJob job("posix");
+  ASSERT_TRUE(waitFor([&] { return hasSegmentOf(job.rank0()); }, 20s))
+      << "rank 0 (pid " << job.rank0() << ") never created its arena: " << job.launcher().err();
+  ::kill(job.rank0(), SIGKILL);
+  // collx-run removes it once the rank exited (then, as node 0, it keeps the store up for
+  // node 1, which never comes: the test ends it).
+  EXPECT_TRUE(waitFor([&] { return !hasSegmentOf(job.rank0()); }, 10s))
+      << "collx-run left rank 0's arena in /dev/shm: " << job.launcher().err();
+  job.launcher().wait(1ms);
+  EXPECT_NE(job.launcher().err().find("was killed by signal 9"), std::string::npos)
+      << job.launcher().err();
+}
+
+TEST(ShmCleanup, TheNextCollxRunRemovesTheArenasOfAKilledLauncher) {
+  HalfJob job("posix");
+  ASSERT_TRUE(waitFor([&] { return hasSegmentOf(job.rank0()); }, 20s))
+      << "rank 0 (pid " << job.rank0() << ") never created its arena";
+  job.launcher().signal(SIGKILL);  // its ranks die with it (and cannot clean up)
+  ASSERT_TRUE(job.launcher().wait(5s));
+  ASSERT_TRUE(waitFor([&] { return !test::processAlive(job.rank0()); }, 10s));
+  test::RunResult next = test::run({test::binDir() + "/collx-run", "-n", "1", "--", "/bin/true"},
+                                   {{"COLLX_JOB_ID", ""}, {"COLLX_STORE", ""}}, 30s);
+  EXPECT_EQ(next.code, 0) << next.err;
+  EXPECT_FALSE(hasSegmentOf(job.rank0())) << "the next collx-run left the dead rank's arena";
+}
+
+TEST(ShmCleanup, MemfdArenasLeaveNothingEvenWhenEverythingIsKilled) {
+  HalfJob job("memfd");  // the default
+  // Rank 0 waits in the handshake with its arena open; /dev/shm has nothing of it.
+  ASSERT_TRUE(waitFor(
+      [&] {
+        std::ifstream maps("/proc/" + std::to_string(job.rank0()) + "/maps");
+        std::string text((std::istreambuf_iterator<char>(maps)), {});
+        return text.find("memfd:collx-shm") != std::string::npos;
+      },
+      20s))
+      << "rank 0 never mapped its arena";
+  EXPECT_FALSE(hasSegmentOf(job.rank0()));
+  job.launcher().signal(SIGKILL);
+  ASSERT_TRUE(job.launcher().wait(5s));
+  ASSERT_TRUE(waitFor([&] { return !test::processAlive(job.rank0()); }, 10s));
+  EXPECT_FALSE(hasSegmentOf(job.rank0()));
+}
+
+}  // namespace
+}  // namespace collx

@@ -1,0 +1,160 @@
+// The shared-memory transport's arena (internal): one per rank and context, holding this
+// rank's state flags and one inbound ring per possible sender.
+//
+// Layout (every field that two processes write sits on a cache line of its own):
+//
+//   ArenaHeader   identity (written once by the owner before it publishes the address),
+//                 state (open / closed / failed, with the failure's kind, culprit and text),
+//                 `sleeping` (the owner is about to block in poll(): ring its doorbell),
+//                 `pulling` (peers copying out of the owner's buffers right now)
+//   verdicts      one byte per rank: the owner's answer to "can we talk over shm?" (0 not yet,
+//                 1 yes: the owner mapped that peer's arena and checked it, 2 no)
+//   rings         one per rank r (r != owner): the single-producer single-consumer ring that
+//                 rank r writes into and the owner reads. RingControl holds the producer's
+//                 `tail` and the consumer's `head` and `creditReturned` (monotonic byte
+//                 counts, never reset), then `ringBytes` of data. Rings of ranks that never
+//                 send (tcp peers, oneself) are never touched, so their pages are never
+//                 allocated.
+//
+// The backing is a memfd (default: nothing to clean up, ever; peers open it through
+// /proc/<pid>/fd/<n>) or a POSIX shm segment (/dev/shm/collx-<pidns>-<pid>-r<rank>-<token>,
+// unlinked once every peer has mapped it; leftovers of killed ranks are removed by collx-run
+// and by the next context on the host whose owner pid is gone).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace collx::transport::shm {
+
+inline constexpr std::uint64_t kArenaMagic = 0x314d48535f584c43ull;  // "CLX_SHM1"
+inline constexpr std::uint32_t kArenaVersion = 1;
+inline constexpr std::size_t kLine = 64;
+inline constexpr std::size_t kErrorTextBytes = 2048;
+
+enum class State : std::uint32_t { kOpen = 0, kClosed = 1, kFailed = 2 };
+enum Verdict : std::uint8_t { kVerdictUnknown = 0, kVerdictYes = 1, kVerdictNo = 2 };
+
+// Fields are plain integers accessed through std::atomic_ref where two parties touch them.
+struct ArenaHeader {
+  // Line 0: identity, immutable after publication.
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::int32_t rank;
+  std::int32_t size;
+  std::uint32_t reserved0;
+  std::int64_t pid;
+  std::uint64_t job;  // hash of the job id and generation
+  std::int64_t generation;
+  std::uint64_t token;      // random: names this arena among every arena ever made
+  std::uint64_t ringBytes;  // data bytes per ring
+  // Line 1: state. `state` is stored last (release) after the error fields.
+  alignas(kLine) std::uint32_t state;
+  std::uint32_t errorKind;
+  std::int32_t culprit;
+  std::uint32_t errorLength;
+  std::uint64_t cmaProbe;  // address (in the owner) of a word holding `token`, for the CMA probe
+  // Line 2: the owner sleeps (a writer that sees 1 exchanges it for 0 and rings the doorbell).
+  alignas(kLine) std::uint32_t sleeping;
+  // Line 3: peers copying from the owner's memory right now (see ShmPair's pulls).
+  alignas(kLine) std::uint32_t pulling;
+  alignas(kLine) char errorText[kErrorTextBytes];
+};
+static_assert(sizeof(ArenaHeader) % kLine == 0);
+
+struct RingControl {
+  alignas(kLine) std::uint64_t tail;             // producer: bytes written
+  alignas(kLine) std::uint64_t head;             // consumer: bytes consumed
+  std::uint64_t creditReturned;                  // consumer: eager bytes (charged) consumed
+  alignas(kLine) std::uint32_t producerWaiting;  // producer blocked on a full ring
+};
+static_assert(sizeof(RingControl) == 3 * kLine);
+
+template <typename T>
+inline std::atomic_ref<T> atomic(T& value) {
+  return std::atomic_ref<T>(value);
+}
+
+struct Layout {
+  std::size_t verdicts = 0;
+  std::size_t rings = 0;
+  std::size_t ringStride = 0;
+  std::size_t total = 0;
+
+  static Layout of(int size, std::uint64_t ringBytes);
+};
+
+// A shared mapping (munmap on destruction).
+class Mapping {
+ public:
+  Mapping(void* base, std::size_t bytes) noexcept : base_(base), bytes_(bytes) {}
+  ~Mapping();
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+
+  std::uint8_t* base() const noexcept { return static_cast<std::uint8_t*>(base_); }
+  std::size_t bytes() const noexcept { return bytes_; }
+  ArenaHeader* header() const noexcept { return reinterpret_cast<ArenaHeader*>(base_); }
+  std::uint8_t* verdicts(const Layout& layout) const noexcept { return base() + layout.verdicts; }
+  RingControl* ring(const Layout& layout, int sender) const noexcept {
+    return reinterpret_cast<RingControl*>(base() + layout.rings +
+                                          layout.ringStride * static_cast<std::size_t>(sender));
+  }
+
+ private:
+  void* base_;
+  std::size_t bytes_;
+};
+
+// The owner's side of an arena: its backing (memfd or POSIX segment) and its mapping.
+class Arena {
+ public:
+  // Creates and maps an arena for `rank` of `size` and fills in its header. `posix`: a
+  // named /dev/shm segment instead of a memfd. Throws IoError.
+  Arena(int rank, int size, std::uint64_t job, std::int64_t generation, std::uint64_t ringBytes,
+        bool posix);
+  // Closes the backing (unlinks a segment still named) and unmaps (unless peers in this
+  // process still use the mapping).
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  const std::shared_ptr<Mapping>& mapping() const noexcept { return mapping_; }
+  const Layout& layout() const noexcept { return layout_; }
+  ArenaHeader* header() const noexcept { return mapping_->header(); }
+  std::uint64_t token() const noexcept { return token_; }
+  // Where peers find it: "fd<N>" (memfd of this pid) or "n<segment name without '/'>".
+  std::string locator() const;
+  // Drops the name and the descriptor: every peer that will map it has done so.
+  void seal() noexcept;
+
+ private:
+  std::uint64_t token_;
+  Layout layout_;
+  int fd_ = -1;
+  std::string name_;  // POSIX: "/collx-...", until unlinked
+  std::shared_ptr<Mapping> mapping_;
+};
+
+// Maps a peer's arena given its locator, pid and published size. Arenas of this process
+// are found in a process-wide registry (one mapping per arena, so that every thread of the
+// process sees the same addresses: required for correct atomics under ThreadSanitizer).
+// Returns nullptr and sets `why` when it cannot.
+std::shared_ptr<Mapping> mapPeerArena(pid_t pid, const std::string& locator, std::uint64_t token,
+                                      std::size_t bytes, std::string& why);
+
+// Hash of this host's identity: COLLX_HOST_ID if given (tests), else hostname + boot id.
+std::uint64_t hostId(const std::string& override);
+
+// A random 64-bit number (getrandom, else the clock and pid mixed).
+std::uint64_t randomToken();
+
+// This process's PID namespace inode ("4026531836"), "" when unknown.
+std::string pidNamespace();
+
+}  // namespace collx::transport::shm

@@ -1,0 +1,444 @@
+#include "shm_device.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <thread>
+
+#include "collx/base/log.h"
+#include "collx/transport/shm_segments.h"
+
+namespace collx::transport::shm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Bytes one pair reads from its ring (or copies from its peer) per progress() before the
+// other pairs get a turn.
+constexpr std::uint64_t kPairBudget = 32u << 20;
+// How often a rank that does not sleep looks whether its peers' processes still exist.
+constexpr std::chrono::milliseconds kLivenessPeriod(10);
+// How long a rank that fails or closes waits for peers copying out of its buffers.
+constexpr std::chrono::milliseconds kPullersGrace(1000);
+
+std::uint64_t jobHash(const std::string& job, std::int64_t generation) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : job) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h ^ static_cast<std::uint64_t>(generation) * 0x9e3779b97f4a7c15ull;
+}
+
+std::string hex(std::uint64_t value) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%llx", static_cast<unsigned long long>(value));
+  return buf;
+}
+
+bool parseHex(const std::string& text, std::uint64_t& out) {
+  if (text.empty() || text.size() > 16) return false;
+  char* end = nullptr;
+  out = std::strtoull(text.c_str(), &end, 16);
+  return end == text.c_str() + text.size();
+}
+
+bool parseDecimal(const std::string& text, std::uint64_t& out) {
+  if (text.empty() || text.size() > 19) return false;
+  char* end = nullptr;
+  out = std::strtoull(text.c_str(), &end, 10);
+  return end == text.c_str() + text.size();
+}
+
+// The doorbell of the rank whose process is `pid` and arena token `token`.
+void bellAddress(pid_t pid, std::uint64_t token, sockaddr_un& address, socklen_t& length) {
+  std::memset(&address, 0, sizeof(address));
+  address.sun_family = AF_UNIX;
+  std::string name = "collx-bell-" + std::to_string(pid) + "-" + hex(token);
+  std::memcpy(address.sun_path + 1, name.data(), name.size());  // abstract: sun_path[0] = 0
+  length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+}
+
+int openPidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  long fd = ::syscall(SYS_pidfd_open, pid, 0);
+  if (fd >= 0) {
+    // pidfd_open sets close-on-exec already (it is always O_CLOEXEC).
+    return static_cast<int>(fd);
+  }
+#else
+  (void)pid;
+#endif
+  return -1;  // an old kernel: kill(pid, 0) instead
+}
+
+}  // namespace
+
+std::uint64_t ShmDevice::defaultRingBytes(int size) {
+  // 1 MiB per peer, shrinking so that an arena's rings stay within 8 MiB (only the rings of
+  // peers that really send are ever touched), and never below 64 KiB.
+  const std::uint64_t peers = static_cast<std::uint64_t>(std::max(1, size - 1));
+  std::uint64_t ring = 1u << 20;
+  while (ring > (64u << 10) && ring * peers > (8u << 20)) ring /= 2;
+  return ring;
+}
+
+ShmDevice::ShmDevice(LinkState& link, const MeshOptions& options)
+    : link_(link),
+      options_(options),
+      host_(hostId(options.hostId)),
+      job_(jobHash(options.jobId, options.generation)),
+      ringBytes_(options.shmRingBytes > 0 ? options.shmRingBytes : defaultRingBytes(options.size)) {
+  if (ringBytes_ < 4096 || (ringBytes_ & (ringBytes_ - 1)) != 0) {
+    throw InvalidArgument(where(), "COLLX_SHM_RING_BYTES=" + std::to_string(ringBytes_) +
+                                       " is not a power of two of at least 4096");
+  }
+  if (options_.shmPosix) removeShmLeftovers();  // of ranks that were killed before
+  arena_ = std::make_unique<Arena>(options.rank, options.size, job_, options.generation, ringBytes_,
+                                   options_.shmPosix);
+  cmaProbe_ = arena_->token();
+  arena_->header()->cmaProbe = reinterpret_cast<std::uint64_t>(&cmaProbe_);
+
+  bellFd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sendFd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (bellFd_ < 0 || sendFd_ < 0) {
+    int err = errno;
+    if (bellFd_ >= 0) ::close(bellFd_);
+    if (sendFd_ >= 0) ::close(sendFd_);
+    throw IoError(where(), std::string("cannot create the doorbell socket: ") + std::strerror(err));
+  }
+  sockaddr_un bell;
+  socklen_t length;
+  bellAddress(::getpid(), arena_->token(), bell, length);
+  if (::bind(bellFd_, reinterpret_cast<sockaddr*>(&bell), length) != 0) {
+    int err = errno;
+    ::close(bellFd_);
+    ::close(sendFd_);
+    throw IoError(where(), std::string("cannot bind the doorbell socket: ") + std::strerror(err));
+  }
+  address_ = hex(host_) + "." + std::to_string(::getpid()) + "." + arena_->locator() + "." +
+             std::to_string(arena_->layout().total) + "." + hex(arena_->token());
+  COLLX_DEBUG(kShm, "rank {}: arena of {} bytes ({} per ring), address {}", options_.rank,
+              arena_->layout().total, ringBytes_, address_);
+}
+
+ShmDevice::~ShmDevice() {
+  letGo(State::kClosed);
+  pairs_.clear();
+  for (int fd : pidfds_) {
+    if (fd >= 0) ::close(fd);
+  }
+  for (auto& [rank, c] : confirmed_) {
+    if (c.pidfd >= 0) ::close(c.pidfd);
+  }
+  if (bellFd_ >= 0) ::close(bellFd_);
+  if (sendFd_ >= 0) ::close(sendFd_);
+  arena_.reset();
+}
+
+bool ShmDevice::parse(const std::string& text, Published& out) {
+  // "<host id hex>.<pid>.<locator>.<bytes>.<token hex>"
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    std::size_t dot = text.find('.', start);
+    parts.push_back(text.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  std::uint64_t pid = 0;
+  if (parts.size() != 5 || !parseHex(parts[0], out.host) || !parseDecimal(parts[1], pid) ||
+      pid == 0 || pid > 0x7fffffff || parts[2].empty() || !parseDecimal(parts[3], out.bytes) ||
+      !parseHex(parts[4], out.token)) {
+    return false;
+  }
+  out.pid = static_cast<pid_t>(pid);
+  out.locator = parts[2];
+  return true;
+}
+
+bool ShmDevice::canConnect(int peer, const std::string& peerAddress) const {
+  Published published;
+  return peer != options_.rank && parse(peerAddress, published) && published.host == host_;
+}
+
+bool ShmDevice::probe(int peer, const Published& published, PeerView& view,
+                      std::string& why) const {
+  view.rank = peer;
+  view.pid = published.pid;
+  view.samePid = published.pid == ::getpid();
+  view.mapping =
+      mapPeerArena(published.pid, published.locator, published.token, published.bytes, why);
+  if (!view.mapping) return false;
+  const ArenaHeader& h = *view.mapping->header();
+  if (h.rank != peer || h.size != options_.size || h.job != job_ ||
+      h.generation != options_.generation) {
+    why = "its arena belongs to rank " + std::to_string(h.rank) + " of " + std::to_string(h.size) +
+          (h.job != job_ || h.generation != options_.generation ? " of another job or generation"
+                                                                : "");
+    return false;
+  }
+  if (h.ringBytes < 4096 || (h.ringBytes & (h.ringBytes - 1)) != 0) {
+    why = "its rings of " + std::to_string(h.ringBytes) + " bytes are not a power of two";
+    return false;
+  }
+  view.layout = Layout::of(options_.size, h.ringBytes);
+  if (view.layout.total != published.bytes) {
+    why = "its arena's size does not match its layout";
+    return false;
+  }
+  bellAddress(published.pid, published.token, view.bell, view.bellLength);
+  // A datagram of no bytes: reaches the doorbell only within the same network namespace.
+  if (::sendto(sendFd_, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL,
+               reinterpret_cast<const sockaddr*>(&view.bell), view.bellLength) != 0 &&
+      errno != EAGAIN) {
+    why = std::string("its doorbell is unreachable: ") + std::strerror(errno);
+    return false;
+  }
+  view.cma = false;
+  if (options_.shmCma) {
+    if (view.samePid) {
+      view.cma = true;
+    } else {
+      std::uint64_t value = 0;
+      iovec local{&value, sizeof(value)};
+      iovec remote{reinterpret_cast<void*>(h.cmaProbe), sizeof(value)};
+      ssize_t got = ::process_vm_readv(published.pid, &local, 1, &remote, 1, 0);
+      view.cma = got == static_cast<ssize_t>(sizeof(value)) && value == published.token;
+      if (!view.cma) {
+        COLLX_INFO(kShm,
+                   "rank {}: cannot read rank {}'s memory (process_vm_readv: {}); large "
+                   "messages from it are copied through the ring",
+                   options_.rank, peer, got < 0 ? std::strerror(errno) : "wrong value");
+      }
+    }
+  }
+  return true;
+}
+
+bool ShmDevice::alive(pid_t pid, int pidfd) const {
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;
+  }
+  return pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+std::vector<int> ShmDevice::confirm(const std::vector<int>& peers,
+                                    const std::vector<std::string>& addresses,
+                                    Clock::time_point deadline) {
+  const Layout& layout = arena_->layout();
+  std::uint8_t* verdicts = arena_->mapping()->verdicts(layout);
+  // Every verdict first, then the waits: each side decides before it waits for the other.
+  std::map<int, Confirmed> pending;
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    const int peer = peers[i];
+    Published published;
+    PeerView view;
+    std::string why;
+    bool ok = parse(addresses[i], published) && probe(peer, published, view, why);
+    atomic(verdicts[peer]).store(ok ? kVerdictYes : kVerdictNo, std::memory_order_release);
+    if (!ok) {
+      COLLX_INFO(kShm,
+                 "rank {}: rank {} seems to be on this host but its arena does not work "
+                 "from here ({}): using the next transport",
+                 options_.rank, peer, why);
+      continue;
+    }
+    Confirmed c;
+    c.pidfd = view.samePid ? -1 : openPidfd(view.pid);
+    c.view = std::move(view);
+    pending.emplace(peer, std::move(c));
+  }
+  std::vector<int> out;
+  auto pause = std::chrono::microseconds(20);
+  while (!pending.empty()) {
+    for (auto it = pending.begin(); it != pending.end();) {
+      const int peer = it->first;
+      Confirmed& c = it->second;
+      std::uint8_t* theirs = c.view.mapping->verdicts(c.view.layout);
+      const auto verdict = atomic(theirs[options_.rank]).load(std::memory_order_acquire);
+      if (verdict == kVerdictUnknown) {
+        if (!alive(c.view.pid, c.pidfd)) {
+          throw IoError(where(peer), "rank " + std::to_string(peer) + " (pid " +
+                                         std::to_string(c.view.pid) +
+                                         ") died during the shared-memory handshake: rank " +
+                                         std::to_string(peer) + " died or was killed");
+        }
+        ++it;
+        continue;
+      }
+      if (verdict == kVerdictYes) {
+        out.push_back(peer);
+        confirmed_.emplace(peer, std::move(c));
+      } else {
+        COLLX_INFO(kShm, "rank {}: rank {} cannot use this rank's arena: using the next transport",
+                   options_.rank, peer);
+        if (c.pidfd >= 0) ::close(c.pidfd);
+      }
+      it = pending.erase(it);
+    }
+    if (pending.empty()) break;
+    if (Clock::now() >= deadline) {
+      std::string missing;
+      for (auto& [peer, c] : pending) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
+        if (c.pidfd >= 0) ::close(c.pidfd);
+      }
+      throw TimeoutError(
+          where(pending.begin()->first),
+          "rank(s) " + missing + " did not answer the shared-memory handshake within the timeout");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(2));
+  }
+  // Whoever maps this arena has done so: the name (or descriptor) can go.
+  arena_->seal();
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<Pair*> ShmDevice::connect(const std::vector<int>& peers,
+                                      const std::vector<std::string>&, Clock::time_point) {
+  ShmPairOptions pairOptions;
+  pairOptions.eagerLimit = options_.shmEagerLimit;
+  pairOptions.cma = options_.shmCma;
+  std::vector<Pair*> out;
+  for (int peer : peers) {
+    auto it = confirmed_.find(peer);
+    if (it == confirmed_.end()) {
+      throw InvalidArgument(
+          where(peer), "rank " + std::to_string(peer) + " was not confirmed for shared memory");
+    }
+    pairs_.push_back(std::make_unique<ShmPair>(link_, pairOptions, *arena_->mapping(),
+                                               arena_->layout(), it->second.view, sendFd_));
+    pidfds_.push_back(it->second.pidfd);
+    it->second.pidfd = -1;
+    out.push_back(pairs_.back().get());
+  }
+  confirmed_.clear();
+  COLLX_DEBUG(kShm, "rank {}: {} peer(s) over shared memory", options_.rank, pairs_.size());
+  return out;
+}
+
+bool ShmDevice::prepareToSleep() {
+  if (pairs_.empty()) return true;
+  auto sleeping = atomic(arena_->header()->sleeping);
+  sleeping.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (auto& pair : pairs_) {
+    if (pair->wouldWake()) {
+      sleeping.store(0, std::memory_order_relaxed);
+      return false;
+    }
+  }
+  armed_ = true;
+  return true;
+}
+
+std::size_t ShmDevice::addPollFds(std::vector<pollfd>& fds) {
+  if (!armed_) return 0;
+  fds.push_back(pollfd{bellFd_, POLLIN, 0});
+  for (std::size_t i = 0; i < pairs_.size(); ++i) {
+    const bool watch = pidfds_[i] >= 0 && !pairs_[i]->exited();
+    fds.push_back(pollfd{watch ? pidfds_[i] : -1, POLLIN, 0});
+  }
+  return 1 + pairs_.size();
+}
+
+void ShmDevice::drainBell() noexcept {
+  char byte;
+  while (::recv(bellFd_, &byte, sizeof(byte), MSG_DONTWAIT) >= 0) {
+  }
+}
+
+bool ShmDevice::progress(const pollfd* results, std::size_t count) {
+  bool moved = false;
+  bool deaths = false;
+  if (armed_) {
+    armed_ = false;
+    atomic(arena_->header()->sleeping).store(0, std::memory_order_relaxed);
+    if (count > 0 && (results[0].revents & POLLIN)) {
+      drainBell();
+      moved = true;
+    }
+    for (std::size_t i = 1; i < count; ++i) deaths |= results[i].revents != 0;
+  }
+  for (auto& pair : pairs_) {
+    std::uint64_t budget = kPairBudget;
+    moved |= pair->progress(budget);
+  }
+  const auto now = Clock::now();
+  if (deaths || now >= nextCheck_) {
+    nextCheck_ = now + kLivenessPeriod;
+    checkLiveness();
+  }
+  return moved;
+}
+
+void ShmDevice::checkLiveness() {
+  checks_.clear();
+  std::vector<std::size_t> which;
+  for (std::size_t i = 0; i < pairs_.size(); ++i) {
+    ShmPair& pair = *pairs_[i];
+    if (pair.exited() || pair.samePid()) continue;
+    if (pidfds_[i] >= 0) {
+      checks_.push_back(pollfd{pidfds_[i], POLLIN, 0});
+      which.push_back(i);
+    } else if (::kill(pair.peerPid(), 0) != 0 && errno == ESRCH) {
+      pair.peerExited();
+    }
+  }
+  if (checks_.empty()) return;
+  if (::poll(checks_.data(), checks_.size(), 0) <= 0) return;
+  for (std::size_t k = 0; k < checks_.size(); ++k) {
+    if (checks_[k].revents != 0) pairs_[which[k]]->peerExited();
+  }
+}
+
+void ShmDevice::letGo(State state) noexcept {
+  ArenaHeader* h = arena_->header();
+  std::uint32_t open = static_cast<std::uint32_t>(State::kOpen);
+  atomic(h->state).compare_exchange_strong(open, static_cast<std::uint32_t>(state),
+                                           std::memory_order_seq_cst);
+  // Peers that began copying from this rank's buffers before they saw the new state finish
+  // first: after this, nobody reads them.
+  const auto until = Clock::now() + kPullersGrace;
+  while (atomic(h->pulling).load(std::memory_order_seq_cst) != 0) {
+    if (Clock::now() >= until) {
+      COLLX_WARN(kShm, "rank {}: a peer is still copying from this rank's buffers after {} ms",
+                 options_.rank, kPullersGrace.count());
+      break;
+    }
+    std::this_thread::yield();
+  }
+  for (auto& pair : pairs_) pair->ring();
+}
+
+void ShmDevice::failAll(const Error& error) noexcept {
+  ArenaHeader* h = arena_->header();
+  if (atomic(h->state).load(std::memory_order_acquire) ==
+      static_cast<std::uint32_t>(State::kOpen)) {
+    // Every peer learns why (the state, stored after these, publishes them).
+    const std::string& text = error.detail();
+    const std::size_t n = std::min(text.size(), kErrorTextBytes);
+    std::memcpy(h->errorText, text.data(), n);
+    h->errorLength = static_cast<std::uint32_t>(n);
+    h->errorKind = static_cast<std::uint32_t>(error.kind());
+    h->culprit = error.peer();
+  }
+  letGo(State::kFailed);
+  for (auto& pair : pairs_) pair->failAll(error);
+}
+
+}  // namespace collx::transport::shm
