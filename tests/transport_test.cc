@@ -411,7 +411,8 @@ TEST(ShmTransport, SleepingRanksAreWokenByTheirPeers) {
       o.shmRingBytes = c.ring;
     });
     const int rounds = 200;
-    const auto wait = std::chrono::milliseconds(200);
+    // A lost wakeup stalls a round trip for the whole wait; scheduling never comes close.
+    const auto wait = std::chrono::milliseconds(2000);
     std::atomic<int> slow{0};
     auto player = [&](int rank) {
       std::vector<std::uint8_t> buffer(c.bytes, static_cast<std::uint8_t>(rank));
@@ -432,7 +433,7 @@ TEST(ShmTransport, SleepingRanksAreWokenByTheirPeers) {
     t0.join();
     t1.join();
     EXPECT_EQ(slow.load(), 0) << "round trips that waited for their timeout";
-    EXPECT_LT(Clock::now() - start, 20s);
+    EXPECT_LT(Clock::now() - start, 60s);
   }
 }
 

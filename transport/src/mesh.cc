@@ -60,7 +60,13 @@ Mesh::Mesh(const MeshOptions& options) : options_(options) {
   }
   devices_.push_back(std::make_unique<SelfDevice>(options_.rank, link_));
   if (forced != "tcp" && options_.size > 1) {
-    devices_.push_back(std::make_unique<shm::ShmDevice>(link_, options_));
+    try {
+      devices_.push_back(std::make_unique<shm::ShmDevice>(link_, options_));
+    } catch (const IoError& e) {
+      // No shared memory here (no memfd, no /dev/shm, ...): peers reach this rank over tcp.
+      if (forced == "shm") throw;
+      COLLX_WARN(kShm, "rank {}: no shared-memory transport: {}", options_.rank, e.what());
+    }
   }
   if (forced != "shm") devices_.push_back(std::make_unique<tcp::TcpDevice>(link_, options_));
   pairs_.assign(static_cast<std::size_t>(options_.size), nullptr);

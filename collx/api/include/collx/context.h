@@ -83,8 +83,8 @@ class Context {
   const std::shared_ptr<rendezvous::Store>& store() const noexcept { return store_; }
   // Every rank's join record, indexed by rank.
   const std::vector<PeerInfo>& peers() const noexcept { return peers_; }
-  // The transport of each peer ("self", "tcp"), indexed by rank, and a peer's connection
-  // ("tcp 10.0.0.2:4321").
+  // The transport of each peer ("self", "shm", "tcp"), indexed by rank, and a peer's connection
+  // ("tcp 10.0.0.2:4321", "shm pid 1234, cma").
   std::vector<std::string> transports() const;
   std::string describePeer(int peer) const;
   // Thread-safe: wakes every call in flight, which fails with Aborted, as does every later
