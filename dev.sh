@@ -26,7 +26,7 @@ PACKAGES=(
   python3-torch libtorch-dev
 )
 
-say() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
+say() { printf '\033[1m== %s %s\033[0m\n' "$(date +%T)" "$*" >&2; }
 
 install_deps() {
   local missing=()
