@@ -6,7 +6,9 @@
 #   benchmarks/compare/run.sh [BUILD_DIR] [OUT_DIR]
 # Knobs: PS="2 4", SIZES=..., COLL=allreduce, ONLY="collx gloo mpi torch limits",
 #        MIN_TIME=0.3, REPEAT=1 (rounds; every implementation runs once per round and the
-#        table takes each one's best round: the machine is noisy), PEERS=path/to/shared/peers
+#        table takes each one's best round: the machine is noisy), PEERS=path/to/shared/peers,
+#        TRANSPORT=tcp (collx's COLLX_TRANSPORT: tcp against the peers' TCP; auto takes shm
+#        between local ranks)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -17,6 +19,7 @@ PEERS=${PEERS:-$root/../shared/peers}
 PS=${PS:-"2 4"}
 SIZES=${SIZES:-4,64,1024,16384,65536,262144,1048576,4194304,16777216,67108864}
 COLL=${COLL:-allreduce}
+TRANSPORT=${TRANSPORT:-tcp}
 MIN_TIME=${MIN_TIME:-0.3}
 ONLY=${ONLY:-"collx gloo mpi torch limits"}
 REPEAT=${REPEAT:-1}
@@ -42,11 +45,12 @@ for P in $PS; do
   if want collx; then
     # The peers all reduce in place (MPI_IN_PLACE, Gloo's and torch's in-place tensors).
     inplace=$([ "$COLL" = allreduce ] && echo --in-place || true)
-    "$build/bin/collx-run" -n "$P" -- "$build/bin/collx-bench" -c "$COLL" --sizes "$SIZES" \
+    COLLX_TRANSPORT=$TRANSPORT "$build/bin/collx-run" -n "$P" -- \
+      "$build/bin/collx-bench" -c "$COLL" --sizes "$SIZES" \
       --min-time "$MIN_TIME" $inplace --csv "$out/collx_p$P.csv" > "$out/collx_p$P.txt"
     # into the peers' CSV shape
     grep -v '^#' "$out/collx_p$P.csv" | tail -n +2 | while IFS=, read -r size count dtype t p50 p99 alg bus wrong algo; do
-      echo "collx,tcp,$COLL,default,$P,$size,$t,$alg,$bus,$([ "$wrong" = 0 ] && echo 1 || echo 0)"
+      echo "collx,$TRANSPORT,$COLL,default,$P,$size,$t,$alg,$bus,$([ "$wrong" = 0 ] && echo 1 || echo 0)"
     done >> "$csv"
   fi
   if want gloo; then
