@@ -597,5 +597,52 @@ TEST(ShmTransport, LeftoversOfDeadProcessesAreRemovedAndOthersKept) {
   EXPECT_NE(segmentOf(::getpid(), collxSegments()), "");
 }
 
+// A gather's root may post its receive after a rank has sent its block and closed its
+// context: what arrived before the goodbye is delivered, and only what can no longer come
+// fails, naming the peer.
+TEST(Transport, WhatAPeerSentBeforeLeavingIsStillDelivered) {
+  auto meshes = connectAll(2, 1);
+  std::vector<std::uint8_t> out(100), in(100, 0), never(8, 0);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::uint8_t>(i * 7 + 1);
+  Done send;
+  send.kind = Request::Kind::kSend;
+  send.peer = 0;
+  send.data = out.data();
+  send.length = out.size();
+  send.key = MessageKey{3, 0, Space::kCollective};
+  meshes[1]->post(send);
+  ASSERT_TRUE(driveAll(meshes, {&send}));
+  meshes[1].reset();  // rank 1 leaves: its goodbye follows the message
+  auto until = Clock::now() + 300ms;
+  while (Clock::now() < until) meshes[0]->progress(std::chrono::microseconds(1000));
+  Done recv;
+  recv.kind = Request::Kind::kRecv;
+  recv.peer = 1;
+  recv.data = in.data();
+  recv.length = in.size();
+  recv.key = send.key;
+  meshes[0]->post(recv);
+  EXPECT_TRUE(recv.finished);
+  EXPECT_EQ(recv.error, "");
+  EXPECT_EQ(in, out);
+  Done late;
+  late.kind = Request::Kind::kRecv;
+  late.peer = 1;
+  late.data = never.data();
+  late.length = never.size();
+  late.key = MessageKey{4, 0, Space::kCollective};
+  try {
+    meshes[0]->post(late);
+    auto deadline = Clock::now() + 5s;
+    while (!late.finished && Clock::now() < deadline) {
+      meshes[0]->progress(std::chrono::microseconds(1000));
+    }
+    EXPECT_TRUE(late.finished);
+    EXPECT_NE(late.error.find("rank 1"), std::string::npos) << late.error;
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("closed its context"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace collx::transport

@@ -64,7 +64,10 @@ TcpPair::~TcpPair() {
 
 void TcpPair::post(Request& request) {
   if (dead_) protocolError("the connection already failed");
-  if (peerClosing_) {
+  if (peerClosing_ && !(request.kind == Request::Kind::kRecv && arrivedEager(request.key))) {
+    // What the peer sent before its goodbye is still delivered (a gather's root may post
+    // its receive after the other ranks have sent their blocks and left); nothing else can
+    // complete any more.
     peerGone("rank " + std::to_string(peer()) + " has closed its context");
   }
   request.progress = 0;
@@ -145,6 +148,17 @@ void TcpPair::post(Request& request) {
   } else {
     smallRecvs_[request.key].push_back(&request);
   }
+}
+
+bool TcpPair::arrivedEager(const MessageKey& key) const {
+  auto found = unexpected_.find(key);
+  if (found == unexpected_.end()) return false;
+  for (const auto& u : found->second) {
+    if (u->claimedBy == nullptr) {
+      return u->header.type == static_cast<std::uint8_t>(FrameType::kEager) && u->arrived;
+    }
+  }
+  return false;
 }
 
 void TcpPair::sendReady(Request& request) {

@@ -109,6 +109,8 @@ class TcpPair final : public Pair {
   void complete(Request& request);
   void queueControl(FrameHeader header, Request* request = nullptr,
                     std::shared_ptr<std::vector<std::uint8_t>> owned = nullptr);
+  // True when an eager message for `key` has fully arrived and waits for its receive.
+  bool arrivedEager(const MessageKey& key) const;
   void sendReady(Request& request);
   void queueData(Request& request, std::uint32_t xfer);
 
