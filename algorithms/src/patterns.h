@@ -142,6 +142,15 @@ struct RootedFold {
   }
 };
 
+// The elements of the relative ranks [first, last) (relative rank u is rank (u + root) mod P).
+inline std::uint64_t relativeCount(const std::vector<std::uint64_t>& counts, int root, int first,
+                                   int last) {
+  const int P = static_cast<int>(counts.size());
+  std::uint64_t n = 0;
+  for (int u = first; u < last; ++u) n += counts[mod(u + root, P)];
+  return n;
+}
+
 // The blocks of the relative ranks [first, last) (relative rank u is rank (u + root) mod P)
 // of a buffer laid out by counts / displs: their total count, and whether they lie back to
 // back in that order (empty blocks aside), so that one message can carry them straight

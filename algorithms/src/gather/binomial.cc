@@ -86,9 +86,7 @@ Schedule buildGatherBinomial(const ScheduleParams& p) {
   auto real = [&](int u) { return patterns::mod(u + p.root, P); };
   // Elements of the relative ranks [first, last).
   auto total = [&](int first, int last) {
-    std::uint64_t n = 0;
-    for (int u = first; u < last; ++u) n += counts[real(u)];
-    return n;
+    return patterns::relativeCount(counts, p.root, first, last);
   };
   if (v != 0) {
     const int parent = real(tree.parent(v));
@@ -141,9 +139,7 @@ Cost binomialTreeCost(const ScheduleParams& p, const char* which) {
   const int v = patterns::mod(p.rank - p.root, P);
   const std::vector<std::uint64_t> counts = binomialCounts(p, which);
   auto total = [&](int first, int last) {
-    std::uint64_t n = 0;
-    for (int u = first; u < last; ++u) n += counts[patterns::mod(u + p.root, P)];
-    return n * p.elementSize;
+    return patterns::relativeCount(counts, p.root, first, last) * p.elementSize;
   };
   Cost c;
   for (int child : tree.children(v)) {

@@ -38,10 +38,9 @@ Schedule buildScatterBinomial(const ScheduleParams& p) {
   const std::vector<int> children = tree.children(v);
   const std::vector<std::uint64_t> counts = binomialCounts(p, "sendcounts");
   auto real = [&](int u) { return patterns::mod(u + p.root, P); };
+  // Elements of the relative ranks [first, last).
   auto total = [&](int first, int last) {
-    std::uint64_t n = 0;
-    for (int u = first; u < last; ++u) n += counts[real(u)];
-    return n;
+    return patterns::relativeCount(counts, p.root, first, last);
   };
   if (v != 0) {
     const int parent = real(tree.parent(v));
