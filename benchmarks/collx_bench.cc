@@ -533,7 +533,8 @@ class Bench {
     const char* env = std::getenv(("COLLX_" + upper(a_.collective) + "_ALGO").c_str());
     if (env != nullptr && *env != '\0') return env;
     const char* chosen =
-        collx::algorithms::defaultAlgorithm(collectiveOf(a_.collective), P_, bytes);
+        collx::algorithms::defaultAlgorithm(collectiveOf(a_.collective), P_, bytes,
+                                            ctx_.sharedMemory());
     return chosen != nullptr ? chosen : "?";
   }
 

@@ -185,7 +185,9 @@ void listAlgorithms() {
     for (const AlgorithmInfo& info : collx::algorithms::algorithmRegistry()) {
       if (info.coll != c) continue;
       std::printf("  %-20s %s%s\n", info.name, info.summary,
-                  info.cost == nullptr ? " [no cost formula yet]" : "");
+                  info.shared ? " [shared memory: not simulated]"
+                  : info.cost == nullptr ? " [no cost formula yet]"
+                                         : "");
     }
   }
 }
@@ -286,11 +288,15 @@ Args parseArgs(int argc, char** argv) {
       usageError("unknown " + std::string(collx::algorithms::collectiveName(a.coll)) +
                  " algorithm '" + name + "' (" + collx::algorithms::algorithmNames(a.coll) + ")");
     }
+    if (collx::algorithms::findAlgorithm(a.coll, name)->shared) {
+      usageError(std::string(collx::algorithms::collectiveName(a.coll)) + " " + name +
+                 " works on shared memory, not through a schedule: collx-sim cannot model it");
+    }
     a.algorithms.push_back(name);
   }
   if (a.algorithms.empty()) {
     for (const AlgorithmInfo& info : collx::algorithms::algorithmRegistry()) {
-      if (info.coll == a.coll) a.algorithms.push_back(info.name);
+      if (info.coll == a.coll && !info.shared) a.algorithms.push_back(info.name);
     }
   }
   if (a.sizes.empty()) {

@@ -362,6 +362,11 @@ class RegistrySweep : public ::testing::TestWithParam<std::size_t> {};
 // Every algorithm x P x count with real bytes: the results, the counts against the formula.
 TEST_P(RegistrySweep, ResultsAndCountsMatchReferenceAndFormula) {
   const AlgorithmInfo& info = algorithmRegistry()[GetParam()];
+  if (info.shared) {
+    GTEST_SKIP() << collectiveName(info.coll) << " " << info.name
+                 << " works on shared memory, not through a schedule: the thread-rank suites "
+                    "and bench_test run it";
+  }
   if (info.cost == nullptr) {
     // Not a failure: the results are still checked below.
     std::cout << "[ NOTE ] " << collectiveName(info.coll) << " " << info.name
@@ -437,7 +442,7 @@ INSTANTIATE_TEST_SUITE_P(Registry, RegistrySweep,
 TEST(Simulator, OrderKeepingAlgorithmsApplyNonCommutativeOpsInRankOrder) {
   int checked = 0;
   for (const AlgorithmInfo& info : algorithmRegistry()) {
-    if (!info.keepsOrder) continue;
+    if (!info.keepsOrder || info.shared) continue;
     for (int P : {2, 3, 5, 8, 13, 64}) {
       for (int root : {0, P - 1, P / 2}) {
         // One packed 2x2 matrix per element: any split of the vector falls on whole ones.

@@ -190,6 +190,24 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
        "Bruck over per-rank counts: an allgather of every rank's sendcounts first, then "
        "ceil(log2 P) steps forwarding blocks through intermediate ranks; small blocks",
        buildAlltoallvBruck, /*keepsOrder=*/false, costAlltoallvBruck},
+      // Shared memory (algorithms/src/shared/): no schedule; every rank of the job must be in
+      // one shared-memory group.
+      {Collective::kAllreduce, "shm",
+       "through shared-memory buffers: one-shot (each rank reduces every rank's vector) up to "
+       "16 KiB, then reduce-scatter + allgather in cache-sized rounds; rank-order reduction",
+       nullptr, /*keepsOrder=*/true, nullptr, /*shared=*/true},
+      {Collective::kReduceScatter, "shm",
+       "through shared-memory buffers: each rank reduces its own block from every rank's "
+       "piece, in rank order",
+       nullptr, /*keepsOrder=*/true, nullptr, /*shared=*/true},
+      {Collective::kBroadcast, "shm",
+       "through the root's shared-memory buffers, pipelined in cache-sized pieces", nullptr,
+       /*keepsOrder=*/false, nullptr, /*shared=*/true},
+      {Collective::kAllgather, "shm",
+       "through shared-memory buffers: each rank publishes its block, copies every other one",
+       nullptr, /*keepsOrder=*/false, nullptr, /*shared=*/true},
+      {Collective::kBarrier, "shm", "one shared-memory flag per rank: one cache line's trip",
+       nullptr, /*keepsOrder=*/false, nullptr, /*shared=*/true},
   };
   return kAlgorithms;
 }
@@ -237,6 +255,13 @@ const std::vector<SelectionRule>& defaultSelection() {
   static constexpr std::uint64_t kAny = ~std::uint64_t{0};
   static constexpr int kMax = 1 << 30;
   static const std::vector<SelectionRule> kRules = {
+      // Rows naming shm apply only when every rank shares memory with the others (the
+      // selection skips them otherwise).
+      {Collective::kAllreduce, 2, kMax, 0, kAny, "shm"},
+      {Collective::kReduceScatter, 2, kMax, 0, kAny, "shm"},
+      {Collective::kBroadcast, 2, kMax, 0, kAny, "shm"},
+      {Collective::kAllgather, 2, kMax, 0, kAny, "shm"},
+      {Collective::kBarrier, 2, kMax, 0, kAny, "shm"},
       {Collective::kAllreduce, 1, 2, 0, 256 * 1024, "recursive_doubling"},
       {Collective::kAllreduce, 1, 2, 0, kAny, "ring"},
       {Collective::kAllreduce, 3, 8, 0, 64 * 1024, "recursive_doubling"},
@@ -310,8 +335,9 @@ const std::vector<SelectionRule>& defaultSelection() {
   return kRules;
 }
 
-const char* defaultAlgorithm(Collective coll, int ranks, std::uint64_t bytes) {
+const char* defaultAlgorithm(Collective coll, int ranks, std::uint64_t bytes, bool shared) {
   for (const SelectionRule& rule : defaultSelection()) {
+    if (!shared && findAlgorithm(rule.coll, rule.algorithm)->shared) continue;
     if (rule.coll == coll && ranks >= rule.minRanks && ranks <= rule.maxRanks &&
         bytes >= rule.minBytes && bytes <= rule.maxBytes) {
       return rule.algorithm;

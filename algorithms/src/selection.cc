@@ -158,8 +158,10 @@ Selection Selection::fromJson(std::string_view text, const std::string& source) 
   return selection;
 }
 
-const Selection::Row* Selection::choose(Collective coll, int ranks, std::uint64_t bytes) const {
+const Selection::Row* Selection::choose(Collective coll, int ranks, std::uint64_t bytes,
+                                        bool shared) const {
   for (const Row& row : rows_) {
+    if (row.algorithm->shared && !shared) continue;
     if (row.coll == coll && ranks >= row.minRanks && ranks <= row.maxRanks &&
         bytes >= row.minBytes && bytes <= row.maxBytes) {
       return &row;

@@ -685,6 +685,10 @@ SimResult simulate(const AlgorithmInfo& algorithm, int size, const ParamsOf& par
   if (options.moveBytes && !buffersOf) {
     throw InvalidArgument(Where{-1, what, -1}, "moving bytes needs every rank's buffers");
   }
+  if (algorithm.build == nullptr) {
+    throw InvalidArgument(Where{-1, what, -1},
+                          "works on shared memory, not through a schedule: nothing to simulate");
+  }
   Simulation sim(size, options);
   for (int r = 0; r < size; ++r) {
     ScheduleParams params = paramsOf(r);

@@ -20,7 +20,7 @@ print("| P | bytes | collx | " + " | ".join(impls) + " | " + " | ".join(f"{i} / 
 print("|" + "---|" * (3 + 2 * len(impls)))
 for (P, b) in sorted(best):
     row = best[(P, b)]
-    c = row.get("collx/tcp")
+    c = next((row[i] for i in row if i.startswith("collx/")), None)
     if not c:
         continue
     cells = [f"{row[i][0]:.1f} ({row[i][1]})" if i in row else "-" for i in impls]

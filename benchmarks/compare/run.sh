@@ -7,8 +7,8 @@
 # Knobs: PS="2 4", SIZES=..., COLL=allreduce, ONLY="collx gloo mpi torch limits",
 #        MIN_TIME=0.3, REPEAT=1 (rounds; every implementation runs once per round and the
 #        table takes each one's best round: the machine is noisy), PEERS=path/to/shared/peers,
-#        TRANSPORT=tcp (collx's COLLX_TRANSPORT: tcp against the peers' TCP; auto takes shm
-#        between local ranks)
+#        TRANSPORT=tcp (collx's COLLX_TRANSPORT: tcp against the peers' TCP; shm or auto take
+#        shared memory between local ranks, and Open MPI then runs on its shared-memory default)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -58,8 +58,14 @@ for P in $PS; do
       2> "$out/gloo_p$P.log" | grep '^gloo,' >> "$csv" || true
   fi
   if want mpi; then
-    "${MPIRUN[@]}" -np "$P" "$work/bin/mpi_bench" --transport tcp --colls "$COLL" --sizes "$SIZES" \
-      --min-time "$MIN_TIME" 2> "$out/mpi_p$P.log" | grep '^ompi,' >> "$csv" || true
+    if [ "$TRANSPORT" = tcp ]; then
+      "${MPIRUN[@]}" -np "$P" "$work/bin/mpi_bench" --transport tcp --colls "$COLL" \
+        --sizes "$SIZES" --min-time "$MIN_TIME" 2> "$out/mpi_p$P.log" | grep '^ompi,' >> "$csv" || true
+    else
+      mpirun --allow-run-as-root --oversubscribe -np "$P" "$work/bin/mpi_bench" --transport shm \
+        --colls "$COLL" --sizes "$SIZES" --min-time "$MIN_TIME" 2> "$out/mpi_p$P.log" \
+        | grep '^ompi,' >> "$csv" || true
+    fi
   fi
   if want torch; then
     /usr/bin/python3 "$work/torch_bench.py" -p "$P" --colls "$COLL" --sizes "$SIZES" \

@@ -31,10 +31,15 @@ std::uint64_t streamsPerPeer() {
 
 }  // namespace
 
+bool worldsShareMemory() {
+  const char* transport = std::getenv("COLLX_TRANSPORT");
+  return transport == nullptr || std::string(transport) != "tcp";
+}
+
 std::vector<std::string> algorithmsOf(algorithms::Collective coll) {
   std::vector<std::string> out;
   for (const auto& info : algorithms::algorithmRegistry()) {
-    if (info.coll == coll) out.push_back(info.name);
+    if (info.coll == coll && (!info.shared || worldsShareMemory())) out.push_back(info.name);
   }
   return out;
 }

@@ -142,6 +142,12 @@ void Mesh::connect(const std::vector<std::string>& addresses, Clock::time_point 
     std::vector<Pair*> pairs = devices_[d]->connect(peersOf[d], addressesOf[d], deadline);
     for (std::size_t i = 0; i < pairs.size(); ++i) pairs_[peersOf[d][i]] = pairs[i];
   }
+  for (auto& device : devices_) {
+    if (auto* shm = dynamic_cast<shm::ShmDevice*>(device.get()); shm && shm->sharedGroup()) {
+      shm->setFailMesh([this](const Error& error) { fail(error); });
+      group_ = shm->sharedGroup();
+    }
+  }
 }
 
 std::string Mesh::describePeer(int peer) const {

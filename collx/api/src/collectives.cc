@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string_view>
 
+#include "collx/algorithms/shared.h"
 #include "collx/base/config.h"
 #include "collx/base/log.h"
 #include "runtime.h"
@@ -17,6 +18,13 @@ struct WorkAccess {
     Work work;
     work.runtime_ = std::move(runtime);
     work.execution_ = std::move(execution);
+    return work;
+  }
+  static Work make(std::shared_ptr<detail::Runtime> runtime,
+                   std::shared_ptr<detail::SharedJob> job) {
+    Work work;
+    work.runtime_ = std::move(runtime);
+    work.job_ = std::move(job);
     return work;
   }
 };
@@ -40,6 +48,9 @@ struct Call {
 };
 
 struct Prepared {
+  // A shared-memory algorithm (no schedule): runShared with these params.
+  const algorithms::AlgorithmInfo* shared = nullptr;
+  algorithms::ScheduleParams params;
   std::shared_ptr<const algorithms::Schedule> schedule;
   algorithms::Bindings bindings;
   algorithms::CallInfo info;
@@ -102,7 +113,8 @@ const algorithms::AlgorithmInfo& choose(const detail::Runtime& rt, const Call& c
     }
   }
   if (name.empty()) {
-    const algorithms::Selection::Row* row = rt.selection.choose(call.coll, rt.size, bytes);
+    const algorithms::Selection::Row* row =
+        rt.selection.choose(call.coll, rt.size, bytes, rt.group != nullptr);
     if (row == nullptr) {
       throw Unsupported(where, std::string("no rule selects a ") +
                                    algorithms::collectiveName(call.coll) + " algorithm for " +
@@ -117,6 +129,12 @@ const algorithms::AlgorithmInfo& choose(const detail::Runtime& rt, const Call& c
     throw InvalidArgument(where, "unknown " + std::string(algorithms::collectiveName(call.coll)) +
                                      " algorithm '" + name + "' (from " + source +
                                      "; valid: " + algorithms::algorithmNames(call.coll) + ")");
+  }
+  if (info->shared && rt.group == nullptr) {
+    throw InvalidArgument(where, std::string(algorithms::collectiveName(call.coll)) +
+                                     " algorithm '" + name + "' (from " + source +
+                                     ") needs every rank on this host over shared memory, "
+                                     "which this job's ranks are not");
   }
   COLLX_DEBUG(kAlgo, "rank {}: {} of {} bytes over {} ranks: {} (from {})", rt.rank,
               algorithms::collectiveName(call.coll), bytes, rt.size, info->name, source);
@@ -203,7 +221,12 @@ Prepared prepare(Context& ctx, const Call& call) {
                                      orderKeepingAlgorithms(call.coll) + ")");
   }
   Prepared p;
-  p.schedule = rt.schedule(algorithm, params);
+  if (algorithm.shared) {
+    p.shared = &algorithm;
+    p.params = std::move(params);
+  } else {
+    p.schedule = rt.schedule(algorithm, params);
+  }
   p.bindings.input = call.input;
   p.bindings.output = call.output;
   const std::uint64_t seq = rt.sequence.fetch_add(1);
@@ -223,11 +246,28 @@ Prepared prepare(Context& ctx, const Call& call) {
 
 void runBlocking(Context& ctx, const Call& call) {
   Prepared p = prepare(ctx, call);
-  ctx.runtime()->engine->run(std::move(p.schedule), p.bindings, std::move(p.info));
+  detail::Runtime& rt = *ctx.runtime();
+  if (p.shared) {
+    if (rt.sharedWorker.busy()) rt.sharedWorker.drain();  // nonblocking ones started first
+    algorithms::runShared(*rt.group, p.params, p.bindings, p.info);
+    return;
+  }
+  rt.engine->run(std::move(p.schedule), p.bindings, std::move(p.info));
 }
 
 Work runAsync(Context& ctx, const Call& call) {
   Prepared p = prepare(ctx, call);
+  if (p.shared) {
+    // Runs on the shared worker's thread (calls keep their order there), so the caller goes
+    // on; the buffers are the caller's until the Work ends, as for any nonblocking call.
+    auto job = std::make_shared<detail::SharedJob>();
+    detail::Runtime* rt = ctx.runtime().get();
+    job->run = [rt, params = std::move(p.params), bindings = p.bindings, info = p.info] {
+      algorithms::runShared(*rt->group, params, bindings, info);
+    };
+    ctx.runtime()->sharedWorker.submit(job);
+    return WorkAccess::make(ctx.runtime(), std::move(job));
+  }
   auto execution =
       ctx.runtime()->engine->start(std::move(p.schedule), p.bindings, std::move(p.info));
   return WorkAccess::make(ctx.runtime(), std::move(execution));
@@ -583,18 +623,27 @@ Prepared prepareP2P(Context& ctx, bool sending, const void* buffer, std::uint64_
 }  // namespace
 
 bool Work::wait(std::optional<std::chrono::milliseconds> timeout) {
-  if (!execution_) throw InvalidArgument(Where{-1, "Work::wait", -1}, "an empty Work");
+  if (!valid()) throw InvalidArgument(Where{-1, "Work::wait", -1}, "an empty Work");
   std::optional<algorithms::Clock::time_point> until;
   if (timeout) until = algorithms::Clock::now() + *timeout;
+  if (job_) return job_->wait(until);
   return runtime_->engine->wait(*execution_, until);
 }
 
 std::exception_ptr Work::error() const {
+  if (job_) {
+    std::lock_guard<std::mutex> lock(job_->mutex);
+    return job_->error;
+  }
   return execution_ ? algorithms::Engine::errorOf(*execution_) : nullptr;
 }
 
 bool Work::test() {
-  if (!execution_) throw InvalidArgument(Where{-1, "Work::test", -1}, "an empty Work");
+  if (!valid()) throw InvalidArgument(Where{-1, "Work::test", -1}, "an empty Work");
+  if (job_) {
+    std::lock_guard<std::mutex> lock(job_->mutex);
+    return job_->done;
+  }
   try {
     return runtime_->engine->test(*execution_);
   } catch (const Error&) {

@@ -184,6 +184,8 @@ void Context::connect(const ContextOptions& options) {
   }
   mesh.shmEagerLimit =
       static_cast<std::uint64_t>(*config.getInt("COLLX_SHM_EAGER_LIMIT", 0, std::int64_t{1} << 30));
+  mesh.shmGroupBytes = static_cast<std::uint64_t>(
+      *config.getInt("COLLX_SHM_GROUP_BYTES", 4096, std::int64_t{1} << 30));
   mesh.shmCma = config.getBool("COLLX_SHM_CMA");
   const std::string arena = config.getString("COLLX_SHM_ARENA");
   if (arena != "memfd" && arena != "posix") {
@@ -252,12 +254,26 @@ void Context::connect(const ContextOptions& options) {
     }
     runtime_->configuredAlgorithm[coll] = value;
   }
-  COLLX_DEBUG(kTcp, "rank {}: connected to {} peers", rank_, size_ - 1);
+  // The shared-memory algorithms need every rank in one group; every rank must know whether
+  // all are, or some would take them and others not.
+  if (size_ > 1) {
+    transport::SharedGroup* group = runtime_->engine->mesh().sharedGroup();
+    const bool whole = group != nullptr && group->size() == size_;
+    if (detail::everyRank(*runtime_, whole)) {
+      runtime_->group = group;
+      algorithms::EngineOptions policy = engine;
+      group->setPolicy(transport::WaitPolicy{policy.spin, policy.yield});
+    }
+  }
+  COLLX_DEBUG(kTcp, "rank {}: connected to {} peers{}", rank_, size_ - 1,
+              runtime_->group ? ", all over shared memory" : "");
 }
 
 std::vector<std::string> Context::transports() const {
   return runtime_ ? runtime_->engine->mesh().transportNames() : std::vector<std::string>{};
 }
+
+bool Context::sharedMemory() const noexcept { return runtime_ && runtime_->group != nullptr; }
 
 std::string Context::describePeer(int peer) const {
   return runtime_ ? runtime_->engine->mesh().describePeer(peer) : "unconnected";

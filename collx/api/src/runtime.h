@@ -4,9 +4,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -16,7 +22,50 @@
 
 namespace collx::detail {
 
+// A nonblocking call of a shared-memory algorithm (which runs on a thread that waits for
+// the other ranks): done, and its error, once the SharedWorker ran it.
+struct SharedJob {
+  std::function<void()> run;
+  std::mutex mutex;
+  std::condition_variable ended;
+  bool done = false;
+  std::exception_ptr error;
+
+  // Until done (true) or `until` passed (false). Throws the call's error.
+  bool wait(std::optional<std::chrono::steady_clock::time_point> until);
+};
+
+// Runs nonblocking shared-memory calls one after another, in the order they were started
+// (every rank runs them in that order), on a thread of its own, started on first use.
+class SharedWorker {
+ public:
+  SharedWorker() = default;
+  // Fails the jobs not yet started with Aborted and joins the thread (the caller aborts the
+  // engine first, so that a job waiting for other ranks ends).
+  ~SharedWorker();
+  void submit(std::shared_ptr<SharedJob> job);
+  // Waits until every job submitted so far ended: a blocking shared-memory call runs after
+  // the nonblocking ones started before it.
+  void drain();
+  bool busy();
+
+ private:
+  void loop();
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::shared_ptr<SharedJob>> queue_;
+  bool running_ = false;  // a job is running
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 struct Runtime {
+  Runtime() = default;
+  // A nonblocking shared-memory call still waiting for other ranks ends (Aborted) first.
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
   std::unique_ptr<algorithms::Engine> engine;
   int rank = 0;
   int size = 1;
@@ -27,6 +76,11 @@ struct Runtime {
   // COLLX_RULES, then the built-in table.
   algorithms::Selection selection;
   std::atomic<std::uint64_t> sequence{0};
+  // Every rank of the job shares memory with every other (all agreed at connect): the
+  // shared-memory algorithms may run. nullptr otherwise.
+  transport::SharedGroup* group = nullptr;
+  // Declared after the engine, so destroyed before it.
+  SharedWorker sharedWorker;
 
   // Schedules by (algorithm, params), built once and shared by every call with that key.
   std::shared_ptr<const algorithms::Schedule> schedule(const algorithms::AlgorithmInfo& algorithm,
@@ -46,6 +100,10 @@ struct Runtime {
   std::mutex cacheMutex_;
   std::unordered_map<Key, std::shared_ptr<const algorithms::Schedule>, KeyHash> cache_;
 };
+
+// Whether `mine` holds on every rank (an allreduce of the context's own, outside the
+// collective sequence: used while connecting). Throws like a collective.
+bool everyRank(Runtime& rt, bool mine);
 
 // "allreduce#42 float32x1024": how mismatch errors name a message.
 std::string describeMessage(const transport::MessageKey& key, const transport::Fingerprint& fp);

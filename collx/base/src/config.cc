@@ -59,6 +59,11 @@ const std::vector<ConfigVar>& configVars() {
        "(process_vm_readv), when the receiver posts its buffer. Measured with 2 ranks: two "
        "memcpys through the ring beat one process_vm_readv up to 256 KiB (a 128 KiB "
        "allreduce 18 us instead of 31-43 us)."},
+      {"COLLX_SHM_GROUP_BYTES", "262144",
+       "Shared memory: payload bytes of each of a rank's 4 group buffers, which collectives "
+       "working on shared memory directly (algorithm shm) write and every rank of the host "
+       "reads; large collectives go through them in pieces of this size (a multiple of 64, "
+       "the same on every rank)."},
       {"COLLX_SHM_RING_BYTES", "",
        "Shared memory: bytes of each ring (one per sender and receiver on a host; a power of "
        "two, at least 4096); unset: 1 MiB, halved until a rank's rings total at most 8 MiB, "

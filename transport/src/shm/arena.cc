@@ -54,13 +54,16 @@ Registry& registry() {
 
 }  // namespace
 
-Layout Layout::of(int size, std::uint64_t ringBytes) {
+Layout Layout::of(int size, std::uint64_t ringBytes, std::uint64_t groupBytes) {
   Layout l;
   auto up = [](std::size_t n) { return (n + kLine - 1) / kLine * kLine; };
   l.verdicts = sizeof(ArenaHeader);
   l.rings = up(l.verdicts + static_cast<std::size_t>(size));
   l.ringStride = sizeof(RingControl) + up(ringBytes);
-  l.total = l.rings + l.ringStride * static_cast<std::size_t>(size);
+  l.group = l.rings + l.ringStride * static_cast<std::size_t>(size);
+  l.groupBuffers = l.group + sizeof(GroupControl);
+  l.groupStride = kLine + up(groupBytes);
+  l.total = l.groupBuffers + l.groupStride * static_cast<std::size_t>(kGroupBuffers);
   const std::size_t page = 4096;
   l.total = (l.total + page - 1) / page * page;
   return l;
@@ -106,8 +109,8 @@ std::uint64_t hostId(const std::string& override) {
 }
 
 Arena::Arena(int rank, int size, std::uint64_t job, std::int64_t generation,
-             std::uint64_t ringBytes, bool posix)
-    : token_(randomToken()), layout_(Layout::of(size, ringBytes)) {
+             std::uint64_t ringBytes, std::uint64_t groupBytes, bool posix)
+    : token_(randomToken()), layout_(Layout::of(size, ringBytes, groupBytes)) {
   Where where{rank, "shm arena", -1};
   if (posix) {
     std::string ns = pidNamespace();
@@ -154,6 +157,7 @@ Arena::Arena(int rank, int size, std::uint64_t job, std::int64_t generation,
   h->generation = generation;
   h->token = token_;
   h->ringBytes = ringBytes;
+  h->groupBytes = groupBytes;
   std::lock_guard<std::mutex> lock(registry().mutex);
   registry().arenas[token_] = mapping_;
 }

@@ -15,6 +15,10 @@
 //                 counts, never reset), then `ringBytes` of data. Rings of ranks that never
 //                 send (tcp peers, oneself) are never touched, so their pages are never
 //                 allocated.
+//   group         GroupControl, then SharedGroup::kBuffers buffers (a 64-byte UseHeader and
+//                 `groupBytes` of payload each) that collectives working on shared memory
+//                 directly write and every member of the group reads (shm_group.h). Pages
+//                 are allocated when first used.
 //
 // The backing is a memfd (default: nothing to clean up, ever; peers open it through
 // /proc/<pid>/fd/<n>) or a POSIX shm segment (/dev/shm/collx-<pidns>-<pid>-r<rank>-<token>,
@@ -33,8 +37,9 @@
 namespace collx::transport::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x314d48535f584c43ull;  // "CLX_SHM1"
-inline constexpr std::uint32_t kArenaVersion = 1;
+inline constexpr std::uint32_t kArenaVersion = 2;
 inline constexpr std::size_t kLine = 64;
+inline constexpr int kGroupBuffers = 4;  // SharedGroup::kBuffers
 inline constexpr std::size_t kErrorTextBytes = 2048;
 
 enum class State : std::uint32_t { kOpen = 0, kClosed = 1, kFailed = 2 };
@@ -53,6 +58,7 @@ struct ArenaHeader {
   std::int64_t generation;
   std::uint64_t token;      // random: names this arena among every arena ever made
   std::uint64_t ringBytes;  // data bytes per ring
+  std::uint64_t groupBytes;  // payload bytes per group buffer (see GroupControl)
   // Line 1: state. `state` is stored last (release) after the error fields.
   alignas(kLine) std::uint32_t state;
   std::uint32_t errorKind;
@@ -75,6 +81,14 @@ struct RingControl {
 };
 static_assert(sizeof(RingControl) == 3 * kLine);
 
+// The owner's epoch (published uses of its group buffers) and the count of peers sleeping
+// on it (futex waiters: the owner wakes them when it publishes).
+struct GroupControl {
+  alignas(kLine) std::uint32_t epoch;
+  alignas(kLine) std::uint32_t sleepers;
+};
+static_assert(sizeof(GroupControl) == 2 * kLine);
+
 template <typename T>
 inline std::atomic_ref<T> atomic(T& value) {
   return std::atomic_ref<T>(value);
@@ -84,9 +98,12 @@ struct Layout {
   std::size_t verdicts = 0;
   std::size_t rings = 0;
   std::size_t ringStride = 0;
+  std::size_t group = 0;        // GroupControl
+  std::size_t groupBuffers = 0;  // the first buffer (header, then payload)
+  std::size_t groupStride = 0;
   std::size_t total = 0;
 
-  static Layout of(int size, std::uint64_t ringBytes);
+  static Layout of(int size, std::uint64_t ringBytes, std::uint64_t groupBytes);
 };
 
 // A shared mapping (munmap on destruction).
@@ -101,6 +118,12 @@ class Mapping {
   std::size_t bytes() const noexcept { return bytes_; }
   ArenaHeader* header() const noexcept { return reinterpret_cast<ArenaHeader*>(base_); }
   std::uint8_t* verdicts(const Layout& layout) const noexcept { return base() + layout.verdicts; }
+  GroupControl* group(const Layout& layout) const noexcept {
+    return reinterpret_cast<GroupControl*>(base() + layout.group);
+  }
+  std::uint8_t* groupBuffer(const Layout& layout, int index) const noexcept {
+    return base() + layout.groupBuffers + layout.groupStride * static_cast<std::size_t>(index);
+  }
   RingControl* ring(const Layout& layout, int sender) const noexcept {
     return reinterpret_cast<RingControl*>(base() + layout.rings +
                                           layout.ringStride * static_cast<std::size_t>(sender));
@@ -117,7 +140,7 @@ class Arena {
   // Creates and maps an arena for `rank` of `size` and fills in its header. `posix`: a
   // named /dev/shm segment instead of a memfd. Throws IoError.
   Arena(int rank, int size, std::uint64_t job, std::int64_t generation, std::uint64_t ringBytes,
-        bool posix);
+        std::uint64_t groupBytes, bool posix);
   // Closes the backing (unlinks a segment still named) and unmaps (unless peers in this
   // process still use the mapping).
   ~Arena();

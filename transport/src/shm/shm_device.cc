@@ -104,8 +104,14 @@ ShmDevice::ShmDevice(LinkState& link, const MeshOptions& options)
                                        " is not a power of two of at least 4096");
   }
   if (options_.shmPosix) removeShmLeftovers();  // of ranks that were killed before
+  if (options_.shmGroupBytes < 4096 || options_.shmGroupBytes % kLine != 0 ||
+      options_.shmGroupBytes > (std::uint64_t{1} << 30)) {
+    throw InvalidArgument(where(), "COLLX_SHM_GROUP_BYTES=" +
+                                       std::to_string(options_.shmGroupBytes) +
+                                       " is not a multiple of 64 in [4096, 2^30]");
+  }
   arena_ = std::make_unique<Arena>(options.rank, options.size, job_, options.generation, ringBytes_,
-                                   options_.shmPosix);
+                                   options_.shmGroupBytes, options_.shmPosix);
   cmaProbe_ = arena_->token();
   arena_->header()->cmaProbe = reinterpret_cast<std::uint64_t>(&cmaProbe_);
 
@@ -192,7 +198,12 @@ bool ShmDevice::probe(int peer, const Published& published, PeerView& view,
     why = "its rings of " + std::to_string(h.ringBytes) + " bytes are not a power of two";
     return false;
   }
-  view.layout = Layout::of(options_.size, h.ringBytes);
+  if (h.groupBytes != options_.shmGroupBytes) {
+    why = "its group buffers hold " + std::to_string(h.groupBytes) + " bytes, this rank's " +
+          std::to_string(options_.shmGroupBytes) + " (COLLX_SHM_GROUP_BYTES differs)";
+    return false;
+  }
+  view.layout = Layout::of(options_.size, h.ringBytes, h.groupBytes);
   if (view.layout.total != published.bytes) {
     why = "its arena's size does not match its layout";
     return false;
@@ -314,12 +325,21 @@ std::vector<Pair*> ShmDevice::connect(const std::vector<int>& peers,
   pairOptions.eagerLimit = options_.shmEagerLimit;
   pairOptions.cma = options_.shmCma;
   std::vector<Pair*> out;
+  std::vector<GroupMember> members;
+  GroupMember self;
+  self.rank = options_.rank;
+  self.pid = ::getpid();
+  self.mapping = arena_->mapping();
+  self.layout = arena_->layout();
+  members.push_back(self);
   for (int peer : peers) {
     auto it = confirmed_.find(peer);
     if (it == confirmed_.end()) {
       throw InvalidArgument(
           where(peer), "rank " + std::to_string(peer) + " was not confirmed for shared memory");
     }
+    const PeerView& view = it->second.view;
+    members.push_back(GroupMember{peer, view.pid, view.samePid, view.mapping, view.layout});
     pairs_.push_back(std::make_unique<ShmPair>(link_, pairOptions, *arena_->mapping(),
                                                arena_->layout(), it->second.view, sendFd_));
     pidfds_.push_back(it->second.pidfd);
@@ -327,6 +347,13 @@ std::vector<Pair*> ShmDevice::connect(const std::vector<int>& peers,
     out.push_back(pairs_.back().get());
   }
   confirmed_.clear();
+  if (!pairs_.empty()) {
+    std::sort(members.begin(), members.end(),
+              [](const GroupMember& a, const GroupMember& b) { return a.rank < b.rank; });
+    int index = 0;
+    while (members[static_cast<std::size_t>(index)].rank != options_.rank) ++index;
+    group_ = std::make_unique<ShmGroup>(link_, std::move(members), index, options_.shmGroupBytes);
+  }
   COLLX_DEBUG(kShm, "rank {}: {} peer(s) over shared memory", options_.rank, pairs_.size());
   return out;
 }
@@ -425,6 +452,10 @@ void ShmDevice::letGo(State state) noexcept {
   for (auto& pair : pairs_) pair->ring();
 }
 
+void ShmDevice::setFailMesh(std::function<void(const Error&)> failMesh) {
+  if (group_) group_->setFailMesh(std::move(failMesh));
+}
+
 void ShmDevice::failAll(const Error& error) noexcept {
   ArenaHeader* h = arena_->header();
   if (atomic(h->state).load(std::memory_order_acquire) ==
@@ -439,6 +470,7 @@ void ShmDevice::failAll(const Error& error) noexcept {
   }
   letGo(State::kFailed);
   for (auto& pair : pairs_) pair->failAll(error);
+  if (group_) group_->failed(error);
 }
 
 }  // namespace collx::transport::shm

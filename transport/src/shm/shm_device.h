@@ -29,6 +29,7 @@
 #include "arena.h"
 #include "collx/transport/device.h"
 #include "collx/transport/mesh.h"
+#include "shm_group.h"
 #include "shm_pair.h"
 
 namespace collx::transport::shm {
@@ -53,6 +54,9 @@ class ShmDevice final : public Device {
   std::size_t addPollFds(std::vector<pollfd>& fds) override;
   bool progress(const pollfd* results, std::size_t count) override;
   void failAll(const Error& error) noexcept override;
+  SharedGroup* sharedGroup() override { return group_.get(); }
+  // How a failed wait of the group fails the mesh.
+  void setFailMesh(std::function<void(const Error&)> failMesh);
 
   // The ring size used for a world of `size` ranks when COLLX_SHM_RING_BYTES is unset.
   static std::uint64_t defaultRingBytes(int size);
@@ -90,6 +94,7 @@ class ShmDevice final : public Device {
   };
   std::map<int, Confirmed> confirmed_;
   std::vector<std::unique_ptr<ShmPair>> pairs_;
+  std::unique_ptr<ShmGroup> group_;
   std::vector<int> pidfds_;  // per pair; -1 for a thread of this process or without pidfd
   bool armed_ = false;
   std::chrono::steady_clock::time_point nextCheck_{};

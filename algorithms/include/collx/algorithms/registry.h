@@ -87,6 +87,9 @@ struct AlgorithmInfo {
   // The documented formula for one rank's messages, bytes and reductions (nullptr: none
   // yet); the simulator checks every schedule against it.
   Cost (*cost)(const ScheduleParams& params) = nullptr;
+  // Works on shared memory directly (algorithms/shared.h: runShared) instead of a schedule
+  // (build is nullptr): only when every rank of the call shares memory with the others.
+  bool shared = false;
 };
 
 // A hash of every field, for the schedule cache.
@@ -122,6 +125,7 @@ struct SelectionRule {
 };
 const std::vector<SelectionRule>& defaultSelection();
 // The default algorithm for a call (from defaultSelection()).
-const char* defaultAlgorithm(Collective coll, int ranks, std::uint64_t bytes);
+// Rows of shared-memory algorithms count only when `shared` (see Selection::choose).
+const char* defaultAlgorithm(Collective coll, int ranks, std::uint64_t bytes, bool shared = false);
 
 }  // namespace collx::algorithms

@@ -45,7 +45,9 @@ class Selection {
   static Selection fromJson(std::string_view text, const std::string& source);
 
   // The row that picks for a call (nullptr if none: the built-in table always has one).
-  const Row* choose(Collective coll, int ranks, std::uint64_t bytes) const;
+  // Rows naming a shared-memory algorithm count only when `shared` (every rank of the call
+  // shares memory with the others).
+  const Row* choose(Collective coll, int ranks, std::uint64_t bytes, bool shared = false) const;
   // Every row of one collective, in the order they are tried.
   std::vector<const Row*> rows(Collective coll) const;
 

@@ -87,6 +87,9 @@ class Context {
   // ("tcp 10.0.0.2:4321", "shm pid 1234, cma").
   std::vector<std::string> transports() const;
   std::string describePeer(int peer) const;
+  // Whether every rank of this context shares memory with every other (one host, all pairs
+  // over shm), so that the shared-memory algorithms ("shm") can run.
+  bool sharedMemory() const noexcept;
   // Thread-safe: wakes every call in flight, which fails with Aborted, as does every later
   // call.
   void abort(const std::string& why = "abort() was called");

@@ -16,6 +16,8 @@ class Error;
 
 namespace collx::transport {
 
+class SharedGroup;
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -61,6 +63,10 @@ class Device {
 
   // Fails every request in flight with `error` and stops touching their buffers.
   virtual void failAll(const Error& error) noexcept = 0;
+
+  // The peers this device connected seen as shared memory, with this rank (after connect;
+  // nullptr when the device has none).
+  virtual SharedGroup* sharedGroup() { return nullptr; }
 };
 
 }  // namespace collx::transport

@@ -21,6 +21,7 @@
 #include "collx/transport/message.h"
 #include "collx/transport/pair.h"
 #include "collx/transport/request.h"
+#include "collx/transport/shared_group.h"
 
 namespace collx::transport {
 
@@ -53,6 +54,9 @@ struct MeshOptions {
   // override of this host's identity (tests simulate several hosts with it).
   std::uint64_t shmRingBytes = 0;
   std::uint64_t shmEagerLimit = 256 * 1024;
+  // Payload bytes of each of the group buffers that collectives working on shared memory
+  // directly use (SharedGroup; a multiple of 64).
+  std::uint64_t shmGroupBytes = 256 * 1024;
   bool shmCma = true;
   bool shmPosix = false;
   std::string hostId;
@@ -108,6 +112,9 @@ class Mesh {
   // "self", "shm pid 1234, cma", "tcp 127.0.0.1:40123": for error messages and benchmark
   // headers.
   std::string describePeer(int peer) const;
+  // The ranks this one shares memory with (this one among them), for collectives that work
+  // on it directly; nullptr when there are none. Its failed waits fail the mesh.
+  SharedGroup* sharedGroup() const noexcept { return group_; }
   // Transport names per peer ("self", "shm", "tcp"), indexed by rank.
   std::vector<std::string> transportNames() const;
   LinkState& link() noexcept { return link_; }
@@ -138,6 +145,7 @@ class Mesh {
   std::vector<std::unique_ptr<Device>> devices_;  // in priority order: self, shm, tcp
   std::vector<Pair*> pairs_;                      // by peer rank
   std::vector<std::string> transportNames_;
+  SharedGroup* group_ = nullptr;
   std::vector<pollfd> fds_;
   std::vector<std::size_t> fdCounts_;  // per device, into fds_
   int wakeFd_ = -1;

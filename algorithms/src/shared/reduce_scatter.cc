@@ -1,0 +1,38 @@
+// reduce_scatter shm: in pieces of B bytes of the whole vector, each rank copies its piece
+// into its group buffer and publishes; each rank then reduces, from all P buffers in rank
+// order, the part of the piece that falls in its own block, straight into its output.
+//   ceil(N / B) uses (N: the whole vector); per rank: N copied in, P n read (n: its
+//   block); (P-1) n elements reduced. Bit-identical to a rank-order reduction.
+#include <algorithm>
+#include <vector>
+
+#include "shared.h"
+
+namespace collx::algorithms::shared {
+
+void reduceScatter(Call& c) {
+  const std::uint64_t es = c.p.elementSize;
+  const auto me = static_cast<std::size_t>(c.me);
+  std::uint64_t total = 0;
+  for (std::uint64_t n : c.p.counts) total += n;
+  const std::uint64_t myLo = c.p.displs[me], myHi = myLo + c.p.counts[me];
+  const std::uint64_t perRound = c.bufferBytes() / es;
+  thread_local std::vector<const std::uint8_t*> src;
+  src.resize(static_cast<std::size_t>(c.size));
+  std::uint64_t off = 0;
+  do {
+    const std::uint64_t len = std::min(perRound, total - off);
+    const std::uint64_t use = c.g.nextUse();
+    std::uint8_t* mine = c.begin();
+    if (len > 0) std::memcpy(mine, c.in + off * es, len * es);
+    c.publish();
+    const std::uint64_t lo = std::max(off, myLo), hi = std::min(off + len, myHi);
+    if (lo < hi) {
+      for (int m = 0; m < c.size; ++m) src[static_cast<std::size_t>(m)] = c.await(m, use);
+      c.reduceAll(c.out + (lo - myLo) * es, src.data(), (lo - off) * es, hi - lo);
+    }
+    off += len;
+  } while (off < total);
+}
+
+}  // namespace collx::algorithms::shared

@@ -1,0 +1,71 @@
+// What the shared-memory collectives (algorithms/src/shared/) have in common: one call's
+// view of the group (its header, deadline and name) and the rank-order reduction.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "collx/algorithms/reduce.h"
+#include "collx/algorithms/shared.h"
+
+namespace collx::algorithms::shared {
+
+class Call {
+ public:
+  Call(transport::SharedGroup& group, const ScheduleParams& params, const Bindings& bindings,
+       const CallInfo& info)
+      : g(group),
+        p(params),
+        info(info),
+        in(static_cast<const std::uint8_t*>(bindings.input)),
+        out(static_cast<std::uint8_t*>(bindings.output)),
+        me(group.index()),
+        size(group.size()),
+        header_{info.key.seq, info.fingerprint},
+        name_([&info] { return callName(info); }) {}
+
+  // Starts the next use: its payload, to fill before publish().
+  std::uint8_t* begin() { return g.beginUse(header_, info.deadline, name_); }
+  void publish() { g.publish(); }
+  // Member m's payload of `use` (this rank's own without waiting).
+  const std::uint8_t* await(int m, std::uint64_t use) {
+    return g.await(m, use, header_, info.deadline, name_);
+  }
+  std::uint64_t bufferBytes() const { return g.bufferBytes(); }
+
+  // dst = src[0] (op) src[1] (op) ... (op) src[size-1] over `count` elements from byte
+  // `offset` of each source, in rank order; avg divides at the end.
+  void reduceAll(std::uint8_t* dst, const std::uint8_t* const* src, std::uint64_t offset,
+                 std::uint64_t count) const {
+    if (count == 0) return;
+    if (size == 1) {
+      if (dst != src[0] + offset) std::memcpy(dst, src[0] + offset, count * p.elementSize);
+    } else {
+      reduce(dst, src[0] + offset, src[1] + offset, count, info.dtype, info.op);
+      for (int m = 2; m < size; ++m) reduce(dst, dst, src[m] + offset, count, info.dtype, info.op);
+    }
+    if (info.op.kind() == ReduceOpKind::kAvg) {
+      divideBy(dst, count, info.dtype, static_cast<std::uint64_t>(size));
+    }
+  }
+
+  transport::SharedGroup& g;
+  const ScheduleParams& p;
+  const CallInfo& info;
+  const std::uint8_t* in;
+  std::uint8_t* out;
+  const int me;
+  const int size;
+
+ private:
+  transport::UseHeader header_;
+  transport::CallNamer name_;
+};
+
+void barrier(Call& c);
+void allreduce(Call& c);
+void broadcast(Call& c);
+void allgather(Call& c);
+void reduceScatter(Call& c);
+
+}  // namespace collx::algorithms::shared

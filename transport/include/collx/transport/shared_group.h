@@ -1,0 +1,114 @@
+// SharedGroup: the ranks of a context that share memory (one host, every pair over shm),
+// seen as memory rather than as pairs, for collectives that work on it directly.
+//
+// Each member owns kBuffers buffers that every member can read, and a counter, its epoch,
+// that only it advances (publish()). Members publish in lockstep: every member publishes
+// exactly once per "use", so use u is "epoch u" on every member, and use u writes buffer
+// u % kBuffers. The rules that make buffers safe to reuse without a handshake per use:
+//   - a member writes its buffer for use u only after every other member's epoch reached
+//     u - kBuffers + 1 (beginUse() waits for that; it is almost always true already);
+//   - a member finishes reading peers' buffers of use u before it publishes use u + 1.
+// Every use's buffer starts with a header naming the call (its sequence number and
+// fingerprint), which readers check: a member that runs another collective there is a
+// MismatchError naming both sides.
+//
+// Waiting spins, then yields the core, then sleeps on a futex; every wait is bounded by the
+// call's deadline and ends early, with an error naming the rank, when the mesh fails (which
+// abort() does), a member dies or closes. A failed wait fails the whole mesh (and so every
+// member learns of it).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collx/transport/message.h"
+
+namespace collx::transport {
+
+// Written at the start of every use's buffer by its owner before it publishes the use.
+struct UseHeader {
+  std::uint64_t seq = 0;
+  Fingerprint fingerprint;
+};
+
+struct WaitPolicy {
+  std::chrono::microseconds spin{50};
+  std::chrono::microseconds yield{1000};
+};
+
+// Names the waiting call in error messages ("allreduce(shm, seq 7)"): built only on error.
+using CallNamer = std::function<std::string()>;
+
+class SharedGroup {
+ public:
+  static constexpr int kBuffers = 4;
+  static constexpr std::size_t kHeaderBytes = 64;  // a UseHeader, padded to a cache line
+
+  virtual ~SharedGroup() = default;
+
+  // Members, in rank order; this rank is member index().
+  int size() const noexcept { return static_cast<int>(ranks_.size()); }
+  int index() const noexcept { return index_; }
+  int rankOf(int member) const noexcept { return ranks_[static_cast<std::size_t>(member)]; }
+  const std::vector<int>& ranks() const noexcept { return ranks_; }
+  // Payload bytes per buffer (after the header).
+  std::size_t bufferBytes() const noexcept { return bufferBytes_; }
+
+  // The next use this member will publish.
+  std::uint64_t nextUse() const noexcept { return published_ + 1; }
+  // Starts this member's use `nextUse()`: waits until every member may be overwritten (see
+  // above), writes the header and returns the payload to fill (bufferBytes() bytes).
+  std::uint8_t* beginUse(const UseHeader& header, std::chrono::steady_clock::time_point deadline,
+                         const CallNamer& name);
+  // Publishes the use begun (epoch = use), waking members that sleep on this one.
+  virtual void publish() = 0;
+  // Waits until `member` published `use` and checks its header against `expected`.
+  // Returns the member's payload of that use.
+  const std::uint8_t* await(int member, std::uint64_t use, const UseHeader& expected,
+                            std::chrono::steady_clock::time_point deadline, const CallNamer& name);
+  // Payload of `member`'s use `use` without waiting (after await()).
+  virtual std::uint8_t* payload(int member, std::uint64_t use) const = 0;
+  // Throws the mesh's error if it failed (or abort() was called).
+  void checkHealthy(const CallNamer& name) { check(-1, name); }
+
+  void setPolicy(WaitPolicy policy) noexcept { policy_ = policy; }
+
+ protected:
+  SharedGroup(std::vector<int> ranks, int index, std::size_t bufferBytes, WaitPolicy policy)
+      : ranks_(std::move(ranks)),
+        index_(index),
+        bufferBytes_(bufferBytes),
+        policy_(policy),
+        seen_(ranks_.size(), 0) {}
+
+  // The member's published epoch (acquire).
+  virtual std::uint32_t epochOf(int member) const = 0;
+  virtual UseHeader* headerOf(int member, std::uint64_t use) const = 0;
+  // Sleeps until `member`'s epoch may have changed from `seen`, or `until` passes.
+  virtual void sleep(int member, std::uint32_t seen, std::chrono::steady_clock::time_point until) = 0;
+  // Throws when the mesh failed (abort() fails it too), or (member >= 0) when `member` died or
+  // closed its context (failing the mesh first).
+  virtual void check(int member, const CallNamer& name) = 0;
+  enum class Failure { kTimeout, kMismatch };
+  // Fails the mesh with this error (every member learns of it), then throws it.
+  [[noreturn]] virtual void fail(Failure kind, int member, const std::string& what,
+                                 const CallNamer& name) = 0;
+  // "allreduce#42 float32x1024", for mismatch errors.
+  virtual std::string describe(std::uint64_t seq, const Fingerprint& fp) const = 0;
+
+  std::vector<int> ranks_;
+  int index_;
+  std::size_t bufferBytes_;
+  WaitPolicy policy_;
+  std::uint64_t published_ = 0;    // this member's epoch
+  std::vector<std::uint64_t> seen_;  // a lower bound of each member's epoch
+
+ private:
+  void waitFor(int member, std::uint64_t use, std::chrono::steady_clock::time_point deadline,
+               const CallNamer& name);
+};
+
+}  // namespace collx::transport

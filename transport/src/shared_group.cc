@@ -1,0 +1,106 @@
+#include "collx/transport/shared_group.h"
+
+#include <sched.h>
+
+#include <cstdint>
+#include <cstring>
+#include <thread>
+
+namespace collx::transport {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Between checks of a member's life and this mesh's health while waiting.
+constexpr std::chrono::milliseconds kCheckPeriod(10);
+// The longest sleep: a lost wakeup would cost at most this.
+constexpr std::chrono::milliseconds kMaxSleep(5);
+
+inline void cpuRelax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// Whether a 32-bit epoch has reached `use` (epochs wrap; members are never 2^31 uses apart).
+inline bool reached(std::uint32_t epoch, std::uint64_t use) noexcept {
+  return static_cast<std::int32_t>(epoch - static_cast<std::uint32_t>(use)) >= 0;
+}
+
+}  // namespace
+
+std::uint8_t* SharedGroup::beginUse(const UseHeader& header, Clock::time_point deadline,
+                                    const CallNamer& name) {
+  check(-1, name);
+  const std::uint64_t use = published_ + 1;
+  if (use > static_cast<std::uint64_t>(kBuffers)) {
+    const std::uint64_t need = use - kBuffers + 1;
+    for (int m = 0; m < size(); ++m) {
+      if (m != index_ && seen_[static_cast<std::size_t>(m)] < need) waitFor(m, need, deadline, name);
+    }
+  }
+  *headerOf(index_, use) = header;
+  return payload(index_, use);
+}
+
+const std::uint8_t* SharedGroup::await(int member, std::uint64_t use, const UseHeader& expected,
+                                       Clock::time_point deadline, const CallNamer& name) {
+  if (member != index_) {
+    if (seen_[static_cast<std::size_t>(member)] < use) waitFor(member, use, deadline, name);
+    const UseHeader& got = *headerOf(member, use);
+    if (got.seq != expected.seq || got.fingerprint != expected.fingerprint) {
+      fail(Failure::kMismatch, member,
+           "rank " + std::to_string(ranks_[static_cast<std::size_t>(index_)]) + " expected " +
+               describe(expected.seq, expected.fingerprint) + " from rank " +
+               std::to_string(rankOf(member)) + ", got " + describe(got.seq, got.fingerprint),
+           name);
+    }
+  }
+  return payload(member, use);
+}
+
+void SharedGroup::waitFor(int member, std::uint64_t use, Clock::time_point deadline,
+                          const CallNamer& name) {
+  const auto start = Clock::now();
+  auto nextCheck = start + kCheckPeriod;
+  for (;;) {
+    // A short burst of looks before anything costlier.
+    for (int i = 0; i < 64; ++i) {
+      const std::uint32_t epoch = epochOf(member);
+      if (reached(epoch, use)) {
+        const auto ahead = static_cast<std::uint32_t>(epoch - static_cast<std::uint32_t>(use));
+        seen_[static_cast<std::size_t>(member)] = use + ahead;
+        return;
+      }
+      cpuRelax();
+    }
+    const auto now = Clock::now();
+    if (now >= nextCheck) {
+      check(member, name);
+      nextCheck = now + kCheckPeriod;
+    }
+    if (now >= deadline) {
+      fail(Failure::kTimeout, member,
+           "rank " + std::to_string(ranks_[static_cast<std::size_t>(index_)]) +
+               " waited for rank " + std::to_string(rankOf(member)) + " (use " +
+               std::to_string(use) + " of the shared-memory group, which it has not reached) " +
+               "until the deadline",
+           name);
+    }
+    const auto waited = now - start;
+    if (waited < policy_.spin) continue;
+    if (waited < policy_.spin + policy_.yield) {
+      sched_yield();
+      continue;
+    }
+    const std::uint32_t seen = epochOf(member);
+    if (reached(seen, use)) continue;
+    check(member, name);
+    sleep(member, seen, std::min(deadline, Clock::now() + kMaxSleep));
+  }
+}
+
+}  // namespace collx::transport

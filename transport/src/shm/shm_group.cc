@@ -1,0 +1,148 @@
+#include "shm_group.h"
+
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <ctime>
+
+namespace collx::transport::shm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Shared (not private) futexes: the word lives in memory other processes map.
+long futexWait(std::uint32_t* word, std::uint32_t expected, std::chrono::nanoseconds timeout) {
+  const auto ns = std::max<std::int64_t>(timeout.count(), 0);
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  return ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futexWake(std::uint32_t* word) {
+  ::syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
+                   std::size_t bufferBytes)
+    : SharedGroup(
+          [&] {
+            std::vector<int> ranks;
+            for (const auto& m : members) ranks.push_back(m.rank);
+            return ranks;
+          }(),
+          self, bufferBytes, WaitPolicy{}),
+      link_(link),
+      members_(std::move(members)) {
+  for (const auto& m : members_) {
+    controls_.push_back(m.mapping->group(m.layout));
+    buffers_.push_back(m.mapping->groupBuffer(m.layout, 0));
+  }
+  stride_ = members_[static_cast<std::size_t>(self)].layout.groupStride;
+  // Every member's epoch starts at 0 (a fresh arena is zeroed).
+}
+
+std::uint32_t ShmGroup::epochOf(int member) const {
+  return atomic(controls_[static_cast<std::size_t>(member)]->epoch)
+      .load(std::memory_order_acquire);
+}
+
+UseHeader* ShmGroup::headerOf(int member, std::uint64_t use) const {
+  static_assert(sizeof(UseHeader) <= kHeaderBytes);
+  return reinterpret_cast<UseHeader*>(buffers_[static_cast<std::size_t>(member)] +
+                                      stride_ * (use % kBuffers));
+}
+
+std::uint8_t* ShmGroup::payload(int member, std::uint64_t use) const {
+  return buffers_[static_cast<std::size_t>(member)] + stride_ * (use % kBuffers) + kHeaderBytes;
+}
+
+void ShmGroup::publish() {
+  GroupControl* mine = controls_[static_cast<std::size_t>(index_)];
+  ++published_;
+  atomic(mine->epoch).store(static_cast<std::uint32_t>(published_), std::memory_order_release);
+  // Against a sleeper's "sleepers++, then look at epoch": one of us sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (atomic(mine->sleepers).load(std::memory_order_relaxed) != 0) futexWake(&mine->epoch);
+}
+
+void ShmGroup::sleep(int member, std::uint32_t seen, Clock::time_point until) {
+  GroupControl* theirs = controls_[static_cast<std::size_t>(member)];
+  atomic(theirs->sleepers).fetch_add(1, std::memory_order_seq_cst);
+  if (atomic(theirs->epoch).load(std::memory_order_seq_cst) == seen) {
+    futexWait(&theirs->epoch, seen, until - Clock::now());
+  }
+  atomic(theirs->sleepers).fetch_sub(1, std::memory_order_relaxed);
+}
+
+void ShmGroup::failed(const Error& error) noexcept {
+  std::lock_guard<std::mutex> lock(errorMutex_);
+  if (failed_.load(std::memory_order_relaxed)) return;
+  errorKind_ = error.kind();
+  errorCulprit_ = error.peer();
+  errorText_ = error.detail();
+  failed_.store(true, std::memory_order_release);
+  // Members of this process sleeping on this rank wake and see it.
+  futexWake(&controls_[static_cast<std::size_t>(index_)]->epoch);
+}
+
+void ShmGroup::raise(ErrorKind kind, int culprit, const std::string& detail,
+                     const CallNamer& name, bool failMesh) {
+  const Where where{link_.rank, name ? name() : std::string("shm group"), culprit};
+  if (failMesh && failMesh_) {
+    try {
+      throwError(kind, where, detail);
+    } catch (const Error& e) {
+      failMesh_(e);
+    }
+  }
+  throwError(kind, where, detail);
+}
+
+void ShmGroup::check(int member, const CallNamer& name) {
+  if (failed_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(errorMutex_);
+    raise(errorKind_, errorCulprit_, errorText_, name, false);
+  }
+  if (member < 0) return;
+  const GroupMember& m = members_[static_cast<std::size_t>(member)];
+  const ArenaHeader& h = *m.mapping->header();
+  const auto state = atomic(const_cast<std::uint32_t&>(h.state)).load(std::memory_order_acquire);
+  if (state == static_cast<std::uint32_t>(State::kFailed)) {
+    const std::uint32_t length = std::min<std::uint32_t>(h.errorLength, kErrorTextBytes);
+    std::string text(h.errorText, length);
+    int culprit = h.culprit;
+    if (culprit < 0 || culprit == link_.rank) culprit = m.rank;
+    if (culprit != m.rank) text = "rank " + std::to_string(m.rank) + " failed: " + text;
+    raise(static_cast<ErrorKind>(h.errorKind), culprit, text, name, true);
+  }
+  if (state == static_cast<std::uint32_t>(State::kClosed)) {
+    raise(ErrorKind::kIo, m.rank,
+          "rank " + std::to_string(m.rank) + " closed its context while rank " +
+              std::to_string(link_.rank) + " waited for it",
+          name, true);
+  }
+  if (!m.samePid && ::kill(m.pid, 0) != 0 && errno == ESRCH) {
+    raise(ErrorKind::kIo, m.rank,
+          "rank " + std::to_string(m.rank) + " (pid " + std::to_string(m.pid) +
+              ") exited without closing its context: rank " + std::to_string(m.rank) +
+              " died or was killed",
+          name, true);
+  }
+}
+
+void ShmGroup::fail(Failure kind, int member, const std::string& what, const CallNamer& name) {
+  raise(kind == Failure::kTimeout ? ErrorKind::kTimeout : ErrorKind::kMismatch, rankOf(member),
+        what, name, true);
+}
+
+std::string ShmGroup::describe(std::uint64_t seq, const Fingerprint& fp) const {
+  return link_.describe(MessageKey{seq, 0, Space::kCollective}, fp);
+}
+
+}  // namespace collx::transport::shm

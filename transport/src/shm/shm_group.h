@@ -1,0 +1,68 @@
+// ShmGroup: the SharedGroup (collx/transport/shared_group.h) of a context's ranks on this
+// host, over the group area of each member's arena (arena.h).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "arena.h"
+#include "collx/base/error.h"
+#include "collx/transport/mesh.h"
+#include "collx/transport/shared_group.h"
+
+namespace collx::transport::shm {
+
+struct GroupMember {
+  int rank = -1;
+  pid_t pid = 0;
+  bool samePid = true;
+  std::shared_ptr<Mapping> mapping;
+  Layout layout;
+};
+
+class ShmGroup final : public SharedGroup {
+ public:
+  // `members` in rank order, this rank's among them (index `self`).
+  ShmGroup(LinkState& link, std::vector<GroupMember> members, int self, std::size_t bufferBytes);
+
+  void publish() override;
+  std::uint8_t* payload(int member, std::uint64_t use) const override;
+
+  // The mesh failed: every wait ends with this error.
+  void failed(const Error& error) noexcept;
+  // How a wait that failed fails the mesh.
+  void setFailMesh(std::function<void(const Error&)> failMesh) { failMesh_ = std::move(failMesh); }
+
+ protected:
+  std::uint32_t epochOf(int member) const override;
+  UseHeader* headerOf(int member, std::uint64_t use) const override;
+  void sleep(int member, std::uint32_t seen, std::chrono::steady_clock::time_point until) override;
+  void check(int member, const CallNamer& name) override;
+  [[noreturn]] void fail(Failure kind, int member, const std::string& what,
+                         const CallNamer& name) override;
+  std::string describe(std::uint64_t seq, const Fingerprint& fp) const override;
+
+ private:
+  [[noreturn]] void raise(ErrorKind kind, int culprit, const std::string& detail,
+                          const CallNamer& name, bool failMesh);
+
+  LinkState& link_;
+  std::vector<GroupMember> members_;
+  std::vector<GroupControl*> controls_;
+  std::vector<std::uint8_t*> buffers_;  // member m's buffer 0
+  std::size_t stride_ = 0;
+  std::function<void(const Error&)> failMesh_;
+  std::atomic<bool> failed_{false};
+  std::mutex errorMutex_;
+  ErrorKind errorKind_ = ErrorKind::kIo;
+  int errorCulprit_ = -1;
+  std::string errorText_;
+};
+
+}  // namespace collx::transport::shm
