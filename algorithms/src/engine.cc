@@ -217,7 +217,17 @@ class Execution {
 };
 
 Engine::Engine(std::unique_ptr<transport::Mesh> mesh, const EngineOptions& options)
-    : mesh_(std::move(mesh)), options_(options) {}
+    : mesh_(std::move(mesh)), options_(options) {
+  if (transport::SharedGroup* group = mesh_->sharedGroup()) {
+    // A shared-memory wait that fails fails the mesh as the driving thread would: not while
+    // another thread moves bytes through it.
+    group->setFailMesh([this](const Error& error) {
+      lockDrive();
+      mesh_->fail(error);
+      unlockDrive();
+    });
+  }
+}
 
 std::unique_ptr<std::uint8_t[]> Engine::takeScratch(std::uint64_t bytes, std::uint64_t& capacity) {
   {

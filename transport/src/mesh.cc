@@ -143,9 +143,12 @@ void Mesh::connect(const std::vector<std::string>& addresses, Clock::time_point 
     for (std::size_t i = 0; i < pairs.size(); ++i) pairs_[peersOf[d][i]] = pairs[i];
   }
   for (auto& device : devices_) {
-    if (auto* shm = dynamic_cast<shm::ShmDevice*>(device.get()); shm && shm->sharedGroup()) {
-      shm->setFailMesh([this](const Error& error) { fail(error); });
-      group_ = shm->sharedGroup();
+    if (SharedGroup* group = device->sharedGroup()) {
+      group->setFailMesh([this](const Error& error) { fail(error); });
+      group->setAbortCheck([this]() -> std::string {
+        return abortRequested_.load(std::memory_order_acquire) ? abortReason_ : std::string();
+      });
+      group_ = group;
     }
   }
 }

@@ -34,7 +34,7 @@ inline bool reached(std::uint32_t epoch, std::uint64_t use) noexcept {
 
 std::uint8_t* SharedGroup::beginUse(const UseHeader& header, Clock::time_point deadline,
                                     const CallNamer& name) {
-  check(-1, name);
+  check(-1, name, true);
   const std::uint64_t use = published_ + 1;
   if (use > static_cast<std::uint64_t>(kBuffers)) {
     const std::uint64_t need = use - kBuffers + 1;

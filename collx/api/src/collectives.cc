@@ -114,7 +114,7 @@ const algorithms::AlgorithmInfo& choose(const detail::Runtime& rt, const Call& c
   }
   if (name.empty()) {
     const algorithms::Selection::Row* row =
-        rt.selection.choose(call.coll, rt.size, bytes, rt.group != nullptr);
+        rt.selection.choose(call.coll, rt.size, bytes, rt.sharedMemory());
     if (row == nullptr) {
       throw Unsupported(where, std::string("no rule selects a ") +
                                    algorithms::collectiveName(call.coll) + " algorithm for " +
@@ -130,7 +130,7 @@ const algorithms::AlgorithmInfo& choose(const detail::Runtime& rt, const Call& c
                                      " algorithm '" + name + "' (from " + source +
                                      "; valid: " + algorithms::algorithmNames(call.coll) + ")");
   }
-  if (info->shared && rt.group == nullptr) {
+  if (info->shared && !rt.sharedMemory()) {
     throw InvalidArgument(where, std::string(algorithms::collectiveName(call.coll)) +
                                      " algorithm '" + name + "' (from " + source +
                                      ") needs every rank on this host over shared memory, "
@@ -249,7 +249,7 @@ void runBlocking(Context& ctx, const Call& call) {
   detail::Runtime& rt = *ctx.runtime();
   if (p.shared) {
     if (rt.sharedWorker.busy()) rt.sharedWorker.drain();  // nonblocking ones started first
-    algorithms::runShared(*rt.group, p.params, p.bindings, p.info);
+    algorithms::runShared(rt.group, p.params, p.bindings, p.info);
     return;
   }
   rt.engine->run(std::move(p.schedule), p.bindings, std::move(p.info));
@@ -263,7 +263,7 @@ Work runAsync(Context& ctx, const Call& call) {
     auto job = std::make_shared<detail::SharedJob>();
     detail::Runtime* rt = ctx.runtime().get();
     job->run = [rt, params = std::move(p.params), bindings = p.bindings, info = p.info] {
-      algorithms::runShared(*rt->group, params, bindings, info);
+      algorithms::runShared(rt->group, params, bindings, info);
     };
     ctx.runtime()->sharedWorker.submit(job);
     return WorkAccess::make(ctx.runtime(), std::move(job));

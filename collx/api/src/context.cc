@@ -273,7 +273,7 @@ std::vector<std::string> Context::transports() const {
   return runtime_ ? runtime_->engine->mesh().transportNames() : std::vector<std::string>{};
 }
 
-bool Context::sharedMemory() const noexcept { return runtime_ && runtime_->group != nullptr; }
+bool Context::sharedMemory() const noexcept { return runtime_ && runtime_->sharedMemory(); }
 
 std::string Context::describePeer(int peer) const {
   return runtime_ ? runtime_->engine->mesh().describePeer(peer) : "unconnected";

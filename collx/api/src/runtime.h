@@ -79,6 +79,8 @@ struct Runtime {
   // Every rank of the job shares memory with every other (all agreed at connect): the
   // shared-memory algorithms may run. nullptr otherwise.
   transport::SharedGroup* group = nullptr;
+  // The shared-memory algorithms may run: one group of every rank, or a world of one.
+  bool sharedMemory() const noexcept { return group != nullptr || size == 1; }
   // Declared after the engine, so destroyed before it.
   SharedWorker sharedWorker;
 

@@ -452,10 +452,6 @@ void ShmDevice::letGo(State state) noexcept {
   for (auto& pair : pairs_) pair->ring();
 }
 
-void ShmDevice::setFailMesh(std::function<void(const Error&)> failMesh) {
-  if (group_) group_->setFailMesh(std::move(failMesh));
-}
-
 void ShmDevice::failAll(const Error& error) noexcept {
   ArenaHeader* h = arena_->header();
   if (atomic(h->state).load(std::memory_order_acquire) ==

@@ -55,8 +55,6 @@ class ShmDevice final : public Device {
   bool progress(const pollfd* results, std::size_t count) override;
   void failAll(const Error& error) noexcept override;
   SharedGroup* sharedGroup() override { return group_.get(); }
-  // How a failed wait of the group fails the mesh.
-  void setFailMesh(std::function<void(const Error&)> failMesh);
 
   // The ring size used for a world of `size` ranks when COLLX_SHM_RING_BYTES is unset.
   static std::uint64_t defaultRingBytes(int size);

@@ -86,6 +86,7 @@ void ShmGroup::failed(const Error& error) noexcept {
   errorKind_ = error.kind();
   errorCulprit_ = error.peer();
   errorText_ = error.detail();
+  errorWhat_ = error.what();
   failed_.store(true, std::memory_order_release);
   // Members of this process sleeping on this rank wake and see it.
   futexWake(&controls_[static_cast<std::size_t>(index_)]->epoch);
@@ -104,10 +105,18 @@ void ShmGroup::raise(ErrorKind kind, int culprit, const std::string& detail,
   throwError(kind, where, detail);
 }
 
-void ShmGroup::check(int member, const CallNamer& name) {
+void ShmGroup::check(int member, const CallNamer& name, bool starting) {
   if (failed_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(errorMutex_);
+    if (starting) {
+      raise(errorKind_, errorCulprit_,
+            "the context failed earlier and takes no more work: " + errorWhat_, name, false);
+    }
     raise(errorKind_, errorCulprit_, errorText_, name, false);
+  }
+  if (abortReason_) {
+    const std::string why = abortReason_();
+    if (!why.empty()) raise(ErrorKind::kAborted, -1, why, name, true);
   }
   if (member < 0) return;
   const GroupMember& m = members_[static_cast<std::size_t>(member)];

@@ -36,14 +36,12 @@ class ShmGroup final : public SharedGroup {
 
   // The mesh failed: every wait ends with this error.
   void failed(const Error& error) noexcept;
-  // How a wait that failed fails the mesh.
-  void setFailMesh(std::function<void(const Error&)> failMesh) { failMesh_ = std::move(failMesh); }
 
  protected:
   std::uint32_t epochOf(int member) const override;
   UseHeader* headerOf(int member, std::uint64_t use) const override;
   void sleep(int member, std::uint32_t seen, std::chrono::steady_clock::time_point until) override;
-  void check(int member, const CallNamer& name) override;
+  void check(int member, const CallNamer& name, bool starting) override;
   [[noreturn]] void fail(Failure kind, int member, const std::string& what,
                          const CallNamer& name) override;
   std::string describe(std::uint64_t seq, const Fingerprint& fp) const override;
@@ -57,12 +55,12 @@ class ShmGroup final : public SharedGroup {
   std::vector<GroupControl*> controls_;
   std::vector<std::uint8_t*> buffers_;  // member m's buffer 0
   std::size_t stride_ = 0;
-  std::function<void(const Error&)> failMesh_;
   std::atomic<bool> failed_{false};
   std::mutex errorMutex_;
   ErrorKind errorKind_ = ErrorKind::kIo;
   int errorCulprit_ = -1;
   std::string errorText_;
+  std::string errorWhat_;
 };
 
 }  // namespace collx::transport::shm

@@ -15,8 +15,9 @@
 namespace collx::algorithms {
 
 // Runs one call (params as for a schedule: params.rank is the group index, params.size the
-// group size). Throws the call's error (a failed wait has failed the mesh already).
-void runShared(transport::SharedGroup& group, const ScheduleParams& params,
+// group size; `group` nullptr for a world of one rank). Throws the call's error (a failed
+// wait has failed the mesh already).
+void runShared(transport::SharedGroup* group, const ScheduleParams& params,
                const Bindings& bindings, const CallInfo& info);
 
 }  // namespace collx::algorithms

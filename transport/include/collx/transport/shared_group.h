@@ -26,6 +26,10 @@
 
 #include "collx/transport/message.h"
 
+namespace collx {
+class Error;
+}
+
 namespace collx::transport {
 
 // Written at the start of every use's buffer by its owner before it publishes the use.
@@ -72,9 +76,15 @@ class SharedGroup {
   // Payload of `member`'s use `use` without waiting (after await()).
   virtual std::uint8_t* payload(int member, std::uint64_t use) const = 0;
   // Throws the mesh's error if it failed (or abort() was called).
-  void checkHealthy(const CallNamer& name) { check(-1, name); }
+  void checkHealthy(const CallNamer& name) { check(-1, name, true); }
 
   void setPolicy(WaitPolicy policy) noexcept { policy_ = policy; }
+  // How a failed wait fails the mesh (the engine serializes it with progress), and where a
+  // wait learns that abort() was called (the reason; "" when not).
+  void setFailMesh(std::function<void(const Error&)> failMesh) { failMesh_ = std::move(failMesh); }
+  void setAbortCheck(std::function<std::string()> abortReason) {
+    abortReason_ = std::move(abortReason);
+  }
 
  protected:
   SharedGroup(std::vector<int> ranks, int index, std::size_t bufferBytes, WaitPolicy policy)
@@ -90,8 +100,9 @@ class SharedGroup {
   // Sleeps until `member`'s epoch may have changed from `seen`, or `until` passes.
   virtual void sleep(int member, std::uint32_t seen, std::chrono::steady_clock::time_point until) = 0;
   // Throws when the mesh failed (abort() fails it too), or (member >= 0) when `member` died or
-  // closed its context (failing the mesh first).
-  virtual void check(int member, const CallNamer& name) = 0;
+  // closed its context (failing the mesh first). `starting`: a call that had not begun
+  // ("the context failed earlier").
+  virtual void check(int member, const CallNamer& name, bool starting = false) = 0;
   enum class Failure { kTimeout, kMismatch };
   // Fails the mesh with this error (every member learns of it), then throws it.
   [[noreturn]] virtual void fail(Failure kind, int member, const std::string& what,
@@ -105,6 +116,8 @@ class SharedGroup {
   WaitPolicy policy_;
   std::uint64_t published_ = 0;    // this member's epoch
   std::vector<std::uint64_t> seen_;  // a lower bound of each member's epoch
+  std::function<void(const Error&)> failMesh_;
+  std::function<std::string()> abortReason_;
 
  private:
   void waitFor(int member, std::uint64_t use, std::chrono::steady_clock::time_point deadline,
