@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstring>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "collx/algorithms/registry.h"
@@ -578,6 +581,59 @@ TEST(Failures, AbortWakesABlockedCall) {
   });
   EXPECT_TRUE(rank0Blocked);
   EXPECT_EQ(test::messageOf(errors[0]), "");
+}
+
+// The shared-memory algorithms reduce every element in rank order on one rank: with values
+// whose sum depends on the order (random floats of mixed magnitude), every rank gets the same
+// bits, and they are the serial rank-order sum's; reduce_scatter's blocks are that sum's too.
+// Blocking and nonblocking calls interleave in issue order.
+TEST(SharedMemory, ReductionsAreBitIdenticalToTheRankOrderSum) {
+  if (!test::worldsShareMemory()) {
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+  }
+  for (int P : {2, 3, 5}) {
+    World& world = test::worldOf(P);
+    ASSERT_TRUE(world.context(0).sharedMemory()) << "thread ranks of one process share memory";
+    for (std::uint64_t count : {std::uint64_t{7}, std::uint64_t{3000}, std::uint64_t{300001}}) {
+      std::vector<std::vector<float>> inputs(P, std::vector<float>(count));
+      std::mt19937 rng(static_cast<std::uint32_t>(P * 1000 + count));
+      std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+      std::uniform_int_distribution<int> exponent(-20, 20);
+      for (auto& in : inputs) {
+        for (float& x : in) x = std::ldexp(mantissa(rng), exponent(rng));
+      }
+      std::vector<float> expected(inputs[0]);
+      for (int r = 1; r < P; ++r) {
+        for (std::uint64_t i = 0; i < count; ++i) expected[i] = expected[i] + inputs[r][i];
+      }
+      std::vector<std::vector<float>> sums(P), blocks(P), late(P);
+      const std::uint64_t block = count / static_cast<std::uint64_t>(P);
+      world.runOk([&](int rank, Context& ctx) {
+        AllreduceOptions o;
+        o.algorithm = "shm";
+        ReduceOptions ro;
+        ro.algorithm = "shm";
+        sums[rank].resize(count);
+        late[rank].resize(count);
+        blocks[rank].resize(block);
+        Work first = allreduceAsync(ctx, inputs[rank].data(), sums[rank].data(), count,
+                                    DataType::kFloat32, o);
+        reduceScatter(ctx, inputs[rank].data(), blocks[rank].data(), block, DataType::kFloat32,
+                      ro);
+        first.wait();
+        allreduce(ctx, inputs[rank].data(), late[rank].data(), count, DataType::kFloat32, o);
+      });
+      for (int r = 0; r < P; ++r) {
+        EXPECT_EQ(std::memcmp(sums[r].data(), expected.data(), count * sizeof(float)), 0)
+            << "P=" << P << " count " << count << " rank " << r;
+        EXPECT_EQ(std::memcmp(late[r].data(), expected.data(), count * sizeof(float)), 0)
+            << "P=" << P << " count " << count << " rank " << r;
+        EXPECT_EQ(std::memcmp(blocks[r].data(), expected.data() + block * r, block * sizeof(float)),
+                  0)
+            << "P=" << P << " count " << count << " rank " << r;
+      }
+    }
+  }
 }
 
 TEST(Failures, NonblockingCallFailsItsWork) {

@@ -32,14 +32,13 @@ inline bool reached(std::uint32_t epoch, std::uint64_t use) noexcept {
 
 }  // namespace
 
-std::uint8_t* SharedGroup::beginUse(const UseHeader& header, Clock::time_point deadline,
-                                    const CallNamer& name) {
-  check(-1, name, true);
+std::uint8_t* SharedGroup::beginUse(const UseHeader& header, const Waiting& waiting) {
+  check(-1, waiting.name, true);
   const std::uint64_t use = published_ + 1;
   if (use > static_cast<std::uint64_t>(kBuffers)) {
     const std::uint64_t need = use - kBuffers + 1;
     for (int m = 0; m < size(); ++m) {
-      if (m != index_ && seen_[static_cast<std::size_t>(m)] < need) waitFor(m, need, deadline, name);
+      if (m != index_ && seen_[static_cast<std::size_t>(m)] < need) waitFor(m, need, waiting);
     }
   }
   *headerOf(index_, use) = header;
@@ -47,23 +46,24 @@ std::uint8_t* SharedGroup::beginUse(const UseHeader& header, Clock::time_point d
 }
 
 const std::uint8_t* SharedGroup::await(int member, std::uint64_t use, const UseHeader& expected,
-                                       Clock::time_point deadline, const CallNamer& name) {
+                                       const Waiting& waiting) {
   if (member != index_) {
-    if (seen_[static_cast<std::size_t>(member)] < use) waitFor(member, use, deadline, name);
+    if (seen_[static_cast<std::size_t>(member)] < use) waitFor(member, use, waiting);
     const UseHeader& got = *headerOf(member, use);
     if (got.seq != expected.seq || got.fingerprint != expected.fingerprint) {
       fail(Failure::kMismatch, member,
            "rank " + std::to_string(ranks_[static_cast<std::size_t>(index_)]) + " expected " +
                describe(expected.seq, expected.fingerprint) + " from rank " +
                std::to_string(rankOf(member)) + ", got " + describe(got.seq, got.fingerprint),
-           name);
+           waiting.name);
     }
   }
   return payload(member, use);
 }
 
-void SharedGroup::waitFor(int member, std::uint64_t use, Clock::time_point deadline,
-                          const CallNamer& name) {
+void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting) {
+  const auto& name = waiting.name;
+  const auto deadline = waiting.deadline;
   const auto start = Clock::now();
   auto nextCheck = start + kCheckPeriod;
   for (;;) {
@@ -84,10 +84,9 @@ void SharedGroup::waitFor(int member, std::uint64_t use, Clock::time_point deadl
     }
     if (now >= deadline) {
       fail(Failure::kTimeout, member,
-           "rank " + std::to_string(ranks_[static_cast<std::size_t>(index_)]) +
-               " waited for rank " + std::to_string(rankOf(member)) + " (use " +
-               std::to_string(use) + " of the shared-memory group, which it has not reached) " +
-               "until the deadline",
+           "timed out after " + std::to_string(waiting.timeout.count()) +
+               " ms waiting for rank " + std::to_string(rankOf(member)) +
+               " (shared memory: its use " + std::to_string(use) + " of the group buffers)",
            name);
     }
     const auto waited = now - start;

@@ -22,14 +22,14 @@ class Call {
         me(group.index()),
         size(group.size()),
         header_{info.key.seq, info.fingerprint},
-        name_([&info] { return callName(info); }) {}
+        waiting_{info.deadline, info.timeout, [&info] { return callName(info); }} {}
 
   // Starts the next use: its payload, to fill before publish().
-  std::uint8_t* begin() { return g.beginUse(header_, info.deadline, name_); }
+  std::uint8_t* begin() { return g.beginUse(header_, waiting_); }
   void publish() { g.publish(); }
   // Member m's payload of `use` (this rank's own without waiting).
   const std::uint8_t* await(int m, std::uint64_t use) {
-    return g.await(m, use, header_, info.deadline, name_);
+    return g.await(m, use, header_, waiting_);
   }
   std::uint64_t bufferBytes() const { return g.bufferBytes(); }
 
@@ -59,7 +59,7 @@ class Call {
 
  private:
   transport::UseHeader header_;
-  transport::CallNamer name_;
+  transport::Waiting waiting_;
 };
 
 void barrier(Call& c);

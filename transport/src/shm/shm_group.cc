@@ -1,6 +1,7 @@
 #include "shm_group.h"
 
 #include <linux/futex.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -136,7 +137,14 @@ void ShmGroup::check(int member, const CallNamer& name, bool starting) {
               std::to_string(link_.rank) + " waited for it",
           name, true);
   }
-  if (!m.samePid && ::kill(m.pid, 0) != 0 && errno == ESRCH) {
+  bool gone = false;
+  if (!m.samePid && m.pidfd >= 0) {
+    pollfd p{m.pidfd, POLLIN, 0};
+    gone = ::poll(&p, 1, 0) > 0;  // readable once the process exited, zombie or not
+  } else if (!m.samePid) {
+    gone = ::kill(m.pid, 0) != 0 && errno == ESRCH;
+  }
+  if (gone) {
     raise(ErrorKind::kIo, m.rank,
           "rank " + std::to_string(m.rank) + " (pid " + std::to_string(m.pid) +
               ") exited without closing its context: rank " + std::to_string(m.rank) +

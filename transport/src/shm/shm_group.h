@@ -22,6 +22,7 @@ struct GroupMember {
   int rank = -1;
   pid_t pid = 0;
   bool samePid = true;
+  int pidfd = -1;  // the device's (it closes it); -1: kill(pid, 0) tells (a zombie passes)
   std::shared_ptr<Mapping> mapping;
   Layout layout;
 };

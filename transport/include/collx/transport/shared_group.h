@@ -46,6 +46,13 @@ struct WaitPolicy {
 // Names the waiting call in error messages ("allreduce(shm, seq 7)"): built only on error.
 using CallNamer = std::function<std::string()>;
 
+// One call's waits: its deadline, the timeout it came from (named in errors), its name.
+struct Waiting {
+  std::chrono::steady_clock::time_point deadline;
+  std::chrono::milliseconds timeout{0};
+  CallNamer name;
+};
+
 class SharedGroup {
  public:
   static constexpr int kBuffers = 4;
@@ -65,14 +72,13 @@ class SharedGroup {
   std::uint64_t nextUse() const noexcept { return published_ + 1; }
   // Starts this member's use `nextUse()`: waits until every member may be overwritten (see
   // above), writes the header and returns the payload to fill (bufferBytes() bytes).
-  std::uint8_t* beginUse(const UseHeader& header, std::chrono::steady_clock::time_point deadline,
-                         const CallNamer& name);
+  std::uint8_t* beginUse(const UseHeader& header, const Waiting& waiting);
   // Publishes the use begun (epoch = use), waking members that sleep on this one.
   virtual void publish() = 0;
   // Waits until `member` published `use` and checks its header against `expected`.
   // Returns the member's payload of that use.
   const std::uint8_t* await(int member, std::uint64_t use, const UseHeader& expected,
-                            std::chrono::steady_clock::time_point deadline, const CallNamer& name);
+                            const Waiting& waiting);
   // Payload of `member`'s use `use` without waiting (after await()).
   virtual std::uint8_t* payload(int member, std::uint64_t use) const = 0;
   // Throws the mesh's error if it failed (or abort() was called).
@@ -120,8 +126,7 @@ class SharedGroup {
   std::function<std::string()> abortReason_;
 
  private:
-  void waitFor(int member, std::uint64_t use, std::chrono::steady_clock::time_point deadline,
-               const CallNamer& name);
+  void waitFor(int member, std::uint64_t use, const Waiting& waiting);
 };
 
 }  // namespace collx::transport
