@@ -168,7 +168,7 @@ TEST_P(Hierarchical, AllgatherInAndOutOfPlace) {
 
 // Across hosts with several ranks on a host, the default is hierarchical on every rank:
 // rank 0 names it and the others take the default; they only meet if the two agree. On
-// one host, or one rank per host, the default stays the table's.
+// one host, or one rank per host, every rank takes the default (whatever the table picks).
 TEST_P(Hierarchical, TheDefaultAcrossHostsIsHierarchical) {
   const auto& ids = GetParam().hostIds;
   const int P = size();
@@ -177,12 +177,7 @@ TEST_P(Hierarchical, TheDefaultAcrossHostsIsHierarchical) {
   const std::uint64_t count = 50001;
   std::vector<std::string> wrong(P);
   world().runOk([&](int rank, Context& ctx) {
-    const std::string named =
-        rank == 0
-            ? (acrossHosts
-                   ? "hierarchical"
-                   : algorithms::defaultAlgorithm(algorithms::Collective::kAllreduce, P, count * 4))
-            : "";
+    const std::string named = rank == 0 && acrossHosts ? "hierarchical" : "";
     auto v = test::makeInput(rank, count, DataType::kInt32, ReduceOpKind::kSum);
     AllreduceOptions a;
     a.algorithm = named;
@@ -193,18 +188,10 @@ TEST_P(Hierarchical, TheDefaultAcrossHostsIsHierarchical) {
     }
     CollectiveOptions o;
     o.timeout = 20s;
-    o.algorithm = rank == 0 ? (acrossHosts ? "hierarchical"
-                                           : algorithms::defaultAlgorithm(
-                                                 algorithms::Collective::kBroadcast, P, count * 4))
-                            : "";
+    o.algorithm = named;
     std::vector<std::int32_t> b(count, rank == 1 ? 42 : 0);
     broadcast(ctx, b.data(), count, DataType::kInt32, 1, o);
     if (b != std::vector<std::int32_t>(count, 42)) wrong[rank] += "broadcast; ";
-    o.algorithm = rank == 0
-                      ? (acrossHosts ? "hierarchical"
-                                     : algorithms::defaultAlgorithm(
-                                           algorithms::Collective::kAllgather, P, count * 4 * P))
-                      : "";
     std::vector<std::int32_t> mine(count, rank), all(count * P, -1), want;
     for (int q = 0; q < P; ++q) want.insert(want.end(), count, q);
     allgather(ctx, mine.data(), all.data(), count, DataType::kInt32, o);
