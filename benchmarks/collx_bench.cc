@@ -276,7 +276,11 @@ bool blockwise(const std::string& c) {
 
 class Bench {
  public:
-  Bench(collx::Context& ctx, const Args& args) : ctx_(ctx), a_(args), P_(ctx.size()) {}
+  Bench(collx::Context& ctx, const Args& args) : ctx_(ctx), a_(args), P_(ctx.size()) {
+    std::set<std::string> hosts;
+    for (const auto& peer : ctx.peers()) hosts.insert(collx::hostIdentity(peer));
+    hosts_ = static_cast<int>(hosts.size());
+  }
 
   // The bytes of the input and the output of one rank for a call with `count`.
   std::uint64_t inputBytes(std::uint64_t count) const {
@@ -532,6 +536,14 @@ class Bench {
     if (!a_.algorithm.empty()) return a_.algorithm;
     const char* env = std::getenv(("COLLX_" + upper(a_.collective) + "_ALGO").c_str());
     if (env != nullptr && *env != '\0') return env;
+    // Across hosts with several ranks on some host (collectives.cc: acrossHosts), without a
+    // rules file.
+    const std::string c = a_.collective;
+    const bool commutative = a_.op != collx::ReduceOpKind::kCustom;
+    if (hosts_ > 1 && hosts_ < P_ && std::getenv("COLLX_RULES") == nullptr &&
+        (c == "broadcast" || c == "allgather" || (c == "allreduce" && commutative))) {
+      return "hierarchical";
+    }
     const char* chosen =
         collx::algorithms::defaultAlgorithm(collectiveOf(a_.collective), P_, bytes,
                                             ctx_.sharedMemory());
@@ -548,6 +560,7 @@ class Bench {
   collx::Context& ctx_;
   const Args& a_;
   int P_;
+  int hosts_ = 1;
   collx::Counts equal_, displs_;
 };
 
@@ -569,7 +582,7 @@ int main(int argc, char** argv) {
       usageError("--root is outside [0, " + std::to_string(P) + ")");
     Bench bench(*ctx, args);
     std::set<std::string> hosts;
-    for (const auto& peer : ctx->peers()) hosts.insert(peer.hostname + "/" + peer.bootId);
+    for (const auto& peer : ctx->peers()) hosts.insert(collx::hostIdentity(peer));
     std::string transports;
     auto names = ctx->transports();
     for (std::size_t r = 0; r < names.size(); ++r) {

@@ -319,6 +319,29 @@ class Case {
     return info_.coll == Collective::kAlltoallv ? ((i + 2 * j) % 4) * scale_ : scale_;
   }
 
+  // A host layout (ScheduleParams::hostOf) per case, for the hierarchical algorithms (the
+  // others ignore it): one host, hosts of 2 (the last of 1 for odd P), hosts of 1, 2, 3,
+  // 1, ..., and 3 hosts round robin.
+  std::vector<int> hostLayout() const {
+    const std::uint64_t kind = (scale_ + static_cast<std::uint64_t>(root_)) % 4;
+    if (kind == 0) return {};
+    std::vector<int> h(P_);
+    int host = 0, used = 0;
+    for (int r = 0; r < P_; ++r) {
+      if (kind == 1) h[r] = r / 2;
+      if (kind == 3) h[r] = r % 3;
+      if (kind == 2) {
+        if (used == host % 3 + 1) {
+          ++host;
+          used = 0;
+        }
+        h[r] = host;
+        ++used;
+      }
+    }
+    return h;
+  }
+
   ScheduleParams paramsFor(int r) {
     ScheduleParams p;
     p.coll = info_.coll;
@@ -329,6 +352,7 @@ class Case {
     p.commutative = !matrix_;
     p.chunkBytes = chunk_;
     p.root = root_;
+    p.hostOf = hostLayout();
     if (info_.coll == Collective::kReduceScatter || info_.coll == Collective::kAlltoall ||
         info_.coll == Collective::kAlltoallv) {
       p.root = -1;

@@ -111,7 +111,69 @@ std::vector<std::uint64_t> countsFor(Collective coll, int P) {
   return out;
 }
 
-Scenario makeScenario(const AlgorithmInfo& info, int P, std::uint64_t c, int variant) {
+// Host layouts (ScheduleParams::hostOf) the sweep gives its calls: the hierarchical
+// algorithms run under every one, the others under one per call (they ignore it).
+enum class Hosts { kNone, kPairs, kTriples, kFours, kUneven, kInterleaved, kOnePerRank };
+constexpr Hosts kLayouts[] = {Hosts::kNone,   Hosts::kPairs,       Hosts::kTriples,   Hosts::kFours,
+                              Hosts::kUneven, Hosts::kInterleaved, Hosts::kOnePerRank};
+
+const char* layoutName(Hosts kind) {
+  switch (kind) {
+    case Hosts::kNone:
+      return "one host";
+    case Hosts::kPairs:
+      return "hosts of 2";
+    case Hosts::kTriples:
+      return "hosts of 3";
+    case Hosts::kFours:
+      return "hosts of 4";
+    case Hosts::kUneven:
+      return "hosts of 1, 2, 3, 4, 1, ...";
+    case Hosts::kInterleaved:
+      return "3 hosts round robin, numbered backwards";
+    case Hosts::kOnePerRank:
+      return "a host per rank";
+  }
+  return "?";
+}
+
+std::vector<int> hostLayout(Hosts kind, int P) {
+  std::vector<int> h(static_cast<std::size_t>(P));
+  int host = 0, left = 1, size = 1;  // kUneven
+  for (int r = 0; r < P; ++r) {
+    switch (kind) {
+      case Hosts::kNone:
+        return {};
+      case Hosts::kPairs:
+        h[r] = r / 2;  // odd P: a last host of one rank
+        break;
+      case Hosts::kTriples:
+        h[r] = r / 3;
+        break;
+      case Hosts::kFours:
+        h[r] = r / 4;
+        break;
+      case Hosts::kUneven:
+        if (left == 0) {
+          ++host;
+          size = size % 4 + 1;
+          left = size;
+        }
+        h[r] = host;
+        --left;
+        break;
+      case Hosts::kInterleaved:
+        h[r] = (P - r) % 3;  // host numbers not in the order of their lowest rank
+        break;
+      case Hosts::kOnePerRank:
+        h[r] = r;
+        break;
+    }
+  }
+  return h;
+}
+
+Scenario makeScenario(const AlgorithmInfo& info, int P, std::uint64_t c, int variant, Hosts hosts) {
   Scenario s;
   const Collective coll = info.coll;
   const bool inPlace = variant % 2 == 1;
@@ -129,12 +191,14 @@ Scenario makeScenario(const AlgorithmInfo& info, int P, std::uint64_t c, int var
   base.op = red.op;
   // Small pieces at small P exercise the pipelining; large P keeps the default.
   base.chunkBytes = P <= 17 && variant % 3 != 2 ? 2 * es : std::uint64_t{1} << 20;
+  base.hostOf = hostLayout(hosts, P);
   s.params.assign(P, base);
   s.buffers.resize(P);
   s.expected.resize(P);
   for (int r = 0; r < P; ++r) s.params[r].rank = r;
   std::ostringstream label;
-  label << collectiveName(coll) << " " << info.name << " P=" << P << " count=" << c;
+  label << collectiveName(coll) << " " << info.name << " P=" << P << " count=" << c << " ("
+        << layoutName(hosts) << ")";
 
   switch (coll) {
     case Collective::kAllreduce: {
@@ -383,9 +447,19 @@ TEST_P(RegistrySweep, ResultsAndCountsMatchReferenceAndFormula) {
       continue;
     }
     const std::vector<std::uint64_t> counts = countsFor(info.coll, P);
-    for (std::size_t ci = 0; ci < counts.size(); ++ci) {
-      const int variant = static_cast<int>(ci) + P;
-      Scenario s = makeScenario(info, P, counts[ci], variant);
+    const bool hierarchical = std::string_view(info.name) == "hierarchical";
+    for (std::size_t run = 0; run < counts.size() * (hierarchical ? std::size(kLayouts) : 1);
+         ++run) {
+      const std::size_t ci = run % counts.size(), li = run / counts.size();
+      const int variant = static_cast<int>(ci + li) + P;
+      const Hosts hosts =
+          kLayouts[hierarchical ? li : static_cast<std::size_t>(variant) % std::size(kLayouts)];
+      // Above 64 ranks, three layouts keep the time down (allgather moves P^2 blocks).
+      if (hierarchical && P > 64 && hosts != Hosts::kPairs && hosts != Hosts::kUneven &&
+          hosts != Hosts::kInterleaved) {
+        continue;
+      }
+      Scenario s = makeScenario(info, P, counts[ci], variant, hosts);
       SimResult result = simulate(
           info, P, [&](int r) { return s.params[r]; },
           [&](int r) { return std::move(s.buffers[r]); }, s.options);
@@ -504,6 +578,72 @@ TEST(Simulator, OrderKeepingAlgorithmsApplyNonCommutativeOpsInRankOrder) {
     }
   }
   EXPECT_GT(checked, 0) << "no algorithm keeps rank order";
+}
+
+// The hierarchical algorithms cross hosts only where their files say: P = 8 on 4 hosts of 2
+// ranks (hostOf = r / 2), one piece per message.
+TEST(Simulator, HierarchicalAlgorithmsCrossHostsOnlyWhereTheySay) {
+  const int P = 8, H = 4;
+  const std::vector<int> hostOf = {0, 0, 1, 1, 2, 2, 3, 3};
+  struct Traffic {
+    std::vector<std::uint64_t> across, within, acrossBytes;  // sends per rank
+    std::uint64_t largestAcross = 0;
+  };
+  auto traffic = [&](Collective coll, std::uint64_t count, int root) {
+    const AlgorithmInfo* info = findAlgorithm(coll, "hierarchical");
+    EXPECT_NE(info, nullptr);
+    Traffic t;
+    t.across.assign(P, 0);
+    t.within.assign(P, 0);
+    t.acrossBytes.assign(P, 0);
+    for (int r = 0; r < P; ++r) {
+      ScheduleParams p;
+      p.coll = coll;
+      p.rank = r;
+      p.size = P;
+      p.count = count;
+      p.elementSize = 4;
+      p.root = root;
+      p.inPlace = coll == Collective::kBroadcast;
+      p.hostOf = hostOf;
+      const Schedule s = info->build(p);
+      for (const Task& task : s.tasks()) {
+        if (task.kind != TaskKind::kSend) continue;
+        if (hostOf[task.peer] == hostOf[r]) {
+          ++t.within[r];
+        } else {
+          ++t.across[r];
+          t.acrossBytes[r] += task.bytes;
+          t.largestAcross = std::max(t.largestAcross, task.bytes);
+        }
+      }
+    }
+    return t;
+  };
+  auto sum = [](const std::vector<std::uint64_t>& v) {
+    return std::accumulate(v.begin(), v.end(), std::uint64_t{0});
+  };
+  // broadcast: root 3 -> one leader on each other host, then one message inside each host.
+  Traffic b = traffic(Collective::kBroadcast, 1000, 3);
+  EXPECT_EQ(sum(b.across), static_cast<std::uint64_t>(H - 1));
+  EXPECT_EQ(sum(b.within), static_cast<std::uint64_t>(H));
+  EXPECT_EQ(b.within[2], 0u) << "rank 3 leads host 1, not rank 2";
+  EXPECT_EQ(b.within[3], 1u);
+  // allgather: only the leaders (the even ranks) talk across hosts, each host's 2 blocks once
+  // to every other leader along the ring.
+  Traffic g = traffic(Collective::kAllgather, 100, 0);
+  for (int r = 0; r < P; ++r) {
+    EXPECT_EQ(g.across[r] > 0, r % 2 == 0) << "rank " << r;
+  }
+  EXPECT_EQ(g.acrossBytes[0], static_cast<std::uint64_t>(H - 1) * 2 * 100 * 4);
+  // allreduce: sliced, every rank moves its half of the vector across hosts and nothing
+  // larger than a slice; inside the host one reduce-scatter and one allgather message.
+  Traffic a = traffic(Collective::kAllreduce, 1000, 0);
+  for (int r = 0; r < P; ++r) {
+    EXPECT_GT(a.across[r], 0u) << "rank " << r;
+    EXPECT_EQ(a.within[r], 2u) << "rank " << r;
+  }
+  EXPECT_EQ(a.largestAcross, 500u * 4);
 }
 
 // Hand-built schedules that break the rules.

@@ -38,6 +38,9 @@ Schedule buildAlltoallBruck(const ScheduleParams& p);
 Schedule buildAlltoallvBruck(const ScheduleParams& p);
 Schedule buildBroadcastScatterAllgather(const ScheduleParams& p);
 Schedule buildBroadcastChain(const ScheduleParams& p);
+Schedule buildAllreduceHierarchical(const ScheduleParams& p);
+Schedule buildBroadcastHierarchical(const ScheduleParams& p);
+Schedule buildAllgatherHierarchical(const ScheduleParams& p);
 
 // The documented cost of each algorithm for one rank (AlgorithmInfo::cost), written next to
 // its builder from the algorithm's math, not by counting its schedule: the simulator checks
@@ -74,6 +77,9 @@ Cost costAlltoallBruck(const ScheduleParams& p);
 Cost costAlltoallvBruck(const ScheduleParams& p);
 Cost costBroadcastScatterAllgather(const ScheduleParams& p);
 Cost costBroadcastChain(const ScheduleParams& p);
+Cost costAllreduceHierarchical(const ScheduleParams& p);
+Cost costBroadcastHierarchical(const ScheduleParams& p);
+Cost costAllgatherHierarchical(const ScheduleParams& p);
 
 // Shared by the ring allreduces: the bandwidth-optimal ring (reduce-scatter + allgather)
 // with every segment moved in `piecesPerSegment` pieces (0: pieces of params.chunkBytes).

@@ -66,6 +66,8 @@ std::size_t hashParams(const ScheduleParams& p) noexcept {
     mix(v->size());
     for (std::uint64_t x : *v) mix(x);
   }
+  mix(p.hostOf.size());
+  for (int host : p.hostOf) mix(static_cast<std::uint64_t>(host));
   return static_cast<std::size_t>(h);
 }
 
@@ -92,6 +94,11 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
        "recursive multiplying, radix 4: groups of 4 exchange whole vectors; ceil(log4 P) "
        "steps of 3 messages, 3n bytes per step; small messages; keeps rank order",
        buildAllreduceKnomial, /*keepsOrder=*/true, costAllreduceKnomial},
+      {Collective::kAllreduce, "hierarchical",
+       "hosts (hostOf): intra-host reduce-scatter into L slices, an allreduce of each slice "
+       "among the ranks holding it on every host, intra-host allgather; uneven hosts: "
+       "reduce to a leader, leaders allreduce, broadcast; the default across hosts",
+       buildAllreduceHierarchical, /*keepsOrder=*/false, costAllreduceHierarchical},
       {Collective::kAllgather, "ring", "P-1 steps, (P-1) n bytes, pipelined in chunks",
        buildAllgatherRing, /*keepsOrder=*/false, costAllgatherRing},
       {Collective::kAllgather, "linear",
@@ -113,6 +120,10 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
       {Collective::kAllgather, "sparbit",
        "ceil(log2 P) rounds of halving distance, P-1 one-block messages, (P-1) n bytes; any P",
        buildAllgatherSparbit, /*keepsOrder=*/false, costAllgatherSparbit},
+      {Collective::kAllgather, "hierarchical",
+       "hosts (hostOf): gather to a leader per host, leaders allgatherv the host blocks, "
+       "intra-host broadcast of all P n bytes; the default across hosts",
+       buildAllgatherHierarchical, /*keepsOrder=*/false, costAllgatherHierarchical},
       {Collective::kBroadcast, "one_to_all",
        "the root sends to everyone: (P-1) n bytes at the root", buildBroadcastOneToAll,
        /*keepsOrder=*/false, costBroadcastOneToAll},
@@ -126,6 +137,10 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
        "root -> root+1 -> ... in pieces of chunkBytes; P-2+K steps of one piece, n bytes per "
        "link",
        buildBroadcastChain, /*keepsOrder=*/false, costBroadcastChain},
+      {Collective::kBroadcast, "hierarchical",
+       "hosts (hostOf): root -> one leader per host, then each leader -> its host; the "
+       "default across hosts",
+       buildBroadcastHierarchical, /*keepsOrder=*/false, costBroadcastHierarchical},
       {Collective::kBarrier, "all_to_all", "everyone tells everyone: 1 step, P-1 messages",
        buildBarrierAllToAll,
        /*keepsOrder=*/false, costBarrierAllToAll},

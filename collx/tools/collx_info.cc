@@ -75,6 +75,14 @@ void printInfo() {
     if (config.isSet(var)) {
       std::printf("    every call: %s (from %s)\n", config.getString(var).c_str(), var.c_str());
     }
+    using collx::algorithms::Collective;
+    if (coll == Collective::kAllreduce || coll == Collective::kBroadcast ||
+        coll == Collective::kAllgather) {
+      std::printf(
+          "    across hosts (more than one, some with several ranks): hierarchical "
+          "in place of the built-in rows%s\n",
+          coll == Collective::kAllreduce ? " (commutative ops)" : "");
+    }
     for (const auto* row : selection.rows(coll)) {
       std::string ranks =
           std::to_string(row->minRanks) + ".." +

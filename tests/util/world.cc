@@ -79,7 +79,8 @@ World& worldOf(int size) {
   return *world;
 }
 
-World::World(int size, ContextOptions options) : size_(size), contexts_(size), errors_(size) {
+World::World(int size, ContextOptions options, std::vector<std::string> hostIds)
+    : size_(size), contexts_(size), errors_(size) {
   auto store = std::make_shared<rendezvous::HashStore>();
   if (!options.timeout) options.timeout = std::chrono::seconds(60);
   std::vector<std::thread> formers;
@@ -90,6 +91,7 @@ World::World(int size, ContextOptions options) : size_(size), contexts_(size), e
       try {
         ContextOptions o = options;
         o.localRank = r;
+        if (!hostIds.empty()) o.hostId = hostIds[r];
         contexts_[r] = Context::create(store, r, size, o);
       } catch (...) {
         failures[r] = std::current_exception();

@@ -18,8 +18,9 @@ namespace collx::test {
 
 class World {
  public:
-  // Forms a world of `size` ranks (throws what a rank threw while forming).
-  explicit World(int size, ContextOptions options = {});
+  // Forms a world of `size` ranks (throws what a rank threw while forming). `hostIds`, when
+  // given, is every rank's ContextOptions::hostId: several simulated hosts in one process.
+  explicit World(int size, ContextOptions options = {}, std::vector<std::string> hostIds = {});
   ~World();
   World(const World&) = delete;
   World& operator=(const World&) = delete;

@@ -100,6 +100,15 @@ std::uint64_t selectionBytes(const Call& call, std::size_t es, int size) {
   }
 }
 
+// The job spans hosts, some host has more than one rank, and the call has a hierarchical
+// algorithm that can take it (commutative reductions only).
+bool acrossHosts(const detail::Runtime& rt, const Call& call) {
+  if (rt.hosts <= 1 || rt.hosts >= rt.size) return false;
+  if (call.reduces && !call.op.commutative()) return false;
+  return call.coll == Collective::kAllreduce || call.coll == Collective::kBroadcast ||
+         call.coll == Collective::kAllgather;
+}
+
 const algorithms::AlgorithmInfo& choose(const detail::Runtime& rt, const Call& call,
                                         std::uint64_t bytes, const Where& where) {
   std::string name = call.options->algorithm;
@@ -123,6 +132,13 @@ const algorithms::AlgorithmInfo& choose(const detail::Runtime& rt, const Call& c
     }
     name = row->algorithm->name;
     source = row->source;
+    // Across hosts, the built-in table gives way to the hierarchical algorithms where some
+    // host has several ranks (a rules file's rows still win); every rank decides alike, from
+    // the same host layout.
+    if (row->source == "default table" && acrossHosts(rt, call)) {
+      name = "hierarchical";
+      source = "default table (" + std::to_string(rt.hosts) + " hosts)";
+    }
   }
   const algorithms::AlgorithmInfo* info = algorithms::findAlgorithm(call.coll, name);
   if (info == nullptr) {
@@ -210,6 +226,7 @@ Prepared prepare(Context& ctx, const Call& call) {
   params.displs = call.displs;
   params.recvCounts = call.recvCounts;
   params.recvDispls = call.recvDispls;
+  if (rt.hosts > 1) params.hostOf = rt.hostOf;
   const auto& algorithm = choose(rt, call, selectionBytes(call, es, rt.size), where);
   if (call.coll == Collective::kAlltoallv && std::string_view(algorithm.name) == "bruck") {
     params.countMatrix = exchangeCounts(ctx, call, where);

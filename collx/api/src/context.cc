@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "collx/base/config.h"
 #include "collx/base/log.h"
@@ -24,6 +26,7 @@ Bytes encodePeer(const PeerInfo& info) {
   std::string text = "host=" + info.hostname + "\nboot=" + info.bootId +
                      "\npid=" + std::to_string(info.pid) +
                      "\nlocal_rank=" + std::to_string(info.localRank) + "\n";
+  if (!info.hostId.empty()) text += "host_id=" + info.hostId + "\n";
   return rendezvous::toBytes(text);
 }
 
@@ -42,6 +45,7 @@ PeerInfo decodePeer(int rank, const Bytes& bytes) {
       if (key == "boot") info.bootId = value;
       if (key == "pid") info.pid = std::stoll(value);
       if (key == "local_rank") info.localRank = std::stoi(value);
+      if (key == "host_id") info.hostId = value;
     } catch (const std::exception&) {
       // A malformed field leaves the default; the record is informational.
     }
@@ -64,7 +68,24 @@ std::string rankList(const std::vector<int>& ranks) {
   return out;
 }
 
+// Every rank's host index (hosts numbered in the order of their lowest rank) and the
+// number of hosts: the same on every rank, from the same join records.
+std::pair<std::vector<int>, int> hostLayout(const std::vector<PeerInfo>& peers) {
+  std::map<std::string, int> index;
+  std::vector<int> hostOf;
+  for (const PeerInfo& peer : peers) {
+    hostOf.push_back(
+        index.emplace(hostIdentity(peer), static_cast<int>(index.size())).first->second);
+  }
+  return {std::move(hostOf), static_cast<int>(index.size())};
+}
+
 }  // namespace
+
+std::string hostIdentity(const PeerInfo& peer) {
+  if (!peer.hostId.empty()) return "id\n" + peer.hostId;
+  return "host\n" + peer.hostname + "\n" + peer.bootId;
+}
 
 PeerInfo localPeerInfo(int rank, int localRank) {
   PeerInfo info;
@@ -86,6 +107,7 @@ Context::Context(Key, std::shared_ptr<rendezvous::Store> store, int rank, int si
       jobId_(options.jobId),
       generation_(options.generation),
       timeout_(options.timeout ? *options.timeout : Config::process().getDuration("COLLX_TIMEOUT")),
+      hostId_(options.hostId.value_or(Config::process().getString("COLLX_HOST_ID"))),
       leaveBarrier_(options.leaveBarrier || options.storeServer != nullptr),
       server_(options.storeServer) {
   Where where{rank, "Context::create", -1};
@@ -119,6 +141,7 @@ void Context::join() {
               -1};
   const auto started = std::chrono::steady_clock::now();
   PeerInfo self = localPeerInfo(rank_, localRank_);
+  self.hostId = hostId_;
   Bytes mine = encodePeer(self);
   Bytes claimed = store_->compareSet(rankKey(rank_), {}, mine);
   if (claimed != mine) {
@@ -192,7 +215,7 @@ void Context::connect(const ContextOptions& options) {
     throw InvalidArgument(where, "COLLX_SHM_ARENA='" + arena + "': expected memfd or posix");
   }
   mesh.shmPosix = arena == "posix";
-  mesh.hostId = config.getString("COLLX_HOST_ID");
+  mesh.hostId = hostId_;
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   auto transports = std::make_unique<transport::Mesh>(mesh);
 
@@ -233,6 +256,7 @@ void Context::connect(const ContextOptions& options) {
   runtime_->rank = rank_;
   runtime_->size = size_;
   runtime_->timeout = timeout_;
+  std::tie(runtime_->hostOf, runtime_->hosts) = hostLayout(peers_);
   runtime_->chunkBytes =
       static_cast<std::uint64_t>(*config.getInt("COLLX_CHUNK_BYTES", 4096, std::int64_t{1} << 30));
   if (config.isSet("COLLX_RULES")) {

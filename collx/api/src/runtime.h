@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "collx/algorithms/engine.h"
 #include "collx/algorithms/registry.h"
@@ -71,6 +72,10 @@ struct Runtime {
   int size = 1;
   std::chrono::milliseconds timeout{0};
   std::uint64_t chunkBytes = 1u << 20;
+  // Every rank's host index (hosts numbered by their lowest rank) and the number of hosts,
+  // from the peers' host identities; the hierarchical algorithms' ScheduleParams::hostOf.
+  std::vector<int> hostOf;
+  int hosts = 1;
   // COLLX_<COLL>_ALGO, read once.
   std::map<algorithms::Collective, std::string> configuredAlgorithm;
   // COLLX_RULES, then the built-in table.

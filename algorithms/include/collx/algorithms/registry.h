@@ -61,6 +61,9 @@ struct ScheduleParams {
   // alltoallv bruck only: every rank's sendcounts, row by row (P x P; entry i * P + j is what
   // rank i sends rank j), exchanged by the API layer before the schedule is built.
   std::vector<std::uint64_t> countMatrix;
+  // The host index of every rank (hosts numbered in the order of their lowest rank), for the
+  // hierarchical algorithms; empty: unknown or a single host. Every rank passes the same.
+  std::vector<int> hostOf;
 
   std::uint64_t bytes() const { return count * elementSize; }
   bool operator==(const ScheduleParams&) const = default;

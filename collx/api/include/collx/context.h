@@ -52,6 +52,10 @@ struct ContextOptions {
   std::optional<std::string> ifname;
   // A host (the store's) whose route picks the TCP interface when COLLX_IFNAME is unset.
   std::string routeHost;
+  // This rank's host identity, overriding hostname + boot id (and COLLX_HOST_ID): ranks with
+  // the same one are on one host for the shared-memory transport and the hierarchical
+  // algorithms. Tests simulate several hosts in one process with it.
+  std::optional<std::string> hostId;
 };
 
 // What a rank told the others when it joined.
@@ -61,7 +65,11 @@ struct PeerInfo {
   std::string bootId;  // /proc/sys/kernel/random/boot_id: tells hosts with equal names apart
   std::int64_t pid = 0;
   int localRank = -1;
+  std::string hostId;  // ContextOptions::hostId or COLLX_HOST_ID; empty: hostname + boot id
 };
+
+// The identity every rank groups hosts by: the override when given, else hostname + boot id.
+std::string hostIdentity(const PeerInfo& peer);
 
 class Context {
  public:
@@ -118,6 +126,7 @@ class Context {
   std::chrono::milliseconds timeout_;
   std::shared_ptr<rendezvous::Store> store_;
   std::vector<PeerInfo> peers_;
+  std::string hostId_;  // the override this rank publishes (empty: none)
   std::shared_ptr<detail::Runtime> runtime_;
   bool leaveBarrier_;
   // The store server this rank hosts, if any; it outlives the others' use of it.

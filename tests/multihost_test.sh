@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# Several hosts simulated on this machine: each "host" is a network namespace with a veth
+# pair to a bridge (198.51.100.0/24, TEST-NET-2), and its ranks run inside `unshare --uts
+# --mount` with a hostname of their own and a /dev/shm of their own (a tmpfs), so that collx
+# sees hosts with different identities: shared memory within a host, TCP between hosts.
+# One collx-run per host (--nnodes N --node-rank I --master-addr <host 0>), 2 ranks each,
+# runs collx-bench: the hierarchical allreduce, broadcast and allgather, the defaults, and
+# a run with named /dev/shm arenas. Every run must report N hosts, shm and tcp peers and no
+# wrong element; afterwards no namespace, link, process or /dev/shm file may be left.
+#
+# usage: multihost_test.sh BIN_DIR [HOSTS]     (root; ctest runs it with label "process")
+#   MEASURE=1   instead of the checks: allreduce ring against hierarchical at 4 B, 64 KiB,
+#               4 MiB and 64 MiB (RATE=1gbit also limits each host's link with tbf)
+# Exit codes: 0 passed, 1 failed, 77 skipped (not root, no ip/unshare/namespaces, or the
+# test subnet in use here): ctest's SKIP_RETURN_CODE, with the reason printed.
+set -uo pipefail
+
+BIN=${1:?usage: multihost_test.sh BIN_DIR [HOSTS]}
+HOSTS=${2:-2}
+RANKS=2
+ID=$$
+NET=198.51.100
+PREFIX="collx-mh-$ID"
+BRIDGE="cxb$ID"
+PORT=$((20000 + ID % 20000))
+WORK=$(mktemp -d "/tmp/collx-multihost-$ID.XXXXXX")
+declare -a PIDS=()
+
+say() { echo "multihost_test: $*"; }
+skip() {
+  say "SKIPPED: $*"
+  exit 77
+}
+fail() {
+  say "FAILED: $*"
+  exit 1
+}
+
+[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces (uid $(id -u))"
+for tool in ip unshare mount hostname; do
+  command -v "$tool" >/dev/null 2>&1 || skip "no '$tool' on this machine"
+done
+[ -x "$BIN/collx-run" ] && [ -x "$BIN/collx-bench" ] || fail "no collx-run or collx-bench in $BIN"
+if ip -4 addr show 2>/dev/null | grep -q " $NET\." || ip -4 route show 2>/dev/null | grep -q "^$NET\."; then
+  skip "$NET.0/24 is already in use on this machine (ip addr / ip route)"
+fi
+
+# Removes what this run created, by name and pid only; safe to call twice.
+cleanup() {
+  for pid in "${PIDS[@]}"; do
+    kill -0 "$pid" 2>/dev/null && kill -TERM "$pid" 2>/dev/null
+  done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  PIDS=()
+  for ((i = 0; i < HOSTS; i++)); do
+    # The pair first, at once (a namespace's own links go away asynchronously with it).
+    ip link del "cxv${ID}h$i" 2>/dev/null
+    ip netns del "$PREFIX-$i" 2>/dev/null
+  done
+  ip link del "$BRIDGE" 2>/dev/null
+  [ -n "${KEEP:-}" ] && cp -r "$WORK" "$KEEP"
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The namespaces, a bridge, and a veth pair per host: host i is $NET.(10+i).
+if ! err=$(ip netns add "$PREFIX-0" 2>&1); then
+  skip "cannot create a network namespace: $err"
+fi
+if ! err=$(ip netns exec "$PREFIX-0" unshare --uts --mount true 2>&1); then
+  skip "cannot unshare uts and mount namespaces: $err"
+fi
+ip link add "$BRIDGE" type bridge || fail "cannot create bridge $BRIDGE"
+ip link set "$BRIDGE" up
+for ((i = 0; i < HOSTS; i++)); do
+  ns="$PREFIX-$i"
+  [ "$i" = 0 ] || ip netns add "$ns" || fail "ip netns add $ns"
+  ip link add "cxv${ID}h$i" type veth peer name "cxv${ID}n$i" || fail "veth for host $i"
+  ip link set "cxv${ID}h$i" master "$BRIDGE" up
+  ip link set "cxv${ID}n$i" netns "$ns"
+  ip -n "$ns" link set "cxv${ID}n$i" name eth0
+  ip -n "$ns" addr add "$NET.$((10 + i))/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+  if [ -n "${RATE:-}" ]; then
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$RATE" burst 1mb latency 50ms ||
+      fail "tc tbf $RATE on host $i"
+  fi
+done
+for ((i = 1; i < HOSTS && $(command -v ping >/dev/null && echo 1 || echo 0); i++)); do
+  ip netns exec "$PREFIX-$i" ping -c 1 -W 2 "$NET.10" >/dev/null 2>&1 ||
+    fail "host $i cannot reach host 0 at $NET.10 over the bridge"
+done
+
+# Runs `collx-bench ARGS` on every host at once (extra environment in ENV_EXTRA); host 0's
+# output in $WORK/<name>.0, and each host's /dev/shm after its ranks ended in
+# $WORK/<name>.shm.<i>. Returns the first non-zero exit code.
+RUN=0
+run_bench() {
+  local name=$1
+  shift
+  RUN=$((RUN + 1))
+  local port=$((PORT + RUN))
+  PIDS=()
+  for ((i = 0; i < HOSTS; i++)); do
+    ip netns exec "$PREFIX-$i" unshare --uts --mount sh -c '
+      hostname "$1" && mount -t tmpfs tmpfs /dev/shm || exit 90
+      shift
+      out=$1; shm=$2; shift 2
+      env $ENV_EXTRA "$@" >"$out" 2>&1
+      code=$?
+      ls -A /dev/shm >"$shm"
+      exit $code' sh "$PREFIX-host$i" "$WORK/$name.$i" "$WORK/$name.shm.$i" \
+      "$BIN/collx-run" -n "$RANKS" --nnodes "$HOSTS" --node-rank "$i" \
+      --master-addr "$NET.10" --master-port "$port" --job-id "mh$ID-$RUN" --timeout 60s -- \
+      "$BIN/collx-bench" "$@" &
+    PIDS+=($!)
+  done
+  local first=0 code
+  for pid in "${PIDS[@]}"; do
+    wait "$pid"
+    code=$?
+    [ "$first" = 0 ] && first=$code
+  done
+  PIDS=()
+  return "$first"
+}
+
+# Checks a run's output on host 0: N hosts, P ranks, shm and tcp peers, #wrong 0 on every
+# size, the algorithm column, and empty /dev/shm on every host.
+check_run() {
+  local name=$1 algo=$2
+  local out="$WORK/$name.0"
+  local P=$((HOSTS * RANKS))
+  grep -q "P=$P on $HOSTS host(s)" "$out" || fail "$name: not P=$P on $HOSTS hosts: $(head -3 "$out")"
+  local transports
+  transports=$(grep "^# transports seen from rank 0:" "$out") || fail "$name: no transports line"
+  [[ $transports == *":shm"* && $transports == *":tcp"* ]] ||
+    fail "$name: rank 0 should see shm and tcp peers: $transports"
+  local rows
+  rows=$(grep -E '^ +[0-9]+ ' "$out")
+  [ -n "$rows" ] || fail "$name: no results in $out"
+  awk -v algo="$algo" -v name="$name" '
+    { if ($9 != 0) { print name ": " $9 " wrong elements at " $1 " bytes"; bad = 1 }
+      if (algo != "" && $10 != algo) { print name ": algorithm " $10 " at " $1 " bytes, expected " algo; bad = 1 } }
+    END { exit bad }' <<<"$rows" || fail "$name: see above; output:\n$(cat "$out")"
+  for ((i = 0; i < HOSTS; i++)); do
+    [ -s "$WORK/$name.shm.$i" ] && fail "$name: host $i left in /dev/shm: $(tr '\n' ' ' <"$WORK/$name.shm.$i")"
+  done
+  say "ok: $name ($transports)"
+}
+
+bench() {
+  local name=$1
+  shift
+  if ! run_bench "$name" "$@"; then
+    fail "$name: collx-run exited non-zero; host 0 printed:
+$(cat "$WORK/$name.0" 2>/dev/null)
+host 1 printed:
+$(cat "$WORK/$name.1" 2>/dev/null)"
+  fi
+}
+
+export ENV_EXTRA=""
+if [ "${MEASURE:-0}" = 1 ]; then
+  say "$HOSTS hosts x $RANKS ranks, links: ${RATE:-veth, unlimited}"
+  for algo in ring hierarchical; do
+    bench "measure-$algo" -c allreduce -a "$algo" --sizes 4,64K,4M,64M
+    grep -E '^#|^ +[0-9]' "$WORK/measure-$algo.0"
+  done
+else
+  SIZES=4,65536,4194304
+  for coll in allreduce broadcast allgather; do
+    bench "$coll-hierarchical" -c "$coll" -a hierarchical --sizes "$SIZES" -w 1 -n 3
+    check_run "$coll-hierarchical" hierarchical
+  done
+  # The defaults across hosts: hierarchical on every rank (collectives.cc: acrossHosts).
+  bench allreduce-default -c allreduce --sizes "$SIZES" -w 1 -n 3
+  check_run allreduce-default hierarchical
+  # Named arenas in each host's /dev/shm: unlinked once mapped, none left.
+  ENV_EXTRA="COLLX_SHM_ARENA=posix"
+  bench allreduce-posix-arenas -c allreduce -a hierarchical --in-place --sizes 4,65536 -w 1 -n 3
+  check_run allreduce-posix-arenas hierarchical
+  ENV_EXTRA=""
+fi
+
+# Nothing of this run may be left behind.
+cleanup
+trap - EXIT
+leftover=""
+ip netns list 2>/dev/null | grep -q "$PREFIX" && leftover+=" namespaces($(ip netns list | grep "$PREFIX" | tr '\n' ' '))"
+# Links deleted with a namespace go away asynchronously: give them a moment.
+for ((try = 0; try < 100; try++)); do
+  ip -o link show 2>/dev/null | grep -qE "cxv${ID}|$BRIDGE" || break
+  sleep 0.05
+done
+ip -o link show 2>/dev/null | grep -qE "cxv${ID}|$BRIDGE" &&
+  leftover+=" links($(ip -o link show | grep -oE "(cxv${ID}|$BRIDGE)[^:@]*" | tr '\n' ' '))"
+for env in /proc/[0-9]*/environ; do
+  if { tr '\0' '\n' <"$env"; } 2>/dev/null | grep -q "^COLLX_JOB_ID=mh$ID-"; then
+    leftover+=" process(${env//[^0-9]/})"
+  fi
+done
+[ -d "$WORK" ] && leftover+=" $WORK"
+[ -z "$leftover" ] || fail "left behind:$leftover"
+say "passed: $HOSTS hosts x $RANKS ranks; nothing left behind"
+exit 0
