@@ -618,8 +618,7 @@ TEST(SharedMemory, ReductionsAreBitIdenticalToTheRankOrderSum) {
         blocks[rank].resize(block);
         Work first = allreduceAsync(ctx, inputs[rank].data(), sums[rank].data(), count,
                                     DataType::kFloat32, o);
-        reduceScatter(ctx, inputs[rank].data(), blocks[rank].data(), block, DataType::kFloat32,
-                      ro);
+        reduceScatter(ctx, inputs[rank].data(), blocks[rank].data(), block, DataType::kFloat32, ro);
         first.wait();
         allreduce(ctx, inputs[rank].data(), late[rank].data(), count, DataType::kFloat32, o);
       });

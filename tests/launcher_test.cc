@@ -107,6 +107,34 @@ TEST(LauncherTest, TagsEveryLineOfStdoutAndStderr) {
   EXPECT_EQ(err, (std::vector<std::string>{"[0] oops", "[1] oops"}));
 }
 
+// --bind core gives local rank i the i-th CPU collx-run may use; none leaves the mask whole;
+// more ranks than CPUs cannot be bound (auto then leaves them unbound).
+TEST(LauncherTest, BindPutsEachRankOnItsOwnCpu) {
+  const unsigned cpus = std::thread::hardware_concurrency();
+  if (cpus < 2) GTEST_SKIP() << "binding two ranks needs two CPUs; this machine has " << cpus;
+  const std::string show =
+      "grep Cpus_allowed_list /proc/self/status | sed \"s/^/$COLLX_LOCAL_RANK /\"";
+  RunResult bound = runLauncher({"-n", "2", "--bind", "core", "--", "sh", "-c", show});
+  ASSERT_EQ(bound.code, 0) << bound.err;
+  auto out = lines(bound.out);
+  std::sort(out.begin(), out.end());
+  ASSERT_EQ(out.size(), 2u) << bound.out;
+  // Each line: "<local rank> Cpus_allowed_list:\t<one cpu>", the two CPUs different.
+  std::string cpu0 = out[0].substr(out[0].find('\t') + 1),
+              cpu1 = out[1].substr(out[1].find('\t') + 1);
+  EXPECT_EQ(cpu0.find_first_of(",-"), std::string::npos) << out[0];
+  EXPECT_EQ(cpu1.find_first_of(",-"), std::string::npos) << out[1];
+  EXPECT_NE(cpu0, cpu1);
+  RunResult free = runLauncher({"-n", "2", "--bind", "none", "--", "sh", "-c", show});
+  ASSERT_EQ(free.code, 0) << free.err;
+  for (const std::string& line : lines(free.out)) {
+    EXPECT_NE(line.find_first_of(",-"), std::string::npos) << "not bound: " << line;
+  }
+  RunResult tooMany = runLauncher({"-n", std::to_string(cpus + 1), "--bind", "core", "--", "true"});
+  EXPECT_EQ(tooMany.code, 2);
+  EXPECT_NE(tooMany.err.find("CPUs to bind them to"), std::string::npos) << tooMany.err;
+}
+
 TEST(LauncherTest, RanksRendezvousThroughTheStore) {
   RunResult r = runLauncher({"-n", "4", "--", test::binDir() + "/collx-info", "--rendezvous"});
   ASSERT_EQ(r.code, 0) << r.err;

@@ -1,5 +1,9 @@
 #include "collx/algorithms/registry.h"
 
+#include <map>
+#include <string_view>
+#include <utility>
+
 #include "builders.h"
 
 namespace collx::algorithms {
@@ -228,8 +232,18 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
 }
 
 const AlgorithmInfo* findAlgorithm(Collective coll, std::string_view name) {
-  for (const AlgorithmInfo& info : algorithmRegistry()) {
-    if (info.coll == coll && name == info.name) return &info;
+  // This runs on every call that names its algorithm: an index by collective, built once.
+  static const auto* byCollective = [] {
+    auto* index =
+        new std::map<Collective, std::vector<std::pair<std::string_view, const AlgorithmInfo*>>>();
+    for (const AlgorithmInfo& info : algorithmRegistry())
+      (*index)[info.coll].emplace_back(info.name, &info);
+    return index;
+  }();
+  auto it = byCollective->find(coll);
+  if (it == byCollective->end()) return nullptr;
+  for (const auto& [n, info] : it->second) {
+    if (n == name) return info;
   }
   return nullptr;
 }

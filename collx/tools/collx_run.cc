@@ -1,9 +1,11 @@
 // collx-run: the launcher. Starts the TCP store (on node 0) or uses the one given, spawns
 // the local ranks with COLLX_* set, tags their output, forwards signals, and fails the job
 // as a whole when a rank fails.
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -47,6 +49,11 @@ options:
                          exit code 124
   --grace T              wait T between SIGTERM and SIGKILL (default 5s)
   -t, --tag-output       prefix every line the ranks print with "[rank] "
+  --bind MODE            core: bind local rank i to the i-th CPU collx-run may use;
+                         none: leave placement to the kernel; auto (default): core
+                         when this node's ranks fit its CPUs, the job has one node and
+                         COLLX_TRANSPORT is not tcp (shared memory's latency is a
+                         cache line's trip between two fixed cores), else none
   -h, --help             this text
 
 exit codes: 0 all ranks succeeded; the failing rank's code; 124 timeout;
@@ -67,6 +74,7 @@ struct Args {
   std::optional<std::chrono::milliseconds> timeout;
   std::chrono::milliseconds grace{5000};
   bool tag = false;
+  std::string bind = "auto";
   std::vector<std::string> command;
 };
 
@@ -129,6 +137,11 @@ Args parseArgs(int argc, char** argv) {
       args.grace = duration(arg, value(arg));
     } else if (arg == "-t" || arg == "--tag-output") {
       args.tag = true;
+    } else if (arg == "--bind") {
+      args.bind = value(arg);
+      if (args.bind != "auto" && args.bind != "core" && args.bind != "none") {
+        usageError("--bind must be auto, core or none, got '" + args.bind + "'");
+      }
     } else if (!arg.empty() && arg[0] == '-') {
       usageError("unknown option '" + arg + "'");
     } else {
@@ -266,13 +279,32 @@ int launch(const Args& args) {
   options.grace = args.grace;
   options.tagOutput = args.tag;
   const int world = args.nnodes * args.nproc;
+  // The CPUs this process may use, in order: local rank i gets the i-th.
+  std::vector<int> cpus;
+  cpu_set_t allowed;
+  if (::sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    }
+  }
+  const char* transport = std::getenv("COLLX_TRANSPORT");
+  bool bind = args.bind == "core";
+  if (args.bind == "auto") {
+    bind = args.nnodes == 1 && args.nproc <= static_cast<int>(cpus.size()) &&
+           (transport == nullptr || std::string(transport) != "tcp");
+  }
+  if (bind && args.nproc > static_cast<int>(cpus.size())) {
+    usageError("--bind core: " + std::to_string(args.nproc) + " ranks but only " +
+               std::to_string(cpus.size()) + " CPUs to bind them to");
+  }
   for (int local = 0; local < args.nproc; ++local) {
     int rank = args.nodeRank * args.nproc + local;
     options.ranks.push_back(collx::run::RankSpec{
         rank,
         {"COLLX_RANK=" + std::to_string(rank), "COLLX_WORLD_SIZE=" + std::to_string(world),
          "COLLX_LOCAL_RANK=" + std::to_string(local), "COLLX_STORE=" + storeUrl,
-         "COLLX_JOB_ID=" + jobId}});
+         "COLLX_JOB_ID=" + jobId},
+        bind ? cpus[static_cast<std::size_t>(local)] : -1});
   }
   int code = collx::run::supervise(options);
   // Every rank has exited: what a killed one could not remove, we do.

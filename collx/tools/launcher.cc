@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -216,6 +217,16 @@ int supervise(const SuperviseOptions& options) {
     killAt = Clock::now() + options.grace;
   };
 
+  // CPU sets are made before fork(): the child only makes async-signal-safe calls.
+  std::vector<cpu_set_t> sets(ranks.size());
+  std::vector<const cpu_set_t*> cpuSets(ranks.size(), nullptr);
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const int cpu = options.ranks[i].cpu;
+    if (cpu < 0 || cpu >= CPU_SETSIZE) continue;
+    CPU_ZERO(&sets[i]);
+    CPU_SET(cpu, &sets[i]);
+    cpuSets[i] = &sets[i];
+  }
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     Rank& r = ranks[i];
     r.rank = options.ranks[i].rank;
@@ -249,6 +260,7 @@ int supervise(const SuperviseOptions& options) {
         ::dup2(outPipe[1], STDOUT_FILENO);
         ::dup2(errPipe[1], STDERR_FILENO);
       }
+      if (cpuSets[i] != nullptr) ::sched_setaffinity(0, sizeof(cpu_set_t), cpuSets[i]);
       ::execve(options.programPath.c_str(), argv.data(), envp.data());
       const char msg[] = "collx-run: execve failed\n";
       ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);

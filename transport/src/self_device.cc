@@ -18,9 +18,10 @@ void SelfPair::deliver(Request& recv, Sent& sent) {
 
 void SelfPair::post(Request& request) {
   if (request.kind == Request::Kind::kSend) {
-    Sent sent{request.fingerprint, std::vector<std::uint8_t>(
-                                       static_cast<const std::uint8_t*>(request.data),
-                                       static_cast<const std::uint8_t*>(request.data) + request.length)};
+    Sent sent{
+        request.fingerprint,
+        std::vector<std::uint8_t>(static_cast<const std::uint8_t*>(request.data),
+                                  static_cast<const std::uint8_t*>(request.data) + request.length)};
     auto waiting = recvs_.find(request.key);
     if (waiting != recvs_.end() && !waiting->second.empty()) {
       Request* recv = waiting->second.front();

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -48,8 +49,16 @@ std::uint8_t* SharedGroup::beginUse(const UseHeader& header, const Waiting& wait
 const std::uint8_t* SharedGroup::await(int member, std::uint64_t use, const UseHeader& expected,
                                        const Waiting& waiting) {
   if (member != index_) {
-    if (seen_[static_cast<std::size_t>(member)] < use) waitFor(member, use, waiting);
-    const UseHeader& got = *headerOf(member, use);
+    UseHeader& got = *headerOf(member, use);
+    if (seen_[static_cast<std::size_t>(member)] < use) {
+      // The header's line first: it holds the use number, the call and a small payload.
+      bool ready = false;
+      for (int i = 0; i < 256 && !ready; ++i) {
+        ready = std::atomic_ref<std::uint64_t>(got.use).load(std::memory_order_acquire) == use;
+        if (!ready) cpuRelax();
+      }
+      if (!ready) waitFor(member, use, waiting);
+    }
     if (got.seq != expected.seq || got.fingerprint != expected.fingerprint) {
       fail(Failure::kMismatch, member,
            "rank " + std::to_string(ranks_[static_cast<std::size_t>(index_)]) + " expected " +
@@ -63,8 +72,9 @@ const std::uint8_t* SharedGroup::await(int member, std::uint64_t use, const UseH
 
 void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting) {
   const auto& name = waiting.name;
-  const auto deadline = waiting.deadline;
   const auto start = Clock::now();
+  if (waiting.deadline == Clock::time_point::max()) waiting.deadline = start + waiting.timeout;
+  const auto deadline = waiting.deadline;
   auto nextCheck = start + kCheckPeriod;
   for (;;) {
     // A short burst of looks before anything costlier.
@@ -84,9 +94,9 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
     }
     if (now >= deadline) {
       fail(Failure::kTimeout, member,
-           "timed out after " + std::to_string(waiting.timeout.count()) +
-               " ms waiting for rank " + std::to_string(rankOf(member)) +
-               " (shared memory: its use " + std::to_string(use) + " of the group buffers)",
+           "timed out after " + std::to_string(waiting.timeout.count()) + " ms waiting for rank " +
+               std::to_string(rankOf(member)) + " (shared memory: its use " + std::to_string(use) +
+               " of the group buffers)",
            name);
     }
     const auto waited = now - start;

@@ -19,7 +19,7 @@
 namespace collx::algorithms::shared {
 
 namespace {
-constexpr std::uint64_t kOneShotBytes = 16 * 1024;
+constexpr std::uint64_t kOneShotBytes = 4 * 1024;
 }
 
 void allreduce(Call& c) {

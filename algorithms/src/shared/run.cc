@@ -1,7 +1,6 @@
-#include "collx/algorithms/shared.h"
-
 #include <cstring>
 
+#include "collx/algorithms/shared.h"
 #include "collx/base/error.h"
 #include "shared.h"
 
@@ -14,7 +13,8 @@ void runAlone(const ScheduleParams& p, const Bindings& b) {
   const auto* in = static_cast<const std::uint8_t*>(b.input);
   auto* out = static_cast<std::uint8_t*>(b.output);
   std::uint64_t bytes = p.count * p.elementSize;
-  if (p.coll == Collective::kReduceScatter) in += p.displs.empty() ? 0 : p.displs[0] * p.elementSize;
+  if (p.coll == Collective::kReduceScatter)
+    in += p.displs.empty() ? 0 : p.displs[0] * p.elementSize;
   if (p.coll == Collective::kBarrier || p.coll == Collective::kBroadcast) bytes = 0;
   if (bytes > 0 && in != out) std::memmove(out, in, bytes);
 }
@@ -37,9 +37,9 @@ void runShared(transport::SharedGroup* group, const ScheduleParams& params,
     case Collective::kReduceScatter:
       return shared::reduceScatter(call);
     default:
-      throw Unsupported(Where{info.key.seq == 0 ? -1 : params.rank, callName(info), -1},
-                        std::string("no shared-memory algorithm for ") +
-                            collectiveName(params.coll));
+      throw Unsupported(
+          Where{info.key.seq == 0 ? -1 : params.rank, callName(info), -1},
+          std::string("no shared-memory algorithm for ") + collectiveName(params.coll));
   }
 }
 

@@ -21,16 +21,14 @@ class Call {
         out(static_cast<std::uint8_t*>(bindings.output)),
         me(group.index()),
         size(group.size()),
-        header_{info.key.seq, info.fingerprint},
+        header_{0, info.key.seq, info.fingerprint},
         waiting_{info.deadline, info.timeout, [&info] { return callName(info); }} {}
 
   // Starts the next use: its payload, to fill before publish().
   std::uint8_t* begin() { return g.beginUse(header_, waiting_); }
   void publish() { g.publish(); }
   // Member m's payload of `use` (this rank's own without waiting).
-  const std::uint8_t* await(int m, std::uint64_t use) {
-    return g.await(m, use, header_, waiting_);
-  }
+  const std::uint8_t* await(int m, std::uint64_t use) { return g.await(m, use, header_, waiting_); }
   std::uint64_t bufferBytes() const { return g.bufferBytes(); }
 
   // dst = src[0] (op) src[1] (op) ... (op) src[size-1] over `count` elements from byte

@@ -257,7 +257,10 @@ Prepared prepare(Context& ctx, const Call& call) {
   p.info.dtype = call.dtype;
   p.info.op = call.op;
   p.info.timeout = timeoutOf(rt, *call.options, where);
-  p.info.deadline = algorithms::Clock::now() + p.info.timeout;
+  // A blocking shared-memory call reads the clock only if it has to wait (it then starts
+  // the deadline); the others start it now.
+  p.info.deadline =
+      p.shared ? algorithms::Clock::time_point::max() : algorithms::Clock::now() + p.info.timeout;
   return p;
 }
 
@@ -279,6 +282,7 @@ Work runAsync(Context& ctx, const Call& call) {
     // on; the buffers are the caller's until the Work ends, as for any nonblocking call.
     auto job = std::make_shared<detail::SharedJob>();
     detail::Runtime* rt = ctx.runtime().get();
+    p.info.deadline = algorithms::Clock::now() + p.info.timeout;
     job->run = [rt, params = std::move(p.params), bindings = p.bindings, info = p.info] {
       algorithms::runShared(rt->group, params, bindings, info);
     };

@@ -78,9 +78,9 @@ SharedWorker::~SharedWorker() {
   changed_.notify_all();
   for (auto& job : left) {
     std::lock_guard<std::mutex> lock(job->mutex);
-    job->error = std::make_exception_ptr(
-        Aborted(Where{-1, "shared-memory collective", -1},
-                "the context was destroyed before the call started"));
+    job->error =
+        std::make_exception_ptr(Aborted(Where{-1, "shared-memory collective", -1},
+                                        "the context was destroyed before the call started"));
     job->done = true;
     job->ended.notify_all();
   }

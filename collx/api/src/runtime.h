@@ -8,12 +8,12 @@
 #include <deque>
 #include <exception>
 #include <functional>
-#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 

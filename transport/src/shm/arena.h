@@ -56,8 +56,8 @@ struct ArenaHeader {
   std::int64_t pid;
   std::uint64_t job;  // hash of the job id and generation
   std::int64_t generation;
-  std::uint64_t token;      // random: names this arena among every arena ever made
-  std::uint64_t ringBytes;  // data bytes per ring
+  std::uint64_t token;       // random: names this arena among every arena ever made
+  std::uint64_t ringBytes;   // data bytes per ring
   std::uint64_t groupBytes;  // payload bytes per group buffer (see GroupControl)
   // Line 1: state. `state` is stored last (release) after the error fields.
   alignas(kLine) std::uint32_t state;
@@ -98,7 +98,7 @@ struct Layout {
   std::size_t verdicts = 0;
   std::size_t rings = 0;
   std::size_t ringStride = 0;
-  std::size_t group = 0;        // GroupControl
+  std::size_t group = 0;         // GroupControl
   std::size_t groupBuffers = 0;  // the first buffer (header, then payload)
   std::size_t groupStride = 0;
   std::size_t total = 0;

@@ -106,9 +106,9 @@ ShmDevice::ShmDevice(LinkState& link, const MeshOptions& options)
   if (options_.shmPosix) removeShmLeftovers();  // of ranks that were killed before
   if (options_.shmGroupBytes < 4096 || options_.shmGroupBytes % kLine != 0 ||
       options_.shmGroupBytes > (std::uint64_t{1} << 30)) {
-    throw InvalidArgument(where(), "COLLX_SHM_GROUP_BYTES=" +
-                                       std::to_string(options_.shmGroupBytes) +
-                                       " is not a multiple of 64 in [4096, 2^30]");
+    throw InvalidArgument(where(),
+                          "COLLX_SHM_GROUP_BYTES=" + std::to_string(options_.shmGroupBytes) +
+                              " is not a multiple of 64 in [4096, 2^30]");
   }
   arena_ = std::make_unique<Arena>(options.rank, options.size, job_, options.generation, ringBytes_,
                                    options_.shmGroupBytes, options_.shmPosix);
@@ -339,8 +339,8 @@ std::vector<Pair*> ShmDevice::connect(const std::vector<int>& peers,
           where(peer), "rank " + std::to_string(peer) + " was not confirmed for shared memory");
     }
     const PeerView& view = it->second.view;
-    members.push_back(GroupMember{peer, view.pid, view.samePid, it->second.pidfd, view.mapping,
-                                  view.layout});
+    members.push_back(
+        GroupMember{peer, view.pid, view.samePid, it->second.pidfd, view.mapping, view.layout});
     pairs_.push_back(std::make_unique<ShmPair>(link_, pairOptions, *arena_->mapping(),
                                                arena_->layout(), it->second.view, sendFd_));
     pidfds_.push_back(it->second.pidfd);

@@ -49,8 +49,7 @@ ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
 }
 
 std::uint32_t ShmGroup::epochOf(int member) const {
-  return atomic(controls_[static_cast<std::size_t>(member)]->epoch)
-      .load(std::memory_order_acquire);
+  return atomic(controls_[static_cast<std::size_t>(member)]->epoch).load(std::memory_order_acquire);
 }
 
 UseHeader* ShmGroup::headerOf(int member, std::uint64_t use) const {
@@ -66,6 +65,7 @@ std::uint8_t* ShmGroup::payload(int member, std::uint64_t use) const {
 void ShmGroup::publish() {
   GroupControl* mine = controls_[static_cast<std::size_t>(index_)];
   ++published_;
+  atomic(headerOf(index_, published_)->use).store(published_, std::memory_order_release);
   atomic(mine->epoch).store(static_cast<std::uint32_t>(published_), std::memory_order_release);
   // Against a sleeper's "sleepers++, then look at epoch": one of us sees the other.
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -93,8 +93,8 @@ void ShmGroup::failed(const Error& error) noexcept {
   futexWake(&controls_[static_cast<std::size_t>(index_)]->epoch);
 }
 
-void ShmGroup::raise(ErrorKind kind, int culprit, const std::string& detail,
-                     const CallNamer& name, bool failMesh) {
+void ShmGroup::raise(ErrorKind kind, int culprit, const std::string& detail, const CallNamer& name,
+                     bool failMesh) {
   const Where where{link_.rank, name ? name() : std::string("shm group"), culprit};
   if (failMesh && failMesh_) {
     try {

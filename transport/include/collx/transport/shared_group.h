@@ -32,8 +32,11 @@ class Error;
 
 namespace collx::transport {
 
-// Written at the start of every use's buffer by its owner before it publishes the use.
+// Written at the start of every use's buffer by its owner before it publishes the use; `use`
+// last (release), so that a reader polling it sees the rest, and the first bytes of the
+// payload, which share its cache line: a small message costs a reader one line.
 struct UseHeader {
+  std::uint64_t use = 0;
   std::uint64_t seq = 0;
   Fingerprint fingerprint;
 };
@@ -46,9 +49,10 @@ struct WaitPolicy {
 // Names the waiting call in error messages ("allreduce(shm, seq 7)"): built only on error.
 using CallNamer = std::function<std::string()>;
 
-// One call's waits: its deadline, the timeout it came from (named in errors), its name.
+// One call's waits: its deadline (time_point::max(): the first wait that has to wait starts
+// it, `timeout` from then), the timeout it came from (named in errors), its name.
 struct Waiting {
-  std::chrono::steady_clock::time_point deadline;
+  mutable std::chrono::steady_clock::time_point deadline;
   std::chrono::milliseconds timeout{0};
   CallNamer name;
 };
@@ -56,7 +60,7 @@ struct Waiting {
 class SharedGroup {
  public:
   static constexpr int kBuffers = 4;
-  static constexpr std::size_t kHeaderBytes = 64;  // a UseHeader, padded to a cache line
+  static constexpr std::size_t kHeaderBytes = 32;  // a UseHeader; the payload follows
 
   virtual ~SharedGroup() = default;
 
@@ -104,7 +108,8 @@ class SharedGroup {
   virtual std::uint32_t epochOf(int member) const = 0;
   virtual UseHeader* headerOf(int member, std::uint64_t use) const = 0;
   // Sleeps until `member`'s epoch may have changed from `seen`, or `until` passes.
-  virtual void sleep(int member, std::uint32_t seen, std::chrono::steady_clock::time_point until) = 0;
+  virtual void sleep(int member, std::uint32_t seen,
+                     std::chrono::steady_clock::time_point until) = 0;
   // Throws when the mesh failed (abort() fails it too), or (member >= 0) when `member` died or
   // closed its context (failing the mesh first). `starting`: a call that had not begun
   // ("the context failed earlier").
@@ -120,7 +125,7 @@ class SharedGroup {
   int index_;
   std::size_t bufferBytes_;
   WaitPolicy policy_;
-  std::uint64_t published_ = 0;    // this member's epoch
+  std::uint64_t published_ = 0;      // this member's epoch
   std::vector<std::uint64_t> seen_;  // a lower bound of each member's epoch
   std::function<void(const Error&)> failMesh_;
   std::function<std::string()> abortReason_;
