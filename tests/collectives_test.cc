@@ -489,6 +489,30 @@ TEST(Failures, AllreduceAgainstBroadcastIsAMismatchOnBothSides) {
       "rank 0 expected allreduce#0 float32x1024 from rank 1, got broadcast#0", "root 1");
 }
 
+// A call of a shared-memory algorithm against one of messages (a rank that waits in shared
+// memory, a rank that waits for a message): still a mismatch on both sides, not a timeout.
+TEST(Failures, SharedMemoryCallAgainstAMessageCallIsAMismatchOnBothSides) {
+  if (!test::worldsShareMemory()) {
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+  }
+  expectMismatchBothSides(
+      [&](int rank, Context& ctx) {
+        std::vector<float> v(1024, 1.0f);
+        CollectiveOptions o;
+        o.timeout = std::chrono::seconds(10);
+        if (rank == 0) {
+          AllreduceOptions ao;
+          ao.algorithm = "shm";
+          ao.timeout = o.timeout;
+          allreduce(ctx, v.data(), v.data(), v.size(), DataType::kFloat32, ao);
+        } else {
+          o.algorithm = "one_to_all";
+          broadcast(ctx, v.data(), v.size(), DataType::kFloat32, 0, o);
+        }
+      },
+      "allreduce#0 float32x1024", "broadcast#0 float32x1024 root 0");
+}
+
 TEST(Failures, WrongCountIsAMismatchOnBothSides) {
   for (std::uint64_t base : {std::uint64_t{16}, std::uint64_t{1} << 20}) {  // eager and large
     expectMismatchBothSides(

@@ -42,7 +42,10 @@ std::uint8_t* SharedGroup::beginUse(const UseHeader& header, const Waiting& wait
       if (m != index_ && seen_[static_cast<std::size_t>(m)] < need) waitFor(m, need, waiting);
     }
   }
-  *headerOf(index_, use) = header;
+  // Not `use`: a member may be polling it already (it is stored at publish()).
+  UseHeader* mine = headerOf(index_, use);
+  mine->seq = header.seq;
+  mine->fingerprint = header.fingerprint;
   return payload(index_, use);
 }
 
@@ -52,8 +55,10 @@ const std::uint8_t* SharedGroup::await(int member, std::uint64_t use, const UseH
     UseHeader& got = *headerOf(member, use);
     if (seen_[static_cast<std::size_t>(member)] < use) {
       // The header's line first: it holds the use number, the call and a small payload.
+      // (Not when ranks outnumber cores, spin 0: the member needs this core to get there.)
       bool ready = false;
-      for (int i = 0; i < 256 && !ready; ++i) {
+      const int looks = policy_.spin.count() > 0 ? 256 : 1;
+      for (int i = 0; i < looks && !ready; ++i) {
         ready = std::atomic_ref<std::uint64_t>(got.use).load(std::memory_order_acquire) == use;
         if (!ready) cpuRelax();
       }
@@ -70,6 +75,17 @@ const std::uint8_t* SharedGroup::await(int member, std::uint64_t use, const UseH
   return payload(member, use);
 }
 
+void SharedGroup::checkCall(int member, const Waiting& waiting) {
+  std::uint64_t seq = 0;
+  Fingerprint fp;
+  if (!announced(member, seq, fp) || seq != waiting.seq || fp == waiting.fingerprint) return;
+  fail(Failure::kMismatch, member,
+       "rank " + std::to_string(ranks_[static_cast<std::size_t>(index_)]) + " expected " +
+           describe(waiting.seq, waiting.fingerprint) + " from rank " +
+           std::to_string(rankOf(member)) + ", got " + describe(seq, fp),
+       waiting.name);
+}
+
 void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting) {
   const auto& name = waiting.name;
   const auto start = Clock::now();
@@ -77,8 +93,9 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
   const auto deadline = waiting.deadline;
   auto nextCheck = start + kCheckPeriod;
   for (;;) {
-    // A short burst of looks before anything costlier.
-    for (int i = 0; i < 64; ++i) {
+    // A short burst of looks before anything costlier (one look when spin is 0).
+    const int looks = policy_.spin.count() > 0 ? 64 : 1;
+    for (int i = 0; i < looks; ++i) {
       const std::uint32_t epoch = epochOf(member);
       if (reached(epoch, use)) {
         const auto ahead = static_cast<std::uint32_t>(epoch - static_cast<std::uint32_t>(use));
@@ -90,6 +107,7 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
     const auto now = Clock::now();
     if (now >= nextCheck) {
       check(member, name);
+      checkCall(member, waiting);
       nextCheck = now + kCheckPeriod;
     }
     if (now >= deadline) {

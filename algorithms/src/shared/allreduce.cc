@@ -4,12 +4,13 @@
 // publishes; each then reduces all P buffers, in rank order, into its output.
 //   1 use; bytes copied per rank: n in, reads P n; reductions: (P-1) n elements.
 // Larger (two-shot, in rounds of B bytes): each rank copies the round's piece of its vector
-// into a buffer and publishes; rank i reduces slice i of the piece (1/P of it) from all P
-// buffers, in rank order, into a second buffer and publishes; each rank copies every slice
-// into its output. The buffers are cache-sized, so the pieces move between caches and the
-// memory traffic per rank is close to reading the input and writing the output once.
-//   2 uses per round; per rank: n copied in, n read for the reduction, n/P written, n
-//   copied out; (P-1) n / P elements reduced.
+// into a buffer, but for its own slice, which only it reads (from its input), and
+// publishes; rank i reduces slice i of the piece (1/P of it) from all P ranks, in rank
+// order, into a second buffer and publishes; each rank copies every slice into its output.
+// The buffers are cache-sized, so the pieces move between caches and the memory traffic
+// per rank is close to reading the input and writing the output once.
+//   2 uses per round; per rank: (P-1) n / P copied in, n read for the reduction, n/P
+//   written, n copied out; (P-1) n / P elements reduced.
 // Every element is reduced by one rank in rank order: bit-identical results everywhere.
 #include <algorithm>
 #include <vector>
@@ -42,12 +43,16 @@ void allreduce(Call& c) {
   const auto me = static_cast<std::uint64_t>(c.me);
   for (std::uint64_t off = 0; off < n; off += perRound) {
     const std::uint64_t len = std::min(perRound, n - off);
+    const std::uint64_t lo = len * me / P, hi = len * (me + 1) / P;
     const std::uint64_t pieces = c.g.nextUse();
     std::uint8_t* mine = c.begin();
-    std::memcpy(mine, c.in + off * es, len * es);
+    const std::uint8_t* piece = c.in + off * es;
+    std::memcpy(mine, piece, lo * es);
+    std::memcpy(mine + hi * es, piece + hi * es, (len - hi) * es);
     c.publish();
-    for (int m = 0; m < c.size; ++m) src[static_cast<std::size_t>(m)] = c.await(m, pieces);
-    const std::uint64_t lo = len * me / P, hi = len * (me + 1) / P;
+    for (int m = 0; m < c.size; ++m) {
+      src[static_cast<std::size_t>(m)] = m == c.me ? piece : c.await(m, pieces);
+    }
     const std::uint64_t slices = c.g.nextUse();
     std::uint8_t* slice = c.begin();
     c.reduceAll(slice, src.data(), lo * es, hi - lo);

@@ -24,6 +24,12 @@ void runAlone(const ScheduleParams& p, const Bindings& b) {
 void runShared(transport::SharedGroup* group, const ScheduleParams& params,
                const Bindings& bindings, const CallInfo& info) {
   if (group == nullptr) return runAlone(params, bindings);
+  // Nothing to move: like the schedules, nothing to wait for either (but a barrier).
+  if (params.coll != Collective::kBarrier && params.count == 0 &&
+      (params.coll != Collective::kReduceScatter || params.displs.empty() ||
+       params.displs.back() + params.counts.back() == 0)) {
+    return;
+  }
   shared::Call call(*group, params, bindings, info);
   switch (params.coll) {
     case Collective::kBarrier:

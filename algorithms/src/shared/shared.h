@@ -22,7 +22,8 @@ class Call {
         me(group.index()),
         size(group.size()),
         header_{0, info.key.seq, info.fingerprint},
-        waiting_{info.deadline, info.timeout, [&info] { return callName(info); }} {}
+        waiting_{info.deadline, info.timeout, [&info] { return callName(info); }, info.key.seq,
+                 info.fingerprint} {}
 
   // Starts the next use: its payload, to fill before publish().
   std::uint8_t* begin() { return g.beginUse(header_, waiting_); }

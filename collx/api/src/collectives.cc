@@ -256,6 +256,9 @@ Prepared prepare(Context& ctx, const Call& call) {
       call.fingerprintCount};
   p.info.dtype = call.dtype;
   p.info.op = call.op;
+  // Members of the shared-memory group waiting for this rank in a shm call of this seq can
+  // tell it runs another collective.
+  if (rt.group != nullptr) rt.group->announce(seq, p.info.fingerprint);
   p.info.timeout = timeoutOf(rt, *call.options, where);
   // A blocking shared-memory call reads the clock only if it has to wait (it then starts
   // the deadline); the others start it now.

@@ -15,7 +15,7 @@
 //                 counts, never reset), then `ringBytes` of data. Rings of ranks that never
 //                 send (tcp peers, oneself) are never touched, so their pages are never
 //                 allocated.
-//   group         GroupControl, then SharedGroup::kBuffers buffers (a 64-byte UseHeader and
+//   group         GroupControl, then SharedGroup::kBuffers buffers (a 32-byte UseHeader and
 //                 `groupBytes` of payload each) that collectives working on shared memory
 //                 directly write and every member of the group reads (shm_group.h). Pages
 //                 are allocated when first used.
@@ -83,11 +83,17 @@ static_assert(sizeof(RingControl) == 3 * kLine);
 
 // The owner's epoch (published uses of its group buffers) and the count of peers sleeping
 // on it (futex waiters: the owner wakes them when it publishes).
+// `version`, `seq` and the fingerprint words: the collective call the owner started last
+// (any algorithm), under a sequence lock (version odd while it writes), so that a member
+// waiting for it can tell that it runs another collective at that sequence number.
 struct GroupControl {
   alignas(kLine) std::uint32_t epoch;
   alignas(kLine) std::uint32_t sleepers;
+  alignas(kLine) std::uint64_t version;
+  std::uint64_t seq;
+  std::uint64_t fingerprint[2];
 };
-static_assert(sizeof(GroupControl) == 2 * kLine);
+static_assert(sizeof(GroupControl) == 3 * kLine);
 
 template <typename T>
 inline std::atomic_ref<T> atomic(T& value) {

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <ctime>
 
 namespace collx::transport::shm {
@@ -70,6 +71,34 @@ void ShmGroup::publish() {
   // Against a sleeper's "sleepers++, then look at epoch": one of us sees the other.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (atomic(mine->sleepers).load(std::memory_order_relaxed) != 0) futexWake(&mine->epoch);
+}
+
+void ShmGroup::announce(std::uint64_t seq, const Fingerprint& fingerprint) noexcept {
+  GroupControl* mine = controls_[static_cast<std::size_t>(index_)];
+  static_assert(sizeof(Fingerprint) <= sizeof(mine->fingerprint));
+  std::uint64_t words[2] = {};
+  std::memcpy(words, &fingerprint, sizeof(Fingerprint));
+  auto version = atomic(mine->version);
+  const std::uint64_t v = version.load(std::memory_order_relaxed);
+  version.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  atomic(mine->seq).store(seq, std::memory_order_relaxed);
+  atomic(mine->fingerprint[0]).store(words[0], std::memory_order_relaxed);
+  atomic(mine->fingerprint[1]).store(words[1], std::memory_order_relaxed);
+  version.store(v + 2, std::memory_order_release);
+}
+
+bool ShmGroup::announced(int member, std::uint64_t& seq, Fingerprint& fingerprint) const {
+  GroupControl* theirs = controls_[static_cast<std::size_t>(member)];
+  const std::uint64_t before = atomic(theirs->version).load(std::memory_order_acquire);
+  if (before == 0 || (before & 1) != 0) return false;
+  seq = atomic(theirs->seq).load(std::memory_order_relaxed);
+  std::uint64_t words[2] = {atomic(theirs->fingerprint[0]).load(std::memory_order_relaxed),
+                            atomic(theirs->fingerprint[1]).load(std::memory_order_relaxed)};
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (atomic(theirs->version).load(std::memory_order_relaxed) != before) return false;
+  std::memcpy(&fingerprint, words, sizeof(Fingerprint));
+  return true;
 }
 
 void ShmGroup::sleep(int member, std::uint32_t seen, Clock::time_point until) {

@@ -33,6 +33,7 @@ class ShmGroup final : public SharedGroup {
   ShmGroup(LinkState& link, std::vector<GroupMember> members, int self, std::size_t bufferBytes);
 
   void publish() override;
+  void announce(std::uint64_t seq, const Fingerprint& fingerprint) noexcept override;
   std::uint8_t* payload(int member, std::uint64_t use) const override;
 
   // The mesh failed: every wait ends with this error.
@@ -46,6 +47,7 @@ class ShmGroup final : public SharedGroup {
   [[noreturn]] void fail(Failure kind, int member, const std::string& what,
                          const CallNamer& name) override;
   std::string describe(std::uint64_t seq, const Fingerprint& fp) const override;
+  bool announced(int member, std::uint64_t& seq, Fingerprint& fingerprint) const override;
 
  private:
   [[noreturn]] void raise(ErrorKind kind, int culprit, const std::string& detail,

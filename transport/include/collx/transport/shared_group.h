@@ -55,6 +55,8 @@ struct Waiting {
   mutable std::chrono::steady_clock::time_point deadline;
   std::chrono::milliseconds timeout{0};
   CallNamer name;
+  std::uint64_t seq = 0;  // the call, to tell a member that runs another one at this seq
+  Fingerprint fingerprint;
 };
 
 class SharedGroup {
@@ -85,6 +87,9 @@ class SharedGroup {
                             const Waiting& waiting);
   // Payload of `member`'s use `use` without waiting (after await()).
   virtual std::uint8_t* payload(int member, std::uint64_t use) const = 0;
+  // This rank starts collective call `seq` (whatever its algorithm): members waiting for it
+  // in a shared-memory call of that seq with another fingerprint raise MismatchError.
+  virtual void announce(std::uint64_t seq, const Fingerprint& fingerprint) noexcept = 0;
   // Throws the mesh's error if it failed (or abort() was called).
   void checkHealthy(const CallNamer& name) { check(-1, name, true); }
 
@@ -118,6 +123,8 @@ class SharedGroup {
   // Fails the mesh with this error (every member learns of it), then throws it.
   [[noreturn]] virtual void fail(Failure kind, int member, const std::string& what,
                                  const CallNamer& name) = 0;
+  // The call `member` announced last: false when it announced none or was writing it.
+  virtual bool announced(int member, std::uint64_t& seq, Fingerprint& fingerprint) const = 0;
   // "allreduce#42 float32x1024", for mismatch errors.
   virtual std::string describe(std::uint64_t seq, const Fingerprint& fp) const = 0;
 
@@ -132,6 +139,8 @@ class SharedGroup {
 
  private:
   void waitFor(int member, std::uint64_t use, const Waiting& waiting);
+  // Fails the call when `member` announced another collective at its sequence number.
+  void checkCall(int member, const Waiting& waiting);
 };
 
 }  // namespace collx::transport
