@@ -285,9 +285,17 @@ const std::vector<SelectionRule>& defaultSelection() {
   static constexpr int kMax = 1 << 30;
   static const std::vector<SelectionRule> kRules = {
       // Rows naming shm apply only when every rank shares memory with the others (the
-      // selection skips them otherwise).
+      // selection skips them otherwise). Measured with collx-bench through collx-run on
+      // this 2-core machine, best of 2 runs per algorithm (benchmarks/README.md): shm wins
+      // everywhere but at P = 2 for allreduce between 32 KiB and 4 MiB, where its copies
+      // through the buffers cost more than halving-doubling's single exchange of halves
+      // (64 KiB: 7.8 us against 10.6), and at P >= 8 for broadcast between 32 KiB and
+      // 8 MiB, where 7 readers of the root's buffers on 2 cores lose to a tree (1 MiB:
+      // binomial 473 us, shm 719).
+      {Collective::kAllreduce, 2, 2, 32 * 1024, 4 * 1024 * 1024, "halving_doubling", true},
       {Collective::kAllreduce, 2, kMax, 0, kAny, "shm"},
       {Collective::kReduceScatter, 2, kMax, 0, kAny, "shm"},
+      {Collective::kBroadcast, 8, kMax, 32 * 1024, 8 * 1024 * 1024, "binomial", true},
       {Collective::kBroadcast, 2, kMax, 0, kAny, "shm"},
       {Collective::kAllgather, 2, kMax, 0, kAny, "shm"},
       {Collective::kBarrier, 2, kMax, 0, kAny, "shm"},
@@ -366,7 +374,7 @@ const std::vector<SelectionRule>& defaultSelection() {
 
 const char* defaultAlgorithm(Collective coll, int ranks, std::uint64_t bytes, bool shared) {
   for (const SelectionRule& rule : defaultSelection()) {
-    if (!shared && findAlgorithm(rule.coll, rule.algorithm)->shared) continue;
+    if (!shared && (rule.sharedOnly || findAlgorithm(rule.coll, rule.algorithm)->shared)) continue;
     if (rule.coll == coll && ranks >= rule.minRanks && ranks <= rule.maxRanks &&
         bytes >= rule.minBytes && bytes <= rule.maxBytes) {
       return rule.algorithm;

@@ -67,7 +67,7 @@ Selection::Selection() {
     const AlgorithmInfo* info = findAlgorithm(rule.coll, rule.algorithm);
     if (info == nullptr) continue;  // a table row naming a missing algorithm is a build bug
     rows_.push_back(Row{rule.coll, rule.minRanks, rule.maxRanks, rule.minBytes, rule.maxBytes, info,
-                        "default table"});
+                        "default table", rule.sharedOnly});
   }
 }
 
@@ -161,7 +161,7 @@ Selection Selection::fromJson(std::string_view text, const std::string& source) 
 const Selection::Row* Selection::choose(Collective coll, int ranks, std::uint64_t bytes,
                                         bool shared) const {
   for (const Row& row : rows_) {
-    if (row.algorithm->shared && !shared) continue;
+    if ((row.algorithm->shared || row.sharedOnly) && !shared) continue;
     if (row.coll == coll && ranks >= row.minRanks && ranks <= row.maxRanks &&
         bytes >= row.minBytes && bytes <= row.maxBytes) {
       return &row;

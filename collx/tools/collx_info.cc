@@ -89,8 +89,10 @@ void printInfo() {
           (row->maxRanks >= (1 << 30) ? std::string("inf") : std::to_string(row->maxRanks));
       std::string bytes = collx::algorithms::formatByteSize(row->minBytes) + ".." +
                           collx::algorithms::formatByteSize(row->maxBytes);
-      std::printf("    P %-9s bytes %-20s -> %-20s (%s)\n", ranks.c_str(), bytes.c_str(),
-                  row->algorithm->name, row->source.c_str());
+      const bool shared = row->sharedOnly || row->algorithm->shared;
+      std::printf("    P %-9s bytes %-20s -> %-20s (%s%s)\n", ranks.c_str(), bytes.c_str(),
+                  row->algorithm->name, row->source.c_str(),
+                  shared ? "; only when every rank shares memory" : "");
     }
   }
   std::vector<std::string> unknown = config.unknownVariables();

@@ -125,6 +125,9 @@ struct SelectionRule {
   std::uint64_t minBytes;
   std::uint64_t maxBytes;
   const char* algorithm;
+  // The row applies only where every rank shares memory with the others (as rows naming a
+  // shared-memory algorithm do anyway).
+  bool sharedOnly = false;
 };
 const std::vector<SelectionRule>& defaultSelection();
 // The default algorithm for a call (from defaultSelection()).

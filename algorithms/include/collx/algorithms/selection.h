@@ -34,6 +34,7 @@ class Selection {
     std::uint64_t maxBytes;
     const AlgorithmInfo* algorithm;
     std::string source;  // "default table" or "COLLX_RULES /path, allreduce entry 2"
+    bool sharedOnly = false;  // only where every rank shares memory (SelectionRule)
   };
 
   // The built-in table only.
