@@ -39,8 +39,13 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo
 for round in $(seq 1 "$REPEAT"); do
 for P in $PS; do
   if want limits && [ "$P" = 2 ]; then
-    "$work/bin/tcp_exchange" $((32 << 20)) 9 0 | tee -a "$out/limits.txt"
-    "$work/bin/tcp_exchange" $((32 << 20)) 9 1 | tee -a "$out/limits.txt"
+    if [ "$TRANSPORT" = tcp ]; then
+      "$work/bin/tcp_exchange" $((32 << 20)) 9 0 | tee -a "$out/limits.txt"
+      "$work/bin/tcp_exchange" $((32 << 20)) 9 1 | tee -a "$out/limits.txt"
+    else  # shared memory's limits: memcpy bandwidth, a flag's round trip between 2 cores
+      "$work/bin/memcpy_bw" 64 20 | tee -a "$out/limits.txt"
+      "$work/bin/pingpong_shm" 200000 1 | tee -a "$out/limits.txt"
+    fi
   fi
   if want collx; then
     # The peers all reduce in place (MPI_IN_PLACE, Gloo's and torch's in-place tensors).
