@@ -289,13 +289,12 @@ const std::vector<SelectionRule>& defaultSelection() {
       // this 2-core machine, best of 2 runs per algorithm (benchmarks/README.md): shm wins
       // everywhere but at P = 2 for allreduce between 32 KiB and 4 MiB, where its copies
       // through the buffers cost more than halving-doubling's single exchange of halves
-      // (64 KiB: 7.8 us against 10.6), and at P >= 8 for broadcast between 32 KiB and
-      // 8 MiB, where 7 readers of the root's buffers on 2 cores lose to a tree (1 MiB:
-      // binomial 473 us, shm 719).
+      // (64 KiB: 7.8 us against 10.6). (One sweep had binomial ahead of shm for broadcast at
+      // P = 8 from 64 KiB; three interleaved reruns had shm ahead from 1 MiB by 2-3x: 1 MiB
+      // 194-250 us against 490-655, 4 MiB 1067-1157 against 3162-3718.)
       {Collective::kAllreduce, 2, 2, 32 * 1024, 4 * 1024 * 1024, "halving_doubling", true},
       {Collective::kAllreduce, 2, kMax, 0, kAny, "shm"},
       {Collective::kReduceScatter, 2, kMax, 0, kAny, "shm"},
-      {Collective::kBroadcast, 8, kMax, 32 * 1024, 8 * 1024 * 1024, "binomial", true},
       {Collective::kBroadcast, 2, kMax, 0, kAny, "shm"},
       {Collective::kAllgather, 2, kMax, 0, kAny, "shm"},
       {Collective::kBarrier, 2, kMax, 0, kAny, "shm"},

@@ -50,8 +50,13 @@ for P in $PS; do
   if want collx; then
     # The peers all reduce in place (MPI_IN_PLACE, Gloo's and torch's in-place tensors).
     inplace=$([ "$COLL" = allreduce ] && echo --in-place || true)
+    # The peers' allgather sizes are per rank, collx-bench's the whole gathered buffer.
+    sizes=$SIZES
+    if [ "$COLL" = allgather ]; then
+      sizes=$(echo "$SIZES" | tr ',' '\n' | awk -v P="$P" '{printf "%s%d", NR > 1 ? "," : "", $1 * P}')
+    fi
     COLLX_TRANSPORT=$TRANSPORT "$build/bin/collx-run" -n "$P" -- \
-      "$build/bin/collx-bench" -c "$COLL" --sizes "$SIZES" \
+      "$build/bin/collx-bench" -c "$COLL" --sizes "$sizes" \
       --min-time "$MIN_TIME" $inplace --csv "$out/collx_p$P.csv" > "$out/collx_p$P.txt"
     # into the peers' CSV shape
     grep -v '^#' "$out/collx_p$P.csv" | tail -n +2 | while IFS=, read -r size count dtype t p50 p99 alg bus wrong algo; do

@@ -1245,7 +1245,11 @@ PYBIND11_MODULE(_collx, m) {
           "The deadline of every call, in seconds.")
       .def_property_readonly(
           "transports", [](PyContext& s) { return s.ctx("transports").transports(); },
-          "The transport of each peer ('self', 'tcp'), indexed by rank.")
+          "The transport of each peer ('self', 'shm', 'tcp'), indexed by rank.")
+      .def_property_readonly(
+          "shared_memory", [](PyContext& s) { return s.ctx("shared_memory").sharedMemory(); },
+          "Whether every rank shares memory with every other (one host, all pairs over shm): "
+          "the 'shm' algorithms can run.")
       .def_property_readonly(
           "peers",
           [](PyContext& s) {

@@ -44,6 +44,7 @@ def test_context_properties(ctx):
     assert (ctx.rank, ctx.size, ctx.job_id) == (0, 1, "test-module")
     assert ctx.timeout == 30.0
     assert ctx.transports == ["self"]
+    assert ctx.shared_memory  # a world of one shares memory with itself
     assert ctx.peers[0]["rank"] == 0 and ctx.peers[0]["pid"] > 0
     assert "rank 0 of 1" in repr(ctx)
 
