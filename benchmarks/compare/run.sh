@@ -53,7 +53,7 @@ for P in $PS; do
     # The peers' allgather sizes are per rank, collx-bench's the whole gathered buffer.
     sizes=$SIZES
     if [ "$COLL" = allgather ]; then
-      sizes=$(echo "$SIZES" | tr ',' '\n' | awk -v P="$P" '{printf "%s%d", NR > 1 ? "," : "", $1 * P}')
+      sizes=$(echo "$SIZES" | tr ',' '\n' | awk -v P="$P" '{printf "%s%d", (NR > 1 ? "," : ""), $1 * P}')
     fi
     COLLX_TRANSPORT=$TRANSPORT "$build/bin/collx-run" -n "$P" -- \
       "$build/bin/collx-bench" -c "$COLL" --sizes "$sizes" \
