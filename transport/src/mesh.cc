@@ -145,9 +145,7 @@ void Mesh::connect(const std::vector<std::string>& addresses, Clock::time_point 
   for (auto& device : devices_) {
     if (SharedGroup* group = device->sharedGroup()) {
       group->setFailMesh([this](const Error& error) { fail(error); });
-      group->setAbortCheck([this]() -> std::string {
-        return abortRequested_.load(std::memory_order_acquire) ? abortReason_ : std::string();
-      });
+      group->setAbortCheck(&abortRequested_, &abortReason_);
       group_ = group;
     }
   }

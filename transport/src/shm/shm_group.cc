@@ -144,9 +144,8 @@ void ShmGroup::check(int member, const CallNamer& name, bool starting) {
     }
     raise(errorKind_, errorCulprit_, errorText_, name, false);
   }
-  if (abortReason_) {
-    const std::string why = abortReason_();
-    if (!why.empty()) raise(ErrorKind::kAborted, -1, why, name, true);
+  if (abortRequested_ != nullptr && abortRequested_->load(std::memory_order_acquire)) {
+    raise(ErrorKind::kAborted, -1, *abortReason_, name, true);
   }
   if (member < 0) return;
   const GroupMember& m = members_[static_cast<std::size_t>(member)];

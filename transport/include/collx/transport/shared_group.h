@@ -18,6 +18,7 @@
 // member learns of it).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -95,10 +96,12 @@ class SharedGroup {
 
   void setPolicy(WaitPolicy policy) noexcept { policy_ = policy; }
   // How a failed wait fails the mesh (the engine serializes it with progress), and where a
-  // wait learns that abort() was called (the reason; "" when not).
+  // wait learns that abort() was called, and why.
   void setFailMesh(std::function<void(const Error&)> failMesh) { failMesh_ = std::move(failMesh); }
-  void setAbortCheck(std::function<std::string()> abortReason) {
-    abortReason_ = std::move(abortReason);
+  // `requested` turns true (release) once `reason` is set: both outlive the group.
+  void setAbortCheck(const std::atomic<bool>* requested, const std::string* reason) {
+    abortRequested_ = requested;
+    abortReason_ = reason;
   }
 
  protected:
@@ -135,7 +138,8 @@ class SharedGroup {
   std::uint64_t published_ = 0;      // this member's epoch
   std::vector<std::uint64_t> seen_;  // a lower bound of each member's epoch
   std::function<void(const Error&)> failMesh_;
-  std::function<std::string()> abortReason_;
+  const std::atomic<bool>* abortRequested_ = nullptr;
+  const std::string* abortReason_ = nullptr;
 
  private:
   void waitFor(int member, std::uint64_t use, const Waiting& waiting);
