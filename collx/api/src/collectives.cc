@@ -111,24 +111,25 @@ bool acrossHosts(const detail::Runtime& rt, const Call& call) {
 
 // The table's pick when the call names no algorithm and the environment none either: no
 // strings built (this runs on every call; a small one costs a few hundred nanoseconds).
-const algorithms::AlgorithmInfo* tablePick(const detail::Runtime& rt, const Call& call,
-                                           std::uint64_t bytes) {
+const algorithms::Selection::Row* tablePick(const detail::Runtime& rt, const Call& call,
+                                            std::uint64_t bytes) {
   if (!call.options->algorithm.empty() || rt.configuredAlgorithm.count(call.coll) != 0) {
     return nullptr;
   }
   const algorithms::Selection::Row* row =
       rt.selection.choose(call.coll, rt.size, bytes, rt.sharedMemory());
   if (row == nullptr || (rt.hosts > 1 && acrossHosts(rt, call))) return nullptr;
-  return row->algorithm;
+  return row;
 }
 
 const algorithms::AlgorithmInfo& choose(const detail::Runtime& rt, const Call& call,
                                         std::uint64_t bytes, const Where& where) {
-  if (const algorithms::AlgorithmInfo* picked = tablePick(rt, call, bytes)) {
+  if (const algorithms::Selection::Row* picked = tablePick(rt, call, bytes)) {
     // (The table picks a shared-memory algorithm only where it can run.)
-    COLLX_DEBUG(kAlgo, "rank {}: {} of {} bytes over {} ranks: {} (from the table)", rt.rank,
-                algorithms::collectiveName(call.coll), bytes, rt.size, picked->name);
-    return *picked;
+    COLLX_DEBUG(kAlgo, "rank {}: {} of {} bytes over {} ranks: {} (from {})", rt.rank,
+                algorithms::collectiveName(call.coll), bytes, rt.size, picked->algorithm->name,
+                picked->source);
+    return *picked->algorithm;
   }
   std::string name = call.options->algorithm;
   std::string source = "options";
