@@ -213,7 +213,7 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
       // one shared-memory group.
       {Collective::kAllreduce, "shm",
        "through shared-memory buffers: one-shot (each rank reduces every rank's vector) up to "
-       "16 KiB, then reduce-scatter + allgather in cache-sized rounds; rank-order reduction",
+       "4 KiB, then reduce-scatter + allgather in cache-sized rounds; rank-order reduction",
        nullptr, /*keepsOrder=*/true, nullptr, /*shared=*/true},
       {Collective::kReduceScatter, "shm",
        "through shared-memory buffers: each rank reduces its own block from every rank's "

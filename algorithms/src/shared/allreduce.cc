@@ -20,6 +20,9 @@
 namespace collx::algorithms::shared {
 
 namespace {
+// Measured at P = 2 (two-shot against one-shot): 4 KiB 0.86 us against 0.98-1.44, 16 KiB
+// 2.3 against 3.1-4.2, 64 KiB 7.4 against 10.9 (one-shot reduces the whole vector on
+// every rank).
 constexpr std::uint64_t kOneShotBytes = 4 * 1024;
 }
 
