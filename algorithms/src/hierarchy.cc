@@ -163,6 +163,18 @@ void addGroup(Plan& plan, const AlgorithmInfo& algorithm, const ScheduleParams& 
   plan.push_back(std::move(part));
 }
 
+void addHostBroadcast(Plan& plan, const ScheduleParams& p, std::vector<int> members, int local,
+                      int root, std::uint64_t count, std::uint64_t scratchBase,
+                      std::uint32_t index) {
+  const int L = static_cast<int>(members.size());
+  ScheduleParams bc = groupParams(p, Collective::kBroadcast, local, L);
+  bc.root = root;
+  bc.inPlace = true;
+  bc.count = count;
+  addGroup(plan, tableChoice(Collective::kBroadcast, L, count * p.elementSize), bc,
+           Phase{std::move(members), output(), output(), scratchBase, index});
+}
+
 Schedule build(const Plan& plan, const char* name) {
   Schedule s(name);
   Deps after;

@@ -80,6 +80,14 @@ using Plan = std::vector<Part>;
 void addGroup(Plan& plan, const AlgorithmInfo& algorithm, const ScheduleParams& params,
               Phase phase);
 
+// Appends, as phase `index`, a broadcast in place in the output among the ranks of one host
+// (`members`; this rank is local rank `local` of them) of `count` elements from local rank
+// `root`, by the table's algorithm for that many ranks and bytes; its scratch from
+// `scratchBase`. The last phase of every hierarchical algorithm.
+void addHostBroadcast(Plan& plan, const ScheduleParams& p, std::vector<int> members, int local,
+                      int root, std::uint64_t count, std::uint64_t scratchBase,
+                      std::uint32_t index);
+
 Schedule build(const Plan& plan, const char* name);
 Cost cost(const Plan& plan);
 

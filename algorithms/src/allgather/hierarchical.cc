@@ -105,12 +105,8 @@ hierarchy::Plan plan(const ScheduleParams& p) {
       }
     }
   }
-  ScheduleParams bc = hierarchy::groupParams(p, Collective::kBroadcast, local, L);
-  bc.root = 0;
-  bc.inPlace = true;
-  bc.count = static_cast<std::uint64_t>(P) * p.count;
-  hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kBroadcast, L, total), bc,
-                      Phase{mine, output(), output(), scratchBase, 2});
+  hierarchy::addHostBroadcast(plan, p, mine, local, 0, static_cast<std::uint64_t>(P) * p.count,
+                              scratchBase, 2);
   return plan;
 }
 

@@ -118,11 +118,7 @@ hierarchy::Plan plan(const ScheduleParams& p) {
       plan.push_back(divide);
     }
   }
-  ScheduleParams bc = hierarchy::groupParams(p, Collective::kBroadcast, local, L);
-  bc.root = 0;
-  bc.inPlace = true;
-  hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kBroadcast, L, n), bc,
-                      Phase{mine, output(), output(), 0, 2});
+  hierarchy::addHostBroadcast(plan, p, mine, local, 0, p.count, 0, 2);
   return plan;
 }
 

@@ -41,7 +41,6 @@ hierarchy::Plan plan(const ScheduleParams& p) {
   const int H = layout.hosts;
   const int host = layout.hostOf[static_cast<std::size_t>(r)];
   const int rootHost = layout.hostOf[static_cast<std::size_t>(p.root)];
-  const int L = layout.size(host);
   auto leaderOf = [&](int h) { return h == rootHost ? p.root : layout.members[h][0]; };
   std::vector<int> leaders(static_cast<std::size_t>(H));
   for (int h = 0; h < H; ++h) leaders[static_cast<std::size_t>(h)] = leaderOf(h);
@@ -52,13 +51,10 @@ hierarchy::Plan plan(const ScheduleParams& p) {
     hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kBroadcast, H, n), inter,
                         Phase{leaders, output(), output(), 0, 0});
   }
-  ScheduleParams intra = hierarchy::groupParams(p, Collective::kBroadcast,
-                                                layout.localOf[static_cast<std::size_t>(r)], L);
-  intra.root = layout.localOf[static_cast<std::size_t>(leaderOf(host))];
-  intra.inPlace = true;
-  hierarchy::addGroup(
-      plan, hierarchy::tableChoice(Collective::kBroadcast, L, n), intra,
-      Phase{layout.members[static_cast<std::size_t>(host)], output(), output(), 0, 1});
+  hierarchy::addHostBroadcast(plan, p, layout.members[static_cast<std::size_t>(host)],
+                              layout.localOf[static_cast<std::size_t>(r)],
+                              layout.localOf[static_cast<std::size_t>(leaderOf(host))], p.count, 0,
+                              1);
   return plan;
 }
 
