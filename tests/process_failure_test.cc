@@ -8,6 +8,7 @@
 
 #include "collx/rendezvous/tcp_store.h"
 #include "util/test_util.h"
+#include "util/worker_job.h"
 
 namespace collx {
 namespace {
@@ -15,43 +16,17 @@ namespace {
 using namespace std::chrono_literals;
 using test::Process;
 
-class Job {
+class Job : public test::WorkerJob {
  public:
   Job(int size, const std::vector<std::string>& args, const std::string& timeout,
       std::function<std::vector<std::string>(int)> argsFor = nullptr,
-      const std::string& transport = "auto") {
-    for (int r = 0; r < size; ++r) {
-      std::vector<std::string> argv = {test::binDir() + "/collx-test-worker"};
-      auto mine = argsFor ? argsFor(r) : args;
-      argv.insert(argv.end(), mine.begin(), mine.end());
-      ranks_.push_back(std::make_unique<Process>(
-          argv, std::map<std::string, std::string>{{"COLLX_RANK", std::to_string(r)},
-                                                   {"COLLX_WORLD_SIZE", std::to_string(size)},
-                                                   {"COLLX_STORE", server_.url()},
-                                                   {"COLLX_JOB_ID", "failure-test"},
-                                                   {"COLLX_TIMEOUT", timeout},
-                                                   {"COLLX_TRANSPORT", transport},
-                                                   {"TEST_WORKER_DESCRIBE", "1"}}));
-    }
-  }
-  Process& rank(int r) { return *ranks_[r]; }
-  // Waits until every rank printed "ready" (false after 30 s).
-  bool allReady() {
-    auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      bool all = true;
-      for (auto& p : ranks_) {
-        p->wait(1ms);  // pumps its output
-        all = all && p->out().find("ready") != std::string::npos;
-      }
-      if (all) return true;
-    }
-    return false;
-  }
-
- private:
-  rendezvous::TcpStoreServer server_;
-  std::vector<std::unique_ptr<Process>> ranks_;
+      const std::string& transport = "auto")
+      : WorkerJob(
+            size, "failure-test", [&](int r) { return argsFor ? argsFor(r) : args; },
+            [&](int) {
+              return std::map<std::string, std::string>{{"COLLX_TIMEOUT", timeout},
+                                                        {"COLLX_TRANSPORT", transport}};
+            }) {}
 };
 
 // Every test runs over tcp and over shared memory (the transport is checked in each rank's

@@ -15,6 +15,7 @@
 #include "collx/transport/mesh.h"
 #include "collx/transport/shm_segments.h"
 #include "util/test_util.h"
+#include "util/worker_job.h"
 
 namespace collx {
 namespace {
@@ -22,24 +23,18 @@ namespace {
 using namespace std::chrono_literals;
 using test::Process;
 
-// Ranks started one by one (each with its own environment) over a TCP store.
-class Ranks {
+// Ranks over a TCP store, each with its own environment (COLLX_TIMEOUT 60s unless given).
+class Ranks : public test::WorkerJob {
  public:
   Ranks(int size, const std::vector<std::string>& args,
-        const std::function<std::map<std::string, std::string>(int)>& envFor) {
-    for (int r = 0; r < size; ++r) {
-      std::vector<std::string> argv = {test::binDir() + "/collx-test-worker"};
-      argv.insert(argv.end(), args.begin(), args.end());
-      std::map<std::string, std::string> env = {
-          {"COLLX_RANK", std::to_string(r)}, {"COLLX_WORLD_SIZE", std::to_string(size)},
-          {"COLLX_STORE", server_.url()},    {"COLLX_JOB_ID", "shm-process-test"},
-          {"COLLX_TIMEOUT", "60s"},          {"TEST_WORKER_DESCRIBE", "1"}};
-      for (auto& [name, value] : envFor(r)) env[name] = value;
-      ranks_.push_back(std::make_unique<Process>(argv, env));
-    }
-  }
-  Process& rank(int r) { return *ranks_[r]; }
-  int size() const { return static_cast<int>(ranks_.size()); }
+        const std::function<std::map<std::string, std::string>(int)>& envFor)
+      : WorkerJob(
+            size, "shm-process-test", [&](int) { return args; },
+            [&](int r) {
+              auto env = envFor(r);
+              env.emplace("COLLX_TIMEOUT", "60s");
+              return env;
+            }) {}
   // Waits for every rank and expects exit code 0.
   void expectSuccess() {
     for (int r = 0; r < size(); ++r) {
@@ -47,22 +42,6 @@ class Ranks {
       EXPECT_EQ(rank(r).exitCode(), 0) << "rank " << r << ": " << rank(r).err();
     }
   }
-  bool allReady() {
-    auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      bool all = true;
-      for (auto& p : ranks_) {
-        p->wait(1ms);
-        all = all && p->out().find("ready") != std::string::npos;
-      }
-      if (all) return true;
-    }
-    return false;
-  }
-
- private:
-  rendezvous::TcpStoreServer server_;
-  std::vector<std::unique_ptr<Process>> ranks_;
 };
 
 bool says(Process& p, const std::string& text) { return p.out().find(text) != std::string::npos; }

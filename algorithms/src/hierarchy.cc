@@ -163,6 +163,14 @@ void addGroup(Plan& plan, const AlgorithmInfo& algorithm, const ScheduleParams& 
   plan.push_back(std::move(part));
 }
 
+void addDivide(Plan& plan, BufferRef at, std::uint64_t count) {
+  Part divide;
+  divide.kind = Part::Kind::kDivide;
+  divide.phase.output = at;
+  divide.size = count;
+  plan.push_back(divide);
+}
+
 void addHostBroadcast(Plan& plan, const ScheduleParams& p, std::vector<int> members, int local,
                       int root, std::uint64_t count, std::uint64_t scratchBase,
                       std::uint32_t index) {

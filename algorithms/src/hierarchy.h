@@ -80,6 +80,9 @@ using Plan = std::vector<Part>;
 void addGroup(Plan& plan, const AlgorithmInfo& algorithm, const ScheduleParams& params,
               Phase phase);
 
+// Appends the division of `count` elements at `at` by the number of ranks (avg).
+void addDivide(Plan& plan, BufferRef at, std::uint64_t count);
+
 // Appends, as phase `index`, a broadcast in place in the output among the ranks of one host
 // (`members`; this rank is local rank `local` of them) of `count` elements from local rank
 // `root`, by the table's algorithm for that many ranks and bytes; its scratch from

@@ -21,6 +21,15 @@ std::string describePlain(const MessageKey& key, const Fingerprint& fp) {
          std::to_string(fp.dtype) + " count " + std::to_string(fp.count);
 }
 
+std::uint64_t jobHash(const std::string& job, std::int64_t generation) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : job) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h ^ static_cast<std::uint64_t>(generation) * 0x9e3779b97f4a7c15ull;
+}
+
 std::string LinkState::describe(const MessageKey& key, const Fingerprint& fp) const {
   return describer ? describer(key, fp) : describePlain(key, fp);
 }

@@ -84,13 +84,7 @@ hierarchy::Plan plan(const ScheduleParams& p) {
     ar.inPlace = true;
     hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kAllreduce, H, sliceCount * es),
                         ar, Phase{layout.column(local), slice, slice, 0, 1});
-    if (avg) {
-      hierarchy::Part divide;
-      divide.kind = hierarchy::Part::Kind::kDivide;
-      divide.phase.output = slice;
-      divide.size = sliceCount;
-      plan.push_back(divide);
-    }
+    if (avg) hierarchy::addDivide(plan, slice, sliceCount);
     ScheduleParams ag = hierarchy::groupParams(p, Collective::kAllgatherv, local, L);
     ag.count = sliceCount;
     ag.counts = counts;
@@ -110,13 +104,7 @@ hierarchy::Plan plan(const ScheduleParams& p) {
     ar.inPlace = true;
     hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kAllreduce, H, n), ar,
                         Phase{layout.column(0), output(), output(), 0, 1});
-    if (avg) {
-      hierarchy::Part divide;
-      divide.kind = hierarchy::Part::Kind::kDivide;
-      divide.phase.output = output();
-      divide.size = p.count;
-      plan.push_back(divide);
-    }
+    if (avg) hierarchy::addDivide(plan, output(), p.count);
   }
   hierarchy::addHostBroadcast(plan, p, mine, local, 0, p.count, 0, 2);
   return plan;

@@ -306,6 +306,7 @@ Work runAsync(Context& ctx, const Call& call) {
     auto job = std::make_shared<detail::SharedJob>();
     detail::Runtime* rt = ctx.runtime().get();
     p.info.deadline = algorithms::Clock::now() + p.info.timeout;
+    job->where = Where{rt->rank, algorithms::callName(p.info), -1};
     job->run = [rt, params = std::move(p.params), bindings = p.bindings, info = p.info] {
       algorithms::runShared(rt->group, params, bindings, info);
     };

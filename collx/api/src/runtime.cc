@@ -78,9 +78,8 @@ SharedWorker::~SharedWorker() {
   changed_.notify_all();
   for (auto& job : left) {
     std::lock_guard<std::mutex> lock(job->mutex);
-    job->error =
-        std::make_exception_ptr(Aborted(Where{-1, "shared-memory collective", -1},
-                                        "the context was destroyed before the call started"));
+    job->error = std::make_exception_ptr(
+        Aborted(job->where, "the context was destroyed before the call started"));
     job->done = true;
     job->ended.notify_all();
   }
@@ -89,14 +88,10 @@ SharedWorker::~SharedWorker() {
 
 void SharedWorker::submit(std::shared_ptr<SharedJob> job) {
   std::lock_guard<std::mutex> lock(mutex_);
+  outstanding_.fetch_add(1, std::memory_order_acq_rel);
   queue_.push_back(std::move(job));
   if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   changed_.notify_all();
-}
-
-bool SharedWorker::busy() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return running_ || !queue_.empty();
 }
 
 void SharedWorker::drain() {
@@ -127,6 +122,7 @@ void SharedWorker::loop() {
     job->ended.notify_all();
     lock.lock();
     running_ = false;
+    outstanding_.fetch_sub(1, std::memory_order_acq_rel);
     changed_.notify_all();
   }
 }

@@ -27,6 +27,7 @@ namespace collx::detail {
 // the other ranks): done, and its error, once the SharedWorker ran it.
 struct SharedJob {
   std::function<void()> run;
+  Where where;  // the rank and the call, for an error that ends it before it runs
   std::mutex mutex;
   std::condition_variable ended;
   bool done = false;
@@ -45,17 +46,19 @@ class SharedWorker {
   // engine first, so that a job waiting for other ranks ends).
   ~SharedWorker();
   void submit(std::shared_ptr<SharedJob> job);
-  // Waits until every job submitted so far ended: a blocking shared-memory call runs after
-  // the nonblocking ones started before it.
+  // Waits until every job submitted so far ended (each is bounded by its call's deadline):
+  // a blocking shared-memory call runs after the nonblocking ones started before it.
   void drain();
-  bool busy();
+  // A job not yet ended (lock-free: every blocking shared-memory call asks).
+  bool busy() const noexcept { return outstanding_.load(std::memory_order_acquire) > 0; }
 
  private:
   void loop();
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::shared_ptr<SharedJob>> queue_;
-  bool running_ = false;  // a job is running
+  bool running_ = false;             // a job is running
+  std::atomic<int> outstanding_{0};  // submitted, not yet ended
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -31,15 +31,6 @@ constexpr std::chrono::milliseconds kLivenessPeriod(10);
 // How long a rank that fails or closes waits for peers copying out of its buffers.
 constexpr std::chrono::milliseconds kPullersGrace(1000);
 
-std::uint64_t jobHash(const std::string& job, std::int64_t generation) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : job) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h ^ static_cast<std::uint64_t>(generation) * 0x9e3779b97f4a7c15ull;
-}
-
 std::string hex(std::uint64_t value) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%llx", static_cast<unsigned long long>(value));

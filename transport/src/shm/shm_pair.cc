@@ -364,16 +364,21 @@ bool ShmPair::receive(std::uint64_t& budget) {
   return true;
 }
 
+Request* ShmPair::takePosted(const MessageKey& key) {
+  auto posted = posted_.find(key);
+  if (posted == posted_.end() || posted->second.empty()) return nullptr;
+  Request* request = posted->second.front();
+  posted->second.pop_front();
+  if (posted->second.empty()) posted_.erase(posted);
+  return request;
+}
+
 void ShmPair::onRecord(const Record& r, std::uint64_t payloadAt) {
   const MessageKey key = r.key();
   switch (static_cast<RecordType>(r.type)) {
     case RecordType::kEager: {
       checkActive(r);
-      auto posted = posted_.find(key);
-      if (posted != posted_.end() && !posted->second.empty()) {
-        Request* request = posted->second.front();
-        posted->second.pop_front();
-        if (posted->second.empty()) posted_.erase(posted);
+      if (Request* request = takePosted(key)) {
         verify(*request, r);
         if (r.length > 0) ringCopyOut(inData_, inBytes_, payloadAt, request->data, r.length);
         returnCredit(charge(r.length));
@@ -391,11 +396,7 @@ void ShmPair::onRecord(const Record& r, std::uint64_t payloadAt) {
     }
     case RecordType::kRts: {
       checkActive(r);
-      auto posted = posted_.find(key);
-      if (posted != posted_.end() && !posted->second.empty()) {
-        Request* request = posted->second.front();
-        posted->second.pop_front();
-        if (posted->second.empty()) posted_.erase(posted);
+      if (Request* request = takePosted(key)) {
         verify(*request, r);
         startPull(*request, r);
         return;

@@ -180,6 +180,8 @@ class ShmPair final : public Pair {
   void checkPeerState(std::uint32_t state);
   [[noreturn]] void raisePeerFailure();
 
+  // The oldest receive posted for `key`, taken off the list (nullptr: none).
+  Request* takePosted(const MessageKey& key);
   void checkActive(const Record& record);
   void verify(const Request& request, const Record& record);
   [[noreturn]] void mismatch(const std::string& text);

@@ -59,15 +59,6 @@ const char* ackText(std::uint32_t status) {
   return "unknown refusal";
 }
 
-std::uint64_t jobHash(const std::string& job, std::int64_t generation) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : job) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h ^ static_cast<std::uint64_t>(generation) * 0x9e3779b97f4a7c15ull;
-}
-
 std::string hostPort(const asio::ip::address& address, std::uint16_t port) {
   std::string host = address.to_string();
   if (address.is_v6()) host = "[" + host + "]";

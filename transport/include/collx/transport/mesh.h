@@ -62,6 +62,10 @@ struct MeshOptions {
   std::string hostId;
 };
 
+// A hash of a job id and generation: what the transports write into their handshakes and
+// arenas, so that a connection or arena of another job (or generation) is refused.
+std::uint64_t jobHash(const std::string& job, std::int64_t generation);
+
 // State every pair of a mesh shares.
 struct LinkState {
   int rank = 0;
