@@ -223,7 +223,10 @@ Prepared prepare(Context& ctx, const Call& call) {
   Where where{rt.rank, what, -1};
   const std::size_t es = dataTypeSize(call.dtype);
   if (es == 0) throw InvalidArgument(where, "unknown data type");
-  if (call.count > (~std::uint64_t{0} >> 1) / es / static_cast<std::uint64_t>(rt.size)) {
+  // (No division: this runs on every call.)
+  std::uint64_t all = 0;
+  if (__builtin_mul_overflow(call.count, es * static_cast<std::uint64_t>(rt.size), &all) ||
+      all > (~std::uint64_t{0} >> 1)) {
     throw InvalidArgument(where, "count " + std::to_string(call.count) + " is too large");
   }
   if (call.root != -1 && (call.root < 0 || call.root >= rt.size)) {

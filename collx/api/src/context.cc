@@ -280,13 +280,19 @@ void Context::connect(const ContextOptions& options) {
   }
   // The shared-memory algorithms need every rank in one group; every rank must know whether
   // all are, or some would take them and others not.
+  // Their waits must agree too whether ranks outnumber cores (the barrier takes another
+  // form then): no rank spins unless every rank does.
   if (size_ > 1) {
     transport::SharedGroup* group = runtime_->engine->mesh().sharedGroup();
     const bool whole = group != nullptr && group->size() == size_;
-    if (detail::everyRank(*runtime_, whole)) {
+    constexpr std::uint8_t kWhole = 1, kSpins = 2;
+    const std::uint8_t all = detail::everyRank(
+        *runtime_, static_cast<std::uint8_t>((whole ? kWhole : 0) |
+                                             (engine.spin.count() > 0 ? kSpins : 0)));
+    if (all & kWhole) {
       runtime_->group = group;
-      algorithms::EngineOptions policy = engine;
-      group->setPolicy(transport::WaitPolicy{policy.spin, policy.yield});
+      const auto spin = (all & kSpins) ? engine.spin : std::chrono::microseconds(0);
+      group->setPolicy(transport::WaitPolicy{spin, engine.yield});
     }
   }
   COLLX_DEBUG(kTcp, "rank {}: connected to {} peers{}", rank_, size_ - 1,

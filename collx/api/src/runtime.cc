@@ -28,19 +28,19 @@ Runtime::~Runtime() {
   if (engine && sharedWorker.busy()) engine->abort("the context was destroyed");
 }
 
-bool everyRank(Runtime& rt, bool mine) {
+std::uint8_t everyRank(Runtime& rt, std::uint8_t mine) {
   algorithms::ScheduleParams params;
   params.coll = algorithms::Collective::kAllreduce;
   params.rank = rt.rank;
   params.size = rt.size;
   params.count = 1;
   params.elementSize = 1;
-  params.op = ReduceOpKind::kMin;
+  params.op = ReduceOpKind::kBand;
   params.inPlace = true;
   params.chunkBytes = rt.chunkBytes;
   const auto* algorithm =
       algorithms::findAlgorithm(algorithms::Collective::kAllreduce, "recursive_doubling");
-  std::uint8_t value = mine ? 1 : 0;
+  std::uint8_t value = mine;
   algorithms::CallInfo info;
   info.collective = "connect";
   info.algorithm = algorithm->name;
@@ -48,13 +48,13 @@ bool everyRank(Runtime& rt, bool mine) {
   info.key = transport::MessageKey{~std::uint64_t{0}, 0, transport::Space::kCollective};
   info.fingerprint = transport::Fingerprint{static_cast<std::uint8_t>(params.coll),
                                             static_cast<std::uint8_t>(DataType::kUint8),
-                                            static_cast<std::uint8_t>(ReduceOpKind::kMin), -1, 1};
+                                            static_cast<std::uint8_t>(ReduceOpKind::kBand), -1, 1};
   info.dtype = DataType::kUint8;
-  info.op = ReduceOp(ReduceOpKind::kMin);
+  info.op = ReduceOp(ReduceOpKind::kBand);
   info.timeout = rt.timeout;
   info.deadline = algorithms::Clock::now() + rt.timeout;
   rt.engine->run(rt.schedule(*algorithm, params), algorithms::Bindings{&value, &value}, info);
-  return value == 1;
+  return value;
 }
 
 bool SharedJob::wait(std::optional<std::chrono::steady_clock::time_point> until) {

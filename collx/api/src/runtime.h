@@ -111,9 +111,9 @@ struct Runtime {
   std::unordered_map<Key, std::shared_ptr<const algorithms::Schedule>, KeyHash> cache_;
 };
 
-// Whether `mine` holds on every rank (an allreduce of the context's own, outside the
-// collective sequence: used while connecting). Throws like a collective.
-bool everyRank(Runtime& rt, bool mine);
+// Which of the bits of `mine` are set on every rank (an allreduce of the context's own,
+// outside the collective sequence: used while connecting). Throws like a collective.
+std::uint8_t everyRank(Runtime& rt, std::uint8_t mine);
 
 // "allreduce#42 float32x1024": how mismatch errors name a message.
 std::string describeMessage(const transport::MessageKey& key, const transport::Fingerprint& fp);

@@ -41,24 +41,30 @@ std::optional<ReduceOpKind> parseReduceOpKind(std::string_view name) noexcept {
   return std::nullopt;
 }
 
-ReduceOp::ReduceOp(ReduceOpKind kind) : kind_(kind), name_(reduceOpKindName(kind)) {}
-
 ReduceOp ReduceOp::custom(ReduceFunction fn, std::string name, bool commutative) {
   ReduceOp op(ReduceOpKind::kCustom);
-  op.fn_ = std::move(fn);
-  op.name_ = std::move(name);
+  op.custom_ = std::make_shared<const Custom>(Custom{std::move(fn), std::move(name)});
   op.commutative_ = commutative;
   return op;
 }
 
+std::string ReduceOp::name() const {
+  return custom_ ? custom_->name : std::string(reduceOpKindName(kind_));
+}
+
+const ReduceFunction& ReduceOp::function() const noexcept {
+  static const ReduceFunction none;
+  return custom_ ? custom_->fn : none;
+}
+
 void ReduceOp::validate(DataType type, const Where& where) const {
   if (isBitwise() && !isInteger(type)) {
-    throw InvalidArgument(where, std::string("reduce op '") + name_ +
+    throw InvalidArgument(where, "reduce op '" + name() +
                                      "' is bitwise and works on integer types only, not " +
                                      dataTypeName(type));
   }
-  if (kind_ == ReduceOpKind::kCustom && !fn_) {
-    throw InvalidArgument(where, "custom reduce op '" + name_ + "' has no function");
+  if (kind_ == ReduceOpKind::kCustom && !function()) {
+    throw InvalidArgument(where, "custom reduce op '" + name() + "' has no function");
   }
 }
 

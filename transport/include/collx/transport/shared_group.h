@@ -95,6 +95,8 @@ class SharedGroup {
   void checkHealthy(const CallNamer& name) { check(-1, name, true); }
 
   void setPolicy(WaitPolicy policy) noexcept { policy_ = policy; }
+  // Waits do not spin: ranks outnumber cores (a spinning rank takes the core its peer needs).
+  bool oversubscribed() const noexcept { return policy_.spin.count() == 0; }
   // How a failed wait fails the mesh (the engine serializes it with progress), and where a
   // wait learns that abort() was called, and why.
   void setFailMesh(std::function<void(const Error&)> failMesh) { failMesh_ = std::move(failMesh); }

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,15 +33,18 @@ using ReduceFunction =
 class ReduceOp {
  public:
   // Implicit on purpose: a ReduceOpKind is a ReduceOp (`opts.op = ReduceOpKind::kMax`).
-  ReduceOp(ReduceOpKind kind = ReduceOpKind::kSum);  // NOLINT(google-explicit-constructor)
+  ReduceOp(ReduceOpKind kind = ReduceOpKind::kSum) noexcept  // NOLINT(google-explicit-constructor)
+      : kind_(kind) {}
 
   // A user-supplied reduction. `commutative` = false asks collx to keep rank order
   // (algorithms that cannot keep it refuse the op with InvalidArgument).
   static ReduceOp custom(ReduceFunction fn, std::string name = "custom", bool commutative = true);
 
   ReduceOpKind kind() const noexcept { return kind_; }
-  const std::string& name() const noexcept { return name_; }
-  const ReduceFunction& function() const noexcept { return fn_; }
+  // The built-in kind's name, or the custom op's.
+  std::string name() const;
+  // The custom op's function (empty for the built-in kinds).
+  const ReduceFunction& function() const noexcept;
   bool commutative() const noexcept { return commutative_; }
   bool isBitwise() const noexcept {
     return kind_ == ReduceOpKind::kBand || kind_ == ReduceOpKind::kBor ||
@@ -52,10 +56,15 @@ class ReduceOp {
   void validate(DataType type, const Where& where) const;
 
  private:
+  struct Custom {
+    ReduceFunction fn;
+    std::string name;
+  };
+  // Built-in kinds carry nothing else: an op is copied into every call, so that stays a
+  // few words (no string, no function) on the hot path.
   ReduceOpKind kind_;
-  std::string name_;
-  ReduceFunction fn_;
   bool commutative_ = true;
+  std::shared_ptr<const Custom> custom_;
 };
 
 // "sum", "prod", "min", "max", "avg", "band", "bor", "bxor", "custom".
