@@ -287,8 +287,8 @@ void Context::connect(const ContextOptions& options) {
     const bool whole = group != nullptr && group->size() == size_;
     constexpr std::uint8_t kWhole = 1, kSpins = 2;
     const std::uint8_t all = detail::everyRank(
-        *runtime_, static_cast<std::uint8_t>((whole ? kWhole : 0) |
-                                             (engine.spin.count() > 0 ? kSpins : 0)));
+        *runtime_,
+        static_cast<std::uint8_t>((whole ? kWhole : 0) | (engine.spin.count() > 0 ? kSpins : 0)));
     if (all & kWhole) {
       runtime_->group = group;
       const auto spin = (all & kSpins) ? engine.spin : std::chrono::microseconds(0);
