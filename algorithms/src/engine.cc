@@ -91,7 +91,13 @@ class Execution {
           break;
         case TaskKind::kCopy:
           if (t.bytes > 0 && pointer(t.dst) != pointer(t.src)) {
-            std::memmove(pointer(t.dst), pointer(t.src), t.bytes);
+            std::uint8_t* dst = pointer(t.dst);
+            const std::uint8_t* src = pointer(t.src);
+            if (dst + t.bytes <= src || src + t.bytes <= dst) {
+              copyBytes(dst, src, t.bytes);
+            } else {
+              std::memmove(dst, src, t.bytes);
+            }
           }
           done(id);
           break;

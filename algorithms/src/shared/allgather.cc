@@ -16,13 +16,13 @@ void allgather(Call& c) {
     const std::uint64_t len = std::min(B, block - off);
     const std::uint64_t use = c.g.nextUse();
     std::uint8_t* mine = c.begin();
-    if (len > 0) std::memcpy(mine, c.in + off, len);
+    if (len > 0) copyBytes(mine, c.in + off, len);
     c.publish();
-    if (len > 0 && own != c.in) std::memcpy(own + off, c.in + off, len);
+    if (len > 0 && own != c.in) copyBytes(own + off, c.in + off, len);
     for (int m = 0; m < c.size; ++m) {
       if (m == c.me) continue;
       const std::uint8_t* theirs = c.await(m, use);
-      if (len > 0) std::memcpy(c.out + block * static_cast<std::uint64_t>(m) + off, theirs, len);
+      if (len > 0) copyBytes(c.out + block * static_cast<std::uint64_t>(m) + off, theirs, len);
     }
     off += len;
   } while (off < block);

@@ -24,7 +24,7 @@ namespace {
 // 2.3 against 3.1-4.2, 64 KiB 7.4 against 10.9 (one-shot reduces the whole vector on
 // every rank).
 constexpr std::uint64_t kOneShotBytes = 4 * 1024;
-}
+}  // namespace
 
 void allreduce(Call& c) {
   const std::uint64_t es = c.p.elementSize;
@@ -35,7 +35,7 @@ void allreduce(Call& c) {
   if (bytes <= std::min<std::uint64_t>(kOneShotBytes, c.bufferBytes())) {
     const std::uint64_t use = c.g.nextUse();
     std::uint8_t* mine = c.begin();
-    if (bytes > 0) std::memcpy(mine, c.in, bytes);
+    if (bytes > 0) copyBytes(mine, c.in, bytes);
     c.publish();
     for (int m = 0; m < c.size; ++m) src[static_cast<std::size_t>(m)] = c.await(m, use);
     c.reduceAll(c.out, src.data(), 0, n);
@@ -50,8 +50,8 @@ void allreduce(Call& c) {
     const std::uint64_t pieces = c.g.nextUse();
     std::uint8_t* mine = c.begin();
     const std::uint8_t* piece = c.in + off * es;
-    std::memcpy(mine, piece, lo * es);
-    std::memcpy(mine + hi * es, piece + hi * es, (len - hi) * es);
+    copyBytes(mine, piece, lo * es);
+    copyBytes(mine + hi * es, piece + hi * es, (len - hi) * es);
     c.publish();
     for (int m = 0; m < c.size; ++m) {
       src[static_cast<std::size_t>(m)] = m == c.me ? piece : c.await(m, pieces);
@@ -64,7 +64,7 @@ void allreduce(Call& c) {
       const auto mm = static_cast<std::uint64_t>(m);
       const std::uint64_t mlo = len * mm / P, mhi = len * (mm + 1) / P;
       const std::uint8_t* theirs = c.await(m, slices);
-      if (mhi > mlo) std::memcpy(c.out + (off + mlo) * es, theirs, (mhi - mlo) * es);
+      if (mhi > mlo) copyBytes(c.out + (off + mlo) * es, theirs, (mhi - mlo) * es);
     }
   }
 }

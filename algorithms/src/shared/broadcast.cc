@@ -29,10 +29,10 @@ void broadcast(Call& c) {
     const std::uint64_t use = c.g.nextUse();
     std::uint8_t* mine = c.begin();
     if (c.me == root) {
-      if (len > 0) std::memcpy(mine, c.out + off, len);
+      if (len > 0) copyBytes(mine, c.out + off, len);
     } else {
       const std::uint8_t* theirs = c.await(root, use);
-      if (len > 0) std::memcpy(c.out + off, theirs, len);
+      if (len > 0) copyBytes(c.out + off, theirs, len);
     }
     c.publish();
     off += len;

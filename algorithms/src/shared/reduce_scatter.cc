@@ -24,7 +24,7 @@ void reduceScatter(Call& c) {
     const std::uint64_t len = std::min(perRound, total - off);
     const std::uint64_t use = c.g.nextUse();
     std::uint8_t* mine = c.begin();
-    if (len > 0) std::memcpy(mine, c.in + off * es, len * es);
+    if (len > 0) copyBytes(mine, c.in + off * es, len * es);
     c.publish();
     const std::uint64_t lo = std::max(off, myLo), hi = std::min(off + len, myHi);
     if (lo < hi) {
