@@ -295,6 +295,8 @@ Engine::~Engine() {
 }
 
 void Engine::lockDrive() {
+  // Free (no progress thread in poll()): no wakeup to send, and none for poll() to read back.
+  if (drive_.try_lock()) return;
   callersWaiting_.fetch_add(1);
   mesh_->wakeup();  // a progress thread blocked in poll() lets go of drive_
   drive_.lock();

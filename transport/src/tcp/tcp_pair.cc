@@ -384,19 +384,22 @@ bool TcpPair::receive(Stream& s) {
   Rx& rx = s.rx;
   std::uint64_t budget = kReadBudget;
   bool moved = false;
+  bool drained = false;  // a read got less than it asked for: nothing more was there
   while (budget > 0 && !dead_) {
     if (rx.begin < rx.end) {
       consumeStaged(s);
       moved = true;
       continue;
     }
+    // (Not another read that would only say EAGAIN: a system call saved per message.)
+    if (drained) return moved;
     ssize_t n;
     const bool direct = rx.inPayload && rx.remaining >= kDirectReadBytes && rx.dst != nullptr;
-    if (direct) {
-      n = ::recv(s.fd, rx.dst, std::min<std::uint64_t>(rx.remaining, budget), MSG_DONTWAIT);
-    } else {
-      n = ::recv(s.fd, rx.staging.get(), kStagingBytes, MSG_DONTWAIT);
-    }
+    const std::size_t asked = direct ? static_cast<std::size_t>(std::min<std::uint64_t>(
+                                           rx.remaining, budget))
+                                     : kStagingBytes;
+    n = ::recv(s.fd, direct ? static_cast<void*>(rx.dst) : rx.staging.get(), asked,
+               MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
@@ -421,6 +424,7 @@ bool TcpPair::receive(Stream& s) {
                ") was closed: rank " + std::to_string(peer()) + " died or was killed");
     }
     moved = true;
+    drained = static_cast<std::size_t>(n) < asked;
     budget -= std::min<std::uint64_t>(budget, static_cast<std::uint64_t>(n));
     if (direct) {
       rx.dst += n;
