@@ -395,11 +395,10 @@ bool TcpPair::receive(Stream& s) {
     if (drained) return moved;
     ssize_t n;
     const bool direct = rx.inPayload && rx.remaining >= kDirectReadBytes && rx.dst != nullptr;
-    const std::size_t asked = direct ? static_cast<std::size_t>(std::min<std::uint64_t>(
-                                           rx.remaining, budget))
-                                     : kStagingBytes;
-    n = ::recv(s.fd, direct ? static_cast<void*>(rx.dst) : rx.staging.get(), asked,
-               MSG_DONTWAIT);
+    const std::size_t asked =
+        direct ? static_cast<std::size_t>(std::min<std::uint64_t>(rx.remaining, budget))
+               : kStagingBytes;
+    n = ::recv(s.fd, direct ? static_cast<void*>(rx.dst) : rx.staging.get(), asked, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
