@@ -1,8 +1,15 @@
 // The base vocabulary: data types, reduce ops, errors, the configuration table, log levels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
 #include "collx/base/check.h"
 #include "collx/base/config.h"
+#include "collx/base/copy.h"
 #include "collx/base/data_type.h"
 #include "collx/base/error.h"
 #include "collx/base/log.h"
@@ -74,6 +81,36 @@ TEST(ReduceOpTest, CustomOpCarriesItsFunction) {
   EXPECT_THROW(ReduceOp::custom(nullptr).validate(DataType::kInt8, {}), InvalidArgument);
   EXPECT_EQ(parseReduceOpKind("bxor"), ReduceOpKind::kBxor);
   EXPECT_FALSE(parseReduceOpKind("custom").has_value());
+}
+
+// Every copy path (memcpy, the vector loops this CPU runs, and copyBytes, which picks one)
+// copies every byte and nothing else, for sizes around the vector steps and every alignment
+// of both ends.
+TEST(CopyTest, EveryPathLengthAndAlignmentCopiesExactlyTheBytes) {
+  std::mt19937 rng(7);
+  std::vector<std::uint8_t> src(70000 + 256), dst(src.size());
+  for (auto& b : src) b = static_cast<std::uint8_t>(rng());
+  const auto paths = detail::copyPaths();
+  ASSERT_GE(paths.size(), 2u);  // memcpy and copyBytes at least
+  const std::size_t lengths[] = {0,   1,    63,   64,   255,  256,   511,   512,
+                                 513, 1023, 4095, 4096, 4097, 12345, 65536, 70000};
+  for (const auto& [name, copy] : paths) {
+    for (std::size_t n : lengths) {
+      for (std::size_t so : {0, 1, 31, 64}) {
+        for (std::size_t d : {0, 3, 32, 63}) {
+          std::fill(dst.begin(), dst.end(), std::uint8_t{0xA5});
+          copy(dst.data() + d, src.data() + so, n);
+          ASSERT_EQ(std::memcmp(dst.data() + d, src.data() + so, n), 0)
+              << name << " n=" << n << " src+" << so << " dst+" << d;
+          for (std::size_t i = 0; i < dst.size(); ++i) {
+            if (i >= d && i < d + n) continue;
+            ASSERT_EQ(dst[i], 0xA5)
+                << name << " wrote byte " << i << " outside [" << d << ", " << d + n << ")";
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(ErrorTest, MessagesNameRankOperationAndPeer) {

@@ -918,42 +918,6 @@ TEST(ReduceTest, DivideByMatchesReferenceForEveryTypeOnUnalignedData) {
   }
 }
 
-// ---- copies -----------------------------------------------------------------------------
-
-// Every instruction set's copy loop, and copyBytes(), copy every byte and nothing else, for
-// sizes around the vector steps and every alignment of both ends.
-TEST(CopyTest, EveryLengthAndAlignmentCopiesExactlyTheBytes) {
-  std::mt19937 rng(7);
-  std::vector<std::uint8_t> src(70000 + 256), dst(src.size());
-  for (auto& b : src) b = static_cast<std::uint8_t>(rng());
-  std::vector<std::pair<std::string, detail::CopyKernel>> copies{{"copyBytes", &copyBytes}};
-  for (ReduceIsa isa : detail::kAllReduceIsas) {
-    if (!detail::reduceIsaAvailable(isa)) continue;
-    if (detail::CopyKernel k = detail::kernelTable(isa).copy) {
-      copies.emplace_back(detail::reduceIsaName(isa), k);
-    }
-  }
-  const std::size_t lengths[] = {0,   1,    63,   64,   255,  256,   511,   512,
-                                 513, 1023, 4095, 4096, 4097, 12345, 65536, 70000};
-  for (const auto& [name, copy] : copies) {
-    for (std::size_t n : lengths) {
-      for (std::size_t so : {0, 1, 31, 64}) {
-        for (std::size_t d : {0, 3, 32, 63}) {
-          std::fill(dst.begin(), dst.end(), std::uint8_t{0xA5});
-          copy(dst.data() + d, src.data() + so, n);
-          ASSERT_EQ(std::memcmp(dst.data() + d, src.data() + so, n), 0)
-              << name << " n=" << n << " src+" << so << " dst+" << d;
-          for (std::size_t i = 0; i < dst.size(); ++i) {
-            if (i >= d && i < d + n) continue;
-            ASSERT_EQ(dst[i], 0xA5)
-                << name << " wrote byte " << i << " outside [" << d << ", " << d + n << ")";
-          }
-        }
-      }
-    }
-  }
-}
-
 // ---- dispatch ---------------------------------------------------------------------------
 
 TEST(ReduceTest, DispatchPicksTheBestAvailableInstructionSet) {

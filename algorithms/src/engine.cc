@@ -6,6 +6,7 @@
 
 #include "collx/algorithms/reduce.h"
 #include "collx/base/check.h"
+#include "collx/base/copy.h"
 #include "collx/base/log.h"
 
 namespace collx::algorithms {

@@ -226,15 +226,6 @@ void divideBy(void* data, std::size_t count, DataType type, std::uint64_t diviso
   COLLX_CHECK(false);
 }
 
-void copyBytes(void* dst, const void* src, std::size_t bytes) {
-  static const detail::CopyKernel kCopy = detail::kernelTable(detail::selectedReduceIsa()).copy;
-  if (bytes < kCopyLoopBytes || kCopy == nullptr) {
-    if (bytes > 0) std::memcpy(dst, src, bytes);
-    return;
-  }
-  kCopy(dst, src, bytes);
-}
-
 const char* reduceIsa() { return detail::reduceIsaName(detail::selectedReduceIsa()); }
 
 }  // namespace collx::algorithms

@@ -32,14 +32,9 @@ inline constexpr std::size_t kNumDataTypes = std::size(kAllDataTypes);
 // or b.
 using ReduceKernel = void (*)(void* dst, const void* a, const void* b, std::size_t count);
 
-// dst = src, `bytes` bytes; they must not overlap.
-using CopyKernel = void (*)(void* dst, const void* src, std::size_t bytes);
-
-// kernels[DataType][KernelOp]; nullptr for the bitwise ops of floating-point types. copy:
-// a vector loop for copyBytes(), nullptr where that is memcpy (the scalar path).
+// kernels[DataType][KernelOp]; nullptr for the bitwise ops of floating-point types.
 struct KernelTable {
   std::array<std::array<ReduceKernel, kNumKernelOps>, kNumDataTypes> kernels{};
-  CopyKernel copy = nullptr;
 };
 
 // One table per translation unit, each compiled with its own -m flags. The x86 ones exist

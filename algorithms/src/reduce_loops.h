@@ -169,41 +169,8 @@ struct ReduceLoops {
     }
   }
 
-  // A copy in whole vectors, four per step, stored aligned (the first vector, unaligned,
-  // covers the bytes before dst's alignment); the tail goes to memcpy. Vector ISAs only.
-  static void copy(void* to, const void* from, std::size_t bytes) {
-    using V = typename Isa::template Vec<std::uint64_t>;
-    constexpr std::size_t kW = sizeof(V);
-    auto* dst = static_cast<unsigned char*>(to);
-    const auto* src = static_cast<const unsigned char*>(from);
-    if (bytes >= 8 * kW) {
-      V v;
-      std::memcpy(&v, src, kW);
-      std::memcpy(dst, &v, kW);
-      const std::size_t head = kW - reinterpret_cast<std::uintptr_t>(dst) % kW;
-      dst += head;
-      src += head;
-      bytes -= head;
-      for (; bytes >= 4 * kW; bytes -= 4 * kW, src += 4 * kW, dst += 4 * kW) {
-        V a, b, c, d;
-        std::memcpy(&a, src, kW);
-        std::memcpy(&b, src + kW, kW);
-        std::memcpy(&c, src + 2 * kW, kW);
-        std::memcpy(&d, src + 3 * kW, kW);
-        V* out = reinterpret_cast<V*>(__builtin_assume_aligned(dst, kW));
-        out[0] = a;
-        out[1] = b;
-        out[2] = c;
-        out[3] = d;
-      }
-    }
-    std::memcpy(dst, src, bytes);
-  }
-
   static constexpr KernelTable table() {
     KernelTable t;
-    if constexpr (sizeof(typename Isa::template Vec<std::uint64_t>) > sizeof(std::uint64_t))
-      t.copy = &copy;
     setInteger<std::int8_t>(t, DataType::kInt8);
     setInteger<std::uint8_t>(t, DataType::kUint8);
     setInteger<std::int32_t>(t, DataType::kInt32);

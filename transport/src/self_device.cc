@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "collx/base/copy.h"
+
 namespace collx::transport {
 
 void SelfPair::deliver(Request& recv, Sent& sent) {
@@ -13,7 +15,7 @@ void SelfPair::deliver(Request& recv, Sent& sent) {
                             link_.describe(recv.key, sent.fingerprint) + " (" +
                             std::to_string(sent.bytes.size()) + " bytes)");
   }
-  if (recv.length > 0) std::memcpy(recv.data, sent.bytes.data(), recv.length);
+  if (recv.length > 0) copyBytes(recv.data, sent.bytes.data(), recv.length);
 }
 
 void SelfPair::post(Request& request) {

@@ -7,6 +7,7 @@
 
 #include "collx/algorithms/reduce.h"
 #include "collx/algorithms/shared.h"
+#include "collx/base/copy.h"
 
 namespace collx::algorithms::shared {
 

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "collx/base/copy.h"
 #include "collx/base/log.h"
 
 namespace collx::transport::shm {
@@ -20,16 +21,16 @@ void ringCopyIn(std::uint8_t* ring, std::uint64_t bytes, std::uint64_t at, const
                 std::uint64_t n) {
   const std::uint64_t pos = at & (bytes - 1);
   const std::uint64_t first = std::min(n, bytes - pos);
-  std::memcpy(ring + pos, src, first);
-  if (n > first) std::memcpy(ring, static_cast<const std::uint8_t*>(src) + first, n - first);
+  copyBytes(ring + pos, src, first);
+  if (n > first) copyBytes(ring, static_cast<const std::uint8_t*>(src) + first, n - first);
 }
 
 void ringCopyOut(const std::uint8_t* ring, std::uint64_t bytes, std::uint64_t at, void* dst,
                  std::uint64_t n) {
   const std::uint64_t pos = at & (bytes - 1);
   const std::uint64_t first = std::min(n, bytes - pos);
-  std::memcpy(dst, ring + pos, first);
-  if (n > first) std::memcpy(static_cast<std::uint8_t*>(dst) + first, ring, n - first);
+  copyBytes(dst, ring + pos, first);
+  if (n > first) copyBytes(static_cast<std::uint8_t*>(dst) + first, ring, n - first);
 }
 
 }  // namespace
@@ -116,7 +117,7 @@ void ShmPair::post(Request& request) {
     live_.insert(&request);
     verify(request, u.record);
     if (u.record.type == static_cast<std::uint8_t>(RecordType::kEager)) {
-      if (request.length > 0) std::memcpy(request.data, u.payload.bytes.get(), request.length);
+      if (request.length > 0) copyBytes(request.data, u.payload.bytes.get(), request.length);
       giveBuffer(std::move(u.payload));
       returnCredit(charge(request.length));
       complete(request);
@@ -448,7 +449,7 @@ void ShmPair::onRecord(const Record& r, std::uint64_t payloadAt) {
 bool ShmPair::copyFromPeer(std::uint8_t* dst, std::uint64_t address, std::uint64_t bytes,
                            int& err) {
   if (peer_.samePid) {
-    std::memcpy(dst, reinterpret_cast<const void*>(address), bytes);
+    copyBytes(dst, reinterpret_cast<const void*>(address), bytes);
     return true;
   }
   while (bytes > 0) {

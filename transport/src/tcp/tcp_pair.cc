@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "collx/base/copy.h"
 #include "collx/base/log.h"
 
 namespace collx::transport::tcp {
@@ -455,7 +456,7 @@ void TcpPair::consumeStaged(Stream& s) {
     }
     std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(avail, rx.remaining));
     if (rx.dst != nullptr) {
-      std::memcpy(rx.dst, src, take);
+      copyBytes(rx.dst, src, take);
       rx.dst += take;
     } else {
       rx.text.insert(rx.text.end(), src, src + take);

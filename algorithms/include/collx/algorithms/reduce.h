@@ -42,14 +42,6 @@ void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType
 // bfloat16: divided in float32 and rounded once. divisor must be > 0.
 void divideBy(void* data, std::size_t count, DataType type, std::uint64_t divisor);
 
-// dst = src, `bytes` bytes (no overlap): what the algorithms copy blocks with. On x86 a loop
-// of whole vectors from kCopyLoopBytes on, not memcpy: glibc 2.36 copies those with
-// `rep movsb`, which is much slower on some CPUs (on this project's AMD EPYC, P=2 over shared
-// memory, best of 5 interleaved: broadcast of 256 KiB 10.4 us against 30.9 with memcpy,
-// allgather of 8 MiB 805 against 1052 us).
-inline constexpr std::size_t kCopyLoopBytes = 4096;
-void copyBytes(void* dst, const void* src, std::size_t bytes);
-
 // Which instruction set runtime dispatch chose: "avx512", "avx2" or "scalar".
 const char* reduceIsa();
 
