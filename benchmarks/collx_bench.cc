@@ -321,11 +321,11 @@ class Bench {
         return collx::allreduce(ctx_, in.data(), dst, count, a_.dtype, reducing);
       }
       case 1:
-        return collx::allgather(ctx_, a_.inPlace ? nullptr : in.data(), out.data(), count,
-                                a_.dtype, base);
+        return collx::allgather(ctx_, a_.inPlace ? nullptr : in.data(), out.data(), count, a_.dtype,
+                                base);
       case 2:
-        return collx::allgatherv(ctx_, a_.inPlace ? nullptr : in.data(), count, out.data(),
-                                 equal_, displs_, a_.dtype, base);
+        return collx::allgatherv(ctx_, a_.inPlace ? nullptr : in.data(), count, out.data(), equal_,
+                                 displs_, a_.dtype, base);
       case 3:
         return collx::gatherv(ctx_, in.data(), count, out.data(), equal_, displs_, a_.dtype,
                               a_.root, base);
@@ -556,9 +556,8 @@ class Bench {
         (c == "broadcast" || c == "allgather" || (c == "allreduce" && commutative))) {
       return "hierarchical";
     }
-    const char* chosen =
-        collx::algorithms::defaultAlgorithm(collectiveOf(a_.collective), P_, bytes,
-                                            ctx_.sharedMemory());
+    const char* chosen = collx::algorithms::defaultAlgorithm(collectiveOf(a_.collective), P_, bytes,
+                                                             ctx_.sharedMemory());
     return chosen != nullptr ? chosen : "?";
   }
 
