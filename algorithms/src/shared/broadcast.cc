@@ -3,7 +3,8 @@
 // they are done with it). The root runs up to 3 pieces ahead (4 buffers), so copying in and
 // out overlap. Two ranks: up to 256 KiB, pieces of a sixteenth (at least 4 KiB), above, of
 // B (measured: 64 KiB 5.5 us against 7.5 in eighths; 1 MiB 58 us in pieces of 256 KiB
-// against 99 in eighths and 121 in 32nds). More ranks: eighths (at least 8 KiB, at most B).
+// against 99 in eighths and 121 in 32nds). More ranks: eighths (at least 8 KiB, at most B);
+// halves when ranks outnumber cores.
 //   ceil(n / piece) uses; per rank: n bytes copied (root: in; others: out), concurrently.
 #include <algorithm>
 
@@ -14,8 +15,11 @@ namespace collx::algorithms::shared {
 void broadcast(Call& c) {
   const std::uint64_t bytes = c.p.count * c.p.elementSize;
   // Two ranks: many small pieces up to 256 KiB, then whole buffers. More: eighths, fewer
-  // pieces for ranks that may wait for a core to be given one.
-  const std::uint64_t parts = c.size <= 2 ? 16 : 8;
+  // pieces for ranks that may wait for a core to be given one. Ranks outnumbering cores:
+  // halves, as every piece may cost a reader a wait for a core (measured, 2 cores: P=4
+  // 64 KiB 8.2 us against 17.8 in eighths, 4 MiB 430 against 522; P=8 64 KiB 9.3 against
+  // 35.8). (Every rank computes the same pieces: the group agreed on oversubscribed().)
+  const std::uint64_t parts = c.g.oversubscribed() ? 2 : c.size <= 2 ? 16 : 8;
   const std::uint64_t B =
       c.size <= 2 && bytes > 256 * 1024
           ? c.bufferBytes()
