@@ -279,13 +279,7 @@ class Bench {
   Bench(collx::Context& ctx, const Args& args) : ctx_(ctx), a_(args), P_(ctx.size()) {
     // What every timed call needs, worked out once (a call of a few hundred nanoseconds
     // should not pay for string compares and option copies in the harness).
-    static const char* const kNames[] = {"allreduce", "allgather", "allgatherv", "gatherv",
-                                         "scatterv",  "alltoallv", "broadcast",  "reduce_scatter",
-                                         "reduce",    "gather",    "scatter",    "alltoall"};
-    kind_ = static_cast<int>(std::size(kNames));  // barrier
-    for (std::size_t k = 0; k < std::size(kNames); ++k) {
-      if (a_.collective == kNames[k]) kind_ = static_cast<int>(k);
-    }
+    coll_ = collectiveOf(a_.collective);
     base_.algorithm = a_.algorithm;
     reducing_.algorithm = a_.algorithm;
     reducing_.op = a_.op;
@@ -315,37 +309,38 @@ class Bench {
     }
     const collx::CollectiveOptions& base = base_;
     const collx::ReduceOptions& reducing = reducing_;
-    switch (kind_) {
-      case 0: {
+    using collx::algorithms::Collective;
+    switch (coll_) {
+      case Collective::kAllreduce: {
         void* dst = a_.inPlace ? in.data() : out.data();
         return collx::allreduce(ctx_, in.data(), dst, count, a_.dtype, reducing);
       }
-      case 1:
+      case Collective::kAllgather:
         return collx::allgather(ctx_, a_.inPlace ? nullptr : in.data(), out.data(), count, a_.dtype,
                                 base);
-      case 2:
+      case Collective::kAllgatherv:
         return collx::allgatherv(ctx_, a_.inPlace ? nullptr : in.data(), count, out.data(), equal_,
                                  displs_, a_.dtype, base);
-      case 3:
+      case Collective::kGatherv:
         return collx::gatherv(ctx_, in.data(), count, out.data(), equal_, displs_, a_.dtype,
                               a_.root, base);
-      case 4:
+      case Collective::kScatterv:
         return collx::scatterv(ctx_, in.data(), equal_, displs_, out.data(), count, a_.dtype,
                                a_.root, base);
-      case 5:
+      case Collective::kAlltoallv:
         return collx::alltoallv(ctx_, in.data(), equal_, displs_, out.data(), equal_, displs_,
                                 a_.dtype, base);
-      case 6:
+      case Collective::kBroadcast:
         return collx::broadcast(ctx_, in.data(), count, a_.dtype, a_.root, base);
-      case 7:
+      case Collective::kReduceScatter:
         return collx::reduceScatter(ctx_, in.data(), out.data(), count, a_.dtype, reducing);
-      case 8:
+      case Collective::kReduce:
         return collx::reduce(ctx_, in.data(), out.data(), count, a_.dtype, a_.root, reducing);
-      case 9:
+      case Collective::kGather:
         return collx::gather(ctx_, in.data(), out.data(), count, a_.dtype, a_.root, base);
-      case 10:
+      case Collective::kScatter:
         return collx::scatter(ctx_, in.data(), out.data(), count, a_.dtype, a_.root, base);
-      case 11:
+      case Collective::kAlltoall:
         return collx::alltoall(ctx_, in.data(), out.data(), count, a_.dtype, base);
       default:
         return collx::barrier(ctx_, base);
@@ -572,7 +567,7 @@ class Bench {
   const Args& a_;
   int P_;
   int hosts_ = 1;
-  int kind_ = 0;  // index of a_.collective in the constructor's kNames (past its end: barrier)
+  collx::algorithms::Collective coll_;  // a_.collective
   collx::CollectiveOptions base_;
   collx::ReduceOptions reducing_;
   collx::Counts equal_, displs_;

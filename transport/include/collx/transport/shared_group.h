@@ -95,7 +95,8 @@ class SharedGroup {
   void checkHealthy(const CallNamer& name) { check(-1, name, true); }
 
   void setPolicy(WaitPolicy policy) noexcept { policy_ = policy; }
-  // Waits do not spin: ranks outnumber cores (a spinning rank takes the core its peer needs).
+  // Waits do not spin (every member agreed at connect): ranks outnumber cores, where a
+  // spinning rank takes the core its peer needs, or some rank set COLLX_SPIN_US=0.
   bool oversubscribed() const noexcept { return policy_.spin.count() == 0; }
   // How a failed wait fails the mesh (the engine serializes it with progress), and where a
   // wait learns that abort() was called, and why.
