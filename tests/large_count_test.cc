@@ -17,29 +17,24 @@ using test::World;
 
 constexpr std::uint64_t kOverInt = (std::uint64_t{1} << 31) + 12345;  // > 2^31 elements
 
-std::int8_t pattern(std::uint64_t i, int rank) {
-  return static_cast<std::int8_t>((i * 7 + rank * 3) % 101);
-}
-
-// The first index where `data` differs from `expected(i)`, or -1.
-template <typename F>
-std::int64_t firstBad(const std::int8_t* data, std::uint64_t n, F expected) {
-  for (std::uint64_t i = 0; i < n; ++i) {
-    if (data[i] != expected(i)) return static_cast<std::int64_t>(i);
-  }
-  return -1;
-}
+// Rank r's bytes are test::patternBytes' pattern r (made and checked at memory speed).
+void fill(void* data, std::uint64_t n, std::uint64_t seed) { test::patternBytes(seed, 0, data, n); }
 
 TEST(LargeCounts, AllreduceOverTwoToTheThirtyOneElements) {
   World world(2);
   std::vector<std::string> wrong(2);
   world.runOk([&](int rank, Context& ctx) {
-    std::vector<std::int8_t> v(kOverInt);
-    for (std::uint64_t i = 0; i < kOverInt; ++i) v[i] = pattern(i, rank);
+    test::LargeBuffer v(kOverInt);
+    fill(v.data(), kOverInt, rank);
     allreduce(ctx, v.data(), v.data(), kOverInt, DataType::kInt8);
-    std::int64_t bad = firstBad(v.data(), kOverInt, [](std::uint64_t i) {
-      return static_cast<std::int8_t>(pattern(i, 0) + pattern(i, 1));
-    });
+    std::vector<std::uint8_t> other(64 * 1024);
+    std::int64_t bad = test::firstMismatch(
+        v.data(), kOverInt, [&](std::uint64_t first, std::uint8_t* out, std::size_t len) {
+          test::patternBytes(0, first, out, len);
+          test::patternBytes(1, first, other.data(), len);
+          for (std::size_t i = 0; i < len; ++i)
+            out[i] = static_cast<std::uint8_t>(out[i] + other[i]);
+        });
     if (bad >= 0) wrong[rank] = "element " + std::to_string(bad);
   });
   EXPECT_EQ(wrong[0], "");
@@ -54,17 +49,18 @@ TEST(LargeCounts, AllgathervOverTwoToTheThirtyOneElements) {
   const std::uint64_t extent = displs[1] + counts[1];
   std::vector<std::string> wrong(2);
   world.runOk([&](int rank, Context& ctx) {
-    std::vector<std::int8_t> mine(counts[rank]);
-    for (std::uint64_t i = 0; i < mine.size(); ++i) mine[i] = pattern(i, rank);
-    std::vector<std::int8_t> all(extent, -1);
-    allgatherv(ctx, mine.data(), counts[rank], all.data(), counts, displs, DataType::kInt8);
-    std::vector<std::int8_t>().swap(mine);
+    test::LargeBuffer all(extent);
+    std::memset(all.data(), -1, extent);
+    {
+      test::LargeBuffer mine(counts[rank]);
+      fill(mine.data(), mine.size(), rank);
+      allgatherv(ctx, mine.data(), counts[rank], all.data(), counts, displs, DataType::kInt8);
+    }
     for (int r = 0; r < 2 && wrong[rank].empty(); ++r) {
-      std::int64_t bad = firstBad(all.data() + displs[r], counts[r],
-                                  [r](std::uint64_t i) { return pattern(i, r); });
+      std::int64_t bad = test::firstPatternMismatch(all.data() + displs[r], counts[r], r);
       if (bad >= 0) wrong[rank] = "block " + std::to_string(r) + " element " + std::to_string(bad);
     }
-    if (all[kOverInt] != -1) wrong[rank] = "the gap between the blocks was written";
+    if (all.data()[kOverInt] != -1) wrong[rank] = "the gap between the blocks was written";
   });
   EXPECT_EQ(wrong[0], "");
   EXPECT_EQ(wrong[1], "");
@@ -77,14 +73,16 @@ TEST(LargeCounts, AlltoallvOverTwoToTheThirtyOneElements) {
   std::vector<std::string> wrong(2);
   world.runOk([&](int rank, Context& ctx) {
     Counts sc = {half, half}, sd = {0, half}, rc = {half, half}, rd = {0, half};
-    std::vector<std::int8_t> in(2 * half), out(2 * half, -1);
-    for (std::uint64_t i = 0; i < 2 * half; ++i) in[i] = pattern(i, rank);
-    alltoallv(ctx, in.data(), sc, sd, out.data(), rc, rd, DataType::kInt8);
-    std::vector<std::int8_t>().swap(in);
+    test::LargeBuffer out(2 * half);
+    std::memset(out.data(), -1, out.size());
+    {
+      test::LargeBuffer in(2 * half);
+      fill(in.data(), in.size(), rank);
+      alltoallv(ctx, in.data(), sc, sd, out.data(), rc, rd, DataType::kInt8);
+    }
     for (int from = 0; from < 2 && wrong[rank].empty(); ++from) {
       // Block `rank` of rank `from`'s input: elements rank*half.. of its pattern.
-      std::int64_t bad = firstBad(out.data() + rd[from], half,
-                                  [&](std::uint64_t i) { return pattern(rank * half + i, from); });
+      std::int64_t bad = test::firstPatternMismatch(out.data() + rd[from], half, from, rank * half);
       if (bad >= 0)
         wrong[rank] = "from rank " + std::to_string(from) + " element " + std::to_string(bad);
     }
@@ -98,14 +96,13 @@ TEST(LargeCounts, OneMessageOverFourGibibytes) {
   const std::uint64_t bytes = (std::uint64_t{9} << 29) + 3;  // 4.5 GiB + 3
   std::string wrong;
   world.runOk([&](int rank, Context& ctx) {
-    std::vector<std::int8_t> buffer(bytes);
+    test::LargeBuffer buffer(bytes);
     if (rank == 0) {
-      for (std::uint64_t i = 0; i < bytes; ++i) buffer[i] = pattern(i, 5);
+      fill(buffer.data(), bytes, 5);
       send(ctx, buffer.data(), bytes, DataType::kInt8, 1, 42);
     } else {
       recv(ctx, buffer.data(), bytes, DataType::kInt8, 0, 42);
-      std::int64_t bad =
-          firstBad(buffer.data(), bytes, [](std::uint64_t i) { return pattern(i, 5); });
+      std::int64_t bad = test::firstPatternMismatch(buffer.data(), bytes, 5);
       if (bad >= 0) wrong = "byte " + std::to_string(bad);
     }
   });

@@ -33,6 +33,7 @@
 
 #include "collx/collx.h"
 #include "util/reference.h"
+#include "util/test_util.h"
 
 namespace {
 
@@ -156,19 +157,18 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     if (mode == "message") {
-      std::vector<std::uint8_t> bytes(count);
-      auto expected = [](std::uint64_t i) { return static_cast<std::uint8_t>((i * 7 + 3) % 251); };
+      collx::test::LargeBuffer buffer(count);
+      auto* bytes = buffer.data<std::uint8_t>();
       if (ctx->rank() == 0) {
-        for (std::uint64_t i = 0; i < count; ++i) bytes[i] = expected(i);
-        collx::send(*ctx, bytes.data(), count, collx::DataType::kUint8, P - 1, 7);
+        collx::test::patternBytes(7, 0, bytes, count);
+        collx::send(*ctx, bytes, count, collx::DataType::kUint8, P - 1, 7);
       } else if (ctx->rank() == P - 1) {
-        collx::recv(*ctx, bytes.data(), count, collx::DataType::kUint8, 0, 7);
-        for (std::uint64_t i = 0; i < count; ++i) {
-          if (bytes[i] != expected(i)) {
-            std::fprintf(stderr, "rank %d: byte %llu is wrong\n", ctx->rank(),
-                         static_cast<unsigned long long>(i));
-            return 20;
-          }
+        collx::recv(*ctx, bytes, count, collx::DataType::kUint8, 0, 7);
+        const std::int64_t bad = collx::test::firstPatternMismatch(bytes, count, 7);
+        if (bad >= 0) {
+          std::fprintf(stderr, "rank %d: byte %lld is wrong\n", ctx->rank(),
+                       static_cast<long long>(bad));
+          return 20;
         }
       }
       std::printf("message ok\n");

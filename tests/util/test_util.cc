@@ -5,10 +5,12 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -225,6 +227,63 @@ RedisServer::~RedisServer() {
     process_->signal(SIGTERM);
     if (!process_->wait(std::chrono::seconds(5))) process_->signal(SIGKILL);
   }
+}
+
+LargeBuffer::LargeBuffer(std::uint64_t bytes) : size_(bytes) {
+  data_ = ::mmap(nullptr, bytes == 0 ? 1 : bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data_ == MAP_FAILED) {
+    throw std::runtime_error("mmap of " + std::to_string(bytes) +
+                             " bytes: " + std::strerror(errno));
+  }
+  ::madvise(data_, bytes, MADV_HUGEPAGE);  // advice only: without it, 4 KiB pages
+}
+
+LargeBuffer::~LargeBuffer() { ::munmap(data_, size_ == 0 ? 1 : size_); }
+
+namespace {
+
+std::uint64_t mix(std::uint64_t word, std::uint64_t seed) {
+  std::uint64_t x = word * 0x9E3779B97F4A7C15ull + seed * 0xD1B54A32D192ED03ull + 1;
+  x = (x ^ (x >> 31)) * 0xBF58476D1CE4E5B9ull;
+  return x ^ (x >> 29);
+}
+
+}  // namespace
+
+void patternBytes(std::uint64_t seed, std::uint64_t first, void* out, std::uint64_t n) {
+  auto* p = static_cast<std::uint8_t*>(out);
+  std::uint64_t j = first;
+  const std::uint64_t end = first + n;
+  for (; j < end && j % 8 != 0; ++j)
+    *p++ = static_cast<std::uint8_t>(mix(j / 8, seed) >> (8 * (j % 8)));
+  for (; j + 8 <= end; j += 8, p += 8) {
+    std::uint64_t w = mix(j / 8, seed);
+    std::memcpy(p, &w, 8);
+  }
+  for (; j < end; ++j) *p++ = static_cast<std::uint8_t>(mix(j / 8, seed) >> (8 * (j % 8)));
+}
+
+std::int64_t firstMismatch(const void* data, std::uint64_t n, const Expected& expected) {
+  constexpr std::size_t kBlock = 64 * 1024;
+  std::vector<std::uint8_t> want(kBlock);
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  for (std::uint64_t at = 0; at < n; at += kBlock) {
+    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(kBlock, n - at));
+    expected(at, want.data(), len);
+    if (std::memcmp(p + at, want.data(), len) == 0) continue;
+    for (std::size_t i = 0; i < len; ++i) {
+      if (p[at + i] != want[i]) return static_cast<std::int64_t>(at + i);
+    }
+  }
+  return -1;
+}
+
+std::int64_t firstPatternMismatch(const void* data, std::uint64_t n, std::uint64_t seed,
+                                  std::uint64_t first) {
+  return firstMismatch(data, n, [&](std::uint64_t at, std::uint8_t* out, std::size_t len) {
+    patternBytes(seed, first + at, out, len);
+  });
 }
 
 }  // namespace collx::test

@@ -4,6 +4,9 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,6 +82,39 @@ bool portOpen(int port);
 
 // A free TCP port on 127.0.0.1 (bound and released).
 int freePort();
+
+// Gigabytes of anonymous memory on transparent huge pages where the kernel allows them
+// (madvise), so that touching it costs a fault per 2 MiB, not per 4 KiB. Zero-filled.
+class LargeBuffer {
+ public:
+  explicit LargeBuffer(std::uint64_t bytes);
+  ~LargeBuffer();
+  LargeBuffer(const LargeBuffer&) = delete;
+  LargeBuffer& operator=(const LargeBuffer&) = delete;
+  template <typename T = std::int8_t>
+  T* data() const {
+    return static_cast<T*>(data_);
+  }
+  std::uint64_t size() const { return size_; }
+
+ private:
+  void* data_;
+  std::uint64_t size_;
+};
+
+// Gigabytes of test data made and checked at memory speed, still catching a lost, repeated or
+// shifted byte anywhere: byte j of pattern `seed` is byte j % 8 (little-endian) of a 64-bit
+// mix of (j / 8, seed). patternBytes writes bytes first .. first + n - 1 of it to `out`.
+void patternBytes(std::uint64_t seed, std::uint64_t first, void* out, std::uint64_t n);
+
+// What a buffer should hold from byte `first` on, written `len` bytes at a time into `out`.
+using Expected = std::function<void(std::uint64_t first, std::uint8_t* out, std::size_t len)>;
+// The index of the first byte of data[0, n) that differs from `expected`, or -1. Compares
+// 64 KiB blocks (memcmp).
+std::int64_t firstMismatch(const void* data, std::uint64_t n, const Expected& expected);
+// The same for pattern `seed` from byte `first` on.
+std::int64_t firstPatternMismatch(const void* data, std::uint64_t n, std::uint64_t seed,
+                                  std::uint64_t first = 0);
 
 // A redis-server started on a free port for the lifetime of this object, or unavailable()
 // with the reason (redis-server not installed).
