@@ -62,7 +62,13 @@ const std::uint8_t* SharedGroup::await(int member, std::uint64_t use, const UseH
         ready = std::atomic_ref<std::uint64_t>(got.use).load(std::memory_order_acquire) == use;
         if (!ready) cpuRelax();
       }
-      if (!ready) waitFor(member, use, waiting);
+      if (ready) {
+        // The member's epoch is at least `use`: beginUse() need not read its epoch's line
+        // (a line the member writes at every publish) to know the buffers are free.
+        seen_[static_cast<std::size_t>(member)] = use;
+      } else {
+        waitFor(member, use, waiting);
+      }
     }
     if (got.seq != expected.seq || got.fingerprint != expected.fingerprint) {
       fail(Failure::kMismatch, member,
