@@ -15,6 +15,7 @@
 #include "collx/base/log.h"
 #include "collx/base/reduce_op.h"
 #include "collx/base/version.h"
+#include "util/test_util.h"
 
 namespace collx {
 namespace {
@@ -86,6 +87,28 @@ TEST(ReduceOpTest, CustomOpCarriesItsFunction) {
 // Every copy path (memcpy, the vector loops this CPU runs, and copyBytes, which picks one)
 // copies every byte and nothing else, for sizes around the vector steps and every alignment
 // of both ends.
+// The large-count suites trust this check with gigabytes: it must see one wrong byte, a
+// block shifted by one byte or by a word, and a pattern started at another offset.
+TEST(TestPattern, FindsAChangedByteAShiftAndAnotherOffset) {
+  const std::uint64_t n = 200000 + 13;
+  std::vector<std::uint8_t> data(n);
+  test::patternBytes(3, 0, data.data(), n);
+  EXPECT_EQ(test::firstPatternMismatch(data.data(), n, 3), -1);
+  EXPECT_NE(test::firstPatternMismatch(data.data(), n, 4), -1);  // another seed
+  data[150001] ^= 0x40;
+  EXPECT_EQ(test::firstPatternMismatch(data.data(), n, 3), 150001);
+  data[150001] ^= 0x40;
+  for (std::uint64_t shift : {1, 8}) {
+    std::vector<std::uint8_t> shifted(data.begin() + static_cast<long>(shift), data.end());
+    EXPECT_EQ(test::firstPatternMismatch(shifted.data(), shifted.size(), 3), 0) << shift;
+    // ... which is the pattern from byte `shift` on.
+    EXPECT_EQ(test::firstPatternMismatch(shifted.data(), shifted.size(), 3, shift), -1) << shift;
+  }
+  std::vector<std::uint8_t> part(1000);
+  test::patternBytes(3, 99999, part.data(), part.size());
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), data.begin() + 99999));
+}
+
 TEST(CopyTest, EveryPathLengthAndAlignmentCopiesExactlyTheBytes) {
   std::mt19937 rng(7);
   std::vector<std::uint8_t> src(70000 + 256), dst(src.size());
