@@ -42,9 +42,13 @@ for P in $PS; do
     if [ "$TRANSPORT" = tcp ]; then
       "$work/bin/tcp_exchange" $((32 << 20)) 9 0 | tee -a "$out/limits.txt"
       "$work/bin/tcp_exchange" $((32 << 20)) 9 1 | tee -a "$out/limits.txt"
-    else  # shared memory's limits: memcpy bandwidth, a flag's round trip between 2 cores
+    else  # shared memory's limits: memcpy bandwidth, a flag's round trip between 2 cores,
+      # and how fast the 2 cores hand data to each other this round (collx-handoff-probe)
       "$work/bin/memcpy_bw" 64 20 | tee -a "$out/limits.txt"
       "$work/bin/pingpong_shm" 200000 1 | tee -a "$out/limits.txt"
+      if [ -x "$build/bin/collx-handoff-probe" ]; then
+        "$build/bin/collx-handoff-probe" 5 | tail -1 | sed "s/^/round $round: /" | tee -a "$out/limits.txt"
+      fi
     fi
   fi
   if want collx; then
