@@ -15,6 +15,7 @@
 #include "collx/algorithms/registry.h"
 #include "collx/collx.h"
 #include "util/reference.h"
+#include "util/test_util.h"
 #include "util/world.h"
 
 namespace collx {
@@ -611,6 +612,50 @@ TEST(Failures, AbortWakesABlockedCall) {
 // whose sum depends on the order (random floats of mixed magnitude), every rank gets the same
 // bits, and they are the serial rank-order sum's; reduce_scatter's blocks are that sum's too.
 // Blocking and nonblocking calls interleave in issue order.
+// Broadcasts of 64 KiB up to 512 KiB may be read straight out of the root's buffer: each
+// way (always; auto: the group buffers first, then direct reads, then the faster; never)
+// gives every rank the root's bytes, from every root, with other calls in between.
+TEST(SharedMemory, BroadcastsReadFromTheRootOrInPiecesGiveTheRootsBytes) {
+  if (!test::worldsShareMemory()) {
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+  }
+  for (const char* direct : {"always", "auto", "never"}) {
+    for (int P : {2, 3, 5}) {
+      ContextOptions options;
+      options.shmDirect = direct;
+      World world(P, options);
+      for (std::uint64_t bytes : {std::uint64_t{65535}, std::uint64_t{65536}, std::uint64_t{100003},
+                                  std::uint64_t{524287}}) {
+        for (int root = 0; root < P; ++root) {
+          for (int time = 0; time < 2; ++time) {
+            const auto seed = static_cast<std::uint64_t>(root * 2 + time);
+            std::vector<std::vector<std::uint8_t>> got(static_cast<std::size_t>(P));
+            std::vector<std::int32_t> sums(static_cast<std::size_t>(P));
+            world.runOk([&](int rank, Context& ctx) {
+              auto& buffer = got[static_cast<std::size_t>(rank)];
+              buffer.assign(bytes, 0);
+              if (rank == root) test::patternBytes(seed, 0, buffer.data(), bytes);
+              CollectiveOptions o;
+              o.algorithm = "shm";
+              broadcast(ctx, buffer.data(), bytes, DataType::kUint8, root, o);
+              const std::int32_t one = 1;
+              allreduce(ctx, &one, &sums[static_cast<std::size_t>(rank)], 1, DataType::kInt32);
+            });
+            for (int r = 0; r < P; ++r) {
+              EXPECT_EQ(
+                  test::firstPatternMismatch(got[static_cast<std::size_t>(r)].data(), bytes, seed),
+                  -1)
+                  << direct << " P=" << P << " " << bytes << " bytes from rank " << root
+                  << ", rank " << r << ", time " << time;
+              EXPECT_EQ(sums[static_cast<std::size_t>(r)], P);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(SharedMemory, ReductionsAreBitIdenticalToTheRankOrderSum) {
   if (!test::worldsShareMemory()) {
     GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";

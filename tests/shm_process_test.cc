@@ -49,13 +49,20 @@ bool says(Process& p, const std::string& text) { return p.out().find(text) != st
 TEST(ShmProcesses, ARankWhoseCmaIsRefusedReceivesThroughTheRing) {
   // Rank 1 runs under a seccomp filter that refuses process_vm_readv (as container
   // runtimes do): it cannot read its peers' memory and asks for ring copies; the others
-  // still read its memory directly.
+  // still read its memory directly. The shm broadcast reads no rank's buffer directly, even
+  // asked to always: every rank agreed at connect that one cannot.
   Ranks job(3, {"sweep", "70001"}, [](int r) {
-    std::map<std::string, std::string> env = {{"COLLX_TRANSPORT", "shm"}};
+    std::map<std::string, std::string> env = {{"COLLX_TRANSPORT", "shm"},
+                                              {"COLLX_SHM_DIRECT", "always"},
+                                              {"COLLX_LOG_LEVEL", "warn,collx.shm=debug"}};
     if (r == 1) env["TEST_WORKER_DENY_CMA"] = "1";
     return env;
   });
   job.expectSuccess();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(job.rank(r).err().find("direct reads: never"), std::string::npos)
+        << job.rank(r).err();
+  }
   EXPECT_TRUE(
       says(job.rank(1), "peer 0: shm pid " + std::to_string(job.rank(0).pid()) + ", ring copy"))
       << job.rank(1).out();
@@ -66,6 +73,19 @@ TEST(ShmProcesses, ARankWhoseCmaIsRefusedReceivesThroughTheRing) {
       << job.rank(0).out();
   EXPECT_TRUE(says(job.rank(0), "peer 2: shm pid " + std::to_string(job.rank(2).pid()) + ", cma"))
       << job.rank(0).out();
+}
+
+TEST(ShmProcesses, BroadcastsReadTheRootsBufferWithProcessVmReadv) {
+  Ranks job(3, {"sweep", "70001"}, [](int) {
+    return std::map<std::string, std::string>{{"COLLX_TRANSPORT", "shm"},
+                                              {"COLLX_SHM_DIRECT", "always"},
+                                              {"COLLX_LOG_LEVEL", "warn,collx.shm=debug"}};
+  });
+  job.expectSuccess();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(job.rank(r).err().find("direct reads: always"), std::string::npos)
+        << job.rank(r).err();
+  }
 }
 
 TEST(ShmProcesses, CmaTurnedOffCopiesEverythingThroughTheRing) {
@@ -125,6 +145,25 @@ TEST(ShmProcesses, ARankKilledDuringARingCopyIsNamedByTheOthers) {
     EXPECT_NE(job.rank(r).err().find("(peer rank 1)"), std::string::npos) << job.rank(r).err();
     EXPECT_NE(job.rank(r).err().find("rank 1 died or was killed"), std::string::npos)
         << job.rank(r).err();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 15s);
+}
+
+TEST(ShmProcesses, ARankKilledWhileBroadcastsReadBuffersDirectlyIsNamedByTheOthers) {
+  // 200 KB broadcasts read out of the root's buffer, from each rank in turn: rank 1 dies as
+  // a root whose buffer the others read, or as a reader the root waits for.
+  Ranks job(3, {"loop", "50000", "0"}, [](int) {
+    return std::map<std::string, std::string>{
+        {"COLLX_TRANSPORT", "shm"}, {"COLLX_SHM_DIRECT", "always"}, {"TEST_WORKER_BROADCAST", "1"}};
+  });
+  ASSERT_TRUE(job.allReady());
+  auto killed = std::chrono::steady_clock::now();
+  job.rank(1).signal(SIGKILL);
+  for (int r : {0, 2}) {
+    ASSERT_TRUE(job.rank(r).wait(20s)) << "rank " << r << " did not notice";
+    EXPECT_EQ(job.rank(r).exitCode(), 10) << "rank " << r << ": " << job.rank(r).err();
+    EXPECT_NE(job.rank(r).err().find("(peer rank 1)"), std::string::npos) << job.rank(r).err();
+    EXPECT_NE(job.rank(r).err().find("rank 1"), std::string::npos) << job.rank(r).err();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - killed, 15s);
 }

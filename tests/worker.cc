@@ -3,6 +3,8 @@
 //   collx-test-worker loop COUNT ITERATIONS   allreduce float32 COUNT elements ITERATIONS
 //                                             times (0: until killed), checking every result;
 //                                             prints "ready" after the first one
+//                                             (TEST_WORKER_BROADCAST=1: a shm broadcast of
+//                                             COUNT float32 from rank i % P before each)
 //   collx-test-worker count COUNT             one allreduce of COUNT float32 elements
 //   collx-test-worker message BYTES           rank 0 sends one message of BYTES bytes to the
 //                                             last rank, which checks every byte
@@ -95,7 +97,8 @@ std::string sweep(collx::Context& ctx, std::uint64_t maxCount) {
         return "allgather count " + std::to_string(count) + ": block " + std::to_string(r);
       }
     }
-    for (const char* algorithm : {"one_to_all", "binomial"}) {
+    for (const char* algorithm : {"one_to_all", "binomial", "shm"}) {
+      if (std::string(algorithm) == "shm" && !ctx.sharedMemory()) continue;
       const int root = P - 1;
       auto expected = test::makeInput(root, count, DataType::kFloat64, ReduceOpKind::kSum);
       auto buffer = rank == root ? expected : std::vector<std::uint8_t>(expected.size(), 0);
@@ -103,6 +106,27 @@ std::string sweep(collx::Context& ctx, std::uint64_t maxCount) {
       o.algorithm = algorithm;
       broadcast(ctx, buffer.data(), count, DataType::kFloat64, root, o);
       if (buffer != expected) return std::string("broadcast ") + algorithm;
+    }
+  }
+  // The shm broadcast's direct reads (64 KiB up to 512 KiB; COLLX_SHM_DIRECT), from every
+  // root, twice (auto: the group buffers first, then direct reads).
+  if (ctx.sharedMemory()) {
+    for (std::uint64_t bytes : {std::uint64_t{65536}, std::uint64_t{300007}}) {
+      for (int root = 0; root < P; ++root) {
+        for (int time = 0; time < 2; ++time) {
+          std::vector<std::uint8_t> expected(bytes);
+          test::patternBytes(static_cast<std::uint64_t>(root * 2 + time), 0, expected.data(),
+                             bytes);
+          auto buffer = rank == root ? expected : std::vector<std::uint8_t>(bytes, 0);
+          CollectiveOptions o;
+          o.algorithm = "shm";
+          broadcast(ctx, buffer.data(), bytes, DataType::kUint8, root, o);
+          if (buffer != expected) {
+            return "broadcast shm of " + std::to_string(bytes) + " bytes from rank " +
+                   std::to_string(root);
+          }
+        }
+      }
     }
   }
   for (const char* algorithm : {"all_to_all", "all_to_one", "dissemination"}) {
@@ -184,7 +208,22 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::vector<float> v(count);
+    const bool broadcasts = knob("TEST_WORKER_BROADCAST") && ctx->sharedMemory();
     for (long it = 0; iterations == 0 || it < iterations; ++it) {
+      if (broadcasts) {  // a shm broadcast from rank it % P first
+        const int root = static_cast<int>(it % P);
+        for (std::uint64_t i = 0; i < count; ++i) v[i] = ctx->rank() == root ? float(i % 13) : -1;
+        collx::CollectiveOptions o;
+        o.algorithm = "shm";
+        collx::broadcast(*ctx, v.data(), count, collx::DataType::kFloat32, root, o);
+        for (std::uint64_t i = 0; i < count; ++i) {
+          if (v[i] != float(i % 13)) {
+            std::fprintf(stderr, "rank %d: broadcast element %llu is %g\n", ctx->rank(),
+                         static_cast<unsigned long long>(i), v[i]);
+            return 20;
+          }
+        }
+      }
       for (std::uint64_t i = 0; i < count; ++i) v[i] = static_cast<float>(ctx->rank() + i % 7);
       collx::allreduce(*ctx, v.data(), v.data(), count, collx::DataType::kFloat32);
       for (std::uint64_t i = 0; i < count; ++i) {

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -79,6 +80,26 @@ const std::uint8_t* SharedGroup::await(int member, std::uint64_t use, const UseH
     }
   }
   return payload(member, use);
+}
+
+bool SharedGroup::chooseDirect(std::uint64_t bytes) {
+  if (directReads_ != DirectReads::kAuto) return directReads_ == DirectReads::kAlways;
+  DirectStats& s = directStats_[63 - __builtin_clzll(bytes | 1)];
+  const std::uint32_t call = s.calls++;
+  if (s.nsPerByte[0] == 0) return false;  // the arena first, then a direct call
+  if (s.nsPerByte[1] == 0) return true;
+  const bool faster = s.nsPerByte[1] < s.nsPerByte[0];
+  return call % 16 == 15 ? !faster : faster;
+}
+
+void SharedGroup::recordDirect(std::uint64_t bytes, bool direct,
+                               std::chrono::nanoseconds took) noexcept {
+  if (bytes == 0) return;
+  DirectStats& s = directStats_[63 - __builtin_clzll(bytes | 1)];
+  const double perByte =
+      std::max(1e-6, static_cast<double>(took.count()) / static_cast<double>(bytes));
+  double& average = s.nsPerByte[direct ? 1 : 0];
+  average = average == 0 ? perByte : 0.5 * (average + perByte);
 }
 
 void SharedGroup::checkCall(int member, const Waiting& waiting) {

@@ -32,6 +32,10 @@ class Call {
   // Member m's payload of `use` (this rank's own without waiting).
   const std::uint8_t* await(int m, std::uint64_t use) { return g.await(m, use, header_, waiting_); }
   std::uint64_t bufferBytes() const { return g.bufferBytes(); }
+  // Copies `bytes` at `address` in member m's memory to dst (SharedGroup::readFrom).
+  void readFrom(int m, std::uint64_t address, void* dst, std::uint64_t bytes) {
+    g.readFrom(m, address, dst, bytes, waiting_);
+  }
 
   // dst = src[0] (op) src[1] (op) ... (op) src[size-1] over `count` elements from byte
   // `offset` of each source, in rank order; avg divides at the end.

@@ -210,6 +210,13 @@ void Context::connect(const ContextOptions& options) {
   mesh.shmGroupBytes = static_cast<std::uint64_t>(
       *config.getInt("COLLX_SHM_GROUP_BYTES", 4096, std::int64_t{1} << 30));
   mesh.shmCma = config.getBool("COLLX_SHM_CMA");
+  const std::string direct = options.shmDirect.value_or(config.getString("COLLX_SHM_DIRECT"));
+  if (direct != "auto" && direct != "never" && direct != "always") {
+    throw InvalidArgument(where, "COLLX_SHM_DIRECT='" + direct + "': expected auto, never or always");
+  }
+  const transport::DirectReads directReads = direct == "always" ? transport::DirectReads::kAlways
+                                             : direct == "never"  ? transport::DirectReads::kNever
+                                                                  : transport::DirectReads::kAuto;
   const std::string arena = config.getString("COLLX_SHM_ARENA");
   if (arena != "memfd" && arena != "posix") {
     throw InvalidArgument(where, "COLLX_SHM_ARENA='" + arena + "': expected memfd or posix");
@@ -285,14 +292,22 @@ void Context::connect(const ContextOptions& options) {
   if (size_ > 1) {
     transport::SharedGroup* group = runtime_->engine->mesh().sharedGroup();
     const bool whole = group != nullptr && group->size() == size_;
-    constexpr std::uint8_t kWhole = 1, kSpins = 2;
+    // And whether every rank can read every other's memory (direct reads in the group).
+    constexpr std::uint8_t kWhole = 1, kSpins = 2, kReads = 4;
     const std::uint8_t all = detail::everyRank(
-        *runtime_,
-        static_cast<std::uint8_t>((whole ? kWhole : 0) | (engine.spin.count() > 0 ? kSpins : 0)));
+        *runtime_, static_cast<std::uint8_t>((whole ? kWhole : 0) |
+                                             (engine.spin.count() > 0 ? kSpins : 0) |
+                                             (whole && group->canReadPeers() ? kReads : 0)));
     if (all & kWhole) {
       runtime_->group = group;
       const auto spin = (all & kSpins) ? engine.spin : std::chrono::microseconds(0);
       group->setPolicy(transport::WaitPolicy{spin, engine.yield});
+      group->setDirectReads((all & kReads) ? directReads : transport::DirectReads::kNever);
+      const auto agreed = group->directReads();
+      COLLX_DEBUG(kShm, "rank {}: shared-memory group of {}, direct reads: {}", rank_, size_,
+                  agreed == transport::DirectReads::kAlways ? "always"
+                  : agreed == transport::DirectReads::kAuto ? "auto"
+                                                            : "never");
     }
   }
   COLLX_DEBUG(kTcp, "rank {}: connected to {} peers{}", rank_, size_ - 1,

@@ -331,7 +331,8 @@ std::vector<Pair*> ShmDevice::connect(const std::vector<int>& peers,
     }
     const PeerView& view = it->second.view;
     members.push_back(
-        GroupMember{peer, view.pid, view.samePid, it->second.pidfd, view.mapping, view.layout});
+        GroupMember{peer, view.pid, view.samePid, it->second.pidfd, view.mapping, view.layout,
+                    view.cma});
     pairs_.push_back(std::make_unique<ShmPair>(link_, pairOptions, *arena_->mapping(),
                                                arena_->layout(), it->second.view, sendFd_));
     pidfds_.push_back(it->second.pidfd);

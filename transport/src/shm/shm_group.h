@@ -25,6 +25,8 @@ struct GroupMember {
   int pidfd = -1;  // the device's (it closes it); -1: kill(pid, 0) tells (a zombie passes)
   std::shared_ptr<Mapping> mapping;
   Layout layout;
+  // This rank may read the member's memory (COLLX_SHM_CMA and the connect-time probe).
+  bool cma = false;
 };
 
 class ShmGroup final : public SharedGroup {
@@ -35,6 +37,8 @@ class ShmGroup final : public SharedGroup {
   void publish() override;
   void announce(std::uint64_t seq, const Fingerprint& fingerprint) noexcept override;
   std::uint8_t* payload(int member, std::uint64_t use) const override;
+  void readFrom(int member, std::uint64_t address, void* dst, std::uint64_t bytes,
+                const Waiting& waiting) override;
 
   // The mesh failed: every wait ends with this error.
   void failed(const Error& error) noexcept;

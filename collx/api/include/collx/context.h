@@ -50,6 +50,9 @@ struct ContextOptions {
   std::optional<std::string> transport;
   std::optional<int> tcpStreams;
   std::optional<std::string> ifname;
+  // How the shared-memory broadcast moves 64 KiB and more: "auto", "never" or "always" read
+  // straight out of the root's buffer; unset means COLLX_SHM_DIRECT.
+  std::optional<std::string> shmDirect;
   // A host (the store's) whose route picks the TCP interface when COLLX_IFNAME is unset.
   std::string routeHost;
   // This rank's host identity, overriding hostname + boot id (and COLLX_HOST_ID): ranks with

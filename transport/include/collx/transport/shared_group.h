@@ -47,6 +47,11 @@ struct WaitPolicy {
   std::chrono::microseconds yield{1000};
 };
 
+// Whether a large broadcast may go as single copies out of the root's own buffer (readFrom)
+// instead of through the root's group buffers: never, when the root's timing of both says so
+// (auto), or always.
+enum class DirectReads { kNever, kAuto, kAlways };
+
 // Names the waiting call in error messages ("allreduce(shm, seq 7)"): built only on error.
 using CallNamer = std::function<std::string()>;
 
@@ -94,6 +99,24 @@ class SharedGroup {
   // Throws the mesh's error if it failed (or abort() was called).
   void checkHealthy(const CallNamer& name) { check(-1, name, true); }
 
+  // Whether this member can read every other member's memory (process_vm_readv permitted, or
+  // members that are threads of one process).
+  bool canReadPeers() const noexcept { return canReadPeers_; }
+  // Set at connect: kNever unless every member can read every other's memory.
+  void setDirectReads(DirectReads policy) noexcept { directReads_ = policy; }
+  DirectReads directReads() const noexcept { return directReads_; }
+  // Copies `bytes` at `address` in `member`'s memory to `dst`. The member keeps them valid
+  // until this member publishes its next use. Fails (and fails the mesh) like a wait when
+  // the member died, closed or failed, before or during the copy, or the copy fails.
+  virtual void readFrom(int member, std::uint64_t address, void* dst, std::uint64_t bytes,
+                        const Waiting& waiting) = 0;
+  // For a call of `bytes` that this member leads: true to move it by direct reads. kAuto
+  // takes the way that took less time per byte for calls of about this size, and tries the
+  // other one call in 16 (the machine's state changes).
+  bool chooseDirect(std::uint64_t bytes);
+  // What such a call took, for chooseDirect().
+  void recordDirect(std::uint64_t bytes, bool direct, std::chrono::nanoseconds took) noexcept;
+
   void setPolicy(WaitPolicy policy) noexcept { policy_ = policy; }
   // Waits do not spin (every member agreed at connect): ranks outnumber cores, where a
   // spinning rank takes the core its peer needs, or some rank set COLLX_SPIN_US=0.
@@ -138,6 +161,7 @@ class SharedGroup {
   int index_;
   std::size_t bufferBytes_;
   WaitPolicy policy_;
+  bool canReadPeers_ = false;
   std::uint64_t published_ = 0;      // this member's epoch
   std::vector<std::uint64_t> seen_;  // a lower bound of each member's epoch
   std::function<void(const Error&)> failMesh_;
@@ -145,6 +169,13 @@ class SharedGroup {
   const std::string* abortReason_ = nullptr;
 
  private:
+  struct DirectStats {
+    double nsPerByte[2] = {0, 0};  // [arena, direct]; 0: not measured yet
+    std::uint32_t calls = 0;
+  };
+  DirectReads directReads_ = DirectReads::kNever;
+  DirectStats directStats_[64];  // by log2 of the bytes
+
   void waitFor(int member, std::uint64_t use, const Waiting& waiting);
   // Fails the call when `member` announced another collective at its sequence number.
   void checkCall(int member, const Waiting& waiting);
