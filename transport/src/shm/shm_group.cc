@@ -110,10 +110,12 @@ void ShmGroup::readFrom(int member, std::uint64_t address, void* dst, std::uint6
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) {
         const int err = got < 0 ? errno : EFAULT;
-        check(member, waiting.name, false);  // died, closed or failed: that is the error
+        check(member, waiting.name, false);  // closed or failed: that is the error
+        // No such process: it is exiting (its pidfd may not say so yet).
         raise(ErrorKind::kIo, m.rank,
-              "reading rank " + std::to_string(m.rank) + "'s buffer (process_vm_readv) failed: " +
-                  std::strerror(err),
+              err == ESRCH ? diedText(m)
+                           : "reading rank " + std::to_string(m.rank) +
+                                 "'s buffer (process_vm_readv) failed: " + std::strerror(err),
               waiting.name, true);
       }
       to += got;
@@ -188,6 +190,12 @@ void ShmGroup::raise(ErrorKind kind, int culprit, const std::string& detail, con
   throwError(kind, where, detail);
 }
 
+std::string ShmGroup::diedText(const GroupMember& m) {
+  return "rank " + std::to_string(m.rank) + " (pid " + std::to_string(m.pid) +
+         ") exited without closing its context: rank " + std::to_string(m.rank) +
+         " died or was killed";
+}
+
 void ShmGroup::check(int member, const CallNamer& name, bool starting) {
   if (failed_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(errorMutex_);
@@ -225,13 +233,7 @@ void ShmGroup::check(int member, const CallNamer& name, bool starting) {
   } else if (!m.samePid) {
     gone = ::kill(m.pid, 0) != 0 && errno == ESRCH;
   }
-  if (gone) {
-    raise(ErrorKind::kIo, m.rank,
-          "rank " + std::to_string(m.rank) + " (pid " + std::to_string(m.pid) +
-              ") exited without closing its context: rank " + std::to_string(m.rank) +
-              " died or was killed",
-          name, true);
-  }
+  if (gone) raise(ErrorKind::kIo, m.rank, diedText(m), name, true);
 }
 
 void ShmGroup::fail(Failure kind, int member, const std::string& what, const CallNamer& name) {

@@ -56,6 +56,7 @@ class ShmGroup final : public SharedGroup {
  private:
   [[noreturn]] void raise(ErrorKind kind, int culprit, const std::string& detail,
                           const CallNamer& name, bool failMesh);
+  static std::string diedText(const GroupMember& m);
 
   LinkState& link_;
   std::vector<GroupMember> members_;
