@@ -6,8 +6,8 @@
 // against 99 in eighths and 121 in 32nds). More ranks: eighths (at least 8 KiB, at most B);
 // halves when ranks outnumber cores.
 //   ceil(n / piece) uses; per rank: n bytes copied (root: in; others: out), concurrently.
-// From 64 KiB to 1 MiB, when every rank can read every other's memory (SharedGroup::directReads), a
-// first use carries the root's choice (SharedGroup::chooseDirect): the pieces above, or
+// From 64 KiB up to 512 KiB, when every rank can read every other's memory
+// (SharedGroup::directReads), a first use carries the root's choice (SharedGroup::chooseDirect): the pieces above, or
 // direct reads: every other rank copies the whole vector out of the root's own buffer
 // (process_vm_readv, one copy) and publishes; the root returns once all have.
 //   direct: 1 use; per rank but the root: n bytes read from the root's buffer.
@@ -24,8 +24,9 @@ namespace collx::algorithms::shared {
 
 namespace {
 
-// Direct reads from 64 KiB up to 1 MiB (measured, P=2: from 1 MiB the pieces are faster in
-// both kinds of period, 1 MiB 58-70 us against 81-102, 16 MiB 1.6 ms against 4.9).
+// Direct reads from 64 KiB up to 512 KiB (measured, P=2: from there whole-buffer pieces are
+// as fast or faster in both kinds of period, 512 KiB 24-37 us against 44-52, 1 MiB 58-70
+// against 81-102, 16 MiB 1.6 ms against 4.9).
 constexpr std::uint64_t kDirectMin = 64 * 1024, kDirectMax = 512 * 1024;
 
 // The payload of a broadcast's first use from 64 KiB: how it goes, the root's buffer.
@@ -98,7 +99,7 @@ void broadcast(Call& c) {
     } else {
       const std::uint64_t last = inPieces(c);
       // Timed like the direct reads: until every rank has its copy (only to compare them).
-      if (c.g.directReads() == transport::DirectReads::kAuto) {
+      if (how == transport::DirectReads::kAuto) {
         for (int m = 0; m < c.size; ++m) {
           if (m != root) c.await(m, last);
         }

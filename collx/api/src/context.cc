@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -211,12 +212,12 @@ void Context::connect(const ContextOptions& options) {
       *config.getInt("COLLX_SHM_GROUP_BYTES", 4096, std::int64_t{1} << 30));
   mesh.shmCma = config.getBool("COLLX_SHM_CMA");
   const std::string direct = options.shmDirect.value_or(config.getString("COLLX_SHM_DIRECT"));
-  if (direct != "auto" && direct != "never" && direct != "always") {
+  const auto* names = std::begin(transport::kDirectReadsNames);
+  const auto* named = std::find(names, std::end(transport::kDirectReadsNames), direct);
+  if (named == std::end(transport::kDirectReadsNames)) {
     throw InvalidArgument(where, "COLLX_SHM_DIRECT='" + direct + "': expected auto, never or always");
   }
-  const transport::DirectReads directReads = direct == "always" ? transport::DirectReads::kAlways
-                                             : direct == "never"  ? transport::DirectReads::kNever
-                                                                  : transport::DirectReads::kAuto;
+  const auto directReads = static_cast<transport::DirectReads>(named - names);
   const std::string arena = config.getString("COLLX_SHM_ARENA");
   if (arena != "memfd" && arena != "posix") {
     throw InvalidArgument(where, "COLLX_SHM_ARENA='" + arena + "': expected memfd or posix");
@@ -303,11 +304,8 @@ void Context::connect(const ContextOptions& options) {
       const auto spin = (all & kSpins) ? engine.spin : std::chrono::microseconds(0);
       group->setPolicy(transport::WaitPolicy{spin, engine.yield});
       group->setDirectReads((all & kReads) ? directReads : transport::DirectReads::kNever);
-      const auto agreed = group->directReads();
       COLLX_DEBUG(kShm, "rank {}: shared-memory group of {}, direct reads: {}", rank_, size_,
-                  agreed == transport::DirectReads::kAlways ? "always"
-                  : agreed == transport::DirectReads::kAuto ? "auto"
-                                                            : "never");
+                  transport::kDirectReadsNames[static_cast<int>(group->directReads())]);
     }
   }
   COLLX_DEBUG(kTcp, "rank {}: connected to {} peers{}", rank_, size_ - 1,

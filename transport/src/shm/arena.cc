@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "collx/base/copy.h"
 #include "collx/base/error.h"
 #include "collx/base/log.h"
 #include "collx/transport/shm_segments.h"
@@ -232,6 +234,29 @@ std::shared_ptr<Mapping> mapPeerArena(pid_t pid, const std::string& locator, std
     return nullptr;
   }
   return mapping;
+}
+
+bool readProcessMemory(pid_t pid, bool samePid, std::uint64_t address, void* dst,
+                       std::uint64_t bytes, int& err) {
+  if (samePid) {
+    copyBytes(dst, reinterpret_cast<const void*>(address), bytes);
+    return true;
+  }
+  auto* to = static_cast<std::uint8_t*>(dst);
+  while (bytes > 0) {
+    iovec local{to, bytes};
+    iovec remote{reinterpret_cast<void*>(address), bytes};
+    const ssize_t got = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      err = got < 0 ? errno : EFAULT;
+      return false;
+    }
+    to += got;
+    address += static_cast<std::uint64_t>(got);
+    bytes -= static_cast<std::uint64_t>(got);
+  }
+  return true;
 }
 
 }  // namespace collx::transport::shm

@@ -183,6 +183,12 @@ std::uint64_t hostId(const std::string& override);
 // A random 64-bit number (getrandom, else the clock and pid mixed).
 std::uint64_t randomToken();
 
+// Copies `bytes` at `address` in process `pid`'s memory to `dst`: process_vm_readv, or
+// copyBytes when `samePid`. False, with the errno in `err`, when the kernel refuses or the
+// process is gone (ESRCH); `dst` may then hold part of it.
+bool readProcessMemory(pid_t pid, bool samePid, std::uint64_t address, void* dst,
+                       std::uint64_t bytes, int& err);
+
 // This process's PID namespace inode ("4026531836"), "" when unknown.
 std::string pidNamespace();
 

@@ -4,15 +4,12 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
 #include <cstring>
 #include <ctime>
-
-#include "collx/base/copy.h"
 
 namespace collx::transport::shm {
 
@@ -99,29 +96,15 @@ void ShmGroup::readFrom(int member, std::uint64_t address, void* dst, std::uint6
                         const Waiting& waiting) {
   const GroupMember& m = members_[static_cast<std::size_t>(member)];
   check(member, waiting.name, false);
-  if (m.samePid) {
-    copyBytes(dst, reinterpret_cast<const void*>(address), bytes);
-  } else {
-    auto* to = static_cast<std::uint8_t*>(dst);
-    while (bytes > 0) {
-      iovec local{to, bytes};
-      iovec remote{reinterpret_cast<void*>(address), bytes};
-      const ssize_t got = ::process_vm_readv(m.pid, &local, 1, &remote, 1, 0);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) {
-        const int err = got < 0 ? errno : EFAULT;
-        check(member, waiting.name, false);  // closed or failed: that is the error
-        // No such process: it is exiting (its pidfd may not say so yet).
-        raise(ErrorKind::kIo, m.rank,
-              err == ESRCH ? diedText(m)
-                           : "reading rank " + std::to_string(m.rank) +
-                                 "'s buffer (process_vm_readv) failed: " + std::strerror(err),
-              waiting.name, true);
-      }
-      to += got;
-      address += static_cast<std::uint64_t>(got);
-      bytes -= static_cast<std::uint64_t>(got);
-    }
+  int err = 0;
+  if (!readProcessMemory(m.pid, m.samePid, address, dst, bytes, err)) {
+    check(member, waiting.name, false);  // closed or failed: that is the error
+    // No such process: it is exiting (its pidfd may not say so yet).
+    raise(ErrorKind::kIo, m.rank,
+          err == ESRCH ? diedText(m)
+                       : "reading rank " + std::to_string(m.rank) +
+                             "'s buffer (process_vm_readv) failed: " + std::strerror(err),
+          waiting.name, true);
   }
   // The member still waits for this rank (it did not fail or leave during the copy), so
   // what was read is its buffer as the call found it.

@@ -446,28 +446,6 @@ void ShmPair::onRecord(const Record& r, std::uint64_t payloadAt) {
 
 // ---- single copy --------------------------------------------------------------------------
 
-bool ShmPair::copyFromPeer(std::uint8_t* dst, std::uint64_t address, std::uint64_t bytes,
-                           int& err) {
-  if (peer_.samePid) {
-    copyBytes(dst, reinterpret_cast<const void*>(address), bytes);
-    return true;
-  }
-  while (bytes > 0) {
-    iovec local{dst, bytes};
-    iovec remote{reinterpret_cast<void*>(address), bytes};
-    ssize_t got = ::process_vm_readv(peer_.pid, &local, 1, &remote, 1, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      err = got < 0 ? errno : EFAULT;
-      return false;
-    }
-    dst += got;
-    address += static_cast<std::uint64_t>(got);
-    bytes -= static_cast<std::uint64_t>(got);
-  }
-  return true;
-}
-
 bool ShmPair::pumpPulls(std::uint64_t& budget) {
   bool moved = false;
   while (!pulls_.empty() && budget > 0 && !dead_) {
@@ -486,8 +464,9 @@ bool ShmPair::pumpPulls(std::uint64_t& budget) {
       peerGone("rank " + std::to_string(peer()) + " closed its context during a transfer");
     }
     int err = 0;
-    bool ok = copyFromPeer(static_cast<std::uint8_t*>(request.data) + request.progress,
-                           p.address + request.progress, n, err);
+    bool ok =
+        readProcessMemory(peer_.pid, peer_.samePid, p.address + request.progress,
+                          static_cast<std::uint8_t*>(request.data) + request.progress, n, err);
     pulling.fetch_sub(1, std::memory_order_release);
     if (!ok) {
       if (request.progress == 0 && (err == EPERM || err == ENOSYS || err == EACCES)) {

@@ -168,7 +168,6 @@ class ShmPair final : public Pair {
   void writeRecord(const Record& record, const std::uint8_t* payload, std::uint64_t length);
   void notifyPeer();
   bool pumpPulls(std::uint64_t& budget);
-  bool copyFromPeer(std::uint8_t* dst, std::uint64_t address, std::uint64_t bytes, int& err);
   void startPull(Request& request, const Record& rts);
   void askForData(Request& request, const Record& rts);
   void queueControl(const Record& record, Request* request = nullptr,

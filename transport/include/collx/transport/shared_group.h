@@ -51,6 +51,8 @@ struct WaitPolicy {
 // instead of through the root's group buffers: never, when the root's timing of both says so
 // (auto), or always.
 enum class DirectReads { kNever, kAuto, kAlways };
+// COLLX_SHM_DIRECT's words, in the enum's order.
+inline constexpr const char* kDirectReadsNames[] = {"never", "auto", "always"};
 
 // Names the waiting call in error messages ("allreduce(shm, seq 7)"): built only on error.
 using CallNamer = std::function<std::string()>;
@@ -174,7 +176,8 @@ class SharedGroup {
     std::uint32_t calls = 0;
   };
   DirectReads directReads_ = DirectReads::kNever;
-  DirectStats directStats_[64];  // by log2 of the bytes
+  DirectStats directStats_[64];
+  DirectStats& directStatsOf(std::uint64_t bytes) noexcept;
 
   void waitFor(int member, std::uint64_t use, const Waiting& waiting);
   // Fails the call when `member` announced another collective at its sequence number.
