@@ -656,6 +656,60 @@ TEST(SharedMemory, BroadcastsReadFromTheRootOrInPiecesGiveTheRootsBytes) {
   }
 }
 
+// Allgathers from 64 KiB gathered may read every rank's block straight out of its buffer:
+// each way gives every rank every block, in place or not, with other calls in between.
+TEST(SharedMemory, AllgathersReadDirectlyOrInPiecesGiveEveryRanksBlock) {
+  if (!test::worldsShareMemory()) {
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+  }
+  for (const char* direct : {"always", "auto", "never"}) {
+    for (int P : {2, 3, 5}) {
+      ContextOptions options;
+      options.shmDirect = direct;
+      World world(P, options);
+      for (std::uint64_t block : {std::uint64_t{65536 / P - 1}, std::uint64_t{65536 / P + 1},
+                                  std::uint64_t{100003}, std::uint64_t{(1 << 20) + 13}}) {
+        for (int time = 0; time < 4; ++time) {
+          const bool inPlace = time % 2 == 1;
+          const auto total = block * static_cast<std::uint64_t>(P);
+          std::vector<std::vector<std::uint8_t>> inputs(static_cast<std::size_t>(P)),
+              got(static_cast<std::size_t>(P));
+          std::vector<std::int32_t> sums(static_cast<std::size_t>(P));
+          world.runOk([&](int rank, Context& ctx) {
+            const auto r = static_cast<std::size_t>(rank);
+            const std::uint64_t seed = static_cast<std::uint64_t>(time * 16 + rank);
+            got[r].assign(total, 0);
+            inputs[r].resize(block);
+            test::patternBytes(seed, 0, inputs[r].data(), block);
+            const std::uint8_t* in = inputs[r].data();
+            if (inPlace) {
+              std::memcpy(got[r].data() + block * r, in, block);
+              in = got[r].data() + block * r;
+            }
+            CollectiveOptions o;
+            o.algorithm = "shm";
+            allgather(ctx, in, got[r].data(), block, DataType::kUint8, o);
+            const std::int32_t one = 1;
+            allreduce(ctx, &one, &sums[r], 1, DataType::kInt32);
+          });
+          for (int r = 0; r < P; ++r) {
+            for (int b = 0; b < P; ++b) {
+              EXPECT_EQ(
+                  test::firstPatternMismatch(got[static_cast<std::size_t>(r)].data() +
+                                                 block * static_cast<std::uint64_t>(b),
+                                             block, static_cast<std::uint64_t>(time * 16 + b)),
+                  -1)
+                  << direct << " P=" << P << " block " << block << " of rank " << b << " at rank "
+                  << r << ", time " << time << (inPlace ? " (in place)" : "");
+            }
+            EXPECT_EQ(sums[static_cast<std::size_t>(r)], P);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(SharedMemory, ReductionsAreBitIdenticalToTheRankOrderSum) {
   if (!test::worldsShareMemory()) {
     GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";

@@ -75,7 +75,7 @@ TEST(ShmProcesses, ARankWhoseCmaIsRefusedReceivesThroughTheRing) {
       << job.rank(0).out();
 }
 
-TEST(ShmProcesses, BroadcastsReadTheRootsBufferWithProcessVmReadv) {
+TEST(ShmProcesses, BroadcastsAndAllgathersReadOtherRanksBuffersWithProcessVmReadv) {
   Ranks job(3, {"sweep", "70001"}, [](int) {
     return std::map<std::string, std::string>{{"COLLX_TRANSPORT", "shm"},
                                               {"COLLX_SHM_DIRECT", "always"},
@@ -153,11 +153,12 @@ TEST(ShmProcesses, ARankKilledDuringARingCopyIsNamedByTheOthers) {
       {{"COLLX_TRANSPORT", "shm"}, {"COLLX_SHM_CMA", "0"}, {"COLLX_SHM_RING_BYTES", "16384"}});
 }
 
-TEST(ShmProcesses, ARankKilledWhileBroadcastsReadBuffersDirectlyIsNamedByTheOthers) {
-  // 200 KB broadcasts read out of the root's buffer, from each rank in turn: rank 1 dies as
-  // a root whose buffer the others read, or as a reader the root waits for.
+TEST(ShmProcesses, ARankKilledWhileOthersReadItsBufferDirectlyIsNamedByTheOthers) {
+  // 200 KB broadcasts read out of the root's buffer, from each rank in turn, and allgathers
+  // of 200 KB a rank read out of every rank's buffer: rank 1 dies as a rank whose buffer
+  // the others read, or as a reader they wait for.
   expectKilledRankNamed(
-      {{"COLLX_TRANSPORT", "shm"}, {"COLLX_SHM_DIRECT", "always"}, {"TEST_WORKER_BROADCAST", "1"}});
+      {{"COLLX_TRANSPORT", "shm"}, {"COLLX_SHM_DIRECT", "always"}, {"TEST_WORKER_DIRECT", "1"}});
 }
 
 // ---- nothing left behind ------------------------------------------------------------------

@@ -3,8 +3,9 @@
 //   collx-test-worker loop COUNT ITERATIONS   allreduce float32 COUNT elements ITERATIONS
 //                                             times (0: until killed), checking every result;
 //                                             prints "ready" after the first one
-//                                             (TEST_WORKER_BROADCAST=1: a shm broadcast of
-//                                             COUNT float32 from rank i % P before each)
+//                                             (TEST_WORKER_DIRECT=1: a shm broadcast of
+//                                             COUNT float32 from rank i % P and a shm
+//                                             allgather of COUNT float32 before each)
 //   collx-test-worker count COUNT             one allreduce of COUNT float32 elements
 //   collx-test-worker message BYTES           rank 0 sends one message of BYTES bytes to the
 //                                             last rank, which checks every byte
@@ -109,7 +110,8 @@ std::string sweep(collx::Context& ctx, std::uint64_t maxCount) {
     }
   }
   // The shm broadcast's direct reads (64 KiB up to 512 KiB; COLLX_SHM_DIRECT), from every
-  // root, twice (auto: the group buffers first, then direct reads).
+  // root, twice (auto: the group buffers first, then direct reads). (The allgathers above
+  // from 64 KiB gathered may read directly too.)
   if (ctx.sharedMemory()) {
     for (std::uint64_t bytes : {std::uint64_t{65536}, std::uint64_t{300007}}) {
       for (int root = 0; root < P; ++root) {
@@ -208,9 +210,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::vector<float> v(count);
-    const bool broadcasts = knob("TEST_WORKER_BROADCAST") && ctx->sharedMemory();
+    const bool direct = knob("TEST_WORKER_DIRECT") && ctx->sharedMemory();
+    std::vector<float> all(direct ? count * static_cast<std::uint64_t>(P) : 0);
     for (long it = 0; iterations == 0 || it < iterations; ++it) {
-      if (broadcasts) {  // a shm broadcast from rank it % P first
+      if (direct) {  // a shm broadcast from rank it % P and a shm allgather first
         const int root = static_cast<int>(it % P);
         for (std::uint64_t i = 0; i < count; ++i) v[i] = ctx->rank() == root ? float(i % 13) : -1;
         collx::CollectiveOptions o;
@@ -220,6 +223,15 @@ int main(int argc, char** argv) {
           if (v[i] != float(i % 13)) {
             std::fprintf(stderr, "rank %d: broadcast element %llu is %g\n", ctx->rank(),
                          static_cast<unsigned long long>(i), v[i]);
+            return 20;
+          }
+        }
+        for (std::uint64_t i = 0; i < count; ++i) v[i] = float(ctx->rank() * 100 + i % 11);
+        collx::allgather(*ctx, v.data(), all.data(), count, collx::DataType::kFloat32, o);
+        for (std::uint64_t i = 0; i < all.size(); ++i) {
+          if (all[i] != float(i / count * 100 + i % count % 11)) {
+            std::fprintf(stderr, "rank %d: allgather element %llu is %g\n", ctx->rank(),
+                         static_cast<unsigned long long>(i), all[i]);
             return 20;
           }
         }

@@ -82,24 +82,26 @@ const std::uint8_t* SharedGroup::await(int member, std::uint64_t use, const UseH
   return payload(member, use);
 }
 
-SharedGroup::DirectStats& SharedGroup::directStatsOf(std::uint64_t bytes) noexcept {
-  return directStats_[63 - __builtin_clzll(bytes | 1)];  // by log2 of the bytes
+SharedGroup::DirectStats& SharedGroup::directStatsOf(DirectCall call,
+                                                     std::uint64_t bytes) noexcept {
+  // by log2 of the bytes
+  return directStats_[static_cast<int>(call)][63 - __builtin_clzll(bytes | 1)];
 }
 
-bool SharedGroup::chooseDirect(std::uint64_t bytes) {
+bool SharedGroup::chooseDirect(DirectCall call, std::uint64_t bytes) {
   if (directReads_ != DirectReads::kAuto) return directReads_ == DirectReads::kAlways;
-  DirectStats& s = directStatsOf(bytes);
-  const std::uint32_t call = s.calls++;
+  DirectStats& s = directStatsOf(call, bytes);
+  const std::uint32_t n = s.calls++;
   if (s.nsPerByte[0] == 0) return false;  // the arena first, then a direct call
   if (s.nsPerByte[1] == 0) return true;
   const bool faster = s.nsPerByte[1] < s.nsPerByte[0];
-  return call % 16 == 15 ? !faster : faster;
+  return n % 16 == 15 ? !faster : faster;
 }
 
-void SharedGroup::recordDirect(std::uint64_t bytes, bool direct,
+void SharedGroup::recordDirect(DirectCall call, std::uint64_t bytes, bool direct,
                                std::chrono::nanoseconds took) noexcept {
   if (bytes == 0) return;
-  DirectStats& s = directStatsOf(bytes);
+  DirectStats& s = directStatsOf(call, bytes);
   const double perByte =
       std::max(1e-6, static_cast<double>(took.count()) / static_cast<double>(bytes));
   double& average = s.nsPerByte[direct ? 1 : 0];

@@ -1,13 +1,24 @@
 // allgather shm: in pieces of B bytes of each rank's block, each rank copies its piece into
 // its group buffer and publishes; each then copies every other rank's piece out.
 //   ceil(n / B) uses (n: one rank's block); per rank: n copied in, (P-1) n copied out.
+// From 64 KiB gathered, when every rank can read every other's memory
+// (SharedGroup::directReads), a first use carries each rank's block address and member 0's
+// choice (SharedGroup::chooseDirect): the pieces above, or direct reads: every rank copies
+// every other's block straight out of that rank's own buffer (process_vm_readv, one copy),
+// publishes, and returns once all have.
+//   direct: 2 uses; per rank: (P-1) n read (and its own block copied, unless in place).
 #include <algorithm>
+#include <chrono>
 
 #include "shared.h"
 
 namespace collx::algorithms::shared {
 
-void allgather(Call& c) {
+namespace {
+
+constexpr std::uint64_t kDirectMin = 64 * 1024;
+
+void inPieces(Call& c) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
   const std::uint64_t B = c.bufferBytes();
   std::uint8_t* own = c.out + block * static_cast<std::uint64_t>(c.me);
@@ -26,6 +37,46 @@ void allgather(Call& c) {
     }
     off += len;
   } while (off < block);
+}
+
+}  // namespace
+
+void allgather(Call& c) {
+  const std::uint64_t block = c.p.count * c.p.elementSize;
+  const std::uint64_t bytes = block * static_cast<std::uint64_t>(c.size);
+  const transport::DirectReads how = c.g.directReads();
+  if (bytes < kDirectMin || how == transport::DirectReads::kNever ||
+      (how == transport::DirectReads::kAuto && c.g.oversubscribed())) {
+    inPieces(c);
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::uint64_t use = c.g.nextUse();
+  const bool lead = c.me == 0;
+  const bool chosen = lead && c.g.chooseDirect(transport::DirectCall::kAllgather, bytes);
+  c.offer(chosen, c.in);
+  const bool direct = lead ? chosen : c.offerOf(0, use).direct;
+  if (!direct) {
+    inPieces(c);
+  } else {
+    std::uint8_t* own = c.out + block * static_cast<std::uint64_t>(c.me);
+    if (own != c.in) copyBytes(own, c.in, block);
+    for (int k = 1; k < c.size; ++k) {  // each from its next member on, to spread the reads
+      const int m = (c.me + k) % c.size;
+      c.readFrom(m, c.offerOf(m, use).address, c.out + block * static_cast<std::uint64_t>(m),
+                 block);
+    }
+    c.begin();
+    c.publish();
+    // Every member's block stays valid until all have read it.
+    for (int m = 0; m < c.size; ++m) {
+      if (m != c.me) c.await(m, use + 1);
+    }
+  }
+  if (lead) {
+    c.g.recordDirect(transport::DirectCall::kAllgather, bytes, direct,
+                     std::chrono::steady_clock::now() - start);
+  }
 }
 
 }  // namespace collx::algorithms::shared

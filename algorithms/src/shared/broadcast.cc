@@ -7,9 +7,9 @@
 // halves when ranks outnumber cores.
 //   ceil(n / piece) uses; per rank: n bytes copied (root: in; others: out), concurrently.
 // From 64 KiB up to 512 KiB, when every rank can read every other's memory
-// (SharedGroup::directReads), a first use carries the root's choice (SharedGroup::chooseDirect): the pieces above, or
-// direct reads: every other rank copies the whole vector out of the root's own buffer
-// (process_vm_readv, one copy) and publishes; the root returns once all have.
+// (SharedGroup::directReads), a first use carries the root's choice (SharedGroup::chooseDirect):
+// the pieces above, or direct reads: every other rank copies the whole vector out of the root's own
+// buffer (process_vm_readv, one copy) and publishes; the root returns once all have.
 //   direct: 1 use; per rank but the root: n bytes read from the root's buffer.
 // (Reading lines the root wrote long ago, not lines it has just written into its group
 // buffers: on a VM whose cores at times hand data to each other 2-5x slower, those copies
@@ -28,12 +28,6 @@ namespace {
 // as fast or faster in both kinds of period, 512 KiB 24-37 us against 44-52, 1 MiB 58-70
 // against 81-102, 16 MiB 1.6 ms against 4.9).
 constexpr std::uint64_t kDirectMin = 64 * 1024, kDirectMax = 512 * 1024;
-
-// The payload of a broadcast's first use from 64 KiB: how it goes, the root's buffer.
-struct Offer {
-  std::uint64_t direct;
-  std::uint64_t address;
-};
 
 // Returns the last use.
 std::uint64_t inPieces(Call& c) {
@@ -85,12 +79,9 @@ void broadcast(Call& c) {
   const int root = c.p.root;
   const auto start = std::chrono::steady_clock::now();
   const std::uint64_t use = c.g.nextUse();
-  std::uint8_t* mine = c.begin();
   if (c.me == root) {
-    const bool direct = c.g.chooseDirect(bytes);
-    const Offer offer{direct ? 1u : 0u, reinterpret_cast<std::uint64_t>(c.out)};
-    std::memcpy(mine, &offer, sizeof(offer));
-    c.publish();
+    const bool direct = c.g.chooseDirect(transport::DirectCall::kBroadcast, bytes);
+    c.offer(direct, c.out);
     if (direct) {
       // The buffer stays valid until every rank has its copy.
       for (int m = 0; m < c.size; ++m) {
@@ -105,14 +96,15 @@ void broadcast(Call& c) {
         }
       }
     }
-    c.g.recordDirect(bytes, direct, std::chrono::steady_clock::now() - start);
+    c.g.recordDirect(transport::DirectCall::kBroadcast, bytes, direct,
+                     std::chrono::steady_clock::now() - start);
     return;
   }
-  Offer offer;
-  std::memcpy(&offer, c.await(root, use), sizeof(offer));
-  if (offer.direct != 0) c.readFrom(root, offer.address, c.out, bytes);
+  c.begin();
+  const Offer offer = c.offerOf(root, use);
+  if (offer.direct) c.readFrom(root, offer.address, c.out, bytes);
   c.publish();
-  if (offer.direct == 0) inPieces(c);
+  if (!offer.direct) inPieces(c);
 }
 
 }  // namespace collx::algorithms::shared

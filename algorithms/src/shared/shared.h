@@ -11,6 +11,13 @@
 
 namespace collx::algorithms::shared {
 
+// The payload of a first use that may lead to direct reads (broadcast, allgather): how the
+// call goes (the leading member's word counts) and where this member's data is.
+struct Offer {
+  bool direct;
+  std::uint64_t address;
+};
+
 class Call {
  public:
   Call(transport::SharedGroup& group, const ScheduleParams& params, const Bindings& bindings,
@@ -32,6 +39,19 @@ class Call {
   // Member m's payload of `use` (this rank's own without waiting).
   const std::uint8_t* await(int m, std::uint64_t use) { return g.await(m, use, header_, waiting_); }
   std::uint64_t bufferBytes() const { return g.bufferBytes(); }
+  // Begins, fills with an Offer and publishes the next use.
+  void offer(bool direct, const void* data) {
+    std::uint8_t* mine = begin();
+    const std::uint64_t words[2] = {direct ? 1u : 0u, reinterpret_cast<std::uint64_t>(data)};
+    std::memcpy(mine, words, sizeof(words));
+    publish();
+  }
+  // Member m's Offer of `use`.
+  Offer offerOf(int m, std::uint64_t use) {
+    std::uint64_t words[2];
+    std::memcpy(words, await(m, use), sizeof(words));
+    return Offer{words[0] != 0, words[1]};
+  }
   // Copies `bytes` at `address` in member m's memory to dst (SharedGroup::readFrom).
   void readFrom(int m, std::uint64_t address, void* dst, std::uint64_t bytes) {
     g.readFrom(m, address, dst, bytes, waiting_);

@@ -95,7 +95,9 @@ void ShmGroup::publish() {
 void ShmGroup::readFrom(int member, std::uint64_t address, void* dst, std::uint64_t bytes,
                         const Waiting& waiting) {
   const GroupMember& m = members_[static_cast<std::size_t>(member)];
-  check(member, waiting.name, false);
+  // (Not whether it still runs: a read from a process that exited fails, and the check
+  // after the read asks; that costs a system call.)
+  checkState(member, waiting.name, false);
   int err = 0;
   if (!readProcessMemory(m.pid, m.samePid, address, dst, bytes, err)) {
     check(member, waiting.name, false);  // closed or failed: that is the error
@@ -180,6 +182,20 @@ std::string ShmGroup::diedText(const GroupMember& m) {
 }
 
 void ShmGroup::check(int member, const CallNamer& name, bool starting) {
+  checkState(member, name, starting);
+  if (member < 0) return;
+  const GroupMember& m = members_[static_cast<std::size_t>(member)];
+  bool gone = false;
+  if (!m.samePid && m.pidfd >= 0) {
+    pollfd p{m.pidfd, POLLIN, 0};
+    gone = ::poll(&p, 1, 0) > 0;  // readable once the process exited, zombie or not
+  } else if (!m.samePid) {
+    gone = ::kill(m.pid, 0) != 0 && errno == ESRCH;
+  }
+  if (gone) raise(ErrorKind::kIo, m.rank, diedText(m), name, true);
+}
+
+void ShmGroup::checkState(int member, const CallNamer& name, bool starting) {
   if (failed_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(errorMutex_);
     if (starting) {
@@ -209,14 +225,6 @@ void ShmGroup::check(int member, const CallNamer& name, bool starting) {
               std::to_string(link_.rank) + " waited for it",
           name, true);
   }
-  bool gone = false;
-  if (!m.samePid && m.pidfd >= 0) {
-    pollfd p{m.pidfd, POLLIN, 0};
-    gone = ::poll(&p, 1, 0) > 0;  // readable once the process exited, zombie or not
-  } else if (!m.samePid) {
-    gone = ::kill(m.pid, 0) != 0 && errno == ESRCH;
-  }
-  if (gone) raise(ErrorKind::kIo, m.rank, diedText(m), name, true);
 }
 
 void ShmGroup::fail(Failure kind, int member, const std::string& what, const CallNamer& name) {

@@ -48,6 +48,8 @@ class ShmGroup final : public SharedGroup {
   UseHeader* headerOf(int member, std::uint64_t use) const override;
   void sleep(int member, std::uint32_t seen, std::chrono::steady_clock::time_point until) override;
   void check(int member, const CallNamer& name, bool starting) override;
+  // check() without asking whether the member's process still runs.
+  void checkState(int member, const CallNamer& name, bool starting);
   [[noreturn]] void fail(Failure kind, int member, const std::string& what,
                          const CallNamer& name) override;
   std::string describe(std::uint64_t seq, const Fingerprint& fp) const override;

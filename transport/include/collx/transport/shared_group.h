@@ -47,10 +47,12 @@ struct WaitPolicy {
   std::chrono::microseconds yield{1000};
 };
 
-// Whether a large broadcast may go as single copies out of the root's own buffer (readFrom)
-// instead of through the root's group buffers: never, when the root's timing of both says so
-// (auto), or always.
+// Whether a large broadcast or allgather may go as single copies out of the members' own
+// buffers (readFrom) instead of through their group buffers: never, when the leading
+// member's timing of both says so (auto), or always.
 enum class DirectReads { kNever, kAuto, kAlways };
+// The calls that may read directly, each timed apart (chooseDirect).
+enum class DirectCall { kBroadcast, kAllgather };
 // COLLX_SHM_DIRECT's words, in the enum's order.
 inline constexpr const char* kDirectReadsNames[] = {"never", "auto", "always"};
 
@@ -115,9 +117,10 @@ class SharedGroup {
   // For a call of `bytes` that this member leads: true to move it by direct reads. kAuto
   // takes the way that took less time per byte for calls of about this size, and tries the
   // other one call in 16 (the machine's state changes).
-  bool chooseDirect(std::uint64_t bytes);
+  bool chooseDirect(DirectCall call, std::uint64_t bytes);
   // What such a call took, for chooseDirect().
-  void recordDirect(std::uint64_t bytes, bool direct, std::chrono::nanoseconds took) noexcept;
+  void recordDirect(DirectCall call, std::uint64_t bytes, bool direct,
+                    std::chrono::nanoseconds took) noexcept;
 
   void setPolicy(WaitPolicy policy) noexcept { policy_ = policy; }
   // Waits do not spin (every member agreed at connect): ranks outnumber cores, where a
@@ -176,8 +179,8 @@ class SharedGroup {
     std::uint32_t calls = 0;
   };
   DirectReads directReads_ = DirectReads::kNever;
-  DirectStats directStats_[64];
-  DirectStats& directStatsOf(std::uint64_t bytes) noexcept;
+  DirectStats directStats_[2][64];
+  DirectStats& directStatsOf(DirectCall call, std::uint64_t bytes) noexcept;
 
   void waitFor(int member, std::uint64_t use, const Waiting& waiting);
   // Fails the call when `member` announced another collective at its sequence number.
