@@ -758,6 +758,52 @@ TEST(SharedMemory, ReductionsAreBitIdenticalToTheRankOrderSum) {
   }
 }
 
+// Allreduces from 256 KiB may reduce by reading the other ranks' inputs and results
+// directly: each way gives every rank the bits of the rank-order sum, in place or not (in
+// place, a rank's input is the output the others read its result from), called again and
+// again (auto: the group buffers first, then direct reads, then the faster).
+TEST(SharedMemory, AllreducesReadDirectlyOrInRoundsAreBitIdenticalToTheRankOrderSum) {
+  if (!test::worldsShareMemory()) {
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+  }
+  for (const char* direct : {"always", "auto", "never"}) {
+    for (int P : {2, 3, 5}) {
+      ContextOptions options;
+      options.shmDirect = direct;
+      World world(P, options);
+      for (std::uint64_t count : {std::uint64_t{65537}, std::uint64_t{300001}}) {
+        std::vector<std::vector<float>> inputs(P, std::vector<float>(count));
+        std::mt19937 rng(static_cast<std::uint32_t>(P * 1000 + count));
+        std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+        std::uniform_int_distribution<int> exponent(-20, 20);
+        for (auto& in : inputs) {
+          for (float& x : in) x = std::ldexp(mantissa(rng), exponent(rng));
+        }
+        std::vector<float> expected(inputs[0]);
+        for (int r = 1; r < P; ++r) {
+          for (std::uint64_t i = 0; i < count; ++i) expected[i] = expected[i] + inputs[r][i];
+        }
+        for (int time = 0; time < 4; ++time) {
+          const bool inPlace = time % 2 == 1;
+          std::vector<std::vector<float>> got(P);
+          world.runOk([&](int rank, Context& ctx) {
+            AllreduceOptions o;
+            o.algorithm = "shm";
+            got[rank] = inPlace ? inputs[rank] : std::vector<float>(count, -1.0f);
+            allreduce(ctx, inPlace ? got[rank].data() : inputs[rank].data(), got[rank].data(),
+                      count, DataType::kFloat32, o);
+          });
+          for (int r = 0; r < P; ++r) {
+            EXPECT_EQ(std::memcmp(got[r].data(), expected.data(), count * sizeof(float)), 0)
+                << direct << " P=" << P << " count " << count << " rank " << r << ", time " << time
+                << (inPlace ? " (in place)" : "");
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Failures, NonblockingCallFailsItsWork) {
   World world(2);
   auto errors = world.run([&](int rank, Context& ctx) {

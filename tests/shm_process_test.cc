@@ -75,7 +75,9 @@ TEST(ShmProcesses, ARankWhoseCmaIsRefusedReceivesThroughTheRing) {
       << job.rank(0).out();
 }
 
-TEST(ShmProcesses, BroadcastsAndAllgathersReadOtherRanksBuffersWithProcessVmReadv) {
+// Broadcasts, allgathers and allreduces (the sweep's largest: 280 KB) read other ranks'
+// buffers directly.
+TEST(ShmProcesses, LargeCollectivesReadOtherRanksBuffersWithProcessVmReadv) {
   Ranks job(3, {"sweep", "70001"}, [](int) {
     return std::map<std::string, std::string>{{"COLLX_TRANSPORT", "shm"},
                                               {"COLLX_SHM_DIRECT", "always"},
@@ -134,7 +136,7 @@ TEST(ShmProcesses, EightRanksOnTwoCoresProgress) {
 // Three ranks looping with `env`: rank 1 is killed, and ranks 0 and 2 end with an IoError
 // that names it, within 15 s.
 void expectKilledRankNamed(const std::map<std::string, std::string>& env) {
-  Ranks job(3, {"loop", "50000", "0"}, [&](int) { return env; });
+  Ranks job(3, {"loop", "70000", "0"}, [&](int) { return env; });
   ASSERT_TRUE(job.allReady());
   auto killed = std::chrono::steady_clock::now();
   job.rank(1).signal(SIGKILL);
@@ -154,9 +156,10 @@ TEST(ShmProcesses, ARankKilledDuringARingCopyIsNamedByTheOthers) {
 }
 
 TEST(ShmProcesses, ARankKilledWhileOthersReadItsBufferDirectlyIsNamedByTheOthers) {
-  // 200 KB broadcasts read out of the root's buffer, from each rank in turn, and allgathers
-  // of 200 KB a rank read out of every rank's buffer: rank 1 dies as a rank whose buffer
-  // the others read, or as a reader they wait for.
+  // 280 KB broadcasts read out of the root's buffer, from each rank in turn, allgathers of
+  // 280 KB a rank read out of every rank's buffer, and allreduces of 280 KB that read every
+  // rank's input and output: rank 1 dies as a rank whose buffer the others read, or as a
+  // reader they wait for.
   expectKilledRankNamed(
       {{"COLLX_TRANSPORT", "shm"}, {"COLLX_SHM_DIRECT", "always"}, {"TEST_WORKER_DIRECT", "1"}});
 }

@@ -63,8 +63,7 @@ void allgather(Call& c) {
     if (own != c.in) copyBytes(own, c.in, block);
     for (int k = 1; k < c.size; ++k) {  // each from its next member on, to spread the reads
       const int m = (c.me + k) % c.size;
-      c.readFrom(m, c.offerOf(m, use).address, c.out + block * static_cast<std::uint64_t>(m),
-                 block);
+      c.readFrom(m, c.offerOf(m, use).input, c.out + block * static_cast<std::uint64_t>(m), block);
     }
     c.begin();
     c.publish();

@@ -6,14 +6,16 @@
 // against 99 in eighths and 121 in 32nds). More ranks: eighths (at least 8 KiB, at most B);
 // halves when ranks outnumber cores.
 //   ceil(n / piece) uses; per rank: n bytes copied (root: in; others: out), concurrently.
-// From 64 KiB up to 512 KiB, when every rank can read every other's memory
+// From 64 KiB, when every rank can read every other's memory
 // (SharedGroup::directReads), a first use carries the root's choice (SharedGroup::chooseDirect):
 // the pieces above, or direct reads: every other rank copies the whole vector out of the root's own
 // buffer (process_vm_readv, one copy) and publishes; the root returns once all have.
 //   direct: 1 use; per rank but the root: n bytes read from the root's buffer.
 // (Reading lines the root wrote long ago, not lines it has just written into its group
 // buffers: on a VM whose cores at times hand data to each other 2-5x slower, those copies
-// keep their speed; in the good periods the pieces are 2-3x faster.)
+// keep their speed; in the good periods the pieces are 2-3x faster. Measured, P=2, in
+// alternating rounds: 4 MiB direct 315-333 us, pieces 177-182, Open MPI 320-336; 64 MiB
+// 10.9-13.0 ms, 4.6-5.5 and 11.4-13.1; and in a slow period the pieces took 29-35 ms.)
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -24,10 +26,7 @@ namespace collx::algorithms::shared {
 
 namespace {
 
-// Direct reads from 64 KiB up to 512 KiB (measured, P=2: from there whole-buffer pieces are
-// as fast or faster in both kinds of period, 512 KiB 24-37 us against 44-52, 1 MiB 58-70
-// against 81-102, 16 MiB 1.6 ms against 4.9).
-constexpr std::uint64_t kDirectMin = 64 * 1024, kDirectMax = 512 * 1024;
+constexpr std::uint64_t kDirectMin = 64 * 1024;
 
 // Returns the last use.
 std::uint64_t inPieces(Call& c) {
@@ -71,7 +70,7 @@ void broadcast(Call& c) {
   // reader then costs more than the pieces, measured P=4 on 2 cores: 64 KiB 19.1-21.8 us
   // against 8.5-11.8.)
   const transport::DirectReads how = c.g.directReads();
-  if (bytes < kDirectMin || bytes >= kDirectMax || how == transport::DirectReads::kNever ||
+  if (bytes < kDirectMin || how == transport::DirectReads::kNever ||
       (how == transport::DirectReads::kAuto && c.g.oversubscribed())) {
     inPieces(c);
     return;
@@ -102,7 +101,7 @@ void broadcast(Call& c) {
   }
   c.begin();
   const Offer offer = c.offerOf(root, use);
-  if (offer.direct) c.readFrom(root, offer.address, c.out, bytes);
+  if (offer.direct) c.readFrom(root, offer.input, c.out, bytes);
   c.publish();
   if (!offer.direct) inPieces(c);
 }

@@ -11,11 +11,13 @@
 
 namespace collx::algorithms::shared {
 
-// The payload of a first use that may lead to direct reads (broadcast, allgather): how the
-// call goes (the leading member's word counts) and where this member's data is.
+// The payload of a first use that may lead to direct reads (broadcast, allgather,
+// allreduce): how the call goes (the leading member's word counts) and where this member's
+// data is (its input, its output).
 struct Offer {
   bool direct;
-  std::uint64_t address;
+  std::uint64_t input;
+  std::uint64_t output;
 };
 
 class Call {
@@ -40,17 +42,18 @@ class Call {
   const std::uint8_t* await(int m, std::uint64_t use) { return g.await(m, use, header_, waiting_); }
   std::uint64_t bufferBytes() const { return g.bufferBytes(); }
   // Begins, fills with an Offer and publishes the next use.
-  void offer(bool direct, const void* data) {
+  void offer(bool direct, const void* input, const void* output = nullptr) {
     std::uint8_t* mine = begin();
-    const std::uint64_t words[2] = {direct ? 1u : 0u, reinterpret_cast<std::uint64_t>(data)};
+    const std::uint64_t words[3] = {direct ? 1u : 0u, reinterpret_cast<std::uint64_t>(input),
+                                    reinterpret_cast<std::uint64_t>(output)};
     std::memcpy(mine, words, sizeof(words));
     publish();
   }
   // Member m's Offer of `use`.
   Offer offerOf(int m, std::uint64_t use) {
-    std::uint64_t words[2];
+    std::uint64_t words[3];
     std::memcpy(words, await(m, use), sizeof(words));
-    return Offer{words[0] != 0, words[1]};
+    return Offer{words[0] != 0, words[1], words[2]};
   }
   // Copies `bytes` at `address` in member m's memory to dst (SharedGroup::readFrom).
   void readFrom(int m, std::uint64_t address, void* dst, std::uint64_t bytes) {

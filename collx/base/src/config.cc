@@ -77,14 +77,16 @@ const std::vector<ConfigVar>& configVars() {
        "1 up to 1.5x faster with 4 ranks on 2 cores (the receiver copies while the sender "
        "is not scheduled)."},
       {"COLLX_SHM_DIRECT", "auto",
-       "Shared memory: how the shm broadcast moves 64 KiB and more. 'auto': through the "
-       "root's group buffers, or as single copies every rank reads out of the root's own "
-       "buffer (process_vm_readv), whichever the root measured faster lately for that size "
-       "(trying the other one call in 16); 'never' or 'always' one way. Direct reads need "
-       "every rank able to read every other's memory (COLLX_SHM_CMA=1 and the probe passing "
-       "everywhere). Measured on a 2-vCPU VM whose cores hand data to each other 2-5x slower "
-       "at times: P=2 256 KiB 10.5 us through the buffers in a good period, 41 us in a slow "
-       "one, 21-28 us read directly in either."},
+       "Shared memory: how the shm broadcast and allgather (from 64 KiB) and allreduce (from "
+       "256 KiB) move their data. 'auto': through the ranks' group buffers, or as single "
+       "copies out of the other ranks' own buffers (process_vm_readv), whichever the leading "
+       "rank measured faster lately for that size (trying the other one call in 16; broadcast "
+       "and allgather keep to the group buffers when ranks outnumber cores); 'never' or "
+       "'always' one way. Direct reads need every rank able to read every other's memory "
+       "(COLLX_SHM_CMA=1 and the probe passing everywhere). Measured on a 2-vCPU VM whose "
+       "cores hand data to each other 2-5x slower at times: P=2 allreduce of 64 MiB 9-10 ms "
+       "through the buffers in a good period, 45 in a slow one, 15-20 read directly in "
+       "either."},
       {"COLLX_SHM_ARENA", "memfd",
        "Shared memory: 'memfd' (an anonymous file peers open through /proc/<pid>/fd; nothing "
        "is ever left behind) or 'posix' (/dev/shm/collx-*, unlinked once every peer mapped "

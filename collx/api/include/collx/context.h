@@ -50,8 +50,9 @@ struct ContextOptions {
   std::optional<std::string> transport;
   std::optional<int> tcpStreams;
   std::optional<std::string> ifname;
-  // How the shared-memory broadcast moves 64 KiB and more: "auto", "never" or "always" read
-  // straight out of the root's buffer; unset means COLLX_SHM_DIRECT.
+  // Whether the shared-memory broadcast, allgather and allreduce may read large data straight
+  // out of the other ranks' buffers: "auto", "never" or "always"; unset means
+  // COLLX_SHM_DIRECT.
   std::optional<std::string> shmDirect;
   // A host (the store's) whose route picks the TCP interface when COLLX_IFNAME is unset.
   std::string routeHost;

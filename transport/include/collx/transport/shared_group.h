@@ -47,12 +47,12 @@ struct WaitPolicy {
   std::chrono::microseconds yield{1000};
 };
 
-// Whether a large broadcast or allgather may go as single copies out of the members' own
+// Whether a large broadcast, allgather or allreduce may go as single copies out of the members' own
 // buffers (readFrom) instead of through their group buffers: never, when the leading
 // member's timing of both says so (auto), or always.
 enum class DirectReads { kNever, kAuto, kAlways };
 // The calls that may read directly, each timed apart (chooseDirect).
-enum class DirectCall { kBroadcast, kAllgather };
+enum class DirectCall { kBroadcast, kAllgather, kAllreduce };
 // COLLX_SHM_DIRECT's words, in the enum's order.
 inline constexpr const char* kDirectReadsNames[] = {"never", "auto", "always"};
 
@@ -179,7 +179,7 @@ class SharedGroup {
     std::uint32_t calls = 0;
   };
   DirectReads directReads_ = DirectReads::kNever;
-  DirectStats directStats_[2][64];
+  DirectStats directStats_[3][64];
   DirectStats& directStatsOf(DirectCall call, std::uint64_t bytes) noexcept;
 
   void waitFor(int member, std::uint64_t use, const Waiting& waiting);
