@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -608,52 +609,76 @@ TEST(Failures, AbortWakesABlockedCall) {
   EXPECT_EQ(test::messageOf(errors[0]), "");
 }
 
+// Runs `body` on worlds of 2, 3 and 5 thread ranks, with each COLLX_SHM_DIRECT way.
+void forEachDirectWay(const std::function<void(const char* direct, int P, World& world)>& body) {
+  for (const char* direct : {"always", "auto", "never"}) {
+    for (int P : {2, 3, 5}) {
+      ContextOptions options;
+      options.shmDirect = direct;
+      World world(P, options);
+      body(direct, P, world);
+    }
+  }
+}
+
+// P vectors of `count` random floats of mixed magnitude, whose sum depends on the order, and
+// their serial rank-order sum.
+void orderSensitiveInputs(int P, std::uint64_t count, std::vector<std::vector<float>>& inputs,
+                          std::vector<float>& expected) {
+  inputs.assign(static_cast<std::size_t>(P), std::vector<float>(count));
+  std::mt19937 rng(static_cast<std::uint32_t>(P * 1000 + count));
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  for (auto& in : inputs) {
+    for (float& x : in) x = std::ldexp(mantissa(rng), exponent(rng));
+  }
+  expected = inputs[0];
+  for (int r = 1; r < P; ++r) {
+    for (std::uint64_t i = 0; i < count; ++i) expected[i] = expected[i] + inputs[r][i];
+  }
+}
+
 // The shared-memory algorithms reduce every element in rank order on one rank: with values
 // whose sum depends on the order (random floats of mixed magnitude), every rank gets the same
 // bits, and they are the serial rank-order sum's; reduce_scatter's blocks are that sum's too.
 // Blocking and nonblocking calls interleave in issue order.
-// Broadcasts of 64 KiB up to 512 KiB may be read straight out of the root's buffer: each
+// Broadcasts from 64 KiB may be read straight out of the root's buffer: each
 // way (always; auto: the group buffers first, then direct reads, then the faster; never)
 // gives every rank the root's bytes, from every root, with other calls in between.
 TEST(SharedMemory, BroadcastsReadFromTheRootOrInPiecesGiveTheRootsBytes) {
   if (!test::worldsShareMemory()) {
     GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
   }
-  for (const char* direct : {"always", "auto", "never"}) {
-    for (int P : {2, 3, 5}) {
-      ContextOptions options;
-      options.shmDirect = direct;
-      World world(P, options);
-      for (std::uint64_t bytes : {std::uint64_t{65535}, std::uint64_t{65536}, std::uint64_t{100003},
-                                  std::uint64_t{524287}}) {
-        for (int root = 0; root < P; ++root) {
-          for (int time = 0; time < 2; ++time) {
-            const auto seed = static_cast<std::uint64_t>(root * 2 + time);
-            std::vector<std::vector<std::uint8_t>> got(static_cast<std::size_t>(P));
-            std::vector<std::int32_t> sums(static_cast<std::size_t>(P));
-            world.runOk([&](int rank, Context& ctx) {
-              auto& buffer = got[static_cast<std::size_t>(rank)];
-              buffer.assign(bytes, 0);
-              if (rank == root) test::patternBytes(seed, 0, buffer.data(), bytes);
-              CollectiveOptions o;
-              o.algorithm = "shm";
-              broadcast(ctx, buffer.data(), bytes, DataType::kUint8, root, o);
-              const std::int32_t one = 1;
-              allreduce(ctx, &one, &sums[static_cast<std::size_t>(rank)], 1, DataType::kInt32);
-            });
-            for (int r = 0; r < P; ++r) {
-              EXPECT_EQ(
-                  test::firstPatternMismatch(got[static_cast<std::size_t>(r)].data(), bytes, seed),
-                  -1)
-                  << direct << " P=" << P << " " << bytes << " bytes from rank " << root
-                  << ", rank " << r << ", time " << time;
-              EXPECT_EQ(sums[static_cast<std::size_t>(r)], P);
-            }
+  forEachDirectWay([&](const char* direct, int P, World& world) {
+    for (std::uint64_t bytes : {std::uint64_t{65535}, std::uint64_t{65536}, std::uint64_t{100003},
+                                std::uint64_t{524287}, std::uint64_t{(1 << 20) + 7}}) {
+      for (int root = 0; root < P; ++root) {
+        for (int time = 0; time < 2; ++time) {
+          const auto seed = static_cast<std::uint64_t>(root * 2 + time);
+          std::vector<std::vector<std::uint8_t>> got(static_cast<std::size_t>(P));
+          std::vector<std::int32_t> sums(static_cast<std::size_t>(P));
+          world.runOk([&](int rank, Context& ctx) {
+            auto& buffer = got[static_cast<std::size_t>(rank)];
+            buffer.assign(bytes, 0);
+            if (rank == root) test::patternBytes(seed, 0, buffer.data(), bytes);
+            CollectiveOptions o;
+            o.algorithm = "shm";
+            broadcast(ctx, buffer.data(), bytes, DataType::kUint8, root, o);
+            const std::int32_t one = 1;
+            allreduce(ctx, &one, &sums[static_cast<std::size_t>(rank)], 1, DataType::kInt32);
+          });
+          for (int r = 0; r < P; ++r) {
+            EXPECT_EQ(
+                test::firstPatternMismatch(got[static_cast<std::size_t>(r)].data(), bytes, seed),
+                -1)
+                << direct << " P=" << P << " " << bytes << " bytes from rank " << root << ", rank "
+                << r << ", time " << time;
+            EXPECT_EQ(sums[static_cast<std::size_t>(r)], P);
           }
         }
       }
     }
-  }
+  });
 }
 
 // Allgathers from 64 KiB gathered may read every rank's block straight out of its buffer:
@@ -662,52 +687,46 @@ TEST(SharedMemory, AllgathersReadDirectlyOrInPiecesGiveEveryRanksBlock) {
   if (!test::worldsShareMemory()) {
     GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
   }
-  for (const char* direct : {"always", "auto", "never"}) {
-    for (int P : {2, 3, 5}) {
-      ContextOptions options;
-      options.shmDirect = direct;
-      World world(P, options);
-      for (std::uint64_t block : {std::uint64_t{65536 / P - 1}, std::uint64_t{65536 / P + 1},
-                                  std::uint64_t{100003}, std::uint64_t{(1 << 20) + 13}}) {
-        for (int time = 0; time < 4; ++time) {
-          const bool inPlace = time % 2 == 1;
-          const auto total = block * static_cast<std::uint64_t>(P);
-          std::vector<std::vector<std::uint8_t>> inputs(static_cast<std::size_t>(P)),
-              got(static_cast<std::size_t>(P));
-          std::vector<std::int32_t> sums(static_cast<std::size_t>(P));
-          world.runOk([&](int rank, Context& ctx) {
-            const auto r = static_cast<std::size_t>(rank);
-            const std::uint64_t seed = static_cast<std::uint64_t>(time * 16 + rank);
-            got[r].assign(total, 0);
-            inputs[r].resize(block);
-            test::patternBytes(seed, 0, inputs[r].data(), block);
-            const std::uint8_t* in = inputs[r].data();
-            if (inPlace) {
-              std::memcpy(got[r].data() + block * r, in, block);
-              in = got[r].data() + block * r;
-            }
-            CollectiveOptions o;
-            o.algorithm = "shm";
-            allgather(ctx, in, got[r].data(), block, DataType::kUint8, o);
-            const std::int32_t one = 1;
-            allreduce(ctx, &one, &sums[r], 1, DataType::kInt32);
-          });
-          for (int r = 0; r < P; ++r) {
-            for (int b = 0; b < P; ++b) {
-              EXPECT_EQ(
-                  test::firstPatternMismatch(got[static_cast<std::size_t>(r)].data() +
-                                                 block * static_cast<std::uint64_t>(b),
-                                             block, static_cast<std::uint64_t>(time * 16 + b)),
-                  -1)
-                  << direct << " P=" << P << " block " << block << " of rank " << b << " at rank "
-                  << r << ", time " << time << (inPlace ? " (in place)" : "");
-            }
-            EXPECT_EQ(sums[static_cast<std::size_t>(r)], P);
+  forEachDirectWay([&](const char* direct, int P, World& world) {
+    for (std::uint64_t block : {std::uint64_t{65536 / P - 1}, std::uint64_t{65536 / P + 1},
+                                std::uint64_t{100003}, std::uint64_t{(1 << 20) + 13}}) {
+      for (int time = 0; time < 4; ++time) {
+        const bool inPlace = time % 2 == 1;
+        const auto total = block * static_cast<std::uint64_t>(P);
+        std::vector<std::vector<std::uint8_t>> inputs(static_cast<std::size_t>(P)),
+            got(static_cast<std::size_t>(P));
+        std::vector<std::int32_t> sums(static_cast<std::size_t>(P));
+        world.runOk([&](int rank, Context& ctx) {
+          const auto r = static_cast<std::size_t>(rank);
+          const std::uint64_t seed = static_cast<std::uint64_t>(time * 16 + rank);
+          got[r].assign(total, 0);
+          inputs[r].resize(block);
+          test::patternBytes(seed, 0, inputs[r].data(), block);
+          const std::uint8_t* in = inputs[r].data();
+          if (inPlace) {
+            std::memcpy(got[r].data() + block * r, in, block);
+            in = got[r].data() + block * r;
           }
+          CollectiveOptions o;
+          o.algorithm = "shm";
+          allgather(ctx, in, got[r].data(), block, DataType::kUint8, o);
+          const std::int32_t one = 1;
+          allreduce(ctx, &one, &sums[r], 1, DataType::kInt32);
+        });
+        for (int r = 0; r < P; ++r) {
+          for (int b = 0; b < P; ++b) {
+            EXPECT_EQ(test::firstPatternMismatch(got[static_cast<std::size_t>(r)].data() +
+                                                     block * static_cast<std::uint64_t>(b),
+                                                 block, static_cast<std::uint64_t>(time * 16 + b)),
+                      -1)
+                << direct << " P=" << P << " block " << block << " of rank " << b << " at rank "
+                << r << ", time " << time << (inPlace ? " (in place)" : "");
+          }
+          EXPECT_EQ(sums[static_cast<std::size_t>(r)], P);
         }
       }
     }
-  }
+  });
 }
 
 TEST(SharedMemory, ReductionsAreBitIdenticalToTheRankOrderSum) {
@@ -718,17 +737,9 @@ TEST(SharedMemory, ReductionsAreBitIdenticalToTheRankOrderSum) {
     World& world = test::worldOf(P);
     ASSERT_TRUE(world.context(0).sharedMemory()) << "thread ranks of one process share memory";
     for (std::uint64_t count : {std::uint64_t{7}, std::uint64_t{3000}, std::uint64_t{300001}}) {
-      std::vector<std::vector<float>> inputs(P, std::vector<float>(count));
-      std::mt19937 rng(static_cast<std::uint32_t>(P * 1000 + count));
-      std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
-      std::uniform_int_distribution<int> exponent(-20, 20);
-      for (auto& in : inputs) {
-        for (float& x : in) x = std::ldexp(mantissa(rng), exponent(rng));
-      }
-      std::vector<float> expected(inputs[0]);
-      for (int r = 1; r < P; ++r) {
-        for (std::uint64_t i = 0; i < count; ++i) expected[i] = expected[i] + inputs[r][i];
-      }
+      std::vector<std::vector<float>> inputs;
+      std::vector<float> expected;
+      orderSensitiveInputs(P, count, inputs, expected);
       std::vector<std::vector<float>> sums(P), blocks(P), late(P);
       const std::uint64_t block = count / static_cast<std::uint64_t>(P);
       world.runOk([&](int rank, Context& ctx) {
@@ -766,42 +777,29 @@ TEST(SharedMemory, AllreducesReadDirectlyOrInRoundsAreBitIdenticalToTheRankOrder
   if (!test::worldsShareMemory()) {
     GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
   }
-  for (const char* direct : {"always", "auto", "never"}) {
-    for (int P : {2, 3, 5}) {
-      ContextOptions options;
-      options.shmDirect = direct;
-      World world(P, options);
-      for (std::uint64_t count : {std::uint64_t{65537}, std::uint64_t{300001}}) {
-        std::vector<std::vector<float>> inputs(P, std::vector<float>(count));
-        std::mt19937 rng(static_cast<std::uint32_t>(P * 1000 + count));
-        std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
-        std::uniform_int_distribution<int> exponent(-20, 20);
-        for (auto& in : inputs) {
-          for (float& x : in) x = std::ldexp(mantissa(rng), exponent(rng));
-        }
-        std::vector<float> expected(inputs[0]);
-        for (int r = 1; r < P; ++r) {
-          for (std::uint64_t i = 0; i < count; ++i) expected[i] = expected[i] + inputs[r][i];
-        }
-        for (int time = 0; time < 4; ++time) {
-          const bool inPlace = time % 2 == 1;
-          std::vector<std::vector<float>> got(P);
-          world.runOk([&](int rank, Context& ctx) {
-            AllreduceOptions o;
-            o.algorithm = "shm";
-            got[rank] = inPlace ? inputs[rank] : std::vector<float>(count, -1.0f);
-            allreduce(ctx, inPlace ? got[rank].data() : inputs[rank].data(), got[rank].data(),
-                      count, DataType::kFloat32, o);
-          });
-          for (int r = 0; r < P; ++r) {
-            EXPECT_EQ(std::memcmp(got[r].data(), expected.data(), count * sizeof(float)), 0)
-                << direct << " P=" << P << " count " << count << " rank " << r << ", time " << time
-                << (inPlace ? " (in place)" : "");
-          }
+  forEachDirectWay([&](const char* direct, int P, World& world) {
+    for (std::uint64_t count : {std::uint64_t{65537}, std::uint64_t{300001}}) {
+      std::vector<std::vector<float>> inputs;
+      std::vector<float> expected;
+      orderSensitiveInputs(P, count, inputs, expected);
+      for (int time = 0; time < 4; ++time) {
+        const bool inPlace = time % 2 == 1;
+        std::vector<std::vector<float>> got(P);
+        world.runOk([&](int rank, Context& ctx) {
+          AllreduceOptions o;
+          o.algorithm = "shm";
+          got[rank] = inPlace ? inputs[rank] : std::vector<float>(count, -1.0f);
+          allreduce(ctx, inPlace ? got[rank].data() : inputs[rank].data(), got[rank].data(), count,
+                    DataType::kFloat32, o);
+        });
+        for (int r = 0; r < P; ++r) {
+          EXPECT_EQ(std::memcmp(got[r].data(), expected.data(), count * sizeof(float)), 0)
+              << direct << " P=" << P << " count " << count << " rank " << r << ", time " << time
+              << (inPlace ? " (in place)" : "");
         }
       }
     }
-  }
+  });
 }
 
 TEST(Failures, NonblockingCallFailsItsWork) {
