@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "collx/transport/mesh.h"
+#include "collx/transport/shared_group.h"
 #include "collx/transport/shm_segments.h"
 
 namespace collx::transport {
@@ -642,6 +643,67 @@ TEST(Transport, WhatAPeerSentBeforeLeavingIsStillDelivered) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("closed its context"), std::string::npos) << e.what();
   }
+}
+
+// ---- the direct-read choice (COLLX_SHM_DIRECT=auto) -----------------------------------------
+
+// A SharedGroup with nothing behind it, for its bookkeeping alone.
+class BareGroup final : public SharedGroup {
+ public:
+  BareGroup() : SharedGroup({0, 1}, 0, 64, WaitPolicy{}) {}
+  void publish() override {}
+  std::uint8_t* payload(int, std::uint64_t) const override { return nullptr; }
+  void announce(std::uint64_t, const Fingerprint&) noexcept override {}
+  void readFrom(int, std::uint64_t, void*, std::uint64_t, const Waiting&) override {}
+
+ protected:
+  std::uint32_t epochOf(int) const override { return 0; }
+  UseHeader* headerOf(int, std::uint64_t) const override { return nullptr; }
+  void sleep(int, std::uint32_t, std::chrono::steady_clock::time_point) override {}
+  void check(int, const CallNamer&, bool) override {}
+  [[noreturn]] void fail(Failure, int, const std::string& what, const CallNamer&) override {
+    throw std::runtime_error(what);
+  }
+  bool announced(int, std::uint64_t&, Fingerprint&) const override { return false; }
+  std::string describe(std::uint64_t, const Fingerprint&) const override { return ""; }
+};
+
+// auto: the group buffers first, then a direct call, then the way whose last 3 calls of that
+// kind and size class took less (their median: one slow call does not flip it, two do),
+// trying the other one call in 16; never and always ask nothing.
+TEST(DirectReadChoice, FollowsTheMedianOfTheLastCallsAndTriesTheOtherWay) {
+  constexpr std::uint64_t kBytes = 1 << 20;
+  const auto call = DirectCall::kAllreduce;
+  BareGroup g;
+  EXPECT_FALSE(g.chooseDirect(call, kBytes)) << "never is the default";
+  g.setDirectReads(DirectReads::kAlways);
+  EXPECT_TRUE(g.chooseDirect(call, kBytes));
+  g.setDirectReads(DirectReads::kAuto);
+  // Each choice is followed by its call's time: arena 1 ms, direct 2 ms.
+  auto run = [&](int calls, std::chrono::nanoseconds arena, std::chrono::nanoseconds direct) {
+    int directs = 0;
+    for (int i = 0; i < calls; ++i) {
+      const bool d = g.chooseDirect(call, kBytes);
+      directs += d ? 1 : 0;
+      g.recordDirect(call, kBytes, d, d ? direct : arena);
+    }
+    return directs;
+  };
+  EXPECT_FALSE(g.chooseDirect(call, kBytes)) << "the group buffers first";
+  g.recordDirect(call, kBytes, false, 1ms);
+  EXPECT_TRUE(g.chooseDirect(call, kBytes)) << "then a direct call";
+  g.recordDirect(call, kBytes, true, 2ms);
+  EXPECT_EQ(run(32, 1ms, 2ms), 2) << "the faster way, and the other one call in 16";
+  // Another kind or size class has its own record.
+  EXPECT_FALSE(g.chooseDirect(DirectCall::kBroadcast, kBytes));
+  EXPECT_FALSE(g.chooseDirect(call, kBytes * 4));
+  // One slow call through the buffers does not flip the choice; a second one does.
+  g.recordDirect(call, kBytes, false, 10ms);
+  int directs = run(14, 1ms, 2ms);
+  EXPECT_LE(directs, 1) << "one slow call flipped the choice";
+  g.recordDirect(call, kBytes, false, 10ms);
+  g.recordDirect(call, kBytes, false, 10ms);
+  EXPECT_GE(run(15, 10ms, 2ms), 14) << "the buffers are slow now: direct reads";
 }
 
 }  // namespace

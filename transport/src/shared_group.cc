@@ -88,13 +88,27 @@ SharedGroup::DirectStats& SharedGroup::directStatsOf(DirectCall call,
   return directStats_[static_cast<int>(call)][63 - __builtin_clzll(bytes | 1)];
 }
 
+double SharedGroup::DirectStats::typical(int way) const noexcept {
+  const double* v = nsPerByte[way];
+  switch (std::min<std::uint32_t>(recorded[way], 3)) {
+    case 0:
+      return 0;
+    case 1:
+      return v[0];
+    case 2:
+      return 0.5 * (v[0] + v[1]);
+    default:
+      return std::max(std::min(v[0], v[1]), std::min(std::max(v[0], v[1]), v[2]));
+  }
+}
+
 bool SharedGroup::chooseDirect(DirectCall call, std::uint64_t bytes) {
   if (directReads_ != DirectReads::kAuto) return directReads_ == DirectReads::kAlways;
   DirectStats& s = directStatsOf(call, bytes);
   const std::uint32_t n = s.calls++;
-  if (s.nsPerByte[0] == 0) return false;  // the arena first, then a direct call
-  if (s.nsPerByte[1] == 0) return true;
-  const bool faster = s.nsPerByte[1] < s.nsPerByte[0];
+  if (s.recorded[0] == 0) return false;  // the arena first, then a direct call
+  if (s.recorded[1] == 0) return true;
+  const bool faster = s.typical(1) < s.typical(0);
   return n % 16 == 15 ? !faster : faster;
 }
 
@@ -102,10 +116,9 @@ void SharedGroup::recordDirect(DirectCall call, std::uint64_t bytes, bool direct
                                std::chrono::nanoseconds took) noexcept {
   if (bytes == 0) return;
   DirectStats& s = directStatsOf(call, bytes);
-  const double perByte =
-      std::max(1e-6, static_cast<double>(took.count()) / static_cast<double>(bytes));
-  double& average = s.nsPerByte[direct ? 1 : 0];
-  average = average == 0 ? perByte : 0.5 * (average + perByte);
+  const int way = direct ? 1 : 0;
+  s.nsPerByte[way][s.recorded[way]++ % 3] =
+      static_cast<double>(took.count()) / static_cast<double>(bytes);
 }
 
 void SharedGroup::checkCall(int member, const Waiting& waiting) {

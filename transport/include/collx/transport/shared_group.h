@@ -115,7 +115,8 @@ class SharedGroup {
   virtual void readFrom(int member, std::uint64_t address, void* dst, std::uint64_t bytes,
                         const Waiting& waiting) = 0;
   // For a call of `bytes` that this member leads: true to move it by direct reads. kAuto
-  // takes the way that took less time per byte for calls of about this size, and tries the
+  // takes the way that took less time per byte for calls of about this size (the median of
+  // its last 3 calls: one call that lost its core does not flip the choice), and tries the
   // other one call in 16 (the machine's state changes).
   bool chooseDirect(DirectCall call, std::uint64_t bytes);
   // What such a call took, for chooseDirect().
@@ -175,8 +176,11 @@ class SharedGroup {
 
  private:
   struct DirectStats {
-    double nsPerByte[2] = {0, 0};  // [arena, direct]; 0: not measured yet
+    double nsPerByte[2][3] = {};  // [arena, direct][the last 3 calls]
+    std::uint32_t recorded[2] = {0, 0};
     std::uint32_t calls = 0;
+    // The median of the way's last calls (the mean of 2, the one; 0: not measured yet).
+    double typical(int way) const noexcept;
   };
   DirectReads directReads_ = DirectReads::kNever;
   DirectStats directStats_[3][64];
