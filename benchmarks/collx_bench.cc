@@ -74,7 +74,8 @@ Sweeps message sizes for one collective and prints, per size: size, count, type,
   -o, --op OP            sum (default) prod min max avg band bor bxor
   -r, --root R           root of broadcast, reduce, gather, scatter (default 0)
       --in-place         allreduce, allgather(v) in place (default: out of place)
-  -w, --warmup N         warmup calls (default: 1 + about 20 ms worth, at most 50)
+  -w, --warmup N         warmup calls (default: 1 + about 20 ms worth, at least 8, at most
+                         50)
   -n, --iters N          timed calls (default: enough for --min-time, 5..10000)
       --min-time T       time spent per size when -n is unset (default 0.3s)
       --no-check         skip the checked call
@@ -498,7 +499,9 @@ class Bench {
     // Back-to-back rooted calls pipeline (a non-root may leave before the root is done).
     const std::string l = layoutOf(c);
     const bool fence = l == "broadcast" || l == "reduce" || l == "gather" || l == "scatter";
-    // Warmup: one call, then about 20 ms worth (at most 50 calls).
+    // Warmup: one call, then about 20 ms worth, at least 8 calls (the shm collectives that may
+    // read directly try both ways in their first 6 calls of a size: COLLX_SHM_DIRECT=auto),
+    // at most 50.
     auto t0 = Clock::now();
     call(count, in, out);
     double first = seconds(Clock::now() - t0);
@@ -508,7 +511,7 @@ class Bench {
     collx::allreduce(ctx_, &first, &first, 1, DataType::kFloat64, slowestFirst);
     int warmup = a_.warmup >= 0
                      ? a_.warmup
-                     : static_cast<int>(std::clamp(0.02 / std::max(first, 1e-7), 0.0, 50.0));
+                     : static_cast<int>(std::clamp(0.02 / std::max(first, 1e-7), 8.0, 50.0));
     for (int i = 0; i < warmup; ++i) {
       if (fence) collx::barrier(ctx_);
       call(count, in, out);

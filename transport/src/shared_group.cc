@@ -106,8 +106,9 @@ bool SharedGroup::chooseDirect(DirectCall call, std::uint64_t bytes) {
   if (directReads_ != DirectReads::kAuto) return directReads_ == DirectReads::kAlways;
   DirectStats& s = directStatsOf(call, bytes);
   const std::uint32_t n = s.calls++;
-  if (s.recorded[0] == 0) return false;  // the arena first, then a direct call
-  if (s.recorded[1] == 0) return true;
+  // The first calls alternate, the group buffers first, until each way has 3 (a first call
+  // may pay for touching fresh pages: the median leaves it out).
+  if (s.recorded[0] < 3 || s.recorded[1] < 3) return n % 2 == 1;
   const bool faster = s.typical(1) < s.typical(0);
   return n % 16 == 15 ? !faster : faster;
 }

@@ -40,6 +40,7 @@ constexpr std::uint64_t kOneShotBytes = 4 * 1024;
 // Direct reads from 256 KiB, in chunks of 256 KiB (P=2, 64 MiB: 15-20 ms for chunks of 64
 // KiB up to 1 MiB alike).
 constexpr std::uint64_t kDirectMin = 256 * 1024, kDirectChunk = 256 * 1024;
+constexpr std::uint64_t kDirectOversubscribedMin = 32 << 20;
 
 // Direct reads, after the first use (`use`) carried every member's offer.
 void directReads(Call& c, std::uint64_t use) {
@@ -147,9 +148,13 @@ void allreduce(Call& c) {
     return;
   }
   const transport::DirectReads how = c.g.directReads();
-  // (Also when ranks outnumber cores, unlike broadcast and allgather: measured P=4 on 2 cores,
-  // 64 MiB, direct reads 48-49 ms, the group buffers 27-74 ms.)
-  if (bytes >= kDirectMin && how != transport::DirectReads::kNever) {
+  // When ranks outnumber cores, only up to 4 ranks and from 32 MiB (measured on 2 cores: P=4,
+  // 64 MiB, direct reads 44-57 ms, the group buffers 21-30 in good periods and 67-80 in slow
+  // ones; P=8 never gained: 1 MiB 1.0-1.9 ms against 0.5-0.6, 16 MiB 24-25 against 10-11).
+  // (Every rank decides this alike: the size, the ranks and oversubscribed() are agreed.)
+  if (bytes >= kDirectMin && how != transport::DirectReads::kNever &&
+      (how == transport::DirectReads::kAlways || !c.g.oversubscribed() ||
+       (c.size <= 4 && bytes >= kDirectOversubscribedMin))) {
     const auto start = std::chrono::steady_clock::now();
     const std::uint64_t use = c.g.nextUse();
     const bool lead = c.me == 0;

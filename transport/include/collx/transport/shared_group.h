@@ -115,9 +115,10 @@ class SharedGroup {
   virtual void readFrom(int member, std::uint64_t address, void* dst, std::uint64_t bytes,
                         const Waiting& waiting) = 0;
   // For a call of `bytes` that this member leads: true to move it by direct reads. kAuto
-  // takes the way that took less time per byte for calls of about this size (the median of
-  // its last 3 calls: one call that lost its core does not flip the choice), and tries the
-  // other one call in 16 (the machine's state changes).
+  // alternates for the first 6 calls of a kind and size class, then takes the way that took
+  // less time per byte (the median of its last 3 calls: a first call that touched fresh
+  // pages, or one that lost its core, does not decide), and tries the other one call in 16
+  // (the machine's state changes).
   bool chooseDirect(DirectCall call, std::uint64_t bytes);
   // What such a call took, for chooseDirect().
   void recordDirect(DirectCall call, std::uint64_t bytes, bool direct,
