@@ -16,7 +16,7 @@ namespace collx::algorithms::shared {
 
 namespace {
 
-constexpr std::uint64_t kDirectMin = 64 * 1024;
+constexpr std::uint64_t kDirectMin = 64 * 1024, kDirectOversubscribedMin = 1 << 20;
 
 void inPieces(Call& c) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
@@ -44,9 +44,9 @@ void inPieces(Call& c) {
 void allgather(Call& c) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
   const std::uint64_t bytes = block * static_cast<std::uint64_t>(c.size);
-  const transport::DirectReads how = c.g.directReads();
-  if (bytes < kDirectMin || how == transport::DirectReads::kNever ||
-      (how == transport::DirectReads::kAuto && c.g.oversubscribed())) {
+  // When ranks outnumber cores, from 1 MiB gathered (P=4 on 2 cores, 4 MiB gathered: direct
+  // 846-887 us, pieces 542-621, Open MPI 742-1171).
+  if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
     inPieces(c);
     return;
   }

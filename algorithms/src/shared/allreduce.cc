@@ -147,14 +147,10 @@ void allreduce(Call& c) {
     c.reduceAll(c.out, src.data(), 0, n);
     return;
   }
-  const transport::DirectReads how = c.g.directReads();
-  // When ranks outnumber cores, only up to 4 ranks and from 32 MiB (measured on 2 cores: P=4,
-  // 64 MiB, direct reads 44-57 ms, the group buffers 21-30 in good periods and 67-80 in slow
-  // ones; P=8 never gained: 1 MiB 1.0-1.9 ms against 0.5-0.6, 16 MiB 24-25 against 10-11).
-  // (Every rank decides this alike: the size, the ranks and oversubscribed() are agreed.)
-  if (bytes >= kDirectMin && how != transport::DirectReads::kNever &&
-      (how == transport::DirectReads::kAlways || !c.g.oversubscribed() ||
-       (c.size <= 4 && bytes >= kDirectOversubscribedMin))) {
+  // When ranks outnumber cores, from 32 MiB (measured on 2 cores: P=4, 64 MiB, direct reads
+  // 44-57 ms, the group buffers 21-30 in good periods and 67-80 in slow ones; P=8 never
+  // gained: 1 MiB 1.0-1.9 ms against 0.5-0.6, 16 MiB 24-25 against 10-11).
+  if (c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
     const auto start = std::chrono::steady_clock::now();
     const std::uint64_t use = c.g.nextUse();
     const bool lead = c.me == 0;

@@ -26,7 +26,7 @@ namespace collx::algorithms::shared {
 
 namespace {
 
-constexpr std::uint64_t kDirectMin = 64 * 1024;
+constexpr std::uint64_t kDirectMin = 64 * 1024, kDirectOversubscribedMin = ~std::uint64_t{0};
 
 // Returns the last use.
 std::uint64_t inPieces(Call& c) {
@@ -66,15 +66,17 @@ std::uint64_t inPieces(Call& c) {
 
 void broadcast(Call& c) {
   const std::uint64_t bytes = c.p.count * c.p.elementSize;
-  // (Not when ranks outnumber cores, unless asked to always: the root's wait for every
-  // reader then costs more than the pieces, measured P=4 on 2 cores: 64 KiB 19.1-21.8 us
-  // against 8.5-11.8.)
-  const transport::DirectReads how = c.g.directReads();
-  if (bytes < kDirectMin || how == transport::DirectReads::kNever ||
-      (how == transport::DirectReads::kAuto && c.g.oversubscribed())) {
+  // Not when ranks outnumber cores (unless always): the root's wait for every reader costs
+  // more than the pieces (P=4 on 2 cores: 64 KiB 19.1-21.8 us against 8.5-11.8), and from 1
+  // MiB, where direct reads hold Open MPI's speed when the pieces slow down (1 MiB: direct
+  // 191-367 us, pieces 129-137 and 592 in a slow round, Open MPI 277-1000), the root's
+  // timing led auto astray: 1 MiB 140-377 us against the pieces' 90-117, 4 MiB 0.7-2.1 ms
+  // against 0.5.
+  if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
     inPieces(c);
     return;
   }
+  const transport::DirectReads how = c.g.directReads();
   const int root = c.p.root;
   const auto start = std::chrono::steady_clock::now();
   const std::uint64_t use = c.g.nextUse();

@@ -41,6 +41,18 @@ class Call {
   // Member m's payload of `use` (this rank's own without waiting).
   const std::uint8_t* await(int m, std::uint64_t use) { return g.await(m, use, header_, waiting_); }
   std::uint64_t bufferBytes() const { return g.bufferBytes(); }
+  // Whether a call of `bytes` may read directly: its first use then carries the leading
+  // member's Offer. From `min` bytes, where every member can read every other's memory
+  // (directReads() is not never); when ranks outnumber cores (unless always), only up to 4
+  // ranks and from `oversubscribedMin`. Every member decides alike: the size, the ranks,
+  // directReads() and oversubscribed() are agreed.
+  bool mayReadDirectly(std::uint64_t bytes, std::uint64_t min,
+                       std::uint64_t oversubscribedMin) const {
+    const transport::DirectReads how = g.directReads();
+    if (bytes < min || how == transport::DirectReads::kNever) return false;
+    return how == transport::DirectReads::kAlways || !g.oversubscribed() ||
+           (size <= 4 && bytes >= oversubscribedMin);
+  }
   // Begins, fills with an Offer and publishes the next use.
   void offer(bool direct, const void* input, const void* output = nullptr) {
     std::uint8_t* mine = begin();
