@@ -688,8 +688,9 @@ TEST(SharedMemory, AllgathersReadDirectlyOrInPiecesGiveEveryRanksBlock) {
     GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
   }
   forEachDirectWay([&](const char* direct, int P, World& world) {
-    for (std::uint64_t block : {std::uint64_t{65536 / P - 1}, std::uint64_t{65536 / P + 1},
-                                std::uint64_t{100003}, std::uint64_t{(1 << 20) + 13}}) {
+    const std::uint64_t around64K = 65536 / static_cast<std::uint64_t>(P);  // gathered
+    for (std::uint64_t block :
+         {around64K - 1, around64K + 1, std::uint64_t{100003}, std::uint64_t{(1 << 20) + 13}}) {
       for (int time = 0; time < 4; ++time) {
         const bool inPlace = time % 2 == 1;
         const auto total = block * static_cast<std::uint64_t>(P);
