@@ -90,6 +90,22 @@ TEST(ShmProcesses, LargeCollectivesReadOtherRanksBuffersWithProcessVmReadv) {
   }
 }
 
+// auto: rank 0 (member 0) alternates for the first 6 allreduces of 1.2 MB, then says at
+// debug level which way it takes and why; the other rank decides nothing.
+TEST(ShmProcesses, AutoSaysWhichWayItTakesForASizeAndWhy) {
+  Ranks job(2, {"loop", "300000", "10"}, [](int) {
+    return std::map<std::string, std::string>{{"COLLX_TRANSPORT", "shm"},
+                                              {"COLLX_SHM_DIRECT", "auto"},
+                                              {"COLLX_LOG_LEVEL", "warn,collx.shm=debug"}};
+  });
+  job.expectSuccess();
+  const std::string said = "shm allreduce of 2^20 to 2^21 bytes: ";
+  EXPECT_NE(job.rank(0).err().find(said), std::string::npos) << job.rank(0).err();
+  EXPECT_NE(job.rank(0).err().find("(the median of the last 3 calls: "), std::string::npos)
+      << job.rank(0).err();
+  EXPECT_EQ(job.rank(1).err().find(said), std::string::npos) << job.rank(1).err();
+}
+
 TEST(ShmProcesses, CmaTurnedOffCopiesEverythingThroughTheRing) {
   Ranks job(3, {"sweep", "70001"}, [](int) {
     return std::map<std::string, std::string>{

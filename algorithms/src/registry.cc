@@ -287,12 +287,15 @@ const std::vector<SelectionRule>& defaultSelection() {
       // Rows naming shm apply only when every rank shares memory with the others (the
       // selection skips them otherwise). Measured with collx-bench through collx-run on
       // this 2-core machine, best of 2 runs per algorithm (benchmarks/README.md): shm wins
-      // everywhere but at P = 2 for allreduce between 32 KiB and 4 MiB, where its copies
+      // everywhere but at P = 2 for allreduce from 32 KiB up to 1 MiB, where its copies
       // through the buffers cost more than halving-doubling's single exchange of halves
-      // (64 KiB: 7.8 us against 10.6). (One sweep had binomial ahead of shm for broadcast at
+      // (64 KiB: 7.8-9.0 us against 12.7-14.2; 256 KiB 20.6-22.9 against 33.6-39.0). From 1
+      // MiB shm is as fast (1 MiB 100-134 us against 116-133) and keeps its speed in the
+      // slow periods through its direct reads (one such round: 1 MiB 100 against 533, 4 MiB
+      // 507 against 1734). (One sweep had binomial ahead of shm for broadcast at
       // P = 8 from 64 KiB; three interleaved reruns had shm ahead from 1 MiB by 2-3x: 1 MiB
       // 194-250 us against 490-655, 4 MiB 1067-1157 against 3162-3718.)
-      {Collective::kAllreduce, 2, 2, 32 * 1024, 4 * 1024 * 1024, "halving_doubling", true},
+      {Collective::kAllreduce, 2, 2, 32 * 1024, 1024 * 1024 - 1, "halving_doubling", true},
       {Collective::kAllreduce, 2, kMax, 0, kAny, "shm"},
       {Collective::kReduceScatter, 2, kMax, 0, kAny, "shm"},
       {Collective::kBroadcast, 2, kMax, 0, kAny, "shm"},

@@ -180,6 +180,7 @@ class SharedGroup {
     double nsPerByte[2][3] = {};  // [arena, direct][the last 3 calls]
     std::uint32_t recorded[2] = {0, 0};
     std::uint32_t calls = 0;
+    std::int8_t chosen = -1;  // the way last taken for speed (not to try the other), -1: none
     // The median of the way's last calls (the mean of 2, the one; 0: not measured yet).
     double typical(int way) const noexcept;
   };
