@@ -8,7 +8,6 @@
 // publishes, and returns once all have.
 //   direct: 2 uses; per rank: (P-1) n read (and its own block copied, unless in place).
 #include <algorithm>
-#include <chrono>
 
 #include "shared.h"
 
@@ -39,6 +38,24 @@ void inPieces(Call& c) {
   } while (off < block);
 }
 
+// Every rank copies every other's block out of that rank's input, after the first use
+// (`use`) carried every member's offer, publishes, and returns once all have.
+void directReads(Call& c, std::uint64_t use) {
+  const std::uint64_t block = c.p.count * c.p.elementSize;
+  std::uint8_t* own = c.out + block * static_cast<std::uint64_t>(c.me);
+  if (own != c.in) copyBytes(own, c.in, block);
+  for (int k = 1; k < c.size; ++k) {  // each from its next member on, to spread the reads
+    const int m = (c.me + k) % c.size;
+    c.readFrom(m, c.offerOf(m, use).input, c.out + block * static_cast<std::uint64_t>(m), block);
+  }
+  c.begin();
+  c.publish();
+  // Every member's block stays valid until all have read it.
+  for (int m = 0; m < c.size; ++m) {
+    if (m != c.me) c.await(m, use + 1);
+  }
+}
+
 }  // namespace
 
 void allgather(Call& c) {
@@ -50,32 +67,9 @@ void allgather(Call& c) {
     inPieces(c);
     return;
   }
-  const auto start = std::chrono::steady_clock::now();
-  const std::uint64_t use = c.g.nextUse();
-  const bool lead = c.me == 0;
-  const bool chosen = lead && c.g.chooseDirect(transport::DirectCall::kAllgather, bytes);
-  c.offer(chosen, c.in);
-  const bool direct = lead ? chosen : c.offerOf(0, use).direct;
-  if (!direct) {
-    inPieces(c);
-  } else {
-    std::uint8_t* own = c.out + block * static_cast<std::uint64_t>(c.me);
-    if (own != c.in) copyBytes(own, c.in, block);
-    for (int k = 1; k < c.size; ++k) {  // each from its next member on, to spread the reads
-      const int m = (c.me + k) % c.size;
-      c.readFrom(m, c.offerOf(m, use).input, c.out + block * static_cast<std::uint64_t>(m), block);
-    }
-    c.begin();
-    c.publish();
-    // Every member's block stays valid until all have read it.
-    for (int m = 0; m < c.size; ++m) {
-      if (m != c.me) c.await(m, use + 1);
-    }
-  }
-  if (lead) {
-    c.g.recordDirect(transport::DirectCall::kAllgather, bytes, direct,
-                     std::chrono::steady_clock::now() - start);
-  }
+  c.ledByMemberZero(
+      transport::DirectCall::kAllgather, bytes, [&c](std::uint64_t use) { directReads(c, use); },
+      [&c] { inPieces(c); });
 }
 
 }  // namespace collx::algorithms::shared

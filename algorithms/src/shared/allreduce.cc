@@ -24,7 +24,6 @@
 //   (P-1) n / P elements reduced.
 // Every element is reduced by one rank in rank order: bit-identical results everywhere.
 #include <algorithm>
-#include <chrono>
 #include <vector>
 
 #include "shared.h"
@@ -42,6 +41,13 @@ constexpr std::uint64_t kOneShotBytes = 4 * 1024;
 constexpr std::uint64_t kDirectMin = 256 * 1024, kDirectChunk = 256 * 1024;
 constexpr std::uint64_t kDirectOversubscribedMin = 32 << 20;
 
+// The P sources of a reduction (this thread's, reused).
+std::vector<const std::uint8_t*>& sources(int P) {
+  thread_local std::vector<const std::uint8_t*> src;
+  src.resize(static_cast<std::size_t>(P));
+  return src;
+}
+
 // Direct reads, after the first use (`use`) carried every member's offer.
 void directReads(Call& c, std::uint64_t use) {
   const std::uint64_t es = c.p.elementSize;
@@ -49,10 +55,9 @@ void directReads(Call& c, std::uint64_t use) {
   const auto P = static_cast<std::uint64_t>(c.size);
   const auto me = static_cast<std::uint64_t>(c.me);
   thread_local std::vector<Offer> offers;
-  thread_local std::vector<const std::uint8_t*> src;
   thread_local std::vector<std::uint8_t> scratch;
   offers.resize(P);
-  src.resize(P);
+  std::vector<const std::uint8_t*>& src = sources(c.size);
   for (int m = 0; m < c.size; ++m) offers[static_cast<std::size_t>(m)] = c.offerOf(m, use);
   const std::uint64_t chunk = std::max<std::uint64_t>(1, kDirectChunk / es);
   scratch.resize(chunk * es * P);
@@ -100,8 +105,7 @@ void directReads(Call& c, std::uint64_t use) {
 void inRounds(Call& c) {
   const std::uint64_t es = c.p.elementSize;
   const std::uint64_t n = c.p.count;
-  thread_local std::vector<const std::uint8_t*> src;
-  src.resize(static_cast<std::size_t>(c.size));
+  std::vector<const std::uint8_t*>& src = sources(c.size);
   const std::uint64_t perRound = c.bufferBytes() / es;
   const auto P = static_cast<std::uint64_t>(c.size);
   const auto me = static_cast<std::uint64_t>(c.me);
@@ -136,9 +140,8 @@ void allreduce(Call& c) {
   const std::uint64_t es = c.p.elementSize;
   const std::uint64_t n = c.p.count;
   const std::uint64_t bytes = n * es;
-  thread_local std::vector<const std::uint8_t*> src;
-  src.resize(static_cast<std::size_t>(c.size));
   if (bytes <= std::min<std::uint64_t>(kOneShotBytes, c.bufferBytes())) {
+    std::vector<const std::uint8_t*>& src = sources(c.size);
     const std::uint64_t use = c.g.nextUse();
     std::uint8_t* mine = c.begin();
     if (bytes > 0) copyBytes(mine, c.in, bytes);
@@ -151,21 +154,9 @@ void allreduce(Call& c) {
   // 44-57 ms, the group buffers 21-30 in good periods and 67-80 in slow ones; P=8 never
   // gained: 1 MiB 1.0-1.9 ms against 0.5-0.6, 16 MiB 24-25 against 10-11).
   if (c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
-    const auto start = std::chrono::steady_clock::now();
-    const std::uint64_t use = c.g.nextUse();
-    const bool lead = c.me == 0;
-    const bool chosen = lead && c.g.chooseDirect(transport::DirectCall::kAllreduce, bytes);
-    c.offer(chosen, c.in, c.out);
-    const bool direct = lead ? chosen : c.offerOf(0, use).direct;
-    if (direct) {
-      directReads(c, use);
-    } else {
-      inRounds(c);
-    }
-    if (lead) {
-      c.g.recordDirect(transport::DirectCall::kAllreduce, bytes, direct,
-                       std::chrono::steady_clock::now() - start);
-    }
+    c.ledByMemberZero(
+        transport::DirectCall::kAllreduce, bytes, [&c](std::uint64_t use) { directReads(c, use); },
+        [&c] { inRounds(c); });
     return;
   }
   inRounds(c);

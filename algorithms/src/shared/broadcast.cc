@@ -6,10 +6,10 @@
 // against 99 in eighths and 121 in 32nds). More ranks: eighths (at least 8 KiB, at most B);
 // halves when ranks outnumber cores.
 //   ceil(n / piece) uses; per rank: n bytes copied (root: in; others: out), concurrently.
-// From 64 KiB, when every rank can read every other's memory
-// (SharedGroup::directReads), a first use carries the root's choice (SharedGroup::chooseDirect):
-// the pieces above, or direct reads: every other rank copies the whole vector out of the root's own
-// buffer (process_vm_readv, one copy) and publishes; the root returns once all have.
+// From 64 KiB, when every rank can read every other's memory (SharedGroup::directReads), a
+// first use carries the root's choice (SharedGroup::chooseDirect): the pieces above, or
+// direct reads: every other rank copies the whole vector out of the root's own buffer
+// (process_vm_readv, one copy) and publishes; the root returns once all have.
 //   direct: 1 use; per rank but the root: n bytes read from the root's buffer.
 // (Reading lines the root wrote long ago, not lines it has just written into its group
 // buffers: on a VM whose cores at times hand data to each other 2-5x slower, those copies

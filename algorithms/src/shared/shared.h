@@ -2,6 +2,7 @@
 // view of the group (its header, deadline and name) and the rank-order reduction.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 
@@ -52,6 +53,26 @@ class Call {
     if (bytes < min || how == transport::DirectReads::kNever) return false;
     return how == transport::DirectReads::kAlways || !g.oversubscribed() ||
            (size <= 4 && bytes >= oversubscribedMin);
+  }
+  // A call that member 0 leads and that may read directly (allgather, allreduce): its first
+  // use offers this member's input and output and carries member 0's choice; then
+  // `direct(use)` (that first use) or `buffers()` runs, and member 0 records how long the
+  // whole call took (SharedGroup::recordDirect).
+  template <class Direct, class Buffers>
+  void ledByMemberZero(transport::DirectCall kind, std::uint64_t bytes, Direct&& direct,
+                       Buffers&& buffers) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::uint64_t use = g.nextUse();
+    const bool lead = me == 0;
+    const bool chosen = lead && g.chooseDirect(kind, bytes);
+    offer(chosen, in, out);
+    const bool reads = lead ? chosen : offerOf(0, use).direct;
+    if (reads) {
+      direct(use);
+    } else {
+      buffers();
+    }
+    if (lead) g.recordDirect(kind, bytes, reads, std::chrono::steady_clock::now() - start);
   }
   // Begins, fills with an Offer and publishes the next use.
   void offer(bool direct, const void* input, const void* output = nullptr) {

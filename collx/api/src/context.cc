@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <iterator>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -215,7 +215,8 @@ void Context::connect(const ContextOptions& options) {
   const auto* names = std::begin(transport::kDirectReadsNames);
   const auto* named = std::find(names, std::end(transport::kDirectReadsNames), direct);
   if (named == std::end(transport::kDirectReadsNames)) {
-    throw InvalidArgument(where, "COLLX_SHM_DIRECT='" + direct + "': expected auto, never or always");
+    throw InvalidArgument(where,
+                          "COLLX_SHM_DIRECT='" + direct + "': expected auto, never or always");
   }
   const auto directReads = static_cast<transport::DirectReads>(named - names);
   const std::string arena = config.getString("COLLX_SHM_ARENA");
@@ -296,9 +297,9 @@ void Context::connect(const ContextOptions& options) {
     // And whether every rank can read every other's memory (direct reads in the group).
     constexpr std::uint8_t kWhole = 1, kSpins = 2, kReads = 4;
     const std::uint8_t all = detail::everyRank(
-        *runtime_, static_cast<std::uint8_t>((whole ? kWhole : 0) |
-                                             (engine.spin.count() > 0 ? kSpins : 0) |
-                                             (whole && group->canReadPeers() ? kReads : 0)));
+        *runtime_,
+        static_cast<std::uint8_t>((whole ? kWhole : 0) | (engine.spin.count() > 0 ? kSpins : 0) |
+                                  (whole && group->canReadPeers() ? kReads : 0)));
     if (all & kWhole) {
       runtime_->group = group;
       const auto spin = (all & kSpins) ? engine.spin : std::chrono::microseconds(0);

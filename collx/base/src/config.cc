@@ -83,8 +83,8 @@ const std::vector<ConfigVar>& configVars() {
        "rank measured faster lately for that size (trying the other one call in 16; when "
        "ranks outnumber cores, broadcast never, allgather from 1 MiB and allreduce from 32 "
        "MiB, up to 4 ranks); 'never' or 'always' one way. Direct reads need every rank able "
-       "to read every other's memory "
-       "(COLLX_SHM_CMA=1 and the probe passing everywhere). Measured on a 2-vCPU VM whose "
+       "to read every other's memory (COLLX_SHM_CMA=1 and the probe passing everywhere). "
+       "Measured on a 2-vCPU VM whose "
        "cores hand data to each other 2-5x slower at times: P=2 allreduce of 64 MiB 9-10 ms "
        "through the buffers in a good period, 45 in a slow one, 15-20 read directly in "
        "either."},

@@ -47,9 +47,9 @@ struct WaitPolicy {
   std::chrono::microseconds yield{1000};
 };
 
-// Whether a large broadcast, allgather or allreduce may go as single copies out of the members' own
-// buffers (readFrom) instead of through their group buffers: never, when the leading
-// member's timing of both says so (auto), or always.
+// Whether a large broadcast, allgather or allreduce may go as single copies out of the
+// members' own buffers (readFrom) instead of through their group buffers: never, when the
+// leading member's timing of both says so (auto), or always.
 enum class DirectReads { kNever, kAuto, kAlways };
 // The calls that may read directly, each timed apart (chooseDirect).
 enum class DirectCall { kBroadcast, kAllgather, kAllreduce };
