@@ -6,7 +6,10 @@
 #   benchmarks/compare/run.sh [BUILD_DIR] [OUT_DIR]
 # Knobs: PS="2 4", SIZES=..., COLL=allreduce, ONLY="collx gloo mpi torch limits",
 #        MIN_TIME=0.3, REPEAT=1 (rounds; every implementation runs once per round and the
-#        table takes each one's best round: the machine is noisy), PEERS=path/to/shared/peers,
+#        table takes each one's best round: the machine is noisy), PER_SIZE=0 (1: every
+#        implementation runs one size at a time, back to back, so that each round's figures
+#        of a size come from the same few seconds: the table then also gives the median
+#        over rounds of each round's ratio), PEERS=path/to/shared/peers,
 #        TRANSPORT=tcp (collx's COLLX_TRANSPORT: tcp against the peers' TCP; shm or auto take
 #        shared memory between local ranks, and Open MPI then runs on its shared-memory default)
 set -euo pipefail
@@ -23,6 +26,7 @@ TRANSPORT=${TRANSPORT:-tcp}
 MIN_TIME=${MIN_TIME:-0.3}
 ONLY=${ONLY:-"collx gloo mpi torch limits"}
 REPEAT=${REPEAT:-1}
+PER_SIZE=${PER_SIZE:-0}
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 
 # The peers build in a scratch copy (the shared folder is read-only).
@@ -32,7 +36,7 @@ if [ ! -x "$work/bin/gloo_bench" ]; then
   make -s -C "$work" all >/dev/null
 fi
 csv=$out/results.csv
-echo "impl,transport,collective,algorithm,P,bytes,time_us,algbw_GBps,busbw_GBps,correct" > "$csv"
+echo "impl,transport,collective,algorithm,P,bytes,time_us,algbw_GBps,busbw_GBps,correct,round" > "$csv"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo
         --mca btl_tcp_if_include lo --mca pml ob1 --mca btl tcp,self)
 : > "$out/limits.txt"
@@ -51,40 +55,49 @@ for P in $PS; do
       fi
     fi
   fi
-  if want collx; then
-    # The peers all reduce in place (MPI_IN_PLACE, Gloo's and torch's in-place tensors).
-    inplace=$([ "$COLL" = allreduce ] && echo --in-place || true)
-    # The peers' allgather sizes are per rank, collx-bench's the whole gathered buffer.
-    sizes=$SIZES
-    if [ "$COLL" = allgather ]; then
-      sizes=$(echo "$SIZES" | tr ',' '\n' | awk -v P="$P" '{printf "%s%d", (NR > 1 ? "," : ""), $1 * P}')
+  chunks=$SIZES
+  [ "$PER_SIZE" = 1 ] && chunks=$(echo "$SIZES" | tr ',' ' ')
+  for chunk in $chunks; do
+    if want collx; then
+      # The peers all reduce in place (MPI_IN_PLACE, Gloo's and torch's in-place tensors).
+      inplace=$([ "$COLL" = allreduce ] && echo --in-place || true)
+      # The peers' allgather sizes are per rank, collx-bench's the whole gathered buffer.
+      sizes=$chunk
+      if [ "$COLL" = allgather ]; then
+        sizes=$(echo "$chunk" | tr ',' '\n' \
+          | awk -v P="$P" '{printf "%s%d", (NR > 1 ? "," : ""), $1 * P}')
+      fi
+      COLLX_TRANSPORT=$TRANSPORT "$build/bin/collx-run" -n "$P" -- \
+        "$build/bin/collx-bench" -c "$COLL" --sizes "$sizes" \
+        --min-time "$MIN_TIME" $inplace --csv "$out/collx_p$P.csv" > "$out/collx_p$P.txt"
+      # into the peers' CSV shape
+      grep -v '^#' "$out/collx_p$P.csv" | tail -n +2 \
+        | while IFS=, read -r size count dtype t p50 p99 alg bus wrong algo; do
+          ok=$([ "$wrong" = 0 ] && echo 1 || echo 0)
+          echo "collx,$TRANSPORT,$COLL,default,$P,$size,$t,$alg,$bus,$ok,$round"
+        done >> "$csv"
     fi
-    COLLX_TRANSPORT=$TRANSPORT "$build/bin/collx-run" -n "$P" -- \
-      "$build/bin/collx-bench" -c "$COLL" --sizes "$sizes" \
-      --min-time "$MIN_TIME" $inplace --csv "$out/collx_p$P.csv" > "$out/collx_p$P.txt"
-    # into the peers' CSV shape
-    grep -v '^#' "$out/collx_p$P.csv" | tail -n +2 | while IFS=, read -r size count dtype t p50 p99 alg bus wrong algo; do
-      echo "collx,$TRANSPORT,$COLL,default,$P,$size,$t,$alg,$bus,$([ "$wrong" = 0 ] && echo 1 || echo 0)"
-    done >> "$csv"
-  fi
-  if want gloo; then
-    "$work/bin/gloo_bench" -p "$P" --colls "$COLL" --sizes "$SIZES" --min-time "$MIN_TIME" \
-      2> "$out/gloo_p$P.log" | grep '^gloo,' >> "$csv" || true
-  fi
-  if want mpi; then
-    if [ "$TRANSPORT" = tcp ]; then
-      "${MPIRUN[@]}" -np "$P" "$work/bin/mpi_bench" --transport tcp --colls "$COLL" \
-        --sizes "$SIZES" --min-time "$MIN_TIME" 2> "$out/mpi_p$P.log" | grep '^ompi,' >> "$csv" || true
-    else
-      mpirun --allow-run-as-root --oversubscribe -np "$P" "$work/bin/mpi_bench" --transport shm \
-        --colls "$COLL" --sizes "$SIZES" --min-time "$MIN_TIME" 2> "$out/mpi_p$P.log" \
-        | grep '^ompi,' >> "$csv" || true
+    if want gloo; then
+      "$work/bin/gloo_bench" -p "$P" --colls "$COLL" --sizes "$chunk" --min-time "$MIN_TIME" \
+        2> "$out/gloo_p$P.log" | grep '^gloo,' | sed "s/\$/,$round/" >> "$csv" || true
     fi
-  fi
-  if want torch; then
-    /usr/bin/python3 "$work/torch_bench.py" -p "$P" --colls "$COLL" --sizes "$SIZES" \
-      --min-time "$MIN_TIME" 2> "$out/torch_p$P.log" | grep '^torch,' >> "$csv" || true
-  fi
+    if want mpi; then
+      if [ "$TRANSPORT" = tcp ]; then
+        "${MPIRUN[@]}" -np "$P" "$work/bin/mpi_bench" --transport tcp --colls "$COLL" \
+          --sizes "$chunk" --min-time "$MIN_TIME" 2> "$out/mpi_p$P.log" \
+          | grep '^ompi,' | sed "s/\$/,$round/" >> "$csv" || true
+      else
+        mpirun --allow-run-as-root --oversubscribe -np "$P" "$work/bin/mpi_bench" --transport shm \
+          --colls "$COLL" --sizes "$chunk" --min-time "$MIN_TIME" 2> "$out/mpi_p$P.log" \
+          | grep '^ompi,' | sed "s/\$/,$round/" >> "$csv" || true
+      fi
+    fi
+    if want torch; then
+      /usr/bin/python3 "$work/torch_bench.py" -p "$P" --colls "$COLL" --sizes "$chunk" \
+        --min-time "$MIN_TIME" 2> "$out/torch_p$P.log" \
+        | grep '^torch,' | sed "s/\$/,$round/" >> "$csv" || true
+    fi
+  done
 done
 done
 /usr/bin/python3 "$here/ratios.py" "$csv" "$COLL" | tee "$out/ratios.md"
