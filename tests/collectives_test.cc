@@ -681,16 +681,16 @@ TEST(SharedMemory, BroadcastsReadFromTheRootOrInPiecesGiveTheRootsBytes) {
   });
 }
 
-// Allgathers from 64 KiB gathered may read every rank's block straight out of its buffer:
+// Allgathers from 16 KiB gathered may read every rank's block straight out of its buffer:
 // each way gives every rank every block, in place or not, with other calls in between.
 TEST(SharedMemory, AllgathersReadDirectlyOrInPiecesGiveEveryRanksBlock) {
   if (!test::worldsShareMemory()) {
     GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
   }
   forEachDirectWay([&](const char* direct, int P, World& world) {
-    const std::uint64_t around64K = 65536 / static_cast<std::uint64_t>(P);  // gathered
+    const std::uint64_t around16K = 16384 / static_cast<std::uint64_t>(P);  // gathered
     for (std::uint64_t block :
-         {around64K - 1, around64K + 1, std::uint64_t{100003}, std::uint64_t{(1 << 20) + 13}}) {
+         {around16K - 1, around16K + 1, std::uint64_t{100003}, std::uint64_t{(1 << 20) + 13}}) {
       for (int time = 0; time < 4; ++time) {
         const bool inPlace = time % 2 == 1;
         const auto total = block * static_cast<std::uint64_t>(P);

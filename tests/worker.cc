@@ -109,9 +109,9 @@ std::string sweep(collx::Context& ctx, std::uint64_t maxCount) {
       if (buffer != expected) return std::string("broadcast ") + algorithm;
     }
   }
-  // The shm broadcast's direct reads (64 KiB up to 512 KiB; COLLX_SHM_DIRECT), from every
-  // root, twice (auto: the group buffers first, then direct reads). (The allgathers above
-  // from 64 KiB gathered may read directly too.)
+  // The shm broadcast's direct reads (from 64 KiB; COLLX_SHM_DIRECT), from every root, twice
+  // (auto: the group buffers first, then direct reads). (The allgathers above from 16 KiB
+  // gathered may read directly too.)
   if (ctx.sharedMemory()) {
     for (std::uint64_t bytes : {std::uint64_t{65536}, std::uint64_t{300007}}) {
       for (int root = 0; root < P; ++root) {

@@ -1,7 +1,7 @@
 // allgather shm: in pieces of B bytes of each rank's block, each rank copies its piece into
 // its group buffer and publishes; each then copies every other rank's piece out.
 //   ceil(n / B) uses (n: one rank's block); per rank: n copied in, (P-1) n copied out.
-// From 64 KiB gathered, when every rank can read every other's memory
+// From 16 KiB gathered, when every rank can read every other's memory
 // (SharedGroup::directReads), a first use carries each rank's block address and member 0's
 // choice (SharedGroup::chooseDirect): the pieces above, or direct reads: every rank copies
 // every other's block straight out of that rank's own buffer (process_vm_readv, one copy),
@@ -15,7 +15,7 @@ namespace collx::algorithms::shared {
 
 namespace {
 
-constexpr std::uint64_t kDirectMin = 64 * 1024, kDirectOversubscribedMin = 1 << 20;
+constexpr std::uint64_t kDirectMin = 16 * 1024, kDirectOversubscribedMin = 1 << 20;
 
 void inPieces(Call& c) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
@@ -61,8 +61,12 @@ void directReads(Call& c, std::uint64_t use) {
 void allgather(Call& c) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
   const std::uint64_t bytes = block * static_cast<std::uint64_t>(c.size);
-  // When ranks outnumber cores, from 1 MiB gathered (P=4 on 2 cores, 4 MiB gathered: direct
-  // 846-887 us, pieces 542-621, Open MPI 742-1171).
+  // From 16 KiB gathered: the pieces' copies out of lines a peer has just written slow down
+  // the most when the cores hand data over slowly, the direct reads of its input barely
+  // (P=2, alternating rounds, 32 KiB gathered: pieces 2.6-3.6 us and 9.1-11.5 in slow
+  // rounds, direct 3.7-4.7, auto 2.1-3.6, Open MPI 3.9-5.2; 16 KiB: auto 1.1-1.9, pieces
+  // 1.3-1.9 and 5.8, Open MPI 3.2-4.4). When ranks outnumber cores, from 1 MiB gathered
+  // (P=4 on 2 cores, 4 MiB gathered: direct 846-887 us, pieces 542-621, Open MPI 742-1171).
   if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
     inPieces(c);
     return;

@@ -77,8 +77,9 @@ const std::vector<ConfigVar>& configVars() {
        "1 up to 1.5x faster with 4 ranks on 2 cores (the receiver copies while the sender "
        "is not scheduled)."},
       {"COLLX_SHM_DIRECT", "auto",
-       "Shared memory: how the shm broadcast and allgather (from 64 KiB) and allreduce (from "
-       "256 KiB) move their data. 'auto': through the ranks' group buffers, or as single "
+       "Shared memory: how the shm broadcast (from 64 KiB), allgather (from 16 KiB gathered) "
+       "and allreduce (from 256 KiB) move their data. 'auto': through the ranks' group buffers, or "
+       "as single "
        "copies out of the other ranks' own buffers (process_vm_readv), whichever the leading "
        "rank measured faster lately for that size (trying the other one call in 16; when "
        "ranks outnumber cores, broadcast never, allgather from 1 MiB and allreduce from 32 "
