@@ -698,6 +698,7 @@ TEST(DirectReadChoice, FollowsTheMedianOfTheLastCallsAndTriesTheOtherWay) {
   EXPECT_EQ(run(32, 1ms, 2ms), 2) << "the faster way, and the other one call in 16";
   // Another kind or size class has its own record.
   EXPECT_FALSE(g.chooseDirect(DirectCall::kBroadcast, kBytes));
+  EXPECT_FALSE(g.chooseDirect(DirectCall::kBroadcastSplit, kBytes));
   EXPECT_FALSE(g.chooseDirect(call, kBytes * 4));
   // One slow call through the buffers does not flip the choice; a second one does.
   g.recordDirect(call, kBytes, false, 10ms);

@@ -114,13 +114,20 @@ bool SharedGroup::chooseDirect(DirectCall call, std::uint64_t bytes) {
   const bool faster = s.typical(1) < s.typical(0);
   if (s.chosen != (faster ? 1 : 0)) {
     s.chosen = faster ? 1 : 0;
-    static constexpr const char* kCallNames[] = {"broadcast", "allgather", "allreduce"};
+    // Per call: its name, then what its two ways are called.
+    static constexpr const char* kNames[][3] = {
+        {"broadcast", "the group buffers", "direct reads"},
+        {"allgather", "the group buffers", "direct reads"},
+        {"allreduce", "the group buffers", "direct reads"},
+        {"broadcast read directly", "the whole vector read directly",
+         "a first part read directly, the rest through the group buffers"}};
+    const auto& names = kNames[static_cast<int>(call)];
     const int log2 = 63 - __builtin_clzll(bytes | 1);
     COLLX_DEBUG(kShm,
                 "shm {} of 2^{} to 2^{} bytes: {} now (the median of the last 3 calls: {:.4f} ns "
-                "a byte through the group buffers, {:.4f} read directly)",
-                kCallNames[static_cast<int>(call)], log2, log2 + 1,
-                faster ? "direct reads" : "the group buffers", s.typical(0), s.typical(1));
+                "a byte with {}, {:.4f} with {})",
+                names[0], log2, log2 + 1, names[faster ? 2 : 1], s.typical(0), names[1],
+                s.typical(1), names[2]);
   }
   return n % 16 == 15 ? !faster : faster;
 }

@@ -8,14 +8,23 @@
 //   ceil(n / piece) uses; per rank: n bytes copied (root: in; others: out), concurrently.
 // From 64 KiB, when every rank can read every other's memory (SharedGroup::directReads), a
 // first use carries the root's choice (SharedGroup::chooseDirect): the pieces above, or
-// direct reads: every other rank copies the whole vector out of the root's own buffer
-// (process_vm_readv, one copy) and publishes; the root returns once all have.
-//   direct: 1 use; per rank but the root: n bytes read from the root's buffer.
+// direct reads, and for those a second choice (DirectCall::kBroadcastSplit):
+//   - whole: every other rank copies the whole vector out of the root's own buffer
+//     (process_vm_readv, one copy) and publishes; the root returns once all have.
+//     1 use; per rank but the root: n bytes read from the root's buffer.
+//   - split: every other rank publishes at once and reads a head (half the vector up to 256
+//     KiB, a quarter above) out of the root's buffer, while the root copies the tail into
+//     its group buffers in pieces of B; the others then copy the tail out. Both cores copy
+//     at once, and the tail has sat a while in the root's cache before it is read.
+//     1 + ceil(tail / B) uses; the root: the tail in; the others: head read, tail out.
 // (Reading lines the root wrote long ago, not lines it has just written into its group
 // buffers: on a VM whose cores at times hand data to each other 2-5x slower, those copies
 // keep their speed; in the good periods the pieces are 2-3x faster. Measured, P=2, in
 // alternating rounds: 4 MiB direct 315-333 us, pieces 177-182, Open MPI 320-336; 64 MiB
-// 10.9-13.0 ms, 4.6-5.5 and 11.4-13.1; and in a slow period the pieces took 29-35 ms.)
+// 10.9-13.0 ms, 4.6-5.5 and 11.4-13.1; and in a slow period the pieces took 29-35 ms.
+// Split, in good periods: 256 KiB 15.9-17.6 us, whole 19.7-24.0, pieces 31-40, Open MPI
+// 19.9-25.5; 1 MiB 51-54, 79-95, 54-61 and 79-95; in a slow one it took 330 us at 1 MiB,
+// as the pieces 435: auto then reads whole vectors.)
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -62,6 +71,36 @@ std::uint64_t inPieces(Call& c) {
   return use;
 }
 
+// Split direct reads: the bytes of the vector read directly (the rest goes through the
+// root's group buffers). Measured, P=2, fractions of the vector read directly: 64 KiB 6.6
+// us whole, 5.6 at 60%, 5.6-7.2 at 40%; 256 KiB 19.7-24.0 whole, 15.6-17.0 at 60%,
+// 15.8-16.1 at 40%; 1 MiB 79-95 whole, 58-60 at 60%, 49-52 at 40% and 25%; 4 MiB 321-332
+// whole, 204-248 at 40%, 182-186 at 25%.
+std::uint64_t headOf(std::uint64_t bytes) {
+  return (bytes <= 256 * 1024 ? bytes / 2 : bytes / 4) / 64 * 64;
+}
+
+// Bytes [head, bytes) in pieces of B through the root's group buffers: the root copies each
+// in and publishes it, every other rank copies it out and publishes that it did. Returns
+// the last use.
+std::uint64_t tailThroughBuffers(Call& c, std::uint64_t head, std::uint64_t bytes) {
+  const int root = c.p.root;
+  std::uint64_t use = 0;
+  for (std::uint64_t off = head; off < bytes;) {
+    const std::uint64_t len = std::min(c.bufferBytes(), bytes - off);
+    use = c.g.nextUse();
+    std::uint8_t* mine = c.begin();
+    if (c.me == root) {
+      copyBytes(mine, c.out + off, len);
+    } else {
+      copyBytes(c.out + off, c.await(root, use), len);
+    }
+    c.publish();
+    off += len;
+  }
+  return use;
+}
+
 }  // namespace
 
 void broadcast(Call& c) {
@@ -80,32 +119,38 @@ void broadcast(Call& c) {
   const int root = c.p.root;
   const auto start = std::chrono::steady_clock::now();
   const std::uint64_t use = c.g.nextUse();
+  const std::uint64_t head = headOf(bytes);
   if (c.me == root) {
-    const bool direct = c.g.chooseDirect(transport::DirectCall::kBroadcast, bytes);
-    c.offer(direct, c.out);
-    if (direct) {
-      // The buffer stays valid until every rank has its copy.
+    using transport::DirectCall;
+    const bool direct = c.g.chooseDirect(DirectCall::kBroadcast, bytes);
+    const bool split = direct && c.g.chooseDirect(DirectCall::kBroadcastSplit, bytes);
+    c.offer(split ? Way::kSplit : direct ? Way::kDirect : Way::kBuffers, c.out);
+    // The last use every rank publishes: then it has its copy, and the root's buffer may
+    // change (timed for auto, and awaited for that, but for the group buffers' way).
+    const std::uint64_t last = split    ? tailThroughBuffers(c, head, bytes)
+                               : direct ? use
+                                        : inPieces(c);
+    if (direct || how == transport::DirectReads::kAuto) {
       for (int m = 0; m < c.size; ++m) {
-        if (m != root) c.await(m, use);
-      }
-    } else {
-      const std::uint64_t last = inPieces(c);
-      // Timed like the direct reads: until every rank has its copy (only to compare them).
-      if (how == transport::DirectReads::kAuto) {
-        for (int m = 0; m < c.size; ++m) {
-          if (m != root) c.await(m, last);
-        }
+        if (m != root) c.await(m, last);
       }
     }
-    c.g.recordDirect(transport::DirectCall::kBroadcast, bytes, direct,
-                     std::chrono::steady_clock::now() - start);
+    const auto took = std::chrono::steady_clock::now() - start;
+    c.g.recordDirect(DirectCall::kBroadcast, bytes, direct, took);
+    if (direct) c.g.recordDirect(DirectCall::kBroadcastSplit, bytes, split, took);
     return;
   }
   c.begin();
   const Offer offer = c.offerOf(root, use);
-  if (offer.direct) c.readFrom(root, offer.input, c.out, bytes);
+  if (offer.way == Way::kSplit) {
+    c.publish();  // the root may fill its group buffers with the tail meanwhile
+    c.readFrom(root, offer.input, c.out, head);
+    tailThroughBuffers(c, head, bytes);
+    return;
+  }
+  if (offer.direct()) c.readFrom(root, offer.input, c.out, bytes);
   c.publish();
-  if (!offer.direct) inPieces(c);
+  if (!offer.direct()) inPieces(c);
 }
 
 }  // namespace collx::algorithms::shared

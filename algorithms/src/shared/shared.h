@@ -13,12 +13,15 @@
 namespace collx::algorithms::shared {
 
 // The payload of a first use that may lead to direct reads (broadcast, allgather,
-// allreduce): how the call goes (the leading member's word counts) and where this member's
-// data is (its input, its output).
+// allreduce): how the call goes (the leading member's word counts: through the group
+// buffers, by direct reads, or, a broadcast only, by direct reads of a first part and the
+// group buffers for the rest) and where this member's data is (its input, its output).
+enum class Way : std::uint64_t { kBuffers = 0, kDirect = 1, kSplit = 2 };
 struct Offer {
-  bool direct;
+  Way way;
   std::uint64_t input;
   std::uint64_t output;
+  bool direct() const { return way != Way::kBuffers; }
 };
 
 class Call {
@@ -65,8 +68,8 @@ class Call {
     const std::uint64_t use = g.nextUse();
     const bool lead = me == 0;
     const bool chosen = lead && g.chooseDirect(kind, bytes);
-    offer(chosen, in, out);
-    const bool reads = lead ? chosen : offerOf(0, use).direct;
+    offer(chosen ? Way::kDirect : Way::kBuffers, in, out);
+    const bool reads = lead ? chosen : offerOf(0, use).direct();
     if (reads) {
       direct(use);
     } else {
@@ -75,9 +78,10 @@ class Call {
     if (lead) g.recordDirect(kind, bytes, reads, std::chrono::steady_clock::now() - start);
   }
   // Begins, fills with an Offer and publishes the next use.
-  void offer(bool direct, const void* input, const void* output = nullptr) {
+  void offer(Way way, const void* input, const void* output = nullptr) {
     std::uint8_t* mine = begin();
-    const std::uint64_t words[3] = {direct ? 1u : 0u, reinterpret_cast<std::uint64_t>(input),
+    const std::uint64_t words[3] = {static_cast<std::uint64_t>(way),
+                                    reinterpret_cast<std::uint64_t>(input),
                                     reinterpret_cast<std::uint64_t>(output)};
     std::memcpy(mine, words, sizeof(words));
     publish();
@@ -86,7 +90,7 @@ class Call {
   Offer offerOf(int m, std::uint64_t use) {
     std::uint64_t words[3];
     std::memcpy(words, await(m, use), sizeof(words));
-    return Offer{words[0] != 0, words[1], words[2]};
+    return Offer{static_cast<Way>(words[0]), words[1], words[2]};
   }
   // Copies `bytes` at `address` in member m's memory to dst (SharedGroup::readFrom).
   void readFrom(int m, std::uint64_t address, void* dst, std::uint64_t bytes) {

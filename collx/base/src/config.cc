@@ -78,17 +78,17 @@ const std::vector<ConfigVar>& configVars() {
        "is not scheduled)."},
       {"COLLX_SHM_DIRECT", "auto",
        "Shared memory: how the shm broadcast (from 64 KiB), allgather (from 16 KiB gathered) "
-       "and allreduce (from 256 KiB) move their data. 'auto': through the ranks' group buffers, or "
-       "as single "
-       "copies out of the other ranks' own buffers (process_vm_readv), whichever the leading "
-       "rank measured faster lately for that size (trying the other one call in 16; when "
-       "ranks outnumber cores, broadcast never, allgather from 1 MiB and allreduce from 32 "
-       "MiB, up to 4 ranks); 'never' or 'always' one way. Direct reads need every rank able "
-       "to read every other's memory (COLLX_SHM_CMA=1 and the probe passing everywhere). "
-       "Measured on a 2-vCPU VM whose "
-       "cores hand data to each other 2-5x slower at times: P=2 allreduce of 64 MiB 9-10 ms "
-       "through the buffers in a good period, 45 in a slow one, 15-20 read directly in "
-       "either."},
+       "and allreduce (from 256 KiB) move their data. 'auto': through the ranks' group "
+       "buffers, or as single copies out of the other ranks' own buffers (process_vm_readv), "
+       "whichever the leading rank measured faster lately for that size (trying the other one "
+       "call in 16; when ranks outnumber cores, broadcast never, allgather from 1 MiB and "
+       "allreduce from 32 MiB, up to 4 ranks); a broadcast that reads directly chooses again "
+       "between the whole vector and a head read directly while the root passes the tail "
+       "through its group buffers. 'never' or 'always' one way ('always': a broadcast splits). "
+       "Direct reads need every rank able to read every other's memory (COLLX_SHM_CMA=1 and "
+       "the probe passing everywhere). Measured on a 2-vCPU VM whose cores hand data to each "
+       "other 2-5x slower at times: P=2 allreduce of 64 MiB 9-10 ms through the buffers in a "
+       "good period, 45 in a slow one, 15-20 read directly in either."},
       {"COLLX_SHM_ARENA", "memfd",
        "Shared memory: 'memfd' (an anonymous file peers open through /proc/<pid>/fd; nothing "
        "is ever left behind) or 'posix' (/dev/shm/collx-*, unlinked once every peer mapped "

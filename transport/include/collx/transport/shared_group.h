@@ -51,8 +51,11 @@ struct WaitPolicy {
 // members' own buffers (readFrom) instead of through their group buffers: never, when the
 // leading member's timing of both says so (auto), or always.
 enum class DirectReads { kNever, kAuto, kAlways };
-// The calls that may read directly, each timed apart (chooseDirect).
-enum class DirectCall { kBroadcast, kAllgather, kAllreduce };
+// The calls that may read directly, each timed apart (chooseDirect). kBroadcastSplit: a
+// broadcast that reads directly, choosing again: "direct" there reads a first part of the
+// vector directly and takes the rest through the root's group buffers, which the root fills
+// meanwhile; the other way reads the whole vector directly.
+enum class DirectCall { kBroadcast, kAllgather, kAllreduce, kBroadcastSplit };
 // COLLX_SHM_DIRECT's words, in the enum's order.
 inline constexpr const char* kDirectReadsNames[] = {"never", "auto", "always"};
 
@@ -185,7 +188,7 @@ class SharedGroup {
     double typical(int way) const noexcept;
   };
   DirectReads directReads_ = DirectReads::kNever;
-  DirectStats directStats_[3][64];
+  DirectStats directStats_[4][64];
   DirectStats& directStatsOf(DirectCall call, std::uint64_t bytes) noexcept;
 
   void waitFor(int member, std::uint64_t use, const Waiting& waiting);
