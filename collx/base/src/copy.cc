@@ -1,5 +1,7 @@
 #include "collx/base/copy.h"
 
+#include <xmmintrin.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -55,6 +57,44 @@ using V64 [[gnu::vector_size(64)]] = long long;
 [[gnu::target("avx512f")]] void copyAvx512(void* dst, const void* src, std::size_t bytes) {
   copyVectors<64, V64>(dst, src, bytes);
 }
+
+// As copyVectors, but the aligned stores are non-temporal (vmovntdq: inline assembly, as
+// GCC's intrinsics refuse to inline into a template without the target), and a store fence
+// ends it.
+template <std::size_t W, class V>
+[[gnu::always_inline]] inline void streamVectors(void* to, const void* from, std::size_t bytes) {
+  auto* dst = static_cast<unsigned char*>(to);
+  const auto* src = static_cast<const unsigned char*>(from);
+  if (bytes >= 8 * W) {
+    std::memcpy(dst, src, W);
+    const std::size_t head = W - reinterpret_cast<std::uintptr_t>(dst) % W;
+    dst += head;
+    src += head;
+    bytes -= head;
+    for (; bytes >= 4 * W; bytes -= 4 * W, src += 4 * W, dst += 4 * W) {
+      V a, b, c, d;
+      std::memcpy(&a, src, W);
+      std::memcpy(&b, src + W, W);
+      std::memcpy(&c, src + 2 * W, W);
+      std::memcpy(&d, src + 3 * W, W);
+      V* out = static_cast<V*>(__builtin_assume_aligned(dst, W));
+      asm volatile("vmovntdq %1, %0" : "=m"(out[0]) : "v"(a));
+      asm volatile("vmovntdq %1, %0" : "=m"(out[1]) : "v"(b));
+      asm volatile("vmovntdq %1, %0" : "=m"(out[2]) : "v"(c));
+      asm volatile("vmovntdq %1, %0" : "=m"(out[3]) : "v"(d));
+    }
+    _mm_sfence();
+  }
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+[[gnu::target("avx2")]] void streamAvx2(void* dst, const void* src, std::size_t bytes) {
+  streamVectors<32, V32>(dst, src, bytes);
+}
+
+[[gnu::target("avx512f")]] void streamAvx512(void* dst, const void* src, std::size_t bytes) {
+  streamVectors<64, V64>(dst, src, bytes);
+}
 #endif
 
 detail::CopyFunction bestCopy() {
@@ -65,6 +105,15 @@ detail::CopyFunction bestCopy() {
   if (__builtin_cpu_supports("avx2")) return &copyAvx2;
 #endif
   return &copyMemcpy;
+}
+
+detail::CopyFunction bestStream() {
+#ifdef COLLX_COPY_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return &streamAvx512;
+  if (__builtin_cpu_supports("avx2")) return &streamAvx2;
+#endif
+  return nullptr;
 }
 
 }  // namespace
@@ -78,17 +127,34 @@ void copyBytes(void* dst, const void* src, std::size_t bytes) noexcept {
   kBest(dst, src, bytes);
 }
 
+void copyStreaming(void* dst, const void* src, std::size_t bytes) noexcept {
+  static const detail::CopyFunction kBest = bestStream();
+  if (kBest == nullptr || bytes < kCopyLoopBytes) {
+    copyBytes(dst, src, bytes);
+    return;
+  }
+  kBest(dst, src, bytes);
+}
+
 namespace detail {
 
 std::vector<std::pair<const char*, CopyFunction>> copyPaths() {
   std::vector<std::pair<const char*, CopyFunction>> paths{{"memcpy", &copyMemcpy}};
 #ifdef COLLX_COPY_X86
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) paths.emplace_back("avx2", &copyAvx2);
-  if (__builtin_cpu_supports("avx512f")) paths.emplace_back("avx512", &copyAvx512);
+  if (__builtin_cpu_supports("avx2")) {
+    paths.emplace_back("avx2", &copyAvx2);
+    paths.emplace_back("avx2-stream", &streamAvx2);
+  }
+  if (__builtin_cpu_supports("avx512f")) {
+    paths.emplace_back("avx512", &copyAvx512);
+    paths.emplace_back("avx512-stream", &streamAvx512);
+  }
 #endif
   paths.emplace_back("copyBytes",
                      [](void* d, const void* s, std::size_t n) { copyBytes(d, s, n); });
+  paths.emplace_back("copyStreaming",
+                     [](void* d, const void* s, std::size_t n) { copyStreaming(d, s, n); });
   return paths;
 }
 

@@ -15,9 +15,17 @@ namespace collx {
 inline constexpr std::size_t kCopyLoopBytes = 4096;
 void copyBytes(void* dst, const void* src, std::size_t bytes) noexcept;
 
+// copyBytes with non-temporal stores (AVX-512 or AVX2; else copyBytes): the bytes go to
+// memory, not into this core's cache, and the lines of dst are not read first. For outputs
+// larger than the caches, not read again soon: measured here, one core, 8 MiB 333 us
+// against 483, 32 MiB 2.2 ms against 3.5; but 4 MiB 150 us against 86, the cache holding
+// it. Ends with a store fence: the bytes are visible before any later store.
+void copyStreaming(void* dst, const void* src, std::size_t bytes) noexcept;
+
 namespace detail {
 using CopyFunction = void (*)(void* dst, const void* src, std::size_t bytes);
-// Every copy path this CPU can run, by name ("memcpy", "avx2", "avx512"), for the tests.
+// Every copy path this CPU can run, by name ("memcpy", "avx2", "avx512", "avx2-stream", ...),
+// for the tests.
 std::vector<std::pair<const char*, CopyFunction>> copyPaths();
 }  // namespace detail
 
