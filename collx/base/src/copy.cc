@@ -18,8 +18,10 @@ void copyMemcpy(void* dst, const void* src, std::size_t bytes) {
 
 // Four vectors of W bytes per step, stored aligned (the first vector, stored unaligned,
 // covers the bytes before dst's alignment); the tail goes to memcpy. Inlined into each
-// target-specific function below, so the vector moves are that target's.
-template <std::size_t W, class V>
+// target-specific function below, so the vector moves are that target's. Stream: the
+// aligned stores are non-temporal (vmovntdq, as inline assembly: GCC's intrinsics refuse to
+// inline into a template without the target), and a store fence ends them.
+template <std::size_t W, class V, bool Stream>
 [[gnu::always_inline]] inline void copyVectors(void* to, const void* from, std::size_t bytes) {
   auto* dst = static_cast<unsigned char*>(to);
   const auto* src = static_cast<const unsigned char*>(from);
@@ -32,17 +34,18 @@ template <std::size_t W, class V>
     src += head;
     bytes -= head;
     for (; bytes >= 4 * W; bytes -= 4 * W, src += 4 * W, dst += 4 * W) {
-      V a, b, c, d;
-      std::memcpy(&a, src, W);
-      std::memcpy(&b, src + W, W);
-      std::memcpy(&c, src + 2 * W, W);
-      std::memcpy(&d, src + 3 * W, W);
+      V in[4];
+      std::memcpy(in, src, 4 * W);
       V* out = static_cast<V*>(__builtin_assume_aligned(dst, W));
-      out[0] = a;
-      out[1] = b;
-      out[2] = c;
-      out[3] = d;
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (Stream) {
+          asm volatile("vmovntdq %1, %0" : "=m"(out[i]) : "v"(in[i]));
+        } else {
+          out[i] = in[i];
+        }
+      }
     }
+    if constexpr (Stream) _mm_sfence();
   }
   if (bytes > 0) std::memcpy(dst, src, bytes);
 }
@@ -51,49 +54,19 @@ using V32 [[gnu::vector_size(32)]] = long long;
 using V64 [[gnu::vector_size(64)]] = long long;
 
 [[gnu::target("avx2")]] void copyAvx2(void* dst, const void* src, std::size_t bytes) {
-  copyVectors<32, V32>(dst, src, bytes);
+  copyVectors<32, V32, false>(dst, src, bytes);
 }
 
 [[gnu::target("avx512f")]] void copyAvx512(void* dst, const void* src, std::size_t bytes) {
-  copyVectors<64, V64>(dst, src, bytes);
-}
-
-// As copyVectors, but the aligned stores are non-temporal (vmovntdq: inline assembly, as
-// GCC's intrinsics refuse to inline into a template without the target), and a store fence
-// ends it.
-template <std::size_t W, class V>
-[[gnu::always_inline]] inline void streamVectors(void* to, const void* from, std::size_t bytes) {
-  auto* dst = static_cast<unsigned char*>(to);
-  const auto* src = static_cast<const unsigned char*>(from);
-  if (bytes >= 8 * W) {
-    std::memcpy(dst, src, W);
-    const std::size_t head = W - reinterpret_cast<std::uintptr_t>(dst) % W;
-    dst += head;
-    src += head;
-    bytes -= head;
-    for (; bytes >= 4 * W; bytes -= 4 * W, src += 4 * W, dst += 4 * W) {
-      V a, b, c, d;
-      std::memcpy(&a, src, W);
-      std::memcpy(&b, src + W, W);
-      std::memcpy(&c, src + 2 * W, W);
-      std::memcpy(&d, src + 3 * W, W);
-      V* out = static_cast<V*>(__builtin_assume_aligned(dst, W));
-      asm volatile("vmovntdq %1, %0" : "=m"(out[0]) : "v"(a));
-      asm volatile("vmovntdq %1, %0" : "=m"(out[1]) : "v"(b));
-      asm volatile("vmovntdq %1, %0" : "=m"(out[2]) : "v"(c));
-      asm volatile("vmovntdq %1, %0" : "=m"(out[3]) : "v"(d));
-    }
-    _mm_sfence();
-  }
-  if (bytes > 0) std::memcpy(dst, src, bytes);
+  copyVectors<64, V64, false>(dst, src, bytes);
 }
 
 [[gnu::target("avx2")]] void streamAvx2(void* dst, const void* src, std::size_t bytes) {
-  streamVectors<32, V32>(dst, src, bytes);
+  copyVectors<32, V32, true>(dst, src, bytes);
 }
 
 [[gnu::target("avx512f")]] void streamAvx512(void* dst, const void* src, std::size_t bytes) {
-  streamVectors<64, V64>(dst, src, bytes);
+  copyVectors<64, V64, true>(dst, src, bytes);
 }
 #endif
 
