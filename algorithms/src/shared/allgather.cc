@@ -22,7 +22,7 @@ constexpr std::uint64_t kDirectMin = 16 * 1024, kDirectOversubscribedMin = 1 << 
 // buffers, against copyBytes: 256 KiB gathered 16-20 us against 16-17; 2 MiB 81-82 against
 // 80-86; 4 MiB 164-167 against 196-211; 8 MiB 349-375 against 583-767; 32 MiB 2.1-2.3 ms
 // against 4.3-7.3; 128 MiB 10.5-12.1 against 18.4-45.8; reading directly, 32 MiB 5.4-5.9
-// against 6.4-7.0. (Not so for broadcast or allreduce: P=2, 16 MiB broadcast 1.7-2.0 ms
+// against 6.4-7.0. (Not so for a P=2 broadcast or allreduce: 16 MiB broadcast 1.7-2.0 ms
 // against 0.9, allreduce 3.3-3.4 against 2.5.)
 constexpr std::uint64_t kStreamMin = 4 << 20;
 
@@ -51,8 +51,9 @@ void inPieces(Call& c) {
     for (int m = 0; m < c.size; ++m) {
       if (m == c.me) continue;
       const std::uint8_t* theirs = c.await(m, use);
-      if (len > 0)
+      if (len > 0) {
         copyOut(c.out + block * static_cast<std::uint64_t>(m) + off, theirs, len, gathered);
+      }
     }
     off += len;
   } while (off < block);

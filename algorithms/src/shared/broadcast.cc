@@ -131,8 +131,9 @@ void broadcast(Call& c) {
     const bool direct = c.g.chooseDirect(DirectCall::kBroadcast, bytes);
     const bool split = direct && c.g.chooseDirect(DirectCall::kBroadcastSplit, bytes);
     c.offer(split ? Way::kSplit : direct ? Way::kDirect : Way::kBuffers, c.out);
-    // The last use every rank publishes: then it has its copy, and the root's buffer may
-    // change (timed for auto, and awaited for that, but for the group buffers' way).
+    // The last use every other rank publishes: by then it has its copy and reads nothing of
+    // the root's any more. Direct reads wait for it (the buffer stays valid until then);
+    // the group buffers' way only under auto, to time the whole call.
     const std::uint64_t last = split    ? tailThroughBuffers(c, head, bytes)
                                : direct ? use
                                         : inPieces(c);
