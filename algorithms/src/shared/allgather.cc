@@ -26,19 +26,10 @@ constexpr std::uint64_t kDirectMin = 16 * 1024, kDirectOversubscribedMin = 1 << 
 // against 0.9, allreduce 3.3-3.4 against 2.5.)
 constexpr std::uint64_t kStreamMin = 4 << 20;
 
-// Copies `len` bytes of a block into the output of an allgather of `gathered` bytes.
-void copyOut(void* dst, const void* src, std::uint64_t len, std::uint64_t gathered) {
-  if (gathered >= kStreamMin) {
-    copyStreaming(dst, src, len);
-  } else {
-    copyBytes(dst, src, len);
-  }
-}
-
 void inPieces(Call& c) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
   const std::uint64_t B = c.bufferBytes();
-  const std::uint64_t gathered = block * static_cast<std::uint64_t>(c.size);
+  const bool stream = block * static_cast<std::uint64_t>(c.size) >= kStreamMin;
   std::uint8_t* own = c.out + block * static_cast<std::uint64_t>(c.me);
   std::uint64_t off = 0;
   do {
@@ -47,12 +38,12 @@ void inPieces(Call& c) {
     std::uint8_t* mine = c.begin();
     if (len > 0) copyBytes(mine, c.in + off, len);
     c.publish();
-    if (len > 0 && own != c.in) copyOut(own + off, c.in + off, len, gathered);
+    if (len > 0 && own != c.in) copyOut(own + off, c.in + off, len, stream);
     for (int m = 0; m < c.size; ++m) {
       if (m == c.me) continue;
       const std::uint8_t* theirs = c.await(m, use);
       if (len > 0) {
-        copyOut(c.out + block * static_cast<std::uint64_t>(m) + off, theirs, len, gathered);
+        copyOut(c.out + block * static_cast<std::uint64_t>(m) + off, theirs, len, stream);
       }
     }
     off += len;
@@ -64,7 +55,8 @@ void inPieces(Call& c) {
 void directReads(Call& c, std::uint64_t use) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
   std::uint8_t* own = c.out + block * static_cast<std::uint64_t>(c.me);
-  if (own != c.in) copyOut(own, c.in, block, block * static_cast<std::uint64_t>(c.size));
+  if (own != c.in)
+    copyOut(own, c.in, block, block * static_cast<std::uint64_t>(c.size) >= kStreamMin);
   for (int k = 1; k < c.size; ++k) {  // each from its next member on, to spread the reads
     const int m = (c.me + k) % c.size;
     c.readFrom(m, c.offerOf(m, use).input, c.out + block * static_cast<std::uint64_t>(m), block);

@@ -69,7 +69,7 @@ std::uint64_t inPieces(Call& c) {
       if (len > 0) copyBytes(mine, c.out + off, len);
     } else {
       const std::uint8_t* theirs = c.await(root, use);
-      if (len > 0) (stream ? copyStreaming : copyBytes)(c.out + off, theirs, len);
+      if (len > 0) copyOut(c.out + off, theirs, len, stream);
     }
     c.publish();
     off += len;

@@ -24,6 +24,16 @@ struct Offer {
   bool direct() const { return way != Way::kBuffers; }
 };
 
+// Copies into a call's output: with non-temporal stores when `stream` (copyStreaming: an
+// output the caches cannot keep, which the call does not read), else copyBytes.
+inline void copyOut(void* dst, const void* src, std::uint64_t len, bool stream) {
+  if (stream) {
+    copyStreaming(dst, src, len);
+  } else {
+    copyBytes(dst, src, len);
+  }
+}
+
 class Call {
  public:
   Call(transport::SharedGroup& group, const ScheduleParams& params, const Bindings& bindings,

@@ -1,7 +1,5 @@
 #include "collx/base/copy.h"
 
-#include <xmmintrin.h>
-
 #include <cstdint>
 #include <cstring>
 
@@ -45,7 +43,7 @@ template <std::size_t W, class V, bool Stream>
         }
       }
     }
-    if constexpr (Stream) _mm_sfence();
+    if constexpr (Stream) asm volatile("sfence" ::: "memory");
   }
   if (bytes > 0) std::memcpy(dst, src, bytes);
 }
