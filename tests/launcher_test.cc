@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -133,6 +134,40 @@ TEST(LauncherTest, BindPutsEachRankOnItsOwnCpu) {
   RunResult tooMany = runLauncher({"-n", std::to_string(cpus + 1), "--bind", "core", "--", "true"});
   EXPECT_EQ(tooMany.code, 2);
   EXPECT_NE(tooMany.err.find("CPUs to bind them to"), std::string::npos) << tooMany.err;
+}
+
+// More ranks than CPUs: spread (and auto, with one node over shared memory) binds local
+// rank i to CPU i mod N, so rank N shares rank 0's CPU and the CPUs carry ranks evenly;
+// auto over tcp leaves them unbound.
+TEST(LauncherTest, SpreadSharesTheCpusEvenlyAmongMoreRanks) {
+  const unsigned cpus = std::thread::hardware_concurrency();
+  if (cpus < 2) GTEST_SKIP() << "spreading ranks needs two CPUs; this machine has " << cpus;
+  const std::string show =
+      "grep Cpus_allowed_list /proc/self/status | sed \"s/^/$COLLX_LOCAL_RANK /\"";
+  const std::string n = std::to_string(cpus + 1);
+  auto env = cleanEnv();
+  env["COLLX_TRANSPORT"] = "";  // unset: auto binds as for shared memory
+  for (const char* mode : {"spread", "auto"}) {
+    RunResult r = test::run({launcher(), "-n", n, "--bind", mode, "--", "sh", "-c", show}, env);
+    ASSERT_EQ(r.code, 0) << mode << ": " << r.err;
+    std::map<int, std::string> cpuOf;  // local rank -> its one CPU
+    for (const std::string& line : lines(r.out)) {
+      const std::string cpu = line.substr(line.find('\t') + 1);
+      EXPECT_EQ(cpu.find_first_of(",-"), std::string::npos) << mode << " did not bind: " << line;
+      cpuOf[std::stoi(line)] = cpu;
+    }
+    ASSERT_EQ(cpuOf.size(), cpus + 1) << r.out;
+    std::set<std::string> distinct;
+    for (unsigned i = 0; i < cpus; ++i) distinct.insert(cpuOf[static_cast<int>(i)]);
+    EXPECT_EQ(distinct.size(), cpus) << mode << ": the first " << cpus << " share a CPU\n" << r.out;
+    EXPECT_EQ(cpuOf[static_cast<int>(cpus)], cpuOf[0]) << mode << "\n" << r.out;
+  }
+  env["COLLX_TRANSPORT"] = "tcp";
+  RunResult tcp = test::run({launcher(), "-n", n, "--", "sh", "-c", show}, env);
+  ASSERT_EQ(tcp.code, 0) << tcp.err;
+  for (const std::string& line : lines(tcp.out)) {
+    EXPECT_NE(line.find_first_of(",-"), std::string::npos) << "bound over tcp: " << line;
+  }
 }
 
 TEST(LauncherTest, RanksRendezvousThroughTheStore) {

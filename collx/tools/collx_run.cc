@@ -50,10 +50,13 @@ options:
   --grace T              wait T between SIGTERM and SIGKILL (default 5s)
   -t, --tag-output       prefix every line the ranks print with "[rank] "
   --bind MODE            core: bind local rank i to the i-th CPU collx-run may use;
-                         none: leave placement to the kernel; auto (default): core
-                         when this node's ranks fit its CPUs, the job has one node and
-                         COLLX_TRANSPORT is not tcp (shared memory's latency is a
-                         cache line's trip between two fixed cores), else none
+                         spread: to CPU i mod N of those N CPUs (ranks outnumbering
+                         CPUs share them evenly; unbound, the kernel may leave 3 of 4
+                         ranks on one of 2 CPUs, since waiting ranks yield but never
+                         idle); none: leave placement to the kernel; auto (default):
+                         with one node and COLLX_TRANSPORT not tcp, core when the
+                         ranks fit the CPUs, else spread (shared memory's latency is
+                         a cache line's trip between two fixed cores), otherwise none
   -h, --help             this text
 
 exit codes: 0 all ranks succeeded; the failing rank's code; 124 timeout;
@@ -139,8 +142,9 @@ Args parseArgs(int argc, char** argv) {
       args.tag = true;
     } else if (arg == "--bind") {
       args.bind = value(arg);
-      if (args.bind != "auto" && args.bind != "core" && args.bind != "none") {
-        usageError("--bind must be auto, core or none, got '" + args.bind + "'");
+      if (args.bind != "auto" && args.bind != "core" && args.bind != "spread" &&
+          args.bind != "none") {
+        usageError("--bind must be auto, core, spread or none, got '" + args.bind + "'");
       }
     } else if (!arg.empty() && arg[0] == '-') {
       usageError("unknown option '" + arg + "'");
@@ -288,15 +292,16 @@ int launch(const Args& args) {
     }
   }
   const char* transport = std::getenv("COLLX_TRANSPORT");
-  bool bind = args.bind == "core";
-  if (args.bind == "auto") {
-    bind = args.nnodes == 1 && args.nproc <= static_cast<int>(cpus.size()) &&
-           (transport == nullptr || std::string(transport) != "tcp");
+  std::string how = args.bind;
+  if (how == "auto") {
+    const bool shm = args.nnodes == 1 && (transport == nullptr || std::string(transport) != "tcp");
+    how = !shm ? "none" : args.nproc <= static_cast<int>(cpus.size()) ? "core" : "spread";
   }
-  if (bind && args.nproc > static_cast<int>(cpus.size())) {
+  if (how == "core" && args.nproc > static_cast<int>(cpus.size())) {
     usageError("--bind core: " + std::to_string(args.nproc) + " ranks but only " +
-               std::to_string(cpus.size()) + " CPUs to bind them to");
+               std::to_string(cpus.size()) + " CPUs to bind them to (--bind spread shares them)");
   }
+  const bool bind = how != "none" && !cpus.empty();
   for (int local = 0; local < args.nproc; ++local) {
     int rank = args.nodeRank * args.nproc + local;
     options.ranks.push_back(collx::run::RankSpec{
@@ -304,7 +309,7 @@ int launch(const Args& args) {
         {"COLLX_RANK=" + std::to_string(rank), "COLLX_WORLD_SIZE=" + std::to_string(world),
          "COLLX_LOCAL_RANK=" + std::to_string(local), "COLLX_STORE=" + storeUrl,
          "COLLX_JOB_ID=" + jobId},
-        bind ? cpus[static_cast<std::size_t>(local)] : -1});
+        bind ? cpus[static_cast<std::size_t>(local) % cpus.size()] : -1});
   }
   int code = collx::run::supervise(options);
   // Every rank has exited: what a killed one could not remove, we do.
