@@ -1,6 +1,7 @@
 // collx-run as users run it: exit codes, failing and hanging ranks, signals, output tagging,
 // multi-node on one host, and nothing left behind (processes, ports, files).
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -31,6 +32,13 @@ std::map<std::string, std::string> cleanEnv() {
 RunResult runLauncher(std::vector<std::string> args, std::chrono::milliseconds timeout = 60s) {
   args.insert(args.begin(), launcher());
   return test::run(args, cleanEnv(), timeout);
+}
+
+// The CPUs this process may run on (and so collx-run, which binds among them).
+unsigned allowedCpus() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return std::thread::hardware_concurrency();
+  return static_cast<unsigned>(CPU_COUNT(&set));
 }
 
 std::vector<std::string> lines(const std::string& text) {
@@ -111,7 +119,7 @@ TEST(LauncherTest, TagsEveryLineOfStdoutAndStderr) {
 // --bind core gives local rank i the i-th CPU collx-run may use; none leaves the mask whole;
 // more ranks than CPUs cannot be bound (auto then leaves them unbound).
 TEST(LauncherTest, BindPutsEachRankOnItsOwnCpu) {
-  const unsigned cpus = std::thread::hardware_concurrency();
+  const unsigned cpus = allowedCpus();
   if (cpus < 2) GTEST_SKIP() << "binding two ranks needs two CPUs; this machine has " << cpus;
   const std::string show =
       "grep Cpus_allowed_list /proc/self/status | sed \"s/^/$COLLX_LOCAL_RANK /\"";
@@ -140,7 +148,7 @@ TEST(LauncherTest, BindPutsEachRankOnItsOwnCpu) {
 // rank i to CPU i mod N, so rank N shares rank 0's CPU and the CPUs carry ranks evenly;
 // auto over tcp leaves them unbound.
 TEST(LauncherTest, SpreadSharesTheCpusEvenlyAmongMoreRanks) {
-  const unsigned cpus = std::thread::hardware_concurrency();
+  const unsigned cpus = allowedCpus();
   if (cpus < 2) GTEST_SKIP() << "spreading ranks needs two CPUs; this machine has " << cpus;
   const std::string show =
       "grep Cpus_allowed_list /proc/self/status | sed \"s/^/$COLLX_LOCAL_RANK /\"";
@@ -168,6 +176,36 @@ TEST(LauncherTest, SpreadSharesTheCpusEvenlyAmongMoreRanks) {
   for (const std::string& line : lines(tcp.out)) {
     EXPECT_NE(line.find_first_of(",-"), std::string::npos) << "bound over tcp: " << line;
   }
+}
+
+// A rank's join record carries the CPUs it may run on; ranks that outnumber the CPUs they
+// may run on together know it (their waits then yield at once): here 2 ranks that taskset
+// keeps on one CPU, against 2 ranks with a CPU each (the count of online CPUs, 2 or more,
+// would say they do not).
+TEST(LauncherTest, RanksKnowWhetherTheyOutnumberTheirCpus) {
+  if (allowedCpus() < 2) GTEST_SKIP() << "needs two CPUs; this process may use " << allowedCpus();
+  cpu_set_t set;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &set)) ++first;
+  const std::string info = test::binDir() + "/collx-info";
+  auto count = [](const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  RunResult own = runLauncher({"-n", "2", "--bind", "core", "--", info, "--rendezvous"});
+  ASSERT_EQ(own.code, 0) << own.err;
+  EXPECT_EQ(count(own.out, "ranks do not outnumber the CPUs"), 2u) << own.out;
+  EXPECT_EQ(count(own.out, "(cpus " + std::to_string(first) + ")"), 2u) << own.out;
+  RunResult one =
+      runLauncher({"-n", "2", "--bind", "none", "--", "sh", "-c",
+                   "exec taskset -c " + std::to_string(first) + " " + info + " --rendezvous"});
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_EQ(count(one.out, "ranks outnumber the CPUs"), 2u) << one.out;
+  EXPECT_EQ(count(one.out, "(cpus " + std::to_string(first) + ")"), 4u) << one.out;
 }
 
 TEST(LauncherTest, RanksRendezvousThroughTheStore) {

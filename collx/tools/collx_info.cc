@@ -20,7 +20,8 @@ environment, and what it does.
   --rendezvous   also join the job described by the environment (COLLX_RANK,
                  COLLX_WORLD_SIZE, COLLX_STORE, or torchrun / Open MPI / Slurm
                  variables) and print what this rank saw: rank, world size, job,
-                 generation, where each value came from, and every peer.
+                 generation, where each value came from, every peer (with the
+                 CPUs it may run on) and whether this host's ranks outnumber them.
                  Run it under a launcher:  collx-run -n 4 -- collx-info --rendezvous
   --help         this text
 )";
@@ -113,8 +114,12 @@ int rendezvous() {
   out += "  peers:";
   for (const collx::PeerInfo& peer : context->peers()) {
     out += " " + std::to_string(peer.rank) + "=" + peer.hostname + ":" + std::to_string(peer.pid);
+    if (!peer.cpus.empty()) out += "(cpus " + peer.cpus + ")";
   }
   out += "\n";
+  out += std::string("  this host's ranks ") +
+         (context->ranksOutnumberCpus() ? "outnumber" : "do not outnumber") +
+         " the CPUs they may run on\n";
   std::fwrite(out.data(), 1, out.size(), stdout);  // one write: lines of ranks do not interleave
   std::fflush(stdout);
   return 0;

@@ -1,11 +1,13 @@
 #include "collx/context.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -28,6 +30,7 @@ Bytes encodePeer(const PeerInfo& info) {
                      "\npid=" + std::to_string(info.pid) +
                      "\nlocal_rank=" + std::to_string(info.localRank) + "\n";
   if (!info.hostId.empty()) text += "host_id=" + info.hostId + "\n";
+  if (!info.cpus.empty()) text += "cpus=" + info.cpus + "\n";
   return rendezvous::toBytes(text);
 }
 
@@ -47,11 +50,48 @@ PeerInfo decodePeer(int rank, const Bytes& bytes) {
       if (key == "pid") info.pid = std::stoll(value);
       if (key == "local_rank") info.localRank = std::stoi(value);
       if (key == "host_id") info.hostId = value;
+      if (key == "cpus") info.cpus = value;
     } catch (const std::exception&) {
       // A malformed field leaves the default; the record is informational.
     }
   }
   return info;
+}
+
+// This thread's CPUs (sched_getaffinity) as a list of ranges, "0-3,8"; empty when unknown.
+std::string affinityList() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+    out += (out.empty() ? "" : ",") + std::to_string(c);
+    if (last > c) out += "-" + std::to_string(last);
+    c = last;
+  }
+  return out;
+}
+
+// Adds the CPUs of such a list to `cpus`; false when it is empty or not such a list.
+bool addCpuList(const std::string& list, std::set<int>& cpus) {
+  std::istringstream in(list);
+  std::string range;
+  bool any = false;
+  while (std::getline(in, range, ',')) {
+    int first = 0, last = 0;
+    char dash = 0;
+    std::istringstream r(range);
+    if (!(r >> first) || first < 0) return false;
+    last = first;
+    if (r >> dash && (dash != '-' || !(r >> last) || last < first || last - first > 65536)) {
+      return false;
+    }
+    for (int c = first; c <= last; ++c) cpus.insert(c);
+    any = true;
+  }
+  return any;
 }
 
 std::string describeClaimant(const PeerInfo& info) {
@@ -97,6 +137,7 @@ PeerInfo localPeerInfo(int rank, int localRank) {
   std::getline(boot, info.bootId);
   info.pid = ::getpid();
   info.localRank = localRank;
+  info.cpus = affinityList();
   return info;
 }
 
@@ -243,17 +284,26 @@ void Context::connect(const ContextOptions& options) {
   for (const auto& blob : blobs) addresses.push_back(rendezvous::toString(blob));
   transports->connect(addresses, deadline);
 
-  // Spinning while waiting pays off when this rank has a core to itself.
+  // Spinning while waiting pays off when this rank has a core to itself: when this host's
+  // ranks do not outnumber the CPUs that their affinity masks allow together (a
+  // container's cpuset may allow far fewer than the host has online; when a rank did not
+  // say, every online CPU counts).
   int local = 0;
+  std::set<int> cpus;
+  bool known = true;
   for (const PeerInfo& peer : peers_) {
-    if (peer.hostname == peers_[rank_].hostname && peer.bootId == peers_[rank_].bootId) ++local;
+    if (peer.hostname != peers_[rank_].hostname || peer.bootId != peers_[rank_].bootId) continue;
+    ++local;
+    known = addCpuList(peer.cpus, cpus) && known;
   }
   algorithms::EngineOptions engine;
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const bool oversubscribed = local > static_cast<int>(cores);
+  const auto cores = known ? cpus.size() : std::max(1u, std::thread::hardware_concurrency());
+  outnumbered_ = static_cast<std::size_t>(local) > cores;
+  COLLX_DEBUG(kShm, "rank {}: {} ranks on this host, {} CPUs{}", rank_, local, cores,
+              known ? "" : " (online; some rank did not say which it may use)");
   engine.spin = std::chrono::microseconds(config.isSet("COLLX_SPIN_US")
                                               ? *config.getInt("COLLX_SPIN_US", 0, 1000000)
-                                              : (oversubscribed ? 0 : 50));
+                                              : (outnumbered_ ? 0 : 50));
   // Then yield-polling, also with a core per rank: when other processes take a core, a
   // peer's answer often comes after the spin, and sleeping in poll() then costs a wakeup
   // (measured here with one other busy process: allreduce of 4 B p50 230 us sleeping, 10 us

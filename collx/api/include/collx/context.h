@@ -70,6 +70,7 @@ struct PeerInfo {
   std::int64_t pid = 0;
   int localRank = -1;
   std::string hostId;  // ContextOptions::hostId or COLLX_HOST_ID; empty: hostname + boot id
+  std::string cpus;    // the CPUs it may run on (sched_getaffinity), e.g. "0-3,8"; empty: unknown
 };
 
 // The identity every rank groups hosts by: the override when given, else hostname + boot id.
@@ -102,6 +103,10 @@ class Context {
   // Whether every rank of this context shares memory with every other (one host, all pairs
   // over shm), so that the shared-memory algorithms ("shm") can run.
   bool sharedMemory() const noexcept;
+  // Whether this host's ranks outnumber the CPUs they may run on together (their affinity
+  // masks: taskset, a container's cpuset, collx-run's binding). Their waits then yield the
+  // CPU at once instead of spinning first (COLLX_SPIN_US overrides).
+  bool ranksOutnumberCpus() const noexcept { return outnumbered_; }
   // Thread-safe: wakes every call in flight, which fails with Aborted, as does every later
   // call.
   void abort(const std::string& why = "abort() was called");
@@ -133,6 +138,7 @@ class Context {
   std::string hostId_;  // the override this rank publishes (empty: none)
   std::shared_ptr<detail::Runtime> runtime_;
   bool leaveBarrier_;
+  bool outnumbered_ = false;
   // The store server this rank hosts, if any; it outlives the others' use of it.
   std::shared_ptr<rendezvous::TcpStoreServer> server_;
 };
