@@ -35,7 +35,7 @@ namespace collx::algorithms::shared {
 
 namespace {
 
-constexpr std::uint64_t kDirectMin = 64 * 1024, kDirectOversubscribedMin = ~std::uint64_t{0};
+constexpr std::uint64_t kDirectMin = 64 * 1024, kDirectOversubscribedMin = 4 << 20;
 constexpr std::uint64_t kStreamMin = 4 << 20;
 
 // Returns the last use.
@@ -111,12 +111,14 @@ std::uint64_t tailThroughBuffers(Call& c, std::uint64_t head, std::uint64_t byte
 
 void broadcast(Call& c) {
   const std::uint64_t bytes = c.p.count * c.p.elementSize;
-  // Not when ranks outnumber cores (unless always): the root's wait for every reader costs
-  // more than the pieces (P=4 on 2 cores: 64 KiB 19.1-21.8 us against 8.5-11.8), and from 1
-  // MiB, where direct reads hold Open MPI's speed when the pieces slow down (1 MiB: direct
-  // 191-367 us, pieces 129-137 and 592 in a slow round, Open MPI 277-1000), the root's
-  // timing led auto astray: 1 MiB 140-377 us against the pieces' 90-117, 4 MiB 0.7-2.1 ms
-  // against 0.5.
+  // Ranks outnumbering cores (unless always): only from 4 MiB, up to 4 ranks, and whole
+  // vectors. Below, the root's wait for every reader costs more than the pieces (P=4 on 2
+  // cores: 64 KiB 19.1-21.8 us against 8.5-11.8), and the root's timing led auto astray (1
+  // MiB 140-377 us against the pieces' 90-117). From 4 MiB, the pieces take 3-4x longer in
+  // this VM's slow periods, the direct reads do not, and auto keeps to the faster way (P=4,
+  // 5 alternating rounds, one slow: 4 MiB auto 0.70-1.22 ms, pieces 0.71-2.83, Open MPI
+  // 1.17-2.00; 64 MiB auto 11.6-24.0 ms, pieces 11.9-12.6 and 43.7-46.0, whole direct
+  // reads 21.6-23.8, Open MPI 31.9-35.3).
   if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
     inPieces(c);
     return;
@@ -129,7 +131,9 @@ void broadcast(Call& c) {
   if (c.me == root) {
     using transport::DirectCall;
     const bool direct = c.g.chooseDirect(DirectCall::kBroadcast, bytes);
-    const bool split = direct && c.g.chooseDirect(DirectCall::kBroadcastSplit, bytes);
+    // (Split reads not when ranks outnumber cores: the root shares its core with a reader.)
+    const bool split =
+        direct && !c.g.oversubscribed() && c.g.chooseDirect(DirectCall::kBroadcastSplit, bytes);
     c.offer(split ? Way::kSplit : direct ? Way::kDirect : Way::kBuffers, c.out);
     // The last use every other rank publishes: by then it has its copy and reads nothing of
     // the root's any more. Direct reads wait for it (the buffer stays valid until then);

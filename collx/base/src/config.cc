@@ -81,10 +81,11 @@ const std::vector<ConfigVar>& configVars() {
        "and allreduce (from 256 KiB) move their data. 'auto': through the ranks' group "
        "buffers, or as single copies out of the other ranks' own buffers (process_vm_readv), "
        "whichever the leading rank measured faster lately for that size (trying the other one "
-       "call in 16; when ranks outnumber cores, broadcast never, allgather from 1 MiB and "
+       "call in 16; when ranks outnumber cores, broadcast from 4 MiB, allgather from 1 MiB and "
        "allreduce from 32 MiB, up to 4 ranks); a broadcast that reads directly chooses again "
        "between the whole vector and a head read directly while the root passes the tail "
-       "through its group buffers. 'never' or 'always' one way ('always': a broadcast splits). "
+       "through its group buffers (whole when ranks outnumber cores). 'never' or 'always' one "
+       "way ('always': a broadcast splits, unless ranks outnumber cores). "
        "Direct reads need every rank able to read every other's memory (COLLX_SHM_CMA=1 and "
        "the probe passing everywhere). Measured on a 2-vCPU VM whose cores hand data to each "
        "other 2-5x slower at times: P=2 allreduce of 64 MiB 9-10 ms through the buffers in a "
@@ -100,8 +101,8 @@ const std::vector<ConfigVar>& configVars() {
       {"COLLX_CHUNK_BYTES", "1048576",
        "Pipelining granularity (bytes) of the chunked algorithms (ring, binomial broadcast)."},
       {"COLLX_SPIN_US", "",
-       "Microseconds a waiting call polls before it sleeps; unset: 50 when this host has a core "
-       "per local rank, else 0."},
+       "Microseconds a waiting call polls before it sleeps; unset: 50 when this host's ranks do "
+       "not outnumber the CPUs their affinity masks allow together, else 0."},
       {"COLLX_YIELD_US", "",
        "Microseconds a waiting call keeps polling after COLLX_SPIN_US, yielding the core between "
        "polls, before it sleeps; unset: 1000."},
