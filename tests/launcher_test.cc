@@ -139,6 +139,12 @@ TEST(LauncherTest, BindPutsEachRankOnItsOwnCpu) {
   for (const std::string& line : lines(free.out)) {
     EXPECT_NE(line.find_first_of(",-"), std::string::npos) << "not bound: " << line;
   }
+  // auto leaves a lone rank unbound (every such job would take the first CPU).
+  RunResult alone = runLauncher({"-n", "1", "--", "sh", "-c", show});
+  ASSERT_EQ(alone.code, 0) << alone.err;
+  for (const std::string& line : lines(alone.out)) {
+    EXPECT_NE(line.find_first_of(",-"), std::string::npos) << "a lone rank bound: " << line;
+  }
   RunResult tooMany = runLauncher({"-n", std::to_string(cpus + 1), "--bind", "core", "--", "true"});
   EXPECT_EQ(tooMany.code, 2);
   EXPECT_NE(tooMany.err.find("CPUs to bind them to"), std::string::npos) << tooMany.err;

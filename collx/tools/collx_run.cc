@@ -56,7 +56,8 @@ options:
                          idle); none: leave placement to the kernel; auto (default):
                          with one node and COLLX_TRANSPORT not tcp, core when the
                          ranks fit the CPUs, else spread (shared memory's latency is
-                         a cache line's trip between two fixed cores), otherwise none
+                         a cache line's trip between two fixed cores), otherwise
+                         (and for a lone rank) none
   -h, --help             this text
 
 exit codes: 0 all ranks succeeded; the failing rank's code; 124 timeout;
@@ -294,7 +295,10 @@ int launch(const Args& args) {
   const char* transport = std::getenv("COLLX_TRANSPORT");
   std::string how = args.bind;
   if (how == "auto") {
-    const bool shm = args.nnodes == 1 && (transport == nullptr || std::string(transport) != "tcp");
+    // (A lone rank talks to nobody over shared memory: bound, every such job would take the
+    // first CPU.)
+    const bool shm = args.nnodes == 1 && args.nproc > 1 &&
+                     (transport == nullptr || std::string(transport) != "tcp");
     how = !shm ? "none" : args.nproc <= static_cast<int>(cpus.size()) ? "core" : "spread";
   }
   if (how == "core" && args.nproc > static_cast<int>(cpus.size())) {
