@@ -643,9 +643,10 @@ void orderSensitiveInputs(int P, std::uint64_t count, std::vector<std::vector<fl
 // bits, and they are the serial rank-order sum's; reduce_scatter's blocks are that sum's too.
 // Blocking and nonblocking calls interleave in issue order.
 // Broadcasts from 64 KiB may be read straight out of the root's buffer: each
-// way (always: a head read directly, the tail through the group buffers; auto: the group
-// buffers first, then the whole vector read directly, then the faster; never) gives every
-// rank the root's bytes, from every root, with other calls in between.
+// way (always: a head read directly, the tail through the group buffers, or the whole vector
+// read directly when ranks outnumber cores; auto: the group buffers first, then the whole
+// vector read directly, then the faster; never) gives every rank the root's bytes, from
+// every root, with other calls in between.
 TEST(SharedMemory, BroadcastsReadFromTheRootOrInPiecesGiveTheRootsBytes) {
   if (!test::worldsShareMemory()) {
     GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";

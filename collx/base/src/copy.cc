@@ -68,29 +68,22 @@ using V64 [[gnu::vector_size(64)]] = long long;
 }
 #endif
 
-detail::CopyFunction bestCopy() {
+// The fastest copy this CPU runs, with plain or non-temporal stores (none of the latter
+// without AVX2).
+detail::CopyFunction bestCopy(bool stream) {
 #ifdef COLLX_COPY_X86
   // (Also checks that the OS saves the ymm/zmm state, not only CPUID.)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return &copyAvx512;
-  if (__builtin_cpu_supports("avx2")) return &copyAvx2;
+  if (__builtin_cpu_supports("avx512f")) return stream ? &streamAvx512 : &copyAvx512;
+  if (__builtin_cpu_supports("avx2")) return stream ? &streamAvx2 : &copyAvx2;
 #endif
-  return &copyMemcpy;
-}
-
-detail::CopyFunction bestStream() {
-#ifdef COLLX_COPY_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return &streamAvx512;
-  if (__builtin_cpu_supports("avx2")) return &streamAvx2;
-#endif
-  return nullptr;
+  return stream ? nullptr : &copyMemcpy;
 }
 
 }  // namespace
 
 void copyBytes(void* dst, const void* src, std::size_t bytes) noexcept {
-  static const detail::CopyFunction kBest = bestCopy();
+  static const detail::CopyFunction kBest = bestCopy(false);
   if (bytes < kCopyLoopBytes) {
     if (bytes > 0) std::memcpy(dst, src, bytes);
     return;
@@ -99,7 +92,7 @@ void copyBytes(void* dst, const void* src, std::size_t bytes) noexcept {
 }
 
 void copyStreaming(void* dst, const void* src, std::size_t bytes) noexcept {
-  static const detail::CopyFunction kBest = bestStream();
+  static const detail::CopyFunction kBest = bestCopy(true);
   if (kBest == nullptr || bytes < kCopyLoopBytes) {
     copyBytes(dst, src, bytes);
     return;
