@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "collx/algorithms/registry.h"
+#include "collx/base/units.h"
 #include "collx/collx.h"
 
 namespace {
@@ -109,26 +110,11 @@ struct Args {
 }
 
 std::uint64_t parseSize(const std::string& text) {
-  if (text.empty()) usageError("an empty size");
-  std::size_t pos = 0;
-  double value = 0;
   try {
-    value = std::stod(text, &pos);
-  } catch (...) {
-    usageError("bad size '" + text + "'");
+    return collx::parseBytes(text, "size");
+  } catch (const collx::Error& e) {
+    usageError(e.detail());
   }
-  std::string unit = text.substr(pos);
-  double scale = 1;
-  if (unit == "K" || unit == "k" || unit == "KiB")
-    scale = 1024;
-  else if (unit == "M" || unit == "MiB")
-    scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB")
-    scale = 1024.0 * 1024 * 1024;
-  else if (!unit.empty() && unit != "B")
-    usageError("bad size unit in '" + text + "'");
-  if (value < 0) usageError("negative size '" + text + "'");
-  return static_cast<std::uint64_t>(value * scale);
 }
 
 Args parseArgs(int argc, char** argv) {

@@ -24,6 +24,7 @@
 #include "collx/base/data_type.h"
 #include "collx/base/error.h"
 #include "collx/base/reduce_op.h"
+#include "collx/base/units.h"
 
 namespace {
 
@@ -103,26 +104,11 @@ struct Args {
 }
 
 std::uint64_t parseSize(const std::string& text, const std::string& what) {
-  std::size_t pos = 0;
-  double value = 0;
   try {
-    value = std::stod(text, &pos);
-  } catch (...) {
-    usageError(what + ": bad size '" + text + "'");
+    return collx::parseBytes(text, what);
+  } catch (const collx::Error& e) {
+    usageError(e.detail());
   }
-  const std::string unit = text.substr(pos);
-  double scale = 1;
-  if (unit == "K" || unit == "k" || unit == "KiB") {
-    scale = 1024;
-  } else if (unit == "M" || unit == "MiB") {
-    scale = 1024.0 * 1024;
-  } else if (unit == "G" || unit == "GiB") {
-    scale = 1024.0 * 1024 * 1024;
-  } else if (!unit.empty() && unit != "B") {
-    usageError(what + ": bad size unit in '" + text + "' (K, M, G)");
-  }
-  if (!(value >= 0) || value * scale > 1e18) usageError(what + ": bad size '" + text + "'");
-  return static_cast<std::uint64_t>(value * scale);
 }
 
 double parseNumber(const std::string& text, const std::string& what) {

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "collx/base/error.h"
+#include "collx/base/units.h"
 #include "util/test_util.h"
 
 namespace collx::algorithms {
@@ -77,12 +78,20 @@ TEST(Selection, BadRulesNameTheEntryAndWhatIsWrong) {
 }
 
 TEST(Selection, ByteSizes) {
-  EXPECT_EQ(parseByteSize("64K"), 65536u);
-  EXPECT_EQ(parseByteSize("1M"), 1u << 20);
-  EXPECT_EQ(parseByteSize("3"), 3u);
-  EXPECT_THROW(parseByteSize("x"), std::invalid_argument);
-  EXPECT_EQ(formatByteSize(65536), "64 KiB");
-  EXPECT_EQ(formatByteSize(1000), "1000 B");
+  EXPECT_EQ(parseBytes("64K", "X"), 65536u);
+  EXPECT_EQ(parseBytes("1M", "X"), 1u << 20);
+  EXPECT_EQ(parseBytes("1.5MiB", "X"), 3u << 19);
+  EXPECT_EQ(parseBytes("3", "X"), 3u);
+  EXPECT_EQ(parseBytes("2k", "X"), 2048u);
+  EXPECT_THROW(parseBytes("x", "X"), InvalidArgument);
+  EXPECT_THROW(parseBytes("", "X"), InvalidArgument);
+  EXPECT_THROW(parseBytes("4Q", "X"), InvalidArgument);
+  EXPECT_THROW(parseBytes("1.2.3K", "X"), InvalidArgument);
+  EXPECT_THROW(parseBytes("-4", "X"), InvalidArgument);
+  EXPECT_THROW(parseBytes("99999999T", "X"), InvalidArgument);
+  EXPECT_EQ(formatBytes(65536), "64 KiB");
+  EXPECT_EQ(formatBytes(1000), "1000 B");
+  EXPECT_EQ(formatBytes(~std::uint64_t{0}), "inf");
 }
 
 TEST(SelectionInAJob, RulesFileDecidesAndCollxInfoShowsIt) {

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "collx/base/error.h"
+#include "collx/base/units.h"
 #include "json.h"
 
 namespace collx::algorithms {
@@ -28,39 +29,6 @@ std::string validCollectives() {
 }
 
 }  // namespace
-
-std::uint64_t parseByteSize(std::string_view text) {
-  std::size_t digits = 0;
-  while (digits < text.size() &&
-         (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) {
-    ++digits;
-  }
-  if (digits == 0) throw std::invalid_argument("not a size");
-  double value = std::stod(std::string(text.substr(0, digits)));
-  std::string_view unit = text.substr(digits);
-  double scale = 1;
-  if (unit == "K" || unit == "KiB")
-    scale = 1024.0;
-  else if (unit == "M" || unit == "MiB")
-    scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB")
-    scale = 1024.0 * 1024 * 1024;
-  else if (!unit.empty() && unit != "B")
-    throw std::invalid_argument("bad unit");
-  return static_cast<std::uint64_t>(std::llround(value * scale));
-}
-
-std::string formatByteSize(std::uint64_t bytes) {
-  if (bytes == kAnyBytes) return "inf";
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  std::uint64_t v = bytes;
-  while (u < 4 && v >= 1024 && v % 1024 == 0) {
-    v /= 1024;
-    ++u;
-  }
-  return std::to_string(v) + " " + units[u];
-}
 
 Selection::Selection() {
   for (const SelectionRule& rule : defaultSelection()) {
@@ -118,7 +86,7 @@ Selection Selection::fromJson(std::string_view text, const std::string& source) 
           if (value.isString()) {
             if (value.string() == "inf") return kAnyBytes;
             try {
-              return parseByteSize(value.string());
+              return parseBytes(value.string(), field);
             } catch (const std::exception&) {
             }
           }

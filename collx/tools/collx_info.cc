@@ -88,8 +88,8 @@ void printInfo() {
       std::string ranks =
           std::to_string(row->minRanks) + ".." +
           (row->maxRanks >= (1 << 30) ? std::string("inf") : std::to_string(row->maxRanks));
-      std::string bytes = collx::algorithms::formatByteSize(row->minBytes) + ".." +
-                          collx::algorithms::formatByteSize(row->maxBytes);
+      std::string bytes = collx::formatBytes(row->minBytes) + ".." +
+                          collx::formatBytes(row->maxBytes);
       const bool shared = row->sharedOnly || row->algorithm->shared;
       std::printf("    P %-9s bytes %-20s -> %-20s (%s%s)\n", ranks.c_str(), bytes.c_str(),
                   row->algorithm->name, row->source.c_str(),

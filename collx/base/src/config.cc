@@ -179,54 +179,6 @@ std::size_t editDistance(std::string_view a, std::string_view b) {
 
 }  // namespace
 
-std::int64_t parseInt(std::string_view text, std::int64_t min, std::int64_t max,
-                      std::string_view what) {
-  std::int64_t value = 0;
-  const char* begin = text.data();
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) {
-    badValue(what, text, "an integer");
-  }
-  if (value < min || value > max) {
-    badValue(what, text,
-             "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
-  }
-  return value;
-}
-
-std::chrono::milliseconds parseDuration(std::string_view text, std::string_view what) {
-  const std::string expected = "a duration such as 30s, 500ms, 2m, 1h or a number of seconds";
-  std::size_t unitPos = text.find_first_not_of("0123456789.");
-  std::string_view number = text.substr(0, unitPos);
-  std::string_view unit = unitPos == std::string_view::npos ? "" : text.substr(unitPos);
-  if (number.empty() || std::count(number.begin(), number.end(), '.') > 1) {
-    badValue(what, text, expected);
-  }
-  double scale = 0;
-  if (unit.empty() || unit == "s") {
-    scale = 1000.0;
-  } else if (unit == "ms") {
-    scale = 1.0;
-  } else if (unit == "m" || unit == "min") {
-    scale = 60'000.0;
-  } else if (unit == "h") {
-    scale = 3'600'000.0;
-  } else {
-    badValue(what, text, expected);
-  }
-  std::string copy(number);
-  char* parsedEnd = nullptr;
-  errno = 0;
-  double value = std::strtod(copy.c_str(), &parsedEnd);
-  if (errno != 0 || parsedEnd != copy.c_str() + copy.size() || !std::isfinite(value)) {
-    badValue(what, text, expected);
-  }
-  double ms = value * scale;
-  if (ms > 1e15) badValue(what, text, "a duration under 30000 years");
-  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(ms)));
-}
-
 Config::Config(Environment env) : env_(std::move(env)) {
   std::erase_if(env_, [](const auto& entry) { return entry.second.empty(); });
 }

@@ -56,9 +56,5 @@ class Selection {
   std::vector<Row> rows_;
 };
 
-// "64K" -> 65536; a number as is. std::nullopt-like failure: throws std::invalid_argument.
-std::uint64_t parseByteSize(std::string_view text);
-// "1 KiB", "64 MiB", "inf": for tables.
-std::string formatByteSize(std::uint64_t bytes);
 
 }  // namespace collx::algorithms

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "collx/base/units.h"
+
 namespace collx {
 
 struct ConfigVar {
@@ -65,11 +67,5 @@ class Config {
  private:
   Environment env_;
 };
-
-// Parses a duration as Config::getDuration does; `what` names the source in the error.
-std::chrono::milliseconds parseDuration(std::string_view text, std::string_view what);
-// Parses a whole decimal integer in [min, max]; `what` names the source in the error.
-std::int64_t parseInt(std::string_view text, std::int64_t min, std::int64_t max,
-                      std::string_view what);
 
 }  // namespace collx

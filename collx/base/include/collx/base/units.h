@@ -1,0 +1,28 @@
+// The one parser of each kind of quantity that users write (in environment variables, tool
+// flags, rules files), so that "64K" or "30s" means the same everywhere in collx.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace collx {
+
+// A whole decimal integer in [min, max]. Throws InvalidArgument naming `what` (the variable
+// or flag) and the text.
+std::int64_t parseInt(std::string_view text, std::int64_t min, std::int64_t max,
+                      std::string_view what);
+
+// A duration: "30", "30s", "500ms", "2m", "1h", "1.5" (a plain number is seconds). Throws
+// InvalidArgument naming `what`.
+std::chrono::milliseconds parseDuration(std::string_view text, std::string_view what);
+
+// A byte size: a number with an optional unit, powers of two: B, K/KiB, M/MiB, G/GiB,
+// T/TiB (k is K). "1.5M" is 1572864. Throws InvalidArgument naming `what`.
+std::uint64_t parseBytes(std::string_view text, std::string_view what);
+
+// The largest exact unit: 65536 -> "64 KiB", 1000 -> "1000 B", UINT64_MAX -> "inf".
+std::string formatBytes(std::uint64_t bytes);
+
+}  // namespace collx
