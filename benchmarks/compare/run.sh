@@ -11,7 +11,10 @@
 #        of a size come from the same few seconds: the table then also gives the median
 #        over rounds of each round's ratio), PEERS=path/to/shared/peers,
 #        TRANSPORT=tcp (collx's COLLX_TRANSPORT: tcp against the peers' TCP; shm or auto take
-#        shared memory between local ranks, and Open MPI then runs on its shared-memory default)
+#        shared memory between local ranks, and Open MPI then runs on its shared-memory default),
+#        BASE=path/to/another/build (its collx-bench runs right after this build's, in the
+#        same rounds, as the peer "base": a change against the tree before it; ONLY must
+#        include "base", which it does by default when BASE is set)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -24,14 +27,20 @@ SIZES=${SIZES:-4,64,1024,16384,65536,262144,1048576,4194304,16777216,67108864}
 COLL=${COLL:-allreduce}
 TRANSPORT=${TRANSPORT:-tcp}
 MIN_TIME=${MIN_TIME:-0.3}
-ONLY=${ONLY:-"collx gloo mpi torch limits"}
+BASE=${BASE:-}
+if [ -n "$BASE" ]; then
+  BASE=$(cd "$BASE" && pwd)
+  ONLY=${ONLY:-"collx base"}
+else
+  ONLY=${ONLY:-"collx gloo mpi torch limits"}
+fi
 REPEAT=${REPEAT:-1}
 PER_SIZE=${PER_SIZE:-0}
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 
 # The peers build in a scratch copy (the shared folder is read-only).
 work=$out/peers
-if [ ! -x "$work/bin/gloo_bench" ]; then
+if { want gloo || want mpi || want torch || want limits; } && [ ! -x "$work/bin/gloo_bench" ]; then
   rm -rf "$work" && cp -r "$PEERS" "$work" && rm -rf "$work/results"
   make -s -C "$work" all >/dev/null
 fi
@@ -58,25 +67,30 @@ for P in $PS; do
   chunks=$SIZES
   [ "$PER_SIZE" = 1 ] && chunks=$(echo "$SIZES" | tr ',' ' ')
   for chunk in $chunks; do
-    if want collx; then
+    # collx, and the same bench from the BASE build: one function, two trees.
+    run_collx() {  # impl build_dir
+      local impl=$1 dir=$2
       # The peers all reduce in place (MPI_IN_PLACE, Gloo's and torch's in-place tensors).
+      local inplace
       inplace=$([ "$COLL" = allreduce ] && echo --in-place || true)
       # The peers' allgather sizes are per rank, collx-bench's the whole gathered buffer.
-      sizes=$chunk
+      local sizes=$chunk
       if [ "$COLL" = allgather ]; then
         sizes=$(echo "$chunk" | tr ',' '\n' \
           | awk -v P="$P" '{printf "%s%d", (NR > 1 ? "," : ""), $1 * P}')
       fi
-      COLLX_TRANSPORT=$TRANSPORT "$build/bin/collx-run" -n "$P" -- \
-        "$build/bin/collx-bench" -c "$COLL" --sizes "$sizes" \
-        --min-time "$MIN_TIME" $inplace --csv "$out/collx_p$P.csv" > "$out/collx_p$P.txt"
+      COLLX_TRANSPORT=$TRANSPORT "$dir/bin/collx-run" -n "$P" -- \
+        "$dir/bin/collx-bench" -c "$COLL" --sizes "$sizes" \
+        --min-time "$MIN_TIME" $inplace --csv "$out/${impl}_p$P.csv" > "$out/${impl}_p$P.txt"
       # into the peers' CSV shape
-      grep -v '^#' "$out/collx_p$P.csv" | tail -n +2 \
+      grep -v '^#' "$out/${impl}_p$P.csv" | tail -n +2 \
         | while IFS=, read -r size count dtype t p50 p99 alg bus wrong algo; do
           ok=$([ "$wrong" = 0 ] && echo 1 || echo 0)
-          echo "collx,$TRANSPORT,$COLL,default,$P,$size,$t,$alg,$bus,$ok,$round"
+          echo "$impl,$TRANSPORT,$COLL,default,$P,$size,$t,$alg,$bus,$ok,$round"
         done >> "$csv"
-    fi
+    }
+    want collx && run_collx collx "$build"
+    want base && [ -n "$BASE" ] && run_collx base "$BASE"
     if want gloo; then
       "$work/bin/gloo_bench" -p "$P" --colls "$COLL" --sizes "$chunk" --min-time "$MIN_TIME" \
         2> "$out/gloo_p$P.log" | grep '^gloo,' | sed "s/\$/,$round/" >> "$csv" || true
