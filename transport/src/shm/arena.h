@@ -11,8 +11,8 @@
 //                 1 yes: the owner mapped that peer's arena and checked it, 2 no)
 //   rings         one per rank r (r != owner): the single-producer single-consumer ring that
 //                 rank r writes into and the owner reads. RingControl holds the producer's
-//                 `tail` and the consumer's `head` and `creditReturned` (monotonic byte
-//                 counts, never reset), then `ringBytes` of data. Rings of ranks that never
+//                 `tail` and the consumer's `head` (monotonic byte counts, never reset), then
+//                 `ringBytes` of data. Rings of ranks that never
 //                 send (tcp peers, oneself) are never touched, so their pages are never
 //                 allocated.
 //   group         GroupControl, then SharedGroup::kBuffers buffers (a 32-byte UseHeader and
@@ -37,7 +37,7 @@
 namespace collx::transport::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x314d48535f584c43ull;  // "CLX_SHM1"
-inline constexpr std::uint32_t kArenaVersion = 2;
+inline constexpr std::uint32_t kArenaVersion = 3;
 inline constexpr std::size_t kLine = 64;
 inline constexpr int kGroupBuffers = 4;  // SharedGroup::kBuffers
 inline constexpr std::size_t kErrorTextBytes = 2048;
@@ -52,7 +52,7 @@ struct ArenaHeader {
   std::uint32_t version;
   std::int32_t rank;
   std::int32_t size;
-  std::uint32_t reserved0;
+  std::uint32_t eagerLimit;  // the owner's COLLX_SHM_EAGER_LIMIT (see ShmPair::agreedEagerLimit)
   std::int64_t pid;
   std::uint64_t job;  // hash of the job id and generation
   std::int64_t generation;
@@ -76,7 +76,6 @@ static_assert(sizeof(ArenaHeader) % kLine == 0);
 struct RingControl {
   alignas(kLine) std::uint64_t tail;             // producer: bytes written
   alignas(kLine) std::uint64_t head;             // consumer: bytes consumed
-  std::uint64_t creditReturned;                  // consumer: eager bytes (charged) consumed
   alignas(kLine) std::uint32_t producerWaiting;  // producer blocked on a full ring
 };
 static_assert(sizeof(RingControl) == 3 * kLine);

@@ -105,6 +105,8 @@ ShmDevice::ShmDevice(LinkState& link, const MeshOptions& options)
                                    options_.shmGroupBytes, options_.shmPosix);
   cmaProbe_ = arena_->token();
   arena_->header()->cmaProbe = reinterpret_cast<std::uint64_t>(&cmaProbe_);
+  arena_->header()->eagerLimit =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(options_.shmEagerLimit, 0xFFFFFFFFu));
 
   bellFd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   sendFd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -313,7 +315,6 @@ std::vector<int> ShmDevice::confirm(const std::vector<int>& peers,
 std::vector<Pair*> ShmDevice::connect(const std::vector<int>& peers,
                                       const std::vector<std::string>&, Clock::time_point) {
   ShmPairOptions pairOptions;
-  pairOptions.eagerLimit = options_.shmEagerLimit;
   pairOptions.cma = options_.shmCma;
   std::vector<Pair*> out;
   std::vector<GroupMember> members;

@@ -21,7 +21,7 @@ using asio::ip::tcp;
 namespace {
 
 constexpr char kHelloMagic[4] = {'C', 'L', 'X', 'T'};
-constexpr std::uint32_t kHelloVersion = 1;
+constexpr std::uint32_t kHelloVersion = 2;
 
 struct Hello {
   char magic[4];
@@ -32,13 +32,16 @@ struct Hello {
   std::int32_t to;
   std::uint32_t stream;
   std::uint32_t streams;
+  std::uint64_t eagerLimit;  // the dialer's: the pair's is the smaller of both sides'
 };
-static_assert(sizeof(Hello) == 40);
+static_assert(sizeof(Hello) == 48);
 
 struct Ack {
   char magic[4];
   std::uint32_t status;
+  std::uint64_t eagerLimit;  // the acceptor's
 };
+static_assert(sizeof(Ack) == 16);
 
 enum AckStatus : std::uint32_t {
   kAckOk = 0,
@@ -218,6 +221,9 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
   for (std::size_t i = 0; i < peers.size(); ++i) index[peers[i]] = i;
   std::vector<std::vector<int>> fds(peers.size(), std::vector<int>(streams, -1));
   std::vector<std::string> lastError(peers.size());
+  // Both ends of a pair send eagerly up to the smaller of their eager limits, so that each
+  // knows which messages the other announces.
+  std::vector<std::uint64_t> eagerLimits(peers.size(), options_.eagerLimit);
   std::size_t needOut = 0, needIn = 0, doneOut = 0, doneIn = 0;
   for (int peer : peers) (peer < self ? needOut : needIn) += static_cast<std::size_t>(streams);
   std::string fatal;  // a refusal that retrying cannot fix
@@ -245,6 +251,7 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
     hello->to = peers[i];
     hello->stream = static_cast<std::uint32_t>(stream);
     hello->streams = static_cast<std::uint32_t>(streams);
+    hello->eagerLimit = options_.eagerLimit;
     auto ack = std::make_shared<Ack>();
     auto retry = [&, i, stream](const std::string& why) {
       lastError[i] = why;
@@ -272,6 +279,7 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
                     ") refused the connection: " + ackText(ack->status);
             return finished();
           }
+          eagerLimits[i] = std::min(eagerLimits[i], ack->eagerLimit);
           fds[i][stream] = socket->release();
           ++doneOut;
           finished();
@@ -339,9 +347,11 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
                                            std::to_string(hello->stream));
         }
         *slot = -2;  // reserved until the ack is out
+        eagerLimits[it->second] = std::min(eagerLimits[it->second], hello->eagerLimit);
         auto ack = std::make_shared<Ack>();
         std::memcpy(ack->magic, kHelloMagic, 4);
         ack->status = kAckOk;
+        ack->eagerLimit = options_.eagerLimit;
         asio::async_write(*socket, asio::buffer(ack.get(), sizeof(Ack)),
                           [&, socket, ack, slot](const asio::error_code& ec3, std::size_t) {
           if (ec3) {
@@ -394,9 +404,9 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
     throw TimeoutError(where, "could not connect within the timeout to " + missing);
   }
   std::vector<Pair*> out;
-  TcpPairOptions pairOptions;
-  pairOptions.eagerLimit = options_.eagerLimit;
   for (std::size_t i = 0; i < peers.size(); ++i) {
+    TcpPairOptions pairOptions;
+    pairOptions.limits.eagerLimit = eagerLimits[i];
     for (int fd : fds[i]) configureSocket(fd, options_.tcpBufferBytes);
     pairs_.push_back(std::make_unique<TcpPair>(peers[i], link_, fds[i], pairOptions, addresses[i]));
     out.push_back(pairs_.back().get());

@@ -1,4 +1,5 @@
-// A send or a receive in flight between this rank and one peer.
+// A send or a receive in flight between this rank and one peer: what its caller sets. (The
+// pair protocol keeps its own bookkeeping; see transport/src/protocol/protocol_pair.h.)
 #pragma once
 
 #include <cstdint>
@@ -29,12 +30,6 @@ class Request {
   std::uint64_t length = 0;
   MessageKey key;
   Fingerprint fingerprint;
-
-  // Transport-private bookkeeping (bytes done, frames outstanding, transfer id).
-  std::uint64_t progress = 0;
-  std::uint32_t pending = 0;
-  std::uint32_t xfer = 0;
-  bool sawAnnouncement = false;
 };
 
 }  // namespace collx::transport
