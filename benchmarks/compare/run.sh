@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Side by side, in one run: collx-bench against the peers of ../shared/peers (Gloo, Open MPI
-# over TCP, torch.distributed's gloo backend) and this machine's loopback TCP limit
+# over TCP, torch.distributed's gloo backend, and MPICH 4.0 over UCX, built here from the
+# same mpi_bench.c with mpicc.mpich) and this machine's loopback TCP limit
 # (tcp_exchange), for one collective at P=2 and P=4. Writes CSVs and a ratio table.
 #
 #   benchmarks/compare/run.sh [BUILD_DIR] [OUT_DIR]
-# Knobs: PS="2 4", SIZES=..., COLL=allreduce, ONLY="collx gloo mpi torch limits",
+# Knobs: PS="2 4", SIZES=..., COLL=allreduce, ONLY="collx gloo mpi mpich torch limits" (mpich:
+#        only where ranks fit the cores: its ranks poll without ever yielding, so with more
+#        ranks than cores its figures mean nothing; run.sh skips it there and says so),
 #        MIN_TIME=0.3, REPEAT=1 (rounds; every implementation runs once per round and the
 #        table takes each one's best round: the machine is noisy), PER_SIZE=0 (1: every
 #        implementation runs one size at a time, back to back, so that each round's figures
@@ -32,7 +35,7 @@ if [ -n "$BASE" ]; then
   BASE=$(cd "$BASE" && pwd)
   ONLY=${ONLY:-"collx base"}
 else
-  ONLY=${ONLY:-"collx gloo mpi torch limits"}
+  ONLY=${ONLY:-"collx gloo mpi mpich torch limits"}
 fi
 REPEAT=${REPEAT:-1}
 PER_SIZE=${PER_SIZE:-0}
@@ -40,10 +43,20 @@ want() { [[ " $ONLY " == *" $1 "* ]]; }
 
 # The peers build in a scratch copy (the shared folder is read-only).
 work=$out/peers
-if { want gloo || want mpi || want torch || want limits; } && [ ! -x "$work/bin/gloo_bench" ]; then
+if { want gloo || want mpi || want mpich || want torch || want limits; } &&
+   [ ! -x "$work/bin/gloo_bench" ]; then
   rm -rf "$work" && cp -r "$PEERS" "$work" && rm -rf "$work/results"
   make -s -C "$work" all >/dev/null
 fi
+# MPICH (Debian's mpich: 4.0 over UCX) runs the same mpi_bench.c, built with its own mpicc.
+if want mpich && [ ! -x "$work/bin/mpich_bench" ]; then
+  if command -v mpicc.mpich >/dev/null; then
+    mpicc.mpich -O3 -Wall -o "$work/bin/mpich_bench" "$work/mpi_bench.c" -lm
+  else
+    echo "run.sh: mpich is not installed (apt-get install mpich): skipping it" >&2
+  fi
+fi
+cpus=$(nproc)
 csv=$out/results.csv
 echo "impl,transport,collective,algorithm,P,bytes,time_us,algbw_GBps,busbw_GBps,correct,round" > "$csv"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo
@@ -104,6 +117,20 @@ for P in $PS; do
         mpirun --allow-run-as-root --oversubscribe -np "$P" "$work/bin/mpi_bench" --transport shm \
           --colls "$COLL" --sizes "$chunk" --min-time "$MIN_TIME" 2> "$out/mpi_p$P.log" \
           | grep '^ompi,' | sed "s/\$/,$round/" >> "$csv" || true
+      fi
+    fi
+    if want mpich && [ -x "$work/bin/mpich_bench" ]; then
+      if [ "$P" -gt "$cpus" ]; then
+        echo "run.sh: P=$P > $cpus CPUs: MPICH's ranks poll without yielding, skipped" >&2
+      elif [ "$TRANSPORT" = tcp ]; then
+        UCX_TLS=tcp,self MPIR_CVAR_NOLOCAL=1 mpiexec.mpich -n "$P" "$work/bin/mpich_bench" \
+          --transport tcp --colls "$COLL" --sizes "$chunk" --min-time "$MIN_TIME" \
+          2> "$out/mpich_p$P.log" | grep '^ompi,' | sed "s/^ompi,/mpich,/; s/\$/,$round/" \
+          >> "$csv" || true
+      else
+        mpiexec.mpich -n "$P" "$work/bin/mpich_bench" --transport shm --colls "$COLL" \
+          --sizes "$chunk" --min-time "$MIN_TIME" 2> "$out/mpich_p$P.log" \
+          | grep '^ompi,' | sed "s/^ompi,/mpich,/; s/\$/,$round/" >> "$csv" || true
       fi
     fi
     if want torch; then
