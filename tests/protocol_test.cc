@@ -78,14 +78,11 @@ class LoopPair final : public ProtocolPair {
 
  protected:
   const char* medium() const noexcept override { return "loop"; }
-  void sendFrame(const Frame& frame, const void* payload, Transfer* transfer) override {
+  void sendFrame(const Frame& frame, const std::uint8_t* payload, Transfer* transfer) override {
     Wire w;
     w.frame = frame;
     w.frame.credit = takeCredit();
-    if (frame.carriesPayload() && frame.length > 0) {
-      const auto* p = static_cast<const std::uint8_t*>(payload);
-      w.payload.assign(p, p + frame.length);
-    }
+    if (payload != nullptr) w.payload.assign(payload, payload + frame.length);
     control.push_back(std::move(w));
     if (transfer != nullptr) sent(*transfer);  // copied: the bytes have left
   }

@@ -146,7 +146,7 @@ void ProtocolPair::post(Request& request) {
       eager.type = FrameType::kEager;
       eager.setMessage(key, request.fingerprint);
       eager.length = request.length;
-      sendFrame(eager, request.data, &t);
+      sendFrame(eager, static_cast<const std::uint8_t*>(request.data), &t);
     } else {
       Frame rts;
       rts.type = FrameType::kRts;

@@ -108,12 +108,14 @@ class ProtocolPair : public Pair {
 
   // "tcp", "shm": names the medium in errors.
   virtual const char* medium() const noexcept = 0;
-  // Queues `frame` for the peer, with `frame.length` bytes of `payload` after it when the
-  // frame carries one (EAGER, ERROR; the bytes stay valid until the frame is written).
+  // Queues `frame` for the peer, with `frame.length` bytes of `payload` after it unless
+  // `payload` is null (EAGER and ERROR carry one; the bytes stay valid until the frame is
+  // written).
   // Frames reach the peer in the order they were queued. With a transfer (an EAGER send),
   // the medium calls sent(*transfer) once the frame and its payload have left. Non-blocking;
   // throws IoError when the connection broke.
-  virtual void sendFrame(const Frame& frame, const void* payload, Transfer* transfer) = 0;
+  virtual void sendFrame(const Frame& frame, const std::uint8_t* payload,
+                         Transfer* transfer) = 0;
   // Writes what was queued, as far as it can without blocking (called at the end of post()).
   virtual void flushOut() = 0;
   // Whether frames wait to be written (then returned credit rides on them).

@@ -81,13 +81,11 @@ std::string ShmPair::describe() const {
 
 // ---- the protocol's hooks -----------------------------------------------------------------
 
-void ShmPair::sendFrame(const Frame& frame, const void* payload, Transfer* transfer) {
+void ShmPair::sendFrame(const Frame& frame, const std::uint8_t* payload, Transfer* transfer) {
   Out out;
   out.frame = frame;
-  if (frame.type == FrameType::kEager || frame.type == FrameType::kError) {
-    out.payload = static_cast<const std::uint8_t*>(payload);
-    out.payloadLength = frame.length;
-  }
+  out.payload = payload;
+  out.payloadLength = payload != nullptr ? frame.length : 0;
   out.transfer = transfer;
   control_.push_back(out);
 }

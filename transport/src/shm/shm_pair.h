@@ -84,7 +84,7 @@ class ShmPair final : public ProtocolPair {
 
  protected:
   const char* medium() const noexcept override { return "shm"; }
-  void sendFrame(const Frame& frame, const void* payload, Transfer* transfer) override;
+  void sendFrame(const Frame& frame, const std::uint8_t* payload, Transfer* transfer) override;
   void flushOut() override;
   bool outputQueued() const noexcept override { return !control_.empty() || !data_.empty(); }
   void push(Transfer& transfer, const Frame& ready) override;

@@ -59,13 +59,11 @@ TcpPair::~TcpPair() {
 
 // ---- the protocol's hooks -----------------------------------------------------------------
 
-void TcpPair::sendFrame(const Frame& frame, const void* payload, Transfer* transfer) {
+void TcpPair::sendFrame(const Frame& frame, const std::uint8_t* payload, Transfer* transfer) {
   OutFrame out;
   out.header = frame;
-  if (frame.type == FrameType::kEager || frame.type == FrameType::kError) {
-    out.payload = static_cast<const std::uint8_t*>(payload);
-    out.payloadLength = frame.length;
-  }
+  out.payload = payload;
+  out.payloadLength = payload != nullptr ? frame.length : 0;
   out.transfer = transfer;
   if (transfer != nullptr) transfer->pending = 1;
   streams_[0].control.push_back(out);

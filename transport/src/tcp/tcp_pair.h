@@ -53,7 +53,7 @@ class TcpPair final : public ProtocolPair {
 
  protected:
   const char* medium() const noexcept override { return "tcp"; }
-  void sendFrame(const Frame& frame, const void* payload, Transfer* transfer) override;
+  void sendFrame(const Frame& frame, const std::uint8_t* payload, Transfer* transfer) override;
   void flushOut() override;
   bool outputQueued() const noexcept override { return streams_[0].hasOutput(); }
   void push(Transfer& transfer, const Frame& ready) override;
