@@ -12,15 +12,15 @@
 #include <random>
 #include <thread>
 
+#include "cli.h"
 #include "collx/collx.h"
 #include "collx/transport/shm_segments.h"
 #include "launcher.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: collx-run -n P [options] [--] program [args...]
-
-Runs P ranks of `program` on this node, with COLLX_RANK, COLLX_WORLD_SIZE,
+constexpr const char* kAbout =
+    R"(Runs P ranks of `program` on this node, with COLLX_RANK, COLLX_WORLD_SIZE,
 COLLX_LOCAL_RANK, COLLX_STORE and COLLX_JOB_ID set for collx::init(). Starts a TCP
 store for them (on node 0) unless --store names one. When a rank fails, the others
 are stopped (SIGTERM, then SIGKILL after the grace period) and collx-run exits with
@@ -31,36 +31,10 @@ and SIGQUIT are forwarded to every rank. With several nodes, node 0 keeps the st
 up until every node's ranks have finished (at most 10 minutes after its own).
 Any program works:
     collx-run -n 4 -- sh -c 'echo $COLLX_RANK'
+)";
 
-options:
-  -n, --nproc P          ranks on this node (required, >= 1)
-  --nnodes N             nodes in the job (default 1); start one collx-run per node
-  --node-rank I          this node's index in [0, N) (default 0); its ranks are
-                         I*P .. I*P+P-1 of N*P
-  --master-addr HOST     with --nnodes > 1: the address of node 0, reachable from
-                         every node; node 0 starts the store there
-  --master-port PORT     with --nnodes > 1: the store's port (default 29400)
-  --store URL            use this store instead of starting one: tcp://host:port,
-                         file:///shared/dir (a job directory inside it is removed at
-                         the end on one node) or redis://host:port[/db]
-  --job-id ID            job id (default: COLLX_JOB_ID, else a fresh random id that
-                         node 0 shares through the store)
-  --timeout T            stop the job after T (e.g. 90s, 10m; a number is seconds);
-                         exit code 124
-  --grace T              wait T between SIGTERM and SIGKILL (default 5s)
-  -t, --tag-output       prefix every line the ranks print with "[rank] "
-  --bind MODE            core: bind local rank i to the i-th CPU collx-run may use;
-                         spread: to CPU i mod N of those N CPUs (ranks outnumbering
-                         CPUs share them evenly; unbound, the kernel may leave 3 of 4
-                         ranks on one of 2 CPUs, since waiting ranks yield but never
-                         idle); none: leave placement to the kernel; auto (default):
-                         with one node and COLLX_TRANSPORT not tcp, core when the
-                         ranks fit the CPUs, else spread (shared memory's latency is
-                         a cache line's trip between two fixed cores), otherwise
-                         (and for a lone rank) none
-  -h, --help             this text
-
-exit codes: 0 all ranks succeeded; the failing rank's code; 124 timeout;
+constexpr const char* kFooter =
+    R"(exit codes: 0 all ranks succeeded; the failing rank's code; 124 timeout;
 128+N collx-run received signal N; 2 bad arguments; 127 program not found.
 )";
 
@@ -82,92 +56,77 @@ struct Args {
   std::vector<std::string> command;
 };
 
-[[noreturn]] void usageError(const std::string& message) {
-  std::cerr << "collx-run: " << message << "\n(see collx-run --help)\n";
-  std::exit(2);
+// mpirun's spelling "-np P" for -n P: CLI11 would read it as -n with the value "p". Only the
+// options before the program are looked at (a program's own -np stays as it is).
+void acceptMpirunSpelling(CLI::App& app, int argc, char** argv) {
+  static char nproc[] = "--nproc";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--" || arg.size() < 2 || arg[0] != '-') return;  // the program starts
+    if (arg == "-np") {
+      argv[i] = nproc;
+      ++i;  // its value
+      continue;
+    }
+    if (arg.find('=') != std::string::npos) continue;  // --name=value
+    const CLI::Option* option =
+        app.get_option_no_throw(arg[1] == '-' ? arg : arg.substr(0, 2));
+    const bool attached = arg[1] != '-' && arg.size() > 2;  // -n4
+    if (option != nullptr && option->get_items_expected_min() > 0 && !attached) ++i;
+  }
 }
 
-Args parseArgs(int argc, char** argv) {
+Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   Args args;
-  bool haveNproc = false;
-  int i = 1;
-  auto value = [&](const std::string& flag) -> std::string {
-    if (i + 1 >= argc) usageError(flag + " needs a value");
-    return argv[++i];
-  };
-  auto integer = [&](const std::string& flag, const std::string& text, long min, long max) {
-    try {
-      return static_cast<int>(collx::parseInt(text, min, max, flag));
-    } catch (const collx::Error& e) {
-      usageError(e.detail());
-    }
-  };
-  auto duration = [&](const std::string& flag, const std::string& text) {
-    try {
-      auto d = collx::parseDuration(text, flag);
-      if (d.count() <= 0) usageError(flag + " must be positive");
-      return d;
-    } catch (const collx::Error& e) {
-      usageError(e.detail());
-    }
-  };
-  for (; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg == "-h" || arg == "--help") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (arg == "-n" || arg == "--nproc" || arg == "-np") {
-      args.nproc = integer("-n", value(arg), 1, 1 << 16);
-      haveNproc = true;
-    } else if (arg == "--nnodes") {
-      args.nnodes = integer(arg, value(arg), 1, 1 << 16);
-    } else if (arg == "--node-rank") {
-      args.nodeRank = integer(arg, value(arg), 0, 1 << 16);
-    } else if (arg == "--master-addr") {
-      args.masterAddr = value(arg);
-    } else if (arg == "--master-port") {
-      args.masterPort = integer(arg, value(arg), 1, 65535);
-    } else if (arg == "--store") {
-      args.store = value(arg);
-    } else if (arg == "--job-id") {
-      args.jobId = value(arg);
-    } else if (arg == "--timeout") {
-      args.timeout = duration(arg, value(arg));
-    } else if (arg == "--grace") {
-      args.grace = duration(arg, value(arg));
-    } else if (arg == "-t" || arg == "--tag-output") {
-      args.tag = true;
-    } else if (arg == "--bind") {
-      args.bind = value(arg);
-      if (args.bind != "auto" && args.bind != "core" && args.bind != "spread" &&
-          args.bind != "none") {
-        usageError("--bind must be auto, core, spread or none, got '" + args.bind + "'");
-      }
-    } else if (!arg.empty() && arg[0] == '-') {
-      usageError("unknown option '" + arg + "'");
-    } else {
-      break;
-    }
-  }
-  for (; i < argc; ++i) args.command.push_back(argv[i]);
-  if (!haveNproc) usageError("-n P (the number of ranks) is required");
-  if (args.command.empty()) usageError("no program to run");
+  cli.integer("-n,--nproc", args.nproc, 1, 1 << 16, "P",
+              "ranks on this node (required, >= 1; also -np P)");
+  cli.integer("--nnodes", args.nnodes, 1, 1 << 16, "N",
+              "nodes in the job (default 1); start one collx-run per node");
+  cli.integer("--node-rank", args.nodeRank, 0, 1 << 16, "I",
+              "this node's index in [0, N) (default 0); its ranks are I*P .. I*P+P-1 of N*P");
+  cli.text("--master-addr", args.masterAddr, "HOST",
+           "with --nnodes > 1: the address of node 0, reachable from every node; node 0 starts "
+           "the store there");
+  cli.integer("--master-port", args.masterPort, 1, 65535, "PORT",
+              "with --nnodes > 1: the store's port (default 29400)");
+  cli.text("--store", args.store, "URL",
+           "use this store instead of starting one: tcp://host:port, file:///shared/dir (a job "
+           "directory inside it is removed at the end on one node) or redis://host:port[/db]");
+  cli.text("--job-id", args.jobId, "ID",
+           "job id (default: COLLX_JOB_ID, else a fresh random id that node 0 shares through the "
+           "store)");
+  cli.duration("--timeout", args.timeout, "T",
+               "stop the job after T (e.g. 90s, 10m; a number is seconds); exit code 124");
+  cli.duration("--grace", args.grace, "T", "wait T between SIGTERM and SIGKILL (default 5s)");
+  cli.flag("-t,--tag-output", args.tag, "prefix every line the ranks print with \"[rank] \"");
+  cli.text("--bind", args.bind, "MODE",
+           "core: bind local rank i to the i-th CPU collx-run may use; spread: to CPU i mod N of "
+           "those N CPUs (ranks outnumbering CPUs share them evenly; unbound, the kernel may "
+           "leave 3 of 4 ranks on one of 2 CPUs, since waiting ranks yield but never idle); "
+           "none: leave placement to the kernel; auto (default): with one node and "
+           "COLLX_TRANSPORT not tcp, core when the ranks fit the CPUs, else spread (shared "
+           "memory's latency is a cache line's trip between two fixed cores), otherwise (and "
+           "for a lone rank) none")
+      ->check(CLI::IsMember({"auto", "core", "spread", "none"}));
+  cli.app().add_option("program", args.command, "the program and its arguments");
+  cli.app().positionals_at_end();  // everything from the program on is the program's
+  acceptMpirunSpelling(cli.app(), argc, argv);
+  cli.parse(argc, argv);
+
+  if (cli.app().count("--nproc") == 0) cli.fail("-n P (the number of ranks) is required");
+  if (args.command.empty()) cli.fail("no program to run");
   if (args.nodeRank >= args.nnodes) {
-    usageError("--node-rank " + std::to_string(args.nodeRank) + " is not below --nnodes " +
-               std::to_string(args.nnodes));
+    cli.fail("--node-rank " + std::to_string(args.nodeRank) + " is not below --nnodes " +
+             std::to_string(args.nnodes));
   }
   if (args.nnodes > 1 && args.store.empty() && args.masterAddr.empty()) {
-    usageError("--nnodes > 1 needs --master-addr (node 0's address) or --store");
+    cli.fail("--nnodes > 1 needs --master-addr (node 0's address) or --store");
   }
   if (!args.store.empty()) {
     try {
       collx::rendezvous::StoreUrl::parse(args.store);
     } catch (const collx::Error& e) {
-      usageError("--store: " + e.detail());
+      cli.fail("--store: " + e.detail());
     }
   }
   return args;
@@ -214,7 +173,7 @@ void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::s
   }
 }
 
-int launch(const Args& args) {
+int launch(const Args& args, const collx::cli::CommandLine& cli) {
   using namespace collx::rendezvous;
   std::string program = collx::run::findProgram(args.command[0]);
   if (program.empty()) {
@@ -302,7 +261,7 @@ int launch(const Args& args) {
     how = !shm ? "none" : args.nproc <= static_cast<int>(cpus.size()) ? "core" : "spread";
   }
   if (how == "core" && args.nproc > static_cast<int>(cpus.size())) {
-    usageError("--bind core: " + std::to_string(args.nproc) + " ranks but only " +
+    cli.fail("--bind core: " + std::to_string(args.nproc) + " ranks but only " +
                std::to_string(cpus.size()) + " CPUs to bind them to (--bind spread shares them)");
   }
   const bool bind = how != "none" && !cpus.empty();
@@ -330,9 +289,11 @@ int launch(const Args& args) {
 
 int main(int argc, char** argv) {
   collx::run::blockHandledSignals();  // before the store server's thread exists
-  Args args = parseArgs(argc, argv);
+  collx::cli::CommandLine cli("collx-run", "collx-run -n P [options] [--] program [args...]",
+                              kAbout, kFooter);
+  Args args = parseArgs(argc, argv, cli);
   try {
-    return launch(args);
+    return launch(args, cli);
   } catch (const collx::Error& e) {
     std::cerr << "collx-run: " << collx::errorKindName(e.kind()) << ": " << e.what() << "\n";
     return 1;
