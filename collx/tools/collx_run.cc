@@ -1,10 +1,15 @@
 // collx-run: the launcher. Starts the TCP store (on node 0) or uses the one given, spawns
 // the local ranks with COLLX_* set, tags their output, forwards signals, and fails the job
 // as a whole when a rank fails.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -22,7 +27,11 @@ namespace {
 constexpr const char* kAbout =
     R"(Runs P ranks of `program` on this node, with COLLX_RANK, COLLX_WORLD_SIZE,
 COLLX_LOCAL_RANK, COLLX_STORE and COLLX_JOB_ID set for collx::init(). Starts a TCP
-store for them (on node 0) unless --store names one. When a rank fails, the others
+store for them (on node 0) unless --store names one. As torchrun does, it also sets
+RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (the node's index),
+MASTER_ADDR and MASTER_PORT (where torch's rank 0 starts torch's own store, see
+--torch-port), so that an unchanged torch script's init_process_group("collx")
+runs under it (collx itself reads the COLLX_* ones). When a rank fails, the others
 are stopped (SIGTERM, then SIGKILL after the grace period) and collx-run exits with
 the failing rank's code (128+N when it died of signal N). Shared-memory arenas that
 killed ranks left in /dev/shm are removed when they exit (and, at start, those of
@@ -47,6 +56,7 @@ struct Args {
   int nodeRank = 0;
   std::string masterAddr;
   int masterPort = 29400;
+  int torchPort = 0;  // 0: chosen (see --torch-port)
   std::string store;
   std::string jobId;
   std::optional<std::chrono::milliseconds> timeout;
@@ -89,6 +99,12 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
            "the store there");
   cli.integer("--master-port", args.masterPort, 1, 65535, "PORT",
               "with --nnodes > 1: the store's port (default 29400)");
+  cli.integer("--torch-port", args.torchPort, 1, 65535, "PORT",
+              "MASTER_PORT for the ranks: where torch.distributed's rank 0 starts torch's own "
+              "TCPStore (env://), apart from collx's store. Default: a port free at start on "
+              "node 0. With several nodes, node 0 picks it (and MASTER_ADDR: --master-addr, else "
+              "its address toward the store) and shares both through the store, so every node "
+              "sets the same");
   cli.text("--store", args.store, "URL",
            "use this store instead of starting one: tcp://host:port, file:///shared/dir (a job "
            "directory inside it is removed at the end on one node) or redis://host:port[/db]");
@@ -173,6 +189,83 @@ void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::s
   }
 }
 
+// Where torch.distributed's env:// rendezvous meets (MASTER_ADDR, MASTER_PORT): rank 0 of the
+// job starts a TCPStore there, on node 0.
+struct TorchMaster {
+  std::string addr;
+  int port = 0;
+};
+
+// A TCP port nothing listens on now, on every interface of this host. Released at once:
+// torch's rank 0 binds it moments later (torchrun's agent does the same).
+int unusedPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  any.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(any);
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&any), len) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&any), &len) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!ok) {
+    throw collx::IoError(collx::Where{-1, "collx-run", -1},
+                         std::string("no free port for MASTER_PORT: ") + std::strerror(errno));
+  }
+  return ntohs(any.sin_port);
+}
+
+// This host's address as seen from `host` (the local end of the route to it: a connected UDP
+// socket sends nothing), else the hostname.
+std::string addressToward(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  std::string address;
+  if (!host.empty() && ::getaddrinfo(host.c_str(), "9", &hints, &found) == 0) {
+    const int fd = ::socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    char text[INET6_ADDRSTRLEN] = {};
+    if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* ip = local.ss_family == AF_INET6
+                           ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                           : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      if (::inet_ntop(local.ss_family, ip, text, sizeof(text)) != nullptr) address = text;
+    }
+    if (fd >= 0) ::close(fd);
+    ::freeaddrinfo(found);
+  }
+  if (address.empty()) {
+    char name[256] = {};
+    if (::gethostname(name, sizeof(name) - 1) == 0) address = name;
+  }
+  return address;
+}
+
+// One node: 127.0.0.1 and --torch-port or a free port. Several: node 0 decides (--master-addr,
+// else its address toward the store; --torch-port, else a port free on node 0) and shares the
+// pair through the store, so that every node's ranks meet at the same place.
+TorchMaster torchMaster(const Args& args, const std::string& storeUrl, const std::string& jobId) {
+  using namespace collx::rendezvous;
+  if (args.nnodes == 1) return {"127.0.0.1", args.torchPort != 0 ? args.torchPort : unusedPort()};
+  auto store = openStore(storeUrl);
+  const std::string key = "collx-run/" + jobId + "/torch-master";
+  TorchMaster master;
+  if (args.nodeRank == 0) {
+    master.addr = !args.masterAddr.empty() ? args.masterAddr
+                                           : addressToward(StoreUrl::parse(storeUrl).host);
+    master.port = args.torchPort != 0 ? args.torchPort : unusedPort();
+    store->set(key, std::to_string(master.port) + " " + master.addr);
+    return master;
+  }
+  const std::string value = toString(store->get(key));  // "<port> <address>"
+  const std::size_t space = value.find(' ');
+  master.port = static_cast<int>(collx::parseInt(value.substr(0, space), 1, 65535, key));
+  master.addr = value.substr(space + 1);
+  return master;
+}
+
 int launch(const Args& args, const collx::cli::CommandLine& cli) {
   using namespace collx::rendezvous;
   std::string program = collx::run::findProgram(args.command[0]);
@@ -230,6 +323,8 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
     if (args.nodeRank == 0) removeDir = parsed.path;
   }
 
+  const TorchMaster torch = torchMaster(args, storeUrl, jobId);
+
   // Shared-memory arenas whose owners were killed (a launcher killed with its ranks leaves
   // them): their pids are gone, so they can go too.
   collx::transport::removeShmLeftovers();
@@ -271,7 +366,12 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
         rank,
         {"COLLX_RANK=" + std::to_string(rank), "COLLX_WORLD_SIZE=" + std::to_string(world),
          "COLLX_LOCAL_RANK=" + std::to_string(local), "COLLX_STORE=" + storeUrl,
-         "COLLX_JOB_ID=" + jobId},
+         "COLLX_JOB_ID=" + jobId,
+         // torchrun's names (collx's own bootstrap prefers the COLLX_* ones above)
+         "RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world),
+         "LOCAL_RANK=" + std::to_string(local), "LOCAL_WORLD_SIZE=" + std::to_string(args.nproc),
+         "GROUP_RANK=" + std::to_string(args.nodeRank), "MASTER_ADDR=" + torch.addr,
+         "MASTER_PORT=" + std::to_string(torch.port)},
         bind ? cpus[static_cast<std::size_t>(local) % cpus.size()] : -1});
   }
   int code = collx::run::supervise(options);
