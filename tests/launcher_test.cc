@@ -26,9 +26,8 @@ using test::TempDir;
 
 std::string launcher() { return test::binDir() + "/collx-run"; }
 
-std::map<std::string, std::string> cleanEnv() {
-  return {{"COLLX_JOB_ID", ""}, {"COLLX_STORE", ""}, {"COLLX_TIMEOUT", "20s"}};
-}
+// (The caller's COLLX_* variables never reach a test: util/hermetic.h.)
+std::map<std::string, std::string> cleanEnv() { return {{"COLLX_TIMEOUT", "20s"}}; }
 
 RunResult runLauncher(std::vector<std::string> args, std::chrono::milliseconds timeout = 60s) {
   args.insert(args.begin(), launcher());
@@ -224,7 +223,6 @@ TEST(LauncherTest, SpreadSharesTheCpusEvenlyAmongMoreRanks) {
       "grep Cpus_allowed_list /proc/self/status | sed \"s/^/$COLLX_LOCAL_RANK /\"";
   const std::string n = std::to_string(cpus + 1);
   auto env = cleanEnv();
-  env["COLLX_TRANSPORT"] = "";  // unset: auto binds as for shared memory
   for (const char* mode : {"spread", "auto"}) {
     RunResult r = test::run({launcher(), "-n", n, "--bind", mode, "--", "sh", "-c", show}, env);
     ASSERT_EQ(r.code, 0) << mode << ": " << r.err;
