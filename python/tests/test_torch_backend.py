@@ -2,7 +2,8 @@
 same processes (3 ranks, env:// rendezvous): every op and type of torch_cases, then
 DistributedDataParallel training on both backends; once with small calls on the caller's
 thread, once with every call in the background. Then init_process_group through tcp:// and
-file://, and collx-run as torchrun: unchanged torch scripts under it."""
+file://, and collx-run as torchrun: an unchanged torch script under it (test_launch runs
+examples/torch_ddp.py so too)."""
 import json
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import sys
 import pytest
 
 from conftest import WORKERS, base_env, run_collx
-from test_launch import ROOT, free_port
+from test_launch import free_port
 
 torch = pytest.importorskip("torch", reason="python3-torch is not importable by "
                             + sys.executable)
@@ -137,11 +138,3 @@ def test_torch_script_under_collx_run(tmp_path):
     for r in range(3):
         assert "rank %d of 3 ok" % r in proc.stdout, proc.stdout + proc.stderr
 
-
-def test_ddp_example_under_collx_run():
-    # examples/torch_ddp.py as the README runs it: init_process_group("collx") and nothing else
-    proc = run_collx(2, ROOT / "examples" / "torch_ddp.py", timeout=120,
-                     env=base_env(GLOO_SOCKET_IFNAME="lo"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2 ranks: loss" in proc.stdout and "max parameter difference" in proc.stdout, \
-        proc.stdout + proc.stderr
