@@ -20,11 +20,10 @@
 #include <fstream>
 #include <iostream>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "collx/algorithms/registry.h"
@@ -64,7 +63,8 @@ constexpr const char* kAbout =
 #wrong (elements that differed from the reference on any rank; must be 0).
 )";
 
-constexpr const char* kFooter = R"(exit codes: 0 every result right; 3 some #wrong; 1 a collx error; 2 bad arguments.
+constexpr const char* kFooter =
+    R"(exit codes: 0 every result right; 3 some #wrong; 1 a collx error; 2 bad arguments.
 )";
 
 struct Args {
@@ -104,7 +104,8 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
               "timed calls (default: enough for --min-time, 5..10000)");
   cli.custom("--min-time", "T", "time spent per size when -n is unset (default 0.3s)",
              [&a](const std::string& text, const std::string& what) {
-               a.minTime = std::chrono::duration<double>(collx::parseDurationNs(text, what)).count();
+               a.minTime =
+                   std::chrono::duration<double>(collx::parseDurationNs(text, what)).count();
              });
   cli.flag("--no-check", a.noCheck, "skip the checked call");
   cli.text("--csv", a.csv, "FILE", "also write the results as CSV");

@@ -114,7 +114,8 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   a.sweep.addOptions(cli);
   cli.dataType("--dtype,-d", a.dtype,
                "int8 uint8 int32 int64 float16 bfloat16 float32 (default) float64");
-  cli.reduceOp("--op,-o", a.op, "sum (default) prod min max avg band bor bxor (reducing collectives)");
+  cli.reduceOp("--op,-o", a.op,
+               "sum (default) prod min max avg band bor bxor (reducing collectives)");
   cli.integer("--root,-r", a.root, 0, 65535, "R",
               "the root of reduce, broadcast, gather(v), scatter(v) (default 0)");
   cli.custom("--chunk", "SIZE",
@@ -124,7 +125,8 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
                a.chunkBytes = collx::parseBytes(text, what);
                if (a.chunkBytes == 0) throw CLI::ValidationError(what + " must be at least 1 byte");
              });
-  cli.custom("--alpha", "TIME", "time per message (default 10us); units ns, us, ms, s (a plain number is seconds)",
+  cli.custom("--alpha", "TIME",
+             "time per message (default 10us); units ns, us, ms, s (a plain number is seconds)",
              [&a](const std::string& text, const std::string& what) {
                a.model.alpha =
                    std::chrono::duration<double>(collx::parseDurationNs(text, what)).count();

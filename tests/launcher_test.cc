@@ -143,8 +143,8 @@ TEST(LauncherTest, NodesAgreeOnTorchsMaster) {
   for (int node = 0; node < 2; ++node) {
     nodes.push_back(std::make_unique<Process>(
         std::vector<std::string>{launcher(), "-n", "2", "--nnodes", "2", "--node-rank",
-                                 std::to_string(node), "--store", store.url(),
-                                 "--job-id", "torch-master-test", "--", "sh", "-c", show},
+                                 std::to_string(node), "--store", store.url(), "--job-id",
+                                 "torch-master-test", "--", "sh", "-c", show},
         cleanEnv()));
   }
   std::regex line(R"((\d) 4 (\d) 2 (\d) 127\.0\.0\.1 (\d+))");

@@ -130,8 +130,9 @@ class CommandLine {
   }
 
   // A value that `convert(text, what)` turns into the option's value (what: its name).
-  CLI::Option* custom(const std::string& names, const std::string& value, const std::string& help,
-                      std::function<void(const std::string& text, const std::string& what)> convert) {
+  CLI::Option* custom(
+      const std::string& names, const std::string& value, const std::string& help,
+      std::function<void(const std::string& text, const std::string& what)> convert) {
     const std::string what = names.substr(0, names.find(','));
     return app_
         .add_option_function<std::string>(
@@ -205,7 +206,8 @@ class CommandLine {
     return custom(names, "TYPE", help, [&out](const std::string& t, const std::string& w) {
       auto type = parseDataType(t);
       if (!type) {
-        throw CLI::ValidationError(w + "='" + t + "': expected int8, uint8, int32, int64, "
+        throw CLI::ValidationError(w + "='" + t +
+                                   "': expected int8, uint8, int32, int64, "
                                    "float16, bfloat16, float32 or float64");
       }
       out = *type;
@@ -257,8 +259,7 @@ class CommandLine {
 
   // One line on stderr naming what is wrong, then exit 2.
   [[noreturn]] void fail(const std::string& message) const {
-    std::fprintf(stderr, "%s: %s (see %s --help)\n", tool_.c_str(), message.c_str(),
-                 tool_.c_str());
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", tool_.c_str(), message.c_str(), tool_.c_str());
     std::exit(2);
   }
 

@@ -79,8 +79,7 @@ void acceptMpirunSpelling(CLI::App& app, int argc, char** argv) {
       continue;
     }
     if (arg.find('=') != std::string::npos) continue;  // --name=value
-    const CLI::Option* option =
-        app.get_option_no_throw(arg[1] == '-' ? arg : arg.substr(0, 2));
+    const CLI::Option* option = app.get_option_no_throw(arg[1] == '-' ? arg : arg.substr(0, 2));
     const bool attached = arg[1] != '-' && arg.size() > 2;  // -n4
     if (option != nullptr && option->get_items_expected_min() > 0 && !attached) ++i;
   }
@@ -228,9 +227,10 @@ std::string addressToward(const std::string& host) {
     char text[INET6_ADDRSTRLEN] = {};
     if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
         ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      const void* ip = local.ss_family == AF_INET6
-                           ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-                           : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      const void* ip =
+          local.ss_family == AF_INET6
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
       if (::inet_ntop(local.ss_family, ip, text, sizeof(text)) != nullptr) address = text;
     }
     if (fd >= 0) ::close(fd);
@@ -253,8 +253,8 @@ TorchMaster torchMaster(const Args& args, const std::string& storeUrl, const std
   const std::string key = "collx-run/" + jobId + "/torch-master";
   TorchMaster master;
   if (args.nodeRank == 0) {
-    master.addr = !args.masterAddr.empty() ? args.masterAddr
-                                           : addressToward(StoreUrl::parse(storeUrl).host);
+    master.addr =
+        !args.masterAddr.empty() ? args.masterAddr : addressToward(StoreUrl::parse(storeUrl).host);
     master.port = args.torchPort != 0 ? args.torchPort : unusedPort();
     store->set(key, std::to_string(master.port) + " " + master.addr);
     return master;
@@ -357,7 +357,7 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
   }
   if (how == "core" && args.nproc > static_cast<int>(cpus.size())) {
     cli.fail("--bind core: " + std::to_string(args.nproc) + " ranks but only " +
-               std::to_string(cpus.size()) + " CPUs to bind them to (--bind spread shares them)");
+             std::to_string(cpus.size()) + " CPUs to bind them to (--bind spread shares them)");
   }
   const bool bind = how != "none" && !cpus.empty();
   for (int local = 0; local < args.nproc; ++local) {

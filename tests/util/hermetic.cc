@@ -13,8 +13,12 @@ namespace collx::test {
 
 bool steersCollx(const char* name) {
   static const char* const kPrefixes[] = {"COLLX_", "OMPI_COMM_WORLD_", "SLURM_"};
-  static const char* const kNames[] = {"RANK",        "WORLD_SIZE",         "LOCAL_RANK",
-                                       "MASTER_ADDR", "MASTER_PORT",        "TORCHELASTIC_RUN_ID",
+  static const char* const kNames[] = {"RANK",
+                                       "WORLD_SIZE",
+                                       "LOCAL_RANK",
+                                       "MASTER_ADDR",
+                                       "MASTER_PORT",
+                                       "TORCHELASTIC_RUN_ID",
                                        "OMPI_MCA_ess_base_jobid"};
   for (const char* prefix : kPrefixes) {
     if (std::strncmp(name, prefix, std::strlen(prefix)) == 0) return true;

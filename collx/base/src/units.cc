@@ -56,8 +56,7 @@ std::int64_t parseInt(std::string_view text, std::int64_t min, std::int64_t max,
 }
 
 std::chrono::nanoseconds parseDurationNs(std::string_view text, std::string_view what) {
-  const std::string expected =
-      "a duration such as 30s, 500ms, 10us, 2m, 1h or a number of seconds";
+  const std::string expected = "a duration such as 30s, 500ms, 10us, 2m, 1h or a number of seconds";
   std::string_view unit;
   const double value = leadingNumber(text, what, expected, unit);
   double scale = 0;  // nanoseconds per unit
