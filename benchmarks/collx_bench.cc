@@ -20,11 +20,12 @@
 #include <fstream>
 #include <iostream>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "collx/algorithms/registry.h"
 #include "collx/base/units.h"
 #include "collx/collx.h"
@@ -56,42 +57,21 @@ using Buffer = std::vector<std::uint8_t, PageAligned<std::uint8_t>>;
 using Clock = std::chrono::steady_clock;
 using collx::DataType;
 
-constexpr const char* kUsage = R"(usage: collx-bench [options]     (run it under collx-run)
-
-Sweeps message sizes for one collective and prints, per size: size, count, type, time
+constexpr const char* kAbout =
+    R"(Sweeps message sizes for one collective and prints, per size: size, count, type, time
 (us, max over ranks of the median), p50 and p99 (us), algbw and busbw (GB/s) and
 #wrong (elements that differed from the reference on any rank; must be 0).
+)";
 
-  -c, --collective NAME  allreduce (default), allgather, broadcast, barrier,
-                         reduce_scatter, reduce, gather, scatter, alltoall, and
-                         allgatherv, gatherv, scatterv, alltoallv (equal blocks)
-  -a, --algorithm NAME   an algorithm of that collective (default: chosen per size);
-                         "list" prints them
-  -b, --min-bytes SIZE   smallest size (default 4); K, M, G suffixes (powers of 2)
-  -e, --max-bytes SIZE   largest size (default 64M)
-  -f, --factor N         multiply the size by N between steps (default 4)
-      --sizes LIST       explicit sizes instead, e.g. 4,1K,1M
-  -d, --dtype TYPE       int8 uint8 int32 int64 float16 bfloat16 float32 (default) float64
-  -o, --op OP            sum (default) prod min max avg band bor bxor
-  -r, --root R           root of broadcast, reduce, gather, scatter (default 0)
-      --in-place         allreduce, allgather(v) in place (default: out of place)
-  -w, --warmup N         warmup calls (default: 1 + about 20 ms worth, at least 8, at most
-                         50)
-  -n, --iters N          timed calls (default: enough for --min-time, 5..10000)
-      --min-time T       time spent per size when -n is unset (default 0.3s)
-      --no-check         skip the checked call
-      --csv FILE         also write the results as CSV
-      --json FILE        also write the results as JSON
-  -h, --help             this text
+constexpr const char* kFooter =
+    R"(exit codes: 0 every result right; 3 some #wrong; 1 a collx error; 2 bad arguments.
 )";
 
 struct Args {
   std::string collective = "allreduce";
   std::string algorithm;
-  std::uint64_t minBytes = 4;
-  std::uint64_t maxBytes = 64ull << 20;
-  std::uint64_t factor = 4;
-  std::vector<std::uint64_t> sizes;
+  collx::cli::SizeSweep sweep;
+  std::vector<std::uint64_t> sizes;  // sweep.resolve()
   DataType dtype = DataType::kFloat32;
   collx::ReduceOpKind op = collx::ReduceOpKind::kSum;
   int root = 0;
@@ -99,94 +79,48 @@ struct Args {
   int warmup = -1;
   int iters = -1;
   double minTime = 0.3;
-  bool check = true;
+  bool noCheck = false;
   std::string csv;
   std::string json;
 };
 
-[[noreturn]] void usageError(const std::string& message) {
-  std::fprintf(stderr, "collx-bench: %s\n(see collx-bench --help)\n", message.c_str());
-  std::exit(2);
-}
-
-std::uint64_t parseSize(const std::string& text) {
-  try {
-    return collx::parseBytes(text, "size");
-  } catch (const collx::Error& e) {
-    usageError(e.detail());
-  }
-}
-
-Args parseArgs(int argc, char** argv) {
+Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usageError(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (arg == "-c" || arg == "--collective") {
-      a.collective = value();
-    } else if (arg == "-a" || arg == "--algorithm") {
-      a.algorithm = value();
-    } else if (arg == "-b" || arg == "--min-bytes") {
-      a.minBytes = parseSize(value());
-    } else if (arg == "-e" || arg == "--max-bytes") {
-      a.maxBytes = parseSize(value());
-    } else if (arg == "-f" || arg == "--factor") {
-      a.factor = parseSize(value());
-      if (a.factor < 2) usageError("--factor must be at least 2");
-    } else if (arg == "--sizes") {
-      std::stringstream list(value());
-      std::string item;
-      while (std::getline(list, item, ',')) a.sizes.push_back(parseSize(item));
-    } else if (arg == "-d" || arg == "--dtype") {
-      auto t = collx::parseDataType(value());
-      if (!t) usageError("unknown dtype '" + std::string(argv[i]) + "'");
-      a.dtype = *t;
-    } else if (arg == "-o" || arg == "--op") {
-      auto op = collx::parseReduceOpKind(value());
-      if (!op) usageError("unknown op '" + std::string(argv[i]) + "'");
-      a.op = *op;
-    } else if (arg == "-r" || arg == "--root") {
-      a.root = std::atoi(value().c_str());
-    } else if (arg == "--in-place") {
-      a.inPlace = true;
-    } else if (arg == "-w" || arg == "--warmup") {
-      a.warmup = std::atoi(value().c_str());
-    } else if (arg == "-n" || arg == "--iters") {
-      a.iters = std::atoi(value().c_str());
-      if (a.iters < 1) usageError("--iters must be at least 1");
-    } else if (arg == "--min-time") {
-      a.minTime = collx::parseDuration(value(), "--min-time").count() / 1000.0;
-    } else if (arg == "--no-check") {
-      a.check = false;
-    } else if (arg == "--csv") {
-      a.csv = value();
-    } else if (arg == "--json") {
-      a.json = value();
-    } else {
-      usageError("unknown argument '" + arg + "'");
-    }
-  }
+  cli.text("-c,--collective", a.collective, "NAME",
+           "allreduce (default), allgather, broadcast, barrier, reduce_scatter, reduce, gather, "
+           "scatter, alltoall, and allgatherv, gatherv, scatterv, alltoallv (equal blocks)");
+  cli.text("-a,--algorithm", a.algorithm, "NAME",
+           "an algorithm of that collective (default: chosen per size); \"list\" prints them");
+  a.sweep.addOptions(cli);
+  cli.dataType("--dtype,-d", a.dtype,
+               "int8 uint8 int32 int64 float16 bfloat16 float32 (default) float64");
+  cli.reduceOp("--op,-o", a.op, "sum (default) prod min max avg band bor bxor");
+  cli.integer("--root,-r", a.root, 0, 1 << 24, "R",
+              "root of broadcast, reduce, gather, scatter (default 0)");
+  cli.flag("--in-place", a.inPlace, "allreduce, allgather(v) in place (default: out of place)");
+  cli.integer("--warmup,-w", a.warmup, 0, 1 << 24, "N",
+              "warmup calls (default: 1 + about 20 ms worth, at least 8, at most 50)");
+  cli.integer("--iters,-n", a.iters, 1, 1 << 30, "N",
+              "timed calls (default: enough for --min-time, 5..10000)");
+  cli.custom("--min-time", "T", "time spent per size when -n is unset (default 0.3s)",
+             [&a](const std::string& text, const std::string& what) {
+               a.minTime =
+                   std::chrono::duration<double>(collx::parseDurationNs(text, what)).count();
+             });
+  cli.flag("--no-check", a.noCheck, "skip the checked call");
+  cli.text("--csv", a.csv, "FILE", "also write the results as CSV");
+  cli.text("--json", a.json, "FILE", "also write the results as JSON");
+  cli.parse(argc, argv);
+
   static const std::set<std::string> kCollectives = {
       "allreduce", "allgather", "allgatherv", "broadcast", "barrier",  "reduce_scatter", "reduce",
       "gather",    "gatherv",   "scatter",    "scatterv",  "alltoall", "alltoallv"};
   if (kCollectives.count(a.collective) == 0) {
-    usageError("unknown collective '" + a.collective +
-               "' (allreduce, allgather, allgatherv, broadcast, barrier, reduce_scatter, "
-               "reduce, gather, gatherv, scatter, scatterv, alltoall, alltoallv)");
+    cli.fail("unknown collective '" + a.collective +
+             "' (allreduce, allgather, allgatherv, broadcast, barrier, reduce_scatter, "
+             "reduce, gather, gatherv, scatter, scatterv, alltoall, alltoallv)");
   }
-  if (a.sizes.empty()) {
-    if (a.minBytes > a.maxBytes) usageError("--min-bytes is above --max-bytes");
-    for (std::uint64_t s = a.minBytes; s <= a.maxBytes; s = std::max(s + 1, s * a.factor)) {
-      a.sizes.push_back(s);
-      if (s == 0) break;
-    }
-  }
+  a.sizes = a.sweep.resolve(cli);
   if (a.collective == "barrier") a.sizes = {0};
   return a;
 }
@@ -474,7 +408,7 @@ class Bench {
     res.algorithm = algorithmFor(c == "barrier" ? 0 : selectionBytes(count));
 
     // The checked call; #wrong is the total over ranks.
-    std::uint64_t wrong = a_.check ? check(count) : 0;
+    std::uint64_t wrong = a_.noCheck ? 0 : check(count);
     std::uint64_t totalWrong = wrong;
     collx::AllreduceOptions sum;
     collx::allreduce(ctx_, &wrong, &totalWrong, 1, DataType::kInt64, sum);
@@ -588,7 +522,9 @@ class Bench {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args args = parseArgs(argc, argv);
+  collx::cli::CommandLine cli("collx-bench", "collx-bench [options]     (run it under collx-run)",
+                              kAbout, kFooter);
+  Args args = parseArgs(argc, argv, cli);
   if (args.algorithm == "list") {
     for (const auto& info : collx::algorithms::algorithmRegistry()) {
       std::printf("%-10s %-20s %s\n", collx::algorithms::collectiveName(info.coll), info.name,
@@ -599,8 +535,7 @@ int main(int argc, char** argv) {
   try {
     auto ctx = collx::init();
     const int P = ctx->size();
-    if (args.root < 0 || args.root >= P)
-      usageError("--root is outside [0, " + std::to_string(P) + ")");
+    if (args.root >= P) cli.fail("--root is outside [0, " + std::to_string(P) + ")");
     Bench bench(*ctx, args);
     std::set<std::string> hosts;
     for (const auto& peer : ctx->peers()) hosts.insert(collx::hostIdentity(peer));
@@ -648,22 +583,30 @@ int main(int argc, char** argv) {
       }
     }
     if (root && !args.json.empty()) {
-      std::ofstream json(args.json);
-      json << "{\"collective\": \"" << args.collective << "\", \"P\": " << P
-           << ", \"hosts\": " << hosts.size() << ", \"dtype\": \""
-           << collx::dataTypeName(args.dtype) << "\", \"op\": \""
-           << collx::reduceOpKindName(args.op) << "\", \"algorithm\": \"" << algorithm
-           << "\", \"transports\": \"" << transports << "\", \"results\": [";
-      for (std::size_t i = 0; i < results.size(); ++i) {
-        const Result& r = results[i];
-        json << (i ? ", " : "") << "{\"size\": " << r.bytes << ", \"count\": " << r.count
-             << ", \"dtype\": \"" << collx::dataTypeName(args.dtype)
-             << "\", \"time_us\": " << r.timeUs << ", \"p50_us\": " << r.p50Us
-             << ", \"p99_us\": " << r.p99Us << ", \"algbw_gbps\": " << r.algbw
-             << ", \"busbw_gbps\": " << r.busbw << ", \"wrong\": " << r.wrong
-             << ", \"algorithm\": \"" << r.algorithm << "\"}";
+      // Keys in the order the CSV has its columns.
+      nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+      for (const Result& r : results) {
+        rows.push_back({{"size", r.bytes},
+                        {"count", r.count},
+                        {"dtype", collx::dataTypeName(args.dtype)},
+                        {"time_us", r.timeUs},
+                        {"p50_us", r.p50Us},
+                        {"p99_us", r.p99Us},
+                        {"algbw_gbps", r.algbw},
+                        {"busbw_gbps", r.busbw},
+                        {"wrong", r.wrong},
+                        {"algorithm", r.algorithm}});
       }
-      json << "]}\n";
+      const nlohmann::ordered_json doc = {{"collective", args.collective},
+                                          {"P", P},
+                                          {"hosts", hosts.size()},
+                                          {"dtype", collx::dataTypeName(args.dtype)},
+                                          {"op", collx::reduceOpKindName(args.op)},
+                                          {"algorithm", algorithm},
+                                          {"transports", transports},
+                                          {"results", rows}};
+      std::ofstream json(args.json);
+      json << doc.dump(2) << "\n";
     }
     return anyWrong == 0 ? 0 : 3;
   } catch (const collx::Error& e) {

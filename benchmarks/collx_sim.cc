@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "collx/algorithms/registry.h"
 #include "collx/algorithms/simulator.h"
 #include "collx/base/data_type.h"
@@ -34,9 +35,8 @@ using collx::algorithms::Collective;
 using collx::algorithms::ScheduleParams;
 using collx::algorithms::SimResult;
 
-constexpr const char* kUsage = R"(usage: collx-sim [options]
-
-Models one collective over P ranks in one process: every algorithm of the registry for it
+constexpr const char* kAbout =
+    R"(Models one collective over P ranks in one process: every algorithm of the registry for it
 runs its real schedules on all P ranks over a virtual transport (no bytes move), under an
 alpha-beta-gamma model:
   - a message occupies its sender's outgoing link, and then its receiver's incoming link,
@@ -46,32 +46,10 @@ alpha-beta-gamma model:
 Per size it prints each algorithm's modeled time, the rounds on its critical path (messages
 on the longest chain of dependencies), the most messages and bytes any rank sends, and
 marks the algorithm the default selection table picks (*) and the fastest modeled one (<).
+)";
 
-  -c, --collective NAME  allreduce (default), allgather, allgatherv, reduce_scatter, reduce,
-                         broadcast, gather, gatherv, scatter, scatterv, alltoall, alltoallv,
-                         barrier
-  -P, --ranks N          the number of ranks (default 8), 1..65536
-  -a, --algorithm LIST   only these algorithms, comma separated (default: all of the
-                         collective's); "list" prints every algorithm of every collective
-  -b, --min-bytes SIZE   smallest size (default 4); K, M, G suffixes are powers of 2
-  -e, --max-bytes SIZE   largest size (default 64M)
-  -f, --factor N         multiply the size by N between steps (default 4)
-      --sizes LIST       explicit sizes instead, e.g. 4,1K,1M
-  -d, --dtype TYPE       int8 uint8 int32 int64 float16 bfloat16 float32 (default) float64
-  -o, --op OP            sum (default) prod min max avg band bor bxor (reducing collectives)
-  -r, --root R           the root of reduce, broadcast, gather(v), scatter(v) (default 0)
-      --chunk SIZE       pipelining granularity of the chunked algorithms (default 1M, as
-                         COLLX_CHUNK_BYTES)
-      --alpha TIME       time per message (default 10us); units ns, us, ms, s
-      --beta-gbps X      link bandwidth in GB/s (1e9 bytes/s): beta = 1/X (default 2.5)
-      --gamma-gbps X     reduction throughput in GB/s: gamma = 1/X (default 10)
-      --sender-queue-only  receivers take any number of messages at once (only a sender's
-                         messages queue), instead of one at a time
-      --max-tasks N      skip a run whose schedules hold more tasks over all ranks than N
-                         (default 50M: about 3 GB of memory)
-  -h, --help             this text
-
-A size is what the selection table looks at: count x element size, the count being the
+constexpr const char* kFooter =
+    R"(A size is what the selection table looks at: count x element size, the count being the
 whole vector (allreduce, reduce, broadcast) or one rank's block (allgather(v),
 reduce_scatter, gather(v), scatter(v); alltoall(v): the block for each peer). The
 v-collectives model equal blocks. Sizes are rounded down to whole elements.
@@ -80,16 +58,16 @@ Columns: time (us, modeled), x best (time / the fastest algorithm's at that size
 msgs/rank and bytes/rank (the most of any rank; the root of a rooted collective sends more).
 The defaults are close to loopback TCP on a 2-core machine; for a cluster, e.g.
 --alpha 2us --beta-gbps 12 --gamma-gbps 10.
+
+exit codes: 0 every algorithm ran; 1 one failed (its problems on stderr); 2 bad arguments.
 )";
 
 struct Args {
   Collective coll = Collective::kAllreduce;
   int ranks = 8;
   std::vector<std::string> algorithms;
-  std::uint64_t minBytes = 4;
-  std::uint64_t maxBytes = 64ull << 20;
-  std::uint64_t factor = 4;
-  std::vector<std::uint64_t> sizes;
+  collx::cli::SizeSweep sweep;
+  std::vector<std::uint64_t> sizes;  // sweep.resolve()
   DataType dtype = DataType::kFloat32;
   collx::ReduceOpKind op = collx::ReduceOpKind::kSum;
   int root = 0;
@@ -97,73 +75,6 @@ struct Args {
   collx::algorithms::TimeModel model;
   std::uint64_t maxTasks = 50'000'000;
 };
-
-[[noreturn]] void usageError(const std::string& message) {
-  std::fprintf(stderr, "collx-sim: %s\n(see collx-sim --help)\n", message.c_str());
-  std::exit(2);
-}
-
-std::uint64_t parseSize(const std::string& text, const std::string& what) {
-  try {
-    return collx::parseBytes(text, what);
-  } catch (const collx::Error& e) {
-    usageError(e.detail());
-  }
-}
-
-double parseNumber(const std::string& text, const std::string& what) {
-  std::size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (...) {
-    usageError(what + ": '" + text + "' is not a number");
-  }
-  if (pos != text.size() || !std::isfinite(value)) {
-    usageError(what + ": '" + text + "' is not a number");
-  }
-  return value;
-}
-
-// "10us", "2.5 ms", "0" -> seconds.
-double parseTime(const std::string& text, const std::string& what) {
-  std::size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (...) {
-    usageError(what + ": bad time '" + text + "' (e.g. 10us)");
-  }
-  std::string unit = text.substr(pos);
-  unit.erase(0, unit.find_first_not_of(' '));
-  double scale = 0;
-  if (unit == "ns") {
-    scale = 1e-9;
-  } else if (unit == "us") {
-    scale = 1e-6;
-  } else if (unit == "ms") {
-    scale = 1e-3;
-  } else if (unit == "s") {
-    scale = 1;
-  } else if (unit.empty() && value == 0) {
-    scale = 1;
-  } else {
-    usageError(what + ": bad time unit in '" + text + "' (ns, us, ms, s)");
-  }
-  if (!(value >= 0) || !std::isfinite(value)) usageError(what + ": bad time '" + text + "'");
-  return value * scale;
-}
-
-Collective parseCollective(const std::string& name) {
-  for (Collective c : collx::algorithms::collectives()) {
-    if (name == collx::algorithms::collectiveName(c)) return c;
-  }
-  std::string valid;
-  for (Collective c : collx::algorithms::collectives()) {
-    valid += (valid.empty() ? "" : ", ") + std::string(collx::algorithms::collectiveName(c));
-  }
-  usageError("unknown collective '" + name + "' (" + valid + ")");
-}
 
 void listAlgorithms() {
   for (Collective c : collx::algorithms::collectives()) {
@@ -178,92 +89,85 @@ void listAlgorithms() {
   }
 }
 
-Args parseArgs(int argc, char** argv) {
+Collective parseCollective(const std::string& name, const collx::cli::CommandLine& cli) {
+  for (Collective c : collx::algorithms::collectives()) {
+    if (name == collx::algorithms::collectiveName(c)) return c;
+  }
+  std::string valid;
+  for (Collective c : collx::algorithms::collectives()) {
+    valid += (valid.empty() ? "" : ", ") + std::string(collx::algorithms::collectiveName(c));
+  }
+  cli.fail("unknown collective '" + name + "' (" + valid + ")");
+}
+
+Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   Args a;
   std::string algorithmList;
   std::string collective = "allreduce";
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usageError(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (arg == "-c" || arg == "--collective") {
-      collective = value();
-    } else if (arg == "-P" || arg == "--ranks") {
-      const double p = parseNumber(value(), arg);
-      if (p < 1 || p > 65536 || p != std::floor(p)) {
-        usageError(arg + " must be a whole number in [1, 65536]");
-      }
-      a.ranks = static_cast<int>(p);
-    } else if (arg == "-a" || arg == "--algorithm") {
-      algorithmList = value();
-      if (algorithmList == "list") {
-        listAlgorithms();
-        std::exit(0);
-      }
-    } else if (arg == "-b" || arg == "--min-bytes") {
-      a.minBytes = parseSize(value(), arg);
-    } else if (arg == "-e" || arg == "--max-bytes") {
-      a.maxBytes = parseSize(value(), arg);
-    } else if (arg == "-f" || arg == "--factor") {
-      a.factor = parseSize(value(), arg);
-      if (a.factor < 2) usageError("--factor must be at least 2");
-    } else if (arg == "--sizes") {
-      std::stringstream list(value());
-      std::string item;
-      while (std::getline(list, item, ',')) a.sizes.push_back(parseSize(item, arg));
-      if (a.sizes.empty()) usageError("--sizes needs at least one size");
-    } else if (arg == "-d" || arg == "--dtype") {
-      const std::string name = value();
-      auto t = collx::parseDataType(name);
-      if (!t) usageError("unknown dtype '" + name + "'");
-      a.dtype = *t;
-    } else if (arg == "-o" || arg == "--op") {
-      const std::string name = value();
-      auto op = collx::parseReduceOpKind(name);
-      if (!op) usageError("unknown op '" + name + "'");
-      a.op = *op;
-    } else if (arg == "-r" || arg == "--root") {
-      const double r = parseNumber(value(), arg);
-      if (r < 0 || r != std::floor(r) || r > 65535) usageError("--root must be a rank");
-      a.root = static_cast<int>(r);
-    } else if (arg == "--chunk") {
-      a.chunkBytes = parseSize(value(), arg);
-      if (a.chunkBytes == 0) usageError("--chunk must be at least 1 byte");
-    } else if (arg == "--alpha") {
-      a.model.alpha = parseTime(value(), arg);
-    } else if (arg == "--beta-gbps" || arg == "--gamma-gbps") {
-      const double gbps = parseNumber(value(), arg);
-      if (gbps <= 0) usageError(arg + " must be positive");
-      (arg == "--beta-gbps" ? a.model.beta : a.model.gamma) = 1.0 / (gbps * 1e9);
-    } else if (arg == "--sender-queue-only") {
-      a.model.serializeIncoming = false;
-    } else if (arg == "--max-tasks") {
-      a.maxTasks = parseSize(value(), arg);
-    } else {
-      usageError("unknown argument '" + arg + "'");
-    }
+  cli.text("-c,--collective", collective, "NAME",
+           "allreduce (default), allgather, allgatherv, reduce_scatter, reduce, broadcast, "
+           "gather, gatherv, scatter, scatterv, alltoall, alltoallv, barrier");
+  cli.integer("-P,--ranks", a.ranks, 1, 65536, "N", "the number of ranks (default 8), 1..65536");
+  cli.text("-a,--algorithm", algorithmList, "LIST",
+           "only these algorithms, comma separated (default: all of the collective's); \"list\" "
+           "prints every algorithm of every collective");
+  a.sweep.addOptions(cli);
+  cli.dataType("--dtype,-d", a.dtype,
+               "int8 uint8 int32 int64 float16 bfloat16 float32 (default) float64");
+  cli.reduceOp("--op,-o", a.op,
+               "sum (default) prod min max avg band bor bxor (reducing collectives)");
+  cli.integer("--root,-r", a.root, 0, 65535, "R",
+              "the root of reduce, broadcast, gather(v), scatter(v) (default 0)");
+  cli.custom("--chunk", "SIZE",
+             "pipelining granularity of the chunked algorithms (default 1M, as "
+             "COLLX_CHUNK_BYTES)",
+             [&a](const std::string& text, const std::string& what) {
+               a.chunkBytes = collx::parseBytes(text, what);
+               if (a.chunkBytes == 0) throw CLI::ValidationError(what + " must be at least 1 byte");
+             });
+  cli.custom("--alpha", "TIME",
+             "time per message (default 10us); units ns, us, ms, s (a plain number is seconds)",
+             [&a](const std::string& text, const std::string& what) {
+               a.model.alpha =
+                   std::chrono::duration<double>(collx::parseDurationNs(text, what)).count();
+             });
+  double betaGbps = 0, gammaGbps = 0;  // 0: the model's default
+  cli.positive("--beta-gbps", betaGbps, "X",
+               "link bandwidth in GB/s (1e9 bytes/s): beta = 1/X (default 2.5)");
+  cli.positive("--gamma-gbps", gammaGbps, "X",
+               "reduction throughput in GB/s: gamma = 1/X (default 10)");
+  bool senderQueueOnly = false;
+  cli.flag("--sender-queue-only", senderQueueOnly,
+           "receivers take any number of messages at once (only a sender's messages queue), "
+           "instead of one at a time");
+  cli.bytes("--max-tasks", a.maxTasks, "N",
+            "skip a run whose schedules hold more tasks over all ranks than N (default 50M: "
+            "about 3 GB of memory)");
+  cli.parse(argc, argv);
+
+  if (algorithmList == "list") {
+    listAlgorithms();
+    std::exit(0);
   }
-  a.coll = parseCollective(collective);
+  if (betaGbps > 0) a.model.beta = 1.0 / (betaGbps * 1e9);
+  if (gammaGbps > 0) a.model.gamma = 1.0 / (gammaGbps * 1e9);
+  if (senderQueueOnly) a.model.serializeIncoming = false;
+  a.coll = parseCollective(collective, cli);
   if (a.root >= a.ranks) {
-    usageError("--root " + std::to_string(a.root) + " is outside [0, " + std::to_string(a.ranks) +
-               ")");
+    cli.fail("--root " + std::to_string(a.root) + " is outside [0, " + std::to_string(a.ranks) +
+             ")");
   }
   const bool reduces = a.coll == Collective::kAllreduce || a.coll == Collective::kReduce ||
                        a.coll == Collective::kReduceScatter;
   if (!reduces && a.op != collx::ReduceOpKind::kSum) {
-    usageError(std::string("--op applies to reducing collectives, not ") +
-               collx::algorithms::collectiveName(a.coll));
+    cli.fail(std::string("--op applies to reducing collectives, not ") +
+             collx::algorithms::collectiveName(a.coll));
   }
   if (reduces) {
     try {
       collx::ReduceOp(a.op).validate(a.dtype, collx::Where{-1, "collx-sim", -1});
     } catch (const collx::Error& e) {
-      usageError(e.detail());
+      cli.fail(e.detail());
     }
   }
   std::stringstream list(algorithmList);
@@ -271,12 +175,12 @@ Args parseArgs(int argc, char** argv) {
   while (std::getline(list, name, ',')) {
     if (name.empty()) continue;
     if (collx::algorithms::findAlgorithm(a.coll, name) == nullptr) {
-      usageError("unknown " + std::string(collx::algorithms::collectiveName(a.coll)) +
-                 " algorithm '" + name + "' (" + collx::algorithms::algorithmNames(a.coll) + ")");
+      cli.fail("unknown " + std::string(collx::algorithms::collectiveName(a.coll)) +
+               " algorithm '" + name + "' (" + collx::algorithms::algorithmNames(a.coll) + ")");
     }
     if (collx::algorithms::findAlgorithm(a.coll, name)->shared) {
-      usageError(std::string(collx::algorithms::collectiveName(a.coll)) + " " + name +
-                 " works on shared memory, not through a schedule: collx-sim cannot model it");
+      cli.fail(std::string(collx::algorithms::collectiveName(a.coll)) + " " + name +
+               " works on shared memory, not through a schedule: collx-sim cannot model it");
     }
     a.algorithms.push_back(name);
   }
@@ -285,13 +189,7 @@ Args parseArgs(int argc, char** argv) {
       if (info.coll == a.coll && !info.shared) a.algorithms.push_back(info.name);
     }
   }
-  if (a.sizes.empty()) {
-    if (a.minBytes > a.maxBytes) usageError("--min-bytes is above --max-bytes");
-    for (std::uint64_t s = a.minBytes; s <= a.maxBytes; s = std::max(s + 1, s * a.factor)) {
-      a.sizes.push_back(s);
-      if (s > a.maxBytes / a.factor) break;
-    }
-  }
+  a.sizes = a.sweep.resolve(cli);
   if (a.coll == Collective::kBarrier) a.sizes = {0};
   return a;
 }
@@ -455,8 +353,9 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  collx::cli::CommandLine cli("collx-sim", "collx-sim [options]", kAbout, kFooter);
   try {
-    return run(parseArgs(argc, argv));
+    return run(parseArgs(argc, argv, cli));
   } catch (const collx::Error& e) {
     std::fprintf(stderr, "collx-sim: %s\n", e.what());
     return 1;

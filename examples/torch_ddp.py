@@ -1,32 +1,24 @@
 """DistributedDataParallel on the collx backend, checked against the gloo backend.
 
-    build/bin/collx-run -n 2 /usr/bin/python3 examples/torch_ddp.py
+    build/bin/collx-run -n 2 -- /usr/bin/python3 examples/torch_ddp.py
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python3 examples/torch_ddp.py &
     RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python3 examples/torch_ddp.py
 
-(what torchrun sets; Debian's torchrun 1.13 itself fails under Python 3.11 before it starts
-a rank)
-(with PYTHONPATH=build/python, or an installed collx). Every rank trains the same small
+(with PYTHONPATH=build/python, or an installed collx). A plain torch script: collx-run sets
+what torchrun sets (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...; Debian's torchrun 1.13
+itself fails under Python 3.11 before it starts a rank). Every rank trains the same small
 model on its own batches; DDP averages the gradients over the ranks with backend collx.
 The same run is repeated with backend gloo on a second process group, and both must end
 with the same parameters.
 """
 import copy
-import os
-import tempfile
 
 import torch
 import torch.distributed as dist
 
 import collx.torch  # noqa: F401  (registers the backend "collx")
 
-if "RANK" in os.environ:  # torchrun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-    dist.init_process_group("collx", init_method="env://")
-else:  # collx-run: COLLX_RANK, COLLX_WORLD_SIZE, COLLX_JOB_ID; torch meets in a file
-    path = os.path.join(tempfile.gettempdir(), "collx-ddp-" + os.environ["COLLX_JOB_ID"])
-    dist.init_process_group("collx", init_method="file://" + path,
-                            rank=int(os.environ["COLLX_RANK"]),
-                            world_size=int(os.environ["COLLX_WORLD_SIZE"]))
+dist.init_process_group("collx")  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 rank, size = dist.get_rank(), dist.get_world_size()
 gloo = dist.new_group(backend="gloo")
 

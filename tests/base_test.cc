@@ -178,6 +178,14 @@ TEST(ConfigTest, DurationsAndIntegers) {
   EXPECT_EQ(parseDuration("500ms", "X"), 500ms);
   EXPECT_EQ(parseDuration("2m", "X"), 120s);
   EXPECT_EQ(parseDuration("1h", "X"), 3600s);
+  // Below a millisecond (collx-sim's model): nanoseconds, and milliseconds rounded.
+  EXPECT_EQ(parseDurationNs("10us", "X"), 10us);
+  EXPECT_EQ(parseDurationNs("2.5ms", "X"), 2500us);
+  EXPECT_EQ(parseDurationNs("100ns", "X"), 100ns);
+  EXPECT_EQ(parseDurationNs("0", "X"), 0ns);
+  EXPECT_EQ(parseDuration("1600us", "X"), 2ms);
+  EXPECT_THROW(parseDurationNs("300y", "X"), InvalidArgument);
+  EXPECT_THROW(parseDurationNs("9999999999", "X"), InvalidArgument);  // beyond 285 years
   for (const char* bad : {"", "abc", "10 s", "-5", "1.2.3", "5 days"}) {
     try {
       parseDuration(bad, "COLLX_TIMEOUT");

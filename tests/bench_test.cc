@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "collx/algorithms/registry.h"
@@ -12,12 +13,6 @@ namespace collx {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::size_t occurrences(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 class BenchEveryAlgorithm : public ::testing::TestWithParam<std::size_t> {};
 
@@ -35,10 +30,22 @@ TEST_P(BenchEveryAlgorithm, RunsCheckedThroughCollxRun) {
   std::ifstream in(json);
   std::stringstream text;
   text << in.rdbuf();
-  const std::size_t sizes = barrier ? 1 : 3;
-  EXPECT_EQ(occurrences(text.str(), "\"wrong\": 0,"), sizes) << text.str();
-  EXPECT_EQ(occurrences(text.str(), "\"algorithm\": \"" + std::string(info.name) + "\"}"), sizes)
-      << text.str();
+  const nlohmann::json doc = nlohmann::json::parse(text.str());  // throws on bad JSON
+  EXPECT_EQ(doc.at("collective"), coll) << text.str();
+  EXPECT_EQ(doc.at("P"), 3) << text.str();
+  EXPECT_EQ(doc.at("algorithm"), info.name) << text.str();
+  const std::vector<std::uint64_t> sizes =
+      barrier ? std::vector<std::uint64_t>{0} : std::vector<std::uint64_t>{12, 3072, 98304};
+  ASSERT_EQ(doc.at("results").size(), sizes.size()) << text.str();
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const nlohmann::json& row = doc.at("results")[i];
+    // A size is rounded down to whole blocks of whole elements: at most P * 8 bytes less.
+    EXPECT_LE(row.at("size").get<std::uint64_t>(), sizes[i]) << row;
+    EXPECT_GT(row.at("size").get<std::uint64_t>() + 3 * 8, sizes[i]) << row;
+    EXPECT_EQ(row.at("wrong"), 0) << row;
+    EXPECT_EQ(row.at("algorithm"), info.name) << row;
+    EXPECT_GT(row.at("time_us").get<double>(), 0.0) << row;
+  }
 }
 
 std::string nameOf(const ::testing::TestParamInfo<std::size_t>& p) {

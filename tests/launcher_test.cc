@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "collx/rendezvous/tcp_store.h"
 #include "util/test_util.h"
 
 namespace collx {
@@ -25,9 +26,8 @@ using test::TempDir;
 
 std::string launcher() { return test::binDir() + "/collx-run"; }
 
-std::map<std::string, std::string> cleanEnv() {
-  return {{"COLLX_JOB_ID", ""}, {"COLLX_STORE", ""}, {"COLLX_TIMEOUT", "20s"}};
-}
+// (The caller's COLLX_* variables never reach a test: util/hermetic.h.)
+std::map<std::string, std::string> cleanEnv() { return {{"COLLX_TIMEOUT", "20s"}}; }
 
 RunResult runLauncher(std::vector<std::string> args, std::chrono::milliseconds timeout = 60s) {
   args.insert(args.begin(), launcher());
@@ -103,6 +103,69 @@ TEST(LauncherTest, EnvironmentIsSetConsistently) {
   EXPECT_FALSE(test::portOpen(port));
 }
 
+// What torchrun sets, beside collx's own variables: an unchanged torch script's env://
+// rendezvous meets at MASTER_ADDR:MASTER_PORT, a port of its own (not collx's store).
+TEST(LauncherTest, SetsTorchrunsVariables) {
+  const std::string show =
+      "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR "
+      "$MASTER_PORT $COLLX_RANK $COLLX_STORE";
+  RunResult r = runLauncher({"-n", "3", "--", "sh", "-c", show});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::regex line(R"((\d) 3 (\d) 3 0 127\.0\.0\.1 (\d+) (\d) tcp://127\.0\.0\.1:(\d+))");
+  std::set<std::string> ranks, masterPorts;
+  for (const std::string& l : lines(r.out)) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(l, m, line)) << l;
+    EXPECT_EQ(m[1], m[2]);  // RANK == LOCAL_RANK on one node
+    EXPECT_EQ(m[1], m[4]);  // RANK == COLLX_RANK
+    EXPECT_NE(m[3], m[5]);  // torch's store is not collx's
+    ranks.insert(m[1]);
+    masterPorts.insert(m[3]);
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0", "1", "2"})) << r.out;
+  EXPECT_EQ(masterPorts.size(), 1u) << r.out;
+  const std::string port = std::to_string(test::freePort());
+  RunResult given = runLauncher({"-n", "2", "--torch-port", port, "--", "sh", "-c", show});
+  ASSERT_EQ(given.code, 0) << given.err;
+  for (const std::string& l : lines(given.out)) {
+    EXPECT_NE(l.find(" 127.0.0.1 " + port + " "), std::string::npos) << l;
+  }
+}
+
+// With several nodes, node 0 picks MASTER_ADDR (its address toward the store, here loopback)
+// and MASTER_PORT and shares them: every node's ranks get the same, and their own GROUP_RANK.
+TEST(LauncherTest, NodesAgreeOnTorchsMaster) {
+  rendezvous::TcpStoreServer store;  // the store both launchers use (--store: neither starts one)
+  const std::string port = std::to_string(store.port());
+  const std::string show =
+      "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT";
+  std::vector<std::unique_ptr<Process>> nodes;
+  for (int node = 0; node < 2; ++node) {
+    nodes.push_back(std::make_unique<Process>(
+        std::vector<std::string>{launcher(), "-n", "2", "--nnodes", "2", "--node-rank",
+                                 std::to_string(node), "--store", store.url(), "--job-id",
+                                 "torch-master-test", "--", "sh", "-c", show},
+        cleanEnv()));
+  }
+  std::regex line(R"((\d) 4 (\d) 2 (\d) 127\.0\.0\.1 (\d+))");
+  std::set<std::string> ranks, masterPorts;
+  for (int node = 0; node < 2; ++node) {
+    ASSERT_TRUE(nodes[node]->wait(30s));
+    ASSERT_EQ(nodes[node]->exitCode(), 0) << nodes[node]->err();
+    for (const std::string& l : lines(nodes[node]->out())) {
+      std::smatch m;
+      ASSERT_TRUE(std::regex_match(l, m, line)) << l;
+      EXPECT_EQ(std::stoi(m[1]), 2 * node + std::stoi(m[2])) << l;
+      EXPECT_EQ(m[3], std::to_string(node)) << l;
+      ranks.insert(m[1]);
+      masterPorts.insert(m[4]);
+    }
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0", "1", "2", "3"}));
+  EXPECT_EQ(masterPorts.size(), 1u);
+  EXPECT_EQ(masterPorts.count(port), 0u);  // not the store's port
+}
+
 TEST(LauncherTest, TagsEveryLineOfStdoutAndStderr) {
   RunResult r = runLauncher(
       {"-n", "2", "--tag-output", "--", "sh", "-c", "printf 'a\\nb\\npartial'; echo oops >&2"});
@@ -160,7 +223,6 @@ TEST(LauncherTest, SpreadSharesTheCpusEvenlyAmongMoreRanks) {
       "grep Cpus_allowed_list /proc/self/status | sed \"s/^/$COLLX_LOCAL_RANK /\"";
   const std::string n = std::to_string(cpus + 1);
   auto env = cleanEnv();
-  env["COLLX_TRANSPORT"] = "";  // unset: auto binds as for shared memory
   for (const char* mode : {"spread", "auto"}) {
     RunResult r = test::run({launcher(), "-n", n, "--bind", mode, "--", "sh", "-c", show}, env);
     ASSERT_EQ(r.code, 0) << mode << ": " << r.err;

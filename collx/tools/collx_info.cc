@@ -1,52 +1,21 @@
 // collx-info: prints collx's version, what this build contains and the configuration table;
 // with --rendezvous, joins the job described by the environment and prints what it saw.
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <string>
 
+#include "cli.h"
 #include "collx/algorithms/registry.h"
 #include "collx/algorithms/selection.h"
 #include "collx/collx.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: collx-info [--rendezvous] [--help]
-
-Prints the collx version, the transports and optional parts of this build, and the
+constexpr const char* kAbout =
+    R"(Prints the collx version, the transports and optional parts of this build, and the
 configuration table: every COLLX_* variable with its default, its value in this
-environment, and what it does.
-
-  --rendezvous   also join the job described by the environment (COLLX_RANK,
-                 COLLX_WORLD_SIZE, COLLX_STORE, or torchrun / Open MPI / Slurm
-                 variables) and print what this rank saw: rank, world size, job,
-                 generation, where each value came from, every peer (with the
-                 CPUs it may run on) and whether this host's ranks outnumber them.
-                 Run it under a launcher:  collx-run -n 4 -- collx-info --rendezvous
-  --help         this text
+environment, and what it does, then the algorithm selection table in effect.
 )";
-
-void wrap(const std::string& text, std::size_t indent, std::size_t width) {
-  std::size_t column = indent;
-  std::cout << std::string(indent, ' ');
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t end = text.find(' ', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string word = text.substr(pos, end - pos);
-    if (column > indent && column + 1 + word.size() > width) {
-      std::cout << "\n" << std::string(indent, ' ');
-      column = indent;
-    } else if (column > indent) {
-      std::cout << ' ';
-      ++column;
-    }
-    std::cout << word;
-    column += word.size();
-    pos = end + 1;
-  }
-  std::cout << "\n";
-}
 
 void printInfo() {
   std::cout << "collx " << collx::versionString() << "\n\nbuild:\n";
@@ -59,7 +28,7 @@ void printInfo() {
     std::string value = config.isSet(var.name) ? "'" + config.getString(var.name) + "'" : "unset";
     std::string def = var.defaultValue[0] != '\0' ? std::string(var.defaultValue) : "none";
     std::printf("  %-20s default: %-8s environment: %s\n", var.name, def.c_str(), value.c_str());
-    wrap(var.help, 6, 96);
+    std::cout << "      " << collx::cli::wrap(var.help, 6, 96) << "\n";
   }
   // The algorithm table in effect: COLLX_RULES first, then the built-in rows.
   collx::algorithms::Selection selection =
@@ -128,19 +97,15 @@ int rendezvous() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  collx::cli::CommandLine cli("collx-info", "collx-info [--rendezvous]", kAbout);
   bool join = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::cout << kUsage;
-      return 0;
-    }
-    if (std::strcmp(argv[i], "--rendezvous") == 0) {
-      join = true;
-      continue;
-    }
-    std::cerr << "collx-info: unknown argument '" << argv[i] << "'\n" << kUsage;
-    return 2;
-  }
+  cli.flag("--rendezvous", join,
+           "also join the job described by the environment (COLLX_RANK, COLLX_WORLD_SIZE, "
+           "COLLX_STORE, or torchrun / Open MPI / Slurm variables) and print what this rank saw: "
+           "rank, world size, job, generation, where each value came from, every peer (with the "
+           "CPUs it may run on) and whether this host's ranks outnumber them. Run it under a "
+           "launcher: collx-run -n 4 -- collx-info --rendezvous");
+  cli.parse(argc, argv);
   try {
     if (join) return rendezvous();
     printInfo();

@@ -1,10 +1,15 @@
 // collx-run: the launcher. Starts the TCP store (on node 0) or uses the one given, spawns
 // the local ranks with COLLX_* set, tags their output, forwards signals, and fails the job
 // as a whole when a rank fails.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -12,17 +17,21 @@
 #include <random>
 #include <thread>
 
+#include "cli.h"
 #include "collx/collx.h"
 #include "collx/transport/shm_segments.h"
 #include "launcher.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: collx-run -n P [options] [--] program [args...]
-
-Runs P ranks of `program` on this node, with COLLX_RANK, COLLX_WORLD_SIZE,
+constexpr const char* kAbout =
+    R"(Runs P ranks of `program` on this node, with COLLX_RANK, COLLX_WORLD_SIZE,
 COLLX_LOCAL_RANK, COLLX_STORE and COLLX_JOB_ID set for collx::init(). Starts a TCP
-store for them (on node 0) unless --store names one. When a rank fails, the others
+store for them (on node 0) unless --store names one. As torchrun does, it also sets
+RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (the node's index),
+MASTER_ADDR and MASTER_PORT (where torch's rank 0 starts torch's own store, see
+--torch-port), so that an unchanged torch script's init_process_group("collx")
+runs under it (collx itself reads the COLLX_* ones). When a rank fails, the others
 are stopped (SIGTERM, then SIGKILL after the grace period) and collx-run exits with
 the failing rank's code (128+N when it died of signal N). Shared-memory arenas that
 killed ranks left in /dev/shm are removed when they exit (and, at start, those of
@@ -31,36 +40,10 @@ and SIGQUIT are forwarded to every rank. With several nodes, node 0 keeps the st
 up until every node's ranks have finished (at most 10 minutes after its own).
 Any program works:
     collx-run -n 4 -- sh -c 'echo $COLLX_RANK'
+)";
 
-options:
-  -n, --nproc P          ranks on this node (required, >= 1)
-  --nnodes N             nodes in the job (default 1); start one collx-run per node
-  --node-rank I          this node's index in [0, N) (default 0); its ranks are
-                         I*P .. I*P+P-1 of N*P
-  --master-addr HOST     with --nnodes > 1: the address of node 0, reachable from
-                         every node; node 0 starts the store there
-  --master-port PORT     with --nnodes > 1: the store's port (default 29400)
-  --store URL            use this store instead of starting one: tcp://host:port,
-                         file:///shared/dir (a job directory inside it is removed at
-                         the end on one node) or redis://host:port[/db]
-  --job-id ID            job id (default: COLLX_JOB_ID, else a fresh random id that
-                         node 0 shares through the store)
-  --timeout T            stop the job after T (e.g. 90s, 10m; a number is seconds);
-                         exit code 124
-  --grace T              wait T between SIGTERM and SIGKILL (default 5s)
-  -t, --tag-output       prefix every line the ranks print with "[rank] "
-  --bind MODE            core: bind local rank i to the i-th CPU collx-run may use;
-                         spread: to CPU i mod N of those N CPUs (ranks outnumbering
-                         CPUs share them evenly; unbound, the kernel may leave 3 of 4
-                         ranks on one of 2 CPUs, since waiting ranks yield but never
-                         idle); none: leave placement to the kernel; auto (default):
-                         with one node and COLLX_TRANSPORT not tcp, core when the
-                         ranks fit the CPUs, else spread (shared memory's latency is
-                         a cache line's trip between two fixed cores), otherwise
-                         (and for a lone rank) none
-  -h, --help             this text
-
-exit codes: 0 all ranks succeeded; the failing rank's code; 124 timeout;
+constexpr const char* kFooter =
+    R"(exit codes: 0 all ranks succeeded; the failing rank's code; 124 timeout;
 128+N collx-run received signal N; 2 bad arguments; 127 program not found.
 )";
 
@@ -73,6 +56,7 @@ struct Args {
   int nodeRank = 0;
   std::string masterAddr;
   int masterPort = 29400;
+  int torchPort = 0;  // 0: chosen (see --torch-port)
   std::string store;
   std::string jobId;
   std::optional<std::chrono::milliseconds> timeout;
@@ -82,92 +66,82 @@ struct Args {
   std::vector<std::string> command;
 };
 
-[[noreturn]] void usageError(const std::string& message) {
-  std::cerr << "collx-run: " << message << "\n(see collx-run --help)\n";
-  std::exit(2);
+// mpirun's spelling "-np P" for -n P: CLI11 would read it as -n with the value "p". Only the
+// options before the program are looked at (a program's own -np stays as it is).
+void acceptMpirunSpelling(CLI::App& app, int argc, char** argv) {
+  static char nproc[] = "--nproc";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--" || arg.size() < 2 || arg[0] != '-') return;  // the program starts
+    if (arg == "-np") {
+      argv[i] = nproc;
+      ++i;  // its value
+      continue;
+    }
+    if (arg.find('=') != std::string::npos) continue;  // --name=value
+    const CLI::Option* option = app.get_option_no_throw(arg[1] == '-' ? arg : arg.substr(0, 2));
+    const bool attached = arg[1] != '-' && arg.size() > 2;  // -n4
+    if (option != nullptr && option->get_items_expected_min() > 0 && !attached) ++i;
+  }
 }
 
-Args parseArgs(int argc, char** argv) {
+Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   Args args;
-  bool haveNproc = false;
-  int i = 1;
-  auto value = [&](const std::string& flag) -> std::string {
-    if (i + 1 >= argc) usageError(flag + " needs a value");
-    return argv[++i];
-  };
-  auto integer = [&](const std::string& flag, const std::string& text, long min, long max) {
-    try {
-      return static_cast<int>(collx::parseInt(text, min, max, flag));
-    } catch (const collx::Error& e) {
-      usageError(e.detail());
-    }
-  };
-  auto duration = [&](const std::string& flag, const std::string& text) {
-    try {
-      auto d = collx::parseDuration(text, flag);
-      if (d.count() <= 0) usageError(flag + " must be positive");
-      return d;
-    } catch (const collx::Error& e) {
-      usageError(e.detail());
-    }
-  };
-  for (; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg == "-h" || arg == "--help") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (arg == "-n" || arg == "--nproc" || arg == "-np") {
-      args.nproc = integer("-n", value(arg), 1, 1 << 16);
-      haveNproc = true;
-    } else if (arg == "--nnodes") {
-      args.nnodes = integer(arg, value(arg), 1, 1 << 16);
-    } else if (arg == "--node-rank") {
-      args.nodeRank = integer(arg, value(arg), 0, 1 << 16);
-    } else if (arg == "--master-addr") {
-      args.masterAddr = value(arg);
-    } else if (arg == "--master-port") {
-      args.masterPort = integer(arg, value(arg), 1, 65535);
-    } else if (arg == "--store") {
-      args.store = value(arg);
-    } else if (arg == "--job-id") {
-      args.jobId = value(arg);
-    } else if (arg == "--timeout") {
-      args.timeout = duration(arg, value(arg));
-    } else if (arg == "--grace") {
-      args.grace = duration(arg, value(arg));
-    } else if (arg == "-t" || arg == "--tag-output") {
-      args.tag = true;
-    } else if (arg == "--bind") {
-      args.bind = value(arg);
-      if (args.bind != "auto" && args.bind != "core" && args.bind != "spread" &&
-          args.bind != "none") {
-        usageError("--bind must be auto, core, spread or none, got '" + args.bind + "'");
-      }
-    } else if (!arg.empty() && arg[0] == '-') {
-      usageError("unknown option '" + arg + "'");
-    } else {
-      break;
-    }
-  }
-  for (; i < argc; ++i) args.command.push_back(argv[i]);
-  if (!haveNproc) usageError("-n P (the number of ranks) is required");
-  if (args.command.empty()) usageError("no program to run");
+  cli.integer("-n,--nproc", args.nproc, 1, 1 << 16, "P",
+              "ranks on this node (required, >= 1; also -np P)");
+  cli.integer("--nnodes", args.nnodes, 1, 1 << 16, "N",
+              "nodes in the job (default 1); start one collx-run per node");
+  cli.integer("--node-rank", args.nodeRank, 0, 1 << 16, "I",
+              "this node's index in [0, N) (default 0); its ranks are I*P .. I*P+P-1 of N*P");
+  cli.text("--master-addr", args.masterAddr, "HOST",
+           "with --nnodes > 1: the address of node 0, reachable from every node; node 0 starts "
+           "the store there");
+  cli.integer("--master-port", args.masterPort, 1, 65535, "PORT",
+              "with --nnodes > 1: the store's port (default 29400)");
+  cli.integer("--torch-port", args.torchPort, 1, 65535, "PORT",
+              "MASTER_PORT for the ranks: where torch.distributed's rank 0 starts torch's own "
+              "TCPStore (env://), apart from collx's store. Default: a port free at start on "
+              "node 0. With several nodes, node 0 picks it (and MASTER_ADDR: --master-addr, else "
+              "its address toward the store) and shares both through the store, so every node "
+              "sets the same");
+  cli.text("--store", args.store, "URL",
+           "use this store instead of starting one: tcp://host:port, file:///shared/dir (a job "
+           "directory inside it is removed at the end on one node) or redis://host:port[/db]");
+  cli.text("--job-id", args.jobId, "ID",
+           "job id (default: COLLX_JOB_ID, else a fresh random id that node 0 shares through the "
+           "store)");
+  cli.duration("--timeout", args.timeout, "T",
+               "stop the job after T (e.g. 90s, 10m; a number is seconds); exit code 124");
+  cli.duration("--grace", args.grace, "T", "wait T between SIGTERM and SIGKILL (default 5s)");
+  cli.flag("-t,--tag-output", args.tag, "prefix every line the ranks print with \"[rank] \"");
+  cli.text("--bind", args.bind, "MODE",
+           "core: bind local rank i to the i-th CPU collx-run may use; spread: to CPU i mod N of "
+           "those N CPUs (ranks outnumbering CPUs share them evenly; unbound, the kernel may "
+           "leave 3 of 4 ranks on one of 2 CPUs, since waiting ranks yield but never idle); "
+           "none: leave placement to the kernel; auto (default): with one node and "
+           "COLLX_TRANSPORT not tcp, core when the ranks fit the CPUs, else spread (shared "
+           "memory's latency is a cache line's trip between two fixed cores), otherwise (and "
+           "for a lone rank) none")
+      ->check(CLI::IsMember({"auto", "core", "spread", "none"}));
+  cli.app().add_option("program", args.command, "the program and its arguments");
+  cli.app().positionals_at_end();  // everything from the program on is the program's
+  acceptMpirunSpelling(cli.app(), argc, argv);
+  cli.parse(argc, argv);
+
+  if (cli.app().count("--nproc") == 0) cli.fail("-n P (the number of ranks) is required");
+  if (args.command.empty()) cli.fail("no program to run");
   if (args.nodeRank >= args.nnodes) {
-    usageError("--node-rank " + std::to_string(args.nodeRank) + " is not below --nnodes " +
-               std::to_string(args.nnodes));
+    cli.fail("--node-rank " + std::to_string(args.nodeRank) + " is not below --nnodes " +
+             std::to_string(args.nnodes));
   }
   if (args.nnodes > 1 && args.store.empty() && args.masterAddr.empty()) {
-    usageError("--nnodes > 1 needs --master-addr (node 0's address) or --store");
+    cli.fail("--nnodes > 1 needs --master-addr (node 0's address) or --store");
   }
   if (!args.store.empty()) {
     try {
       collx::rendezvous::StoreUrl::parse(args.store);
     } catch (const collx::Error& e) {
-      usageError("--store: " + e.detail());
+      cli.fail("--store: " + e.detail());
     }
   }
   return args;
@@ -214,7 +188,85 @@ void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::s
   }
 }
 
-int launch(const Args& args) {
+// Where torch.distributed's env:// rendezvous meets (MASTER_ADDR, MASTER_PORT): rank 0 of the
+// job starts a TCPStore there, on node 0.
+struct TorchMaster {
+  std::string addr;
+  int port = 0;
+};
+
+// A TCP port nothing listens on now, on every interface of this host. Released at once:
+// torch's rank 0 binds it moments later (torchrun's agent does the same).
+int unusedPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  any.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(any);
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&any), len) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&any), &len) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!ok) {
+    throw collx::IoError(collx::Where{-1, "collx-run", -1},
+                         std::string("no free port for MASTER_PORT: ") + std::strerror(errno));
+  }
+  return ntohs(any.sin_port);
+}
+
+// This host's address as seen from `host` (the local end of the route to it: a connected UDP
+// socket sends nothing), else the hostname.
+std::string addressToward(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  std::string address;
+  if (!host.empty() && ::getaddrinfo(host.c_str(), "9", &hints, &found) == 0) {
+    const int fd = ::socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    char text[INET6_ADDRSTRLEN] = {};
+    if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* ip =
+          local.ss_family == AF_INET6
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      if (::inet_ntop(local.ss_family, ip, text, sizeof(text)) != nullptr) address = text;
+    }
+    if (fd >= 0) ::close(fd);
+    ::freeaddrinfo(found);
+  }
+  if (address.empty()) {
+    char name[256] = {};
+    if (::gethostname(name, sizeof(name) - 1) == 0) address = name;
+  }
+  return address;
+}
+
+// One node: 127.0.0.1 and --torch-port or a free port. Several: node 0 decides (--master-addr,
+// else its address toward the store; --torch-port, else a port free on node 0) and shares the
+// pair through the store, so that every node's ranks meet at the same place.
+TorchMaster torchMaster(const Args& args, const std::string& storeUrl, const std::string& jobId) {
+  using namespace collx::rendezvous;
+  if (args.nnodes == 1) return {"127.0.0.1", args.torchPort != 0 ? args.torchPort : unusedPort()};
+  auto store = openStore(storeUrl);
+  const std::string key = "collx-run/" + jobId + "/torch-master";
+  TorchMaster master;
+  if (args.nodeRank == 0) {
+    master.addr =
+        !args.masterAddr.empty() ? args.masterAddr : addressToward(StoreUrl::parse(storeUrl).host);
+    master.port = args.torchPort != 0 ? args.torchPort : unusedPort();
+    store->set(key, std::to_string(master.port) + " " + master.addr);
+    return master;
+  }
+  const std::string value = toString(store->get(key));  // "<port> <address>"
+  const std::size_t space = value.find(' ');
+  master.port = static_cast<int>(collx::parseInt(value.substr(0, space), 1, 65535, key));
+  master.addr = value.substr(space + 1);
+  return master;
+}
+
+int launch(const Args& args, const collx::cli::CommandLine& cli) {
   using namespace collx::rendezvous;
   std::string program = collx::run::findProgram(args.command[0]);
   if (program.empty()) {
@@ -271,6 +323,8 @@ int launch(const Args& args) {
     if (args.nodeRank == 0) removeDir = parsed.path;
   }
 
+  const TorchMaster torch = torchMaster(args, storeUrl, jobId);
+
   // Shared-memory arenas whose owners were killed (a launcher killed with its ranks leaves
   // them): their pids are gone, so they can go too.
   collx::transport::removeShmLeftovers();
@@ -302,8 +356,8 @@ int launch(const Args& args) {
     how = !shm ? "none" : args.nproc <= static_cast<int>(cpus.size()) ? "core" : "spread";
   }
   if (how == "core" && args.nproc > static_cast<int>(cpus.size())) {
-    usageError("--bind core: " + std::to_string(args.nproc) + " ranks but only " +
-               std::to_string(cpus.size()) + " CPUs to bind them to (--bind spread shares them)");
+    cli.fail("--bind core: " + std::to_string(args.nproc) + " ranks but only " +
+             std::to_string(cpus.size()) + " CPUs to bind them to (--bind spread shares them)");
   }
   const bool bind = how != "none" && !cpus.empty();
   for (int local = 0; local < args.nproc; ++local) {
@@ -312,7 +366,12 @@ int launch(const Args& args) {
         rank,
         {"COLLX_RANK=" + std::to_string(rank), "COLLX_WORLD_SIZE=" + std::to_string(world),
          "COLLX_LOCAL_RANK=" + std::to_string(local), "COLLX_STORE=" + storeUrl,
-         "COLLX_JOB_ID=" + jobId},
+         "COLLX_JOB_ID=" + jobId,
+         // torchrun's names (collx's own bootstrap prefers the COLLX_* ones above)
+         "RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world),
+         "LOCAL_RANK=" + std::to_string(local), "LOCAL_WORLD_SIZE=" + std::to_string(args.nproc),
+         "GROUP_RANK=" + std::to_string(args.nodeRank), "MASTER_ADDR=" + torch.addr,
+         "MASTER_PORT=" + std::to_string(torch.port)},
         bind ? cpus[static_cast<std::size_t>(local) % cpus.size()] : -1});
   }
   int code = collx::run::supervise(options);
@@ -330,9 +389,11 @@ int launch(const Args& args) {
 
 int main(int argc, char** argv) {
   collx::run::blockHandledSignals();  // before the store server's thread exists
-  Args args = parseArgs(argc, argv);
+  collx::cli::CommandLine cli("collx-run", "collx-run -n P [options] [--] program [args...]",
+                              kAbout, kFooter);
+  Args args = parseArgs(argc, argv, cli);
   try {
-    return launch(args);
+    return launch(args, cli);
   } catch (const collx::Error& e) {
     std::cerr << "collx-run: " << collx::errorKindName(e.kind()) << ": " << e.what() << "\n";
     return 1;

@@ -4,6 +4,11 @@ processes (through collx-run, or one subprocess per rank over a file store).
 ctest runs these with PYTEST_COLLX_BUILD_DIR set and PYTHONPATH=<build>/python; by hand:
 
     PYTHONPATH=build/python PYTEST_COLLX_BUILD_DIR=build /usr/bin/python3 -m pytest python/tests
+
+The suites are hermetic: the caller's variables that steer collx (COLLX_*, and the launcher
+conventions collx.init() falls back to; the names of tests/util/hermetic.cc) are dropped
+when this file loads, before anything reads them, and what the suites need is set here or
+by each test.
 """
 import json
 import os
@@ -16,6 +21,22 @@ import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
 WORKERS = HERE / "workers"
+
+
+def _steers_collx(name):
+    """True for the variables that steer collx (tests/util/hermetic.cc: steersCollx)."""
+    return (name.startswith(("COLLX_", "OMPI_COMM_WORLD_", "SLURM_"))
+            or name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                        "TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid"))
+
+
+_dropped = sorted(n for n in os.environ if _steers_collx(n))
+for _name in _dropped:
+    del os.environ[_name]
+if any(n.startswith("COLLX_") for n in _dropped):
+    sys.stderr.write("collx tests ignore the caller's %s (hermetic)\n"
+                     % " ".join(n for n in _dropped if n.startswith("COLLX_")))
+os.environ["COLLX_TIMEOUT"] = "60s"  # every wait of the suites, in this process and its ranks
 
 
 def build_dir():
@@ -39,12 +60,7 @@ def base_env(**extra):
     package_root = str(pathlib.Path(__import__("collx").__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(
         [package_root, str(HERE)] + [p for p in [env.get("PYTHONPATH")] if p])
-    env.setdefault("COLLX_TIMEOUT", "60s")
     env["OMP_NUM_THREADS"] = "1"
-    # A rank's own variables come from the launcher, not from whoever runs pytest.
-    for var in ("COLLX_RANK", "COLLX_WORLD_SIZE", "COLLX_STORE", "COLLX_JOB_ID", "RANK",
-                "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
-        env.pop(var, None)
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

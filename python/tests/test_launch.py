@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import base_env, build_dir, run_collx
+from conftest import _steers_collx, base_env, build_dir, run_collx
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -42,6 +42,14 @@ def run_each(nranks, code_of, env_of, timeout=60):
             p.kill()
             outs.append((p.communicate()[0] + "\n(killed)", -9))
     return outs
+
+
+def test_callers_variables_are_dropped():
+    # conftest.py: hermetic suites (ctest's python_hermetic runs this with the caller's
+    # COLLX_TRANSPORT, COLLX_TIMEOUT, RANK, ... set)
+    steering = {k: v for k, v in os.environ.items() if _steers_collx(k)}
+    assert steering == {"COLLX_TIMEOUT": "60s"}
+    assert not {k for k in base_env() if _steers_collx(k)} - {"COLLX_TIMEOUT"}
 
 
 def test_collx_run_runs_the_numpy_example():

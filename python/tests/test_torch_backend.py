@@ -2,14 +2,15 @@
 same processes (3 ranks, env:// rendezvous): every op and type of torch_cases, then
 DistributedDataParallel training on both backends; once with small calls on the caller's
 thread, once with every call in the background. Then init_process_group through tcp:// and
-file://."""
+file://, and collx-run as torchrun: an unchanged torch script under it (test_launch runs
+examples/torch_ddp.py so too)."""
 import json
 import subprocess
 import sys
 
 import pytest
 
-from conftest import WORKERS, base_env
+from conftest import WORKERS, base_env, run_collx
 from test_launch import free_port
 
 torch = pytest.importorskip("torch", reason="python3-torch is not importable by "
@@ -101,3 +102,39 @@ def test_backend_is_documented_and_registered():
     assert backend.ProcessGroupCollx.__doc__ and backend.ProcessGroupCollx.__init__.__doc__
     assert "COLLX" in dist.Backend._plugins
     assert issubclass(backend.ProcessGroupCollx, dist.ProcessGroup)
+
+
+# A torch script as torchrun would run it: nothing but torchrun's variables, and collx's own
+# context (COLLX_STORE) beside torch's group (its TCPStore at MASTER_ADDR:MASTER_PORT).
+TORCHRUN_SCRIPT = """
+import os, numpy as np, torch, torch.distributed as dist, collx, collx.torch
+dist.init_process_group("collx")
+r, p = dist.get_rank(), dist.get_world_size()
+e = os.environ
+assert (r, p) == (int(e["RANK"]), int(e["WORLD_SIZE"])) == (int(e["COLLX_RANK"]), p), e
+assert (int(e["LOCAL_RANK"]), int(e["LOCAL_WORLD_SIZE"]), e["GROUP_RANK"]) == (r, p, "0"), e
+assert e["MASTER_ADDR"] == "127.0.0.1", e["MASTER_ADDR"]
+assert not e["COLLX_STORE"].endswith(":" + e["MASTER_PORT"]), (e["COLLX_STORE"], e["MASTER_PORT"])
+t = torch.full((5,), float(r + 1))
+dist.all_reduce(t)
+assert t.tolist() == [p * (p + 1) / 2] * 5, t
+ctx = collx.init()
+x = np.full(3, r + 1.0)
+ctx.allreduce(x)
+assert x.tolist() == [p * (p + 1) / 2] * 3, x
+assert ctx.rank == r and ctx.size == p
+ctx.close()
+dist.barrier()
+dist.destroy_process_group()
+print("rank %d of %d ok" % (r, p))
+"""
+
+
+def test_torch_script_under_collx_run(tmp_path):
+    script = tmp_path / "plain_torch.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    proc = run_collx(3, script, timeout=120, env=base_env(GLOO_SOCKET_IFNAME="lo"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for r in range(3):
+        assert "rank %d of 3 ok" % r in proc.stdout, proc.stdout + proc.stderr
+

@@ -55,25 +55,33 @@ std::int64_t parseInt(std::string_view text, std::int64_t min, std::int64_t max,
   return value;
 }
 
-std::chrono::milliseconds parseDuration(std::string_view text, std::string_view what) {
-  const std::string expected = "a duration such as 30s, 500ms, 2m, 1h or a number of seconds";
+std::chrono::nanoseconds parseDurationNs(std::string_view text, std::string_view what) {
+  const std::string expected = "a duration such as 30s, 500ms, 10us, 2m, 1h or a number of seconds";
   std::string_view unit;
   const double value = leadingNumber(text, what, expected, unit);
-  double scale = 0;
+  double scale = 0;  // nanoseconds per unit
   if (unit.empty() || unit == "s") {
-    scale = 1000.0;
+    scale = 1e9;
   } else if (unit == "ms") {
-    scale = 1.0;
+    scale = 1e6;
+  } else if (unit == "us") {
+    scale = 1e3;
+  } else if (unit == "ns") {
+    scale = 1;
   } else if (unit == "m" || unit == "min") {
-    scale = 60'000.0;
+    scale = 60e9;
   } else if (unit == "h") {
-    scale = 3'600'000.0;
+    scale = 3600e9;
   } else {
     badValue(what, text, expected);
   }
-  double ms = value * scale;
-  if (ms > 1e15) badValue(what, text, "a duration under 30000 years");
-  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(ms)));
+  const double ns = value * scale;
+  if (ns > 9e18) badValue(what, text, "a duration under 285 years");
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(std::llround(ns)));
+}
+
+std::chrono::milliseconds parseDuration(std::string_view text, std::string_view what) {
+  return std::chrono::round<std::chrono::milliseconds>(parseDurationNs(text, what));
 }
 
 std::uint64_t parseBytes(std::string_view text, std::string_view what) {

@@ -14,8 +14,11 @@ namespace collx {
 std::int64_t parseInt(std::string_view text, std::int64_t min, std::int64_t max,
                       std::string_view what);
 
-// A duration: "30", "30s", "500ms", "2m", "1h", "1.5" (a plain number is seconds). Throws
-// InvalidArgument naming `what`.
+// A duration: "30", "30s", "500ms", "250us", "100ns", "2m", "1h", "1.5" (a plain number is
+// seconds), below about 290 years. Throws InvalidArgument naming `what`.
+std::chrono::nanoseconds parseDurationNs(std::string_view text, std::string_view what);
+
+// The same, rounded to the nearest millisecond: what timeouts and grace periods take.
 std::chrono::milliseconds parseDuration(std::string_view text, std::string_view what);
 
 // A byte size: a number with an optional unit, powers of two: B, K/KiB, M/MiB, G/GiB,
