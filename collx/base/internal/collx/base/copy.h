@@ -10,16 +10,15 @@ namespace collx {
 // dst = src, `bytes` bytes; they must not overlap. On x86 from kCopyLoopBytes on, a loop of
 // whole vectors (AVX-512 or AVX2, chosen once) instead of memcpy: glibc 2.36 copies blocks
 // of kilobytes to megabytes with `rep movsb`, which is much slower on some CPUs (this
-// project's AMD EPYC, P=2 over shared memory, best of 5 interleaved: broadcast of 256 KiB
-// 10.4 us against 30.9 with memcpy, allgather of 8 MiB 805 against 1052 us).
+// project's AMD EPYC among them: benchmarks/README.md has the figures).
 inline constexpr std::size_t kCopyLoopBytes = 4096;
 void copyBytes(void* dst, const void* src, std::size_t bytes) noexcept;
 
 // copyBytes with non-temporal stores (AVX-512 or AVX2; else copyBytes): the bytes go to
 // memory, not into this core's cache, and the lines of dst are not read first. For outputs
-// larger than the caches, not read again soon: measured here, one core, 8 MiB 333 us
-// against 483, 32 MiB 2.2 ms against 3.5; but 4 MiB 150 us against 86, the cache holding
-// it. Ends with a store fence: the bytes are visible before any later store.
+// larger than the caches and not read again soon (below that, the cache would have held
+// them, and a plain copy wins). Ends with a store fence: the bytes are visible before any
+// later store.
 void copyStreaming(void* dst, const void* src, std::size_t bytes) noexcept;
 
 namespace detail {
