@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "collx/algorithms/registry.h"
+#include "collx/algorithms/selection.h"
 #include "collx/collx.h"
 #include "util/reference.h"
 #include "util/test_util.h"
@@ -345,8 +346,9 @@ TEST(Selection, AllgatherDefaultIsOpenMpisDecisionTree) {
   for (int P : {1,   2,   3,   4,   7,   8,   16,   31,   32,   33,   63,   64,   100,
                 127, 128, 255, 256, 511, 512, 1023, 1024, 2047, 2048, 4095, 4096, 100000}) {
     for (std::uint64_t total : totals) {
-      const char* chosen =
-          algorithms::defaultAlgorithm(algorithms::Collective::kAllgather, P, total);
+      const auto* row =
+          algorithms::Selection::builtIn().choose(algorithms::Collective::kAllgather, P, total);
+      const char* chosen = row == nullptr ? nullptr : row->algorithm->name;
       ASSERT_NE(chosen, nullptr) << "P " << P << ", " << total << " bytes";
       EXPECT_EQ(chosen, openMpiAllgather(P, total)) << "P " << P << ", " << total << " bytes";
       EXPECT_NE(algorithms::findAlgorithm(algorithms::Collective::kAllgather, chosen), nullptr)

@@ -45,7 +45,7 @@ TEST(Selection, RulesComeFirstThenTheTable) {
   const auto* fallback = s.choose(Collective::kAllreduce, 4, 1ull << 30);
   EXPECT_EQ(fallback->source, "default table");
   EXPECT_STREQ(s.choose(Collective::kBroadcast, 64, 4)->algorithm->name, "one_to_all");
-  EXPECT_EQ(s.rows(Collective::kAllreduce).front()->source, "test rules, allreduce entry 1");
+  EXPECT_EQ(s.rows(Collective::kAllreduce).front().source, "test rules, allreduce entry 1");
 }
 
 TEST(Selection, BadRulesNameTheEntryAndWhatIsWrong) {

@@ -42,6 +42,11 @@ const char* collectiveName(Collective coll) noexcept {
   return "collective";
 }
 
+bool reduces(Collective coll) noexcept {
+  return coll == Collective::kAllreduce || coll == Collective::kReduce ||
+         coll == Collective::kReduceScatter;
+}
+
 const std::vector<Collective>& collectives() {
   static const std::vector<Collective> kAll = {
       Collective::kAllreduce,     Collective::kAllgather, Collective::kAllgatherv,
@@ -77,156 +82,281 @@ std::size_t hashParams(const ScheduleParams& p) noexcept {
 
 const std::vector<AlgorithmInfo>& algorithmRegistry() {
   static const std::vector<AlgorithmInfo> kAlgorithms = {
-      {Collective::kAllreduce, "ring",
-       "reduce-scatter + allgather around the ring, pipelined in chunks; 2(P-1) steps, "
-       "2(P-1)/P n bytes; bandwidth-optimal",
-       buildAllreduceRing,
-       /*keepsOrder=*/false, costAllreduceRing},
-      {Collective::kAllreduce, "ring_chunked",
-       "Gloo's ring with 2P chunks (double buffering); 4(P-1) steps, 2(P-1)/P n bytes",
-       buildAllreduceRingChunked,
-       /*keepsOrder=*/false, costAllreduceRingChunked},
-      {Collective::kAllreduce, "halving_doubling",
-       "Rabenseifner: recursive-halving reduce-scatter + recursive-doubling allgather; "
-       "2 log P steps, 2(P-1)/P n bytes; keeps rank order",
-       buildAllreduceHalvingDoubling, /*keepsOrder=*/true, costAllreduceHalvingDoubling},
-      {Collective::kAllreduce, "recursive_doubling",
-       "partners exchange the whole vector in log P rounds; log P steps, n log P bytes; "
-       "for small messages; keeps rank order",
-       buildAllreduceRecursiveDoubling, /*keepsOrder=*/true, costAllreduceRecursiveDoubling},
-      {Collective::kAllreduce, "knomial",
-       "recursive multiplying, radix 4: groups of 4 exchange whole vectors; ceil(log4 P) "
-       "steps of 3 messages, 3n bytes per step; small messages; keeps rank order",
-       buildAllreduceKnomial, /*keepsOrder=*/true, costAllreduceKnomial},
-      {Collective::kAllreduce, "hierarchical",
-       "hosts (hostOf): intra-host reduce-scatter into L slices, an allreduce of each slice "
-       "among the ranks holding it on every host, intra-host allgather; uneven hosts: "
-       "reduce to a leader, leaders allreduce, broadcast; the default across hosts",
-       buildAllreduceHierarchical, /*keepsOrder=*/false, costAllreduceHierarchical},
-      {Collective::kAllgather, "ring", "P-1 steps, (P-1) n bytes, pipelined in chunks",
-       buildAllgatherRing, /*keepsOrder=*/false, costAllgatherRing},
-      {Collective::kAllgather, "linear",
-       "gather to rank 0, then a binomial broadcast of all P n bytes, pipelined in chunks",
-       buildAllgatherLinear, /*keepsOrder=*/false, costAllgatherLinear},
-      {Collective::kAllgather, "bruck",
-       "ceil(log2 P) steps to r-d of doubling distance d, (P-1) n bytes; any P",
-       buildAllgatherBruck, /*keepsOrder=*/false, costAllgatherBruck},
-      {Collective::kAllgather, "recursive_doubling",
-       "log2 P exchanges with r^d of doubling windows, (P-1) n bytes; bruck unless P is a "
-       "power of two",
-       buildAllgatherRecursiveDoubling, /*keepsOrder=*/false, costAllgatherRecursiveDoubling},
-      {Collective::kAllgather, "neighbor_exchange",
-       "P/2 steps with alternating neighbours, pairs of blocks, (P-1) n bytes; ring for odd P",
-       buildAllgatherNeighborExchange, /*keepsOrder=*/false, costAllgatherNeighborExchange},
-      {Collective::kAllgather, "two_proc",
-       "the two ranks swap blocks: 1 step, n bytes; recursive_doubling unless P = 2",
-       buildAllgatherTwoProc, /*keepsOrder=*/false, costAllgatherTwoProc},
-      {Collective::kAllgather, "sparbit",
-       "ceil(log2 P) rounds of halving distance, P-1 one-block messages, (P-1) n bytes; any P",
-       buildAllgatherSparbit, /*keepsOrder=*/false, costAllgatherSparbit},
-      {Collective::kAllgather, "hierarchical",
-       "hosts (hostOf): gather to a leader per host, leaders allgatherv the host blocks, "
-       "intra-host broadcast of all P n bytes; the default across hosts",
-       buildAllgatherHierarchical, /*keepsOrder=*/false, costAllgatherHierarchical},
-      {Collective::kBroadcast, "one_to_all",
-       "the root sends to everyone: (P-1) n bytes at the root", buildBroadcastOneToAll,
-       /*keepsOrder=*/false, costBroadcastOneToAll},
-      {Collective::kBroadcast, "binomial", "binomial tree, pipelined in chunks: ceil(log2 P) steps",
-       buildBroadcastBinomial, /*keepsOrder=*/false, costBroadcastBinomial},
-      {Collective::kBroadcast, "scatter_allgather",
-       "van de Geijn: binomial scatter of P blocks + ring allgather; log P + P-1 steps, about "
-       "2n bytes per rank; large buffers (binomial below P elements)",
-       buildBroadcastScatterAllgather, /*keepsOrder=*/false, costBroadcastScatterAllgather},
-      {Collective::kBroadcast, "chain",
-       "root -> root+1 -> ... in pieces of chunkBytes; P-2+K steps of one piece, n bytes per "
-       "link",
-       buildBroadcastChain, /*keepsOrder=*/false, costBroadcastChain},
-      {Collective::kBroadcast, "hierarchical",
-       "hosts (hostOf): root -> one leader per host, then each leader -> its host; the "
-       "default across hosts",
-       buildBroadcastHierarchical, /*keepsOrder=*/false, costBroadcastHierarchical},
-      {Collective::kBarrier, "all_to_all", "everyone tells everyone: 1 step, P-1 messages",
-       buildBarrierAllToAll,
-       /*keepsOrder=*/false, costBarrierAllToAll},
-      {Collective::kBarrier, "all_to_one", "everyone tells rank 0, which answers: 2 steps",
-       buildBarrierAllToOne,
-       /*keepsOrder=*/false, costBarrierAllToOne},
-      {Collective::kBarrier, "dissemination", "ceil(log2 P) rounds of one message each way",
-       buildBarrierDissemination,
-       /*keepsOrder=*/false, costBarrierDissemination},
-      {Collective::kAllgatherv, "ring",
-       "P-1 steps, per-rank blocks straight into place, pipelined in chunks", buildAllgathervRing,
-       /*keepsOrder=*/false, costAllgathervRing},
-      {Collective::kAllgatherv, "bruck",
-       "ceil(log2 P) steps of doubling distance, blocks packed in a scratch buffer, N - n_r "
-       "bytes received",
-       buildAllgathervBruck, /*keepsOrder=*/false, costAllgathervBruck},
-      {Collective::kReduceScatter, "ring",
-       "P-1 steps; n - n_r bytes out, n - n_(r-1) in and reduced per rank; pipelined in chunks",
-       buildReduceScatterRing, /*keepsOrder=*/false, costReduceScatterRing},
-      {Collective::kReduceScatter, "recursive_halving",
-       "log P steps halving the vector between partners, (n - n_r) bytes and reductions; any "
-       "counts; keeps rank order",
-       buildReduceScatterRecursiveHalving, /*keepsOrder=*/true, costReduceScatterRecursiveHalving},
-      {Collective::kReduce, "binomial",
-       "binomial tree towards the root, pipelined in chunks; keeps rank order", buildReduceBinomial,
-       /*keepsOrder=*/true, costReduceBinomial},
-      {Collective::kReduce, "reduce_scatter_gather",
-       "Rabenseifner: recursive-halving reduce-scatter + binomial gather to the root; 2 log P "
-       "steps, about 2n bytes at the root; large vectors; keeps rank order",
-       buildReduceReduceScatterGather, /*keepsOrder=*/true, costReduceReduceScatterGather},
-      {Collective::kGather, "linear", "everyone sends to the root: P-1 messages at the root",
-       buildGatherLinear, /*keepsOrder=*/false, costGatherLinear},
-      {Collective::kGather, "binomial",
-       "subtrees climb a binomial tree in one message each: ceil(log2 P) messages at the root",
-       buildGatherBinomial, /*keepsOrder=*/false, costGatherBinomial},
-      {Collective::kGatherv, "linear", "everyone sends to the root: P-1 messages at the root",
-       buildGatherLinear, /*keepsOrder=*/false, costGatherLinear},
-      {Collective::kGatherv, "binomial",
-       "subtrees climb a binomial tree in one message each: ceil(log2 P) messages at the "
-       "root; needs recvcounts on every rank",
-       buildGatherBinomial, /*keepsOrder=*/false, costGatherBinomial},
-      {Collective::kScatter, "linear", "the root sends to everyone: P-1 messages at the root",
-       buildScatterLinear, /*keepsOrder=*/false, costScatterLinear},
-      {Collective::kScatter, "binomial",
-       "subtrees go down a binomial tree in one message each: ceil(log2 P) messages at the root",
-       buildScatterBinomial, /*keepsOrder=*/false, costScatterBinomial},
-      {Collective::kScatterv, "linear", "the root sends to everyone: P-1 messages at the root",
-       buildScatterLinear, /*keepsOrder=*/false, costScatterLinear},
-      {Collective::kScatterv, "binomial",
-       "subtrees go down a binomial tree in one message each: ceil(log2 P) messages at the "
-       "root; needs sendcounts on every rank",
-       buildScatterBinomial, /*keepsOrder=*/false, costScatterBinomial},
-      {Collective::kAlltoall, "pairwise", "P-1 steps, in step s send to r+s and receive from r-s",
-       buildAlltoallPairwise, /*keepsOrder=*/false, costAlltoallPairwise},
-      {Collective::kAlltoall, "bruck",
-       "Bruck: ceil(log2 P) steps, each packing the blocks whose bit k is set; about n/2 log P "
-       "bytes; small blocks (alltoall only)",
-       buildAlltoallBruck, /*keepsOrder=*/false, costAlltoallBruck},
-      {Collective::kAlltoallv, "pairwise", "P-1 steps, in step s send to r+s and receive from r-s",
-       buildAlltoallPairwise, /*keepsOrder=*/false, costAlltoallPairwise},
-      {Collective::kAlltoallv, "bruck",
-       "Bruck over per-rank counts: an allgather of every rank's sendcounts first, then "
-       "ceil(log2 P) steps forwarding blocks through intermediate ranks; small blocks",
-       buildAlltoallvBruck, /*keepsOrder=*/false, costAlltoallvBruck},
+      {.coll = Collective::kAllreduce,
+       .name = "ring",
+       .summary = "reduce-scatter + allgather around the ring, pipelined in chunks; 2(P-1) steps, "
+                  "2(P-1)/P n bytes; bandwidth-optimal",
+       .build = buildAllreduceRing,
+       .cost = costAllreduceRing},
+      {.coll = Collective::kAllreduce,
+       .name = "ring_chunked",
+       .summary = "Gloo's ring with 2P chunks (double buffering); 4(P-1) steps, 2(P-1)/P n bytes",
+       .build = buildAllreduceRingChunked,
+       .cost = costAllreduceRingChunked},
+      {.coll = Collective::kAllreduce,
+       .name = "halving_doubling",
+       .summary = "Rabenseifner: recursive-halving reduce-scatter + recursive-doubling allgather; "
+                  "2 log P steps, 2(P-1)/P n bytes; keeps rank order",
+       .build = buildAllreduceHalvingDoubling,
+       .cost = costAllreduceHalvingDoubling,
+       .keepsOrder = true},
+      {.coll = Collective::kAllreduce,
+       .name = "recursive_doubling",
+       .summary = "partners exchange the whole vector in log P rounds; log P steps, n log P bytes; "
+                  "for small messages; keeps rank order",
+       .build = buildAllreduceRecursiveDoubling,
+       .cost = costAllreduceRecursiveDoubling,
+       .keepsOrder = true},
+      {.coll = Collective::kAllreduce,
+       .name = "knomial",
+       .summary =
+           "recursive multiplying, radix 4: groups of 4 exchange whole vectors; ceil(log4 P) "
+           "steps of 3 messages, 3n bytes per step; small messages; keeps rank order",
+       .build = buildAllreduceKnomial,
+       .cost = costAllreduceKnomial,
+       .keepsOrder = true},
+      {.coll = Collective::kAllreduce,
+       .name = "hierarchical",
+       .summary =
+           "hosts (hostOf): intra-host reduce-scatter into L slices, an allreduce of each slice "
+           "among the ranks holding it on every host, intra-host allgather; uneven hosts: "
+           "reduce to a leader, leaders allreduce, broadcast; the default across hosts",
+       .build = buildAllreduceHierarchical,
+       .cost = costAllreduceHierarchical,
+       .acrossHosts = true},
+      {.coll = Collective::kAllgather,
+       .name = "ring",
+       .summary = "P-1 steps, (P-1) n bytes, pipelined in chunks",
+       .build = buildAllgatherRing,
+       .cost = costAllgatherRing},
+      {.coll = Collective::kAllgather,
+       .name = "linear",
+       .summary =
+           "gather to rank 0, then a binomial broadcast of all P n bytes, pipelined in chunks",
+       .build = buildAllgatherLinear,
+       .cost = costAllgatherLinear},
+      {.coll = Collective::kAllgather,
+       .name = "bruck",
+       .summary = "ceil(log2 P) steps to r-d of doubling distance d, (P-1) n bytes; any P",
+       .build = buildAllgatherBruck,
+       .cost = costAllgatherBruck},
+      {.coll = Collective::kAllgather,
+       .name = "recursive_doubling",
+       .summary =
+           "log2 P exchanges with r^d of doubling windows, (P-1) n bytes; bruck unless P is a "
+           "power of two",
+       .build = buildAllgatherRecursiveDoubling,
+       .cost = costAllgatherRecursiveDoubling},
+      {.coll = Collective::kAllgather,
+       .name = "neighbor_exchange",
+       .summary =
+           "P/2 steps with alternating neighbours, pairs of blocks, (P-1) n bytes; ring for odd P",
+       .build = buildAllgatherNeighborExchange,
+       .cost = costAllgatherNeighborExchange},
+      {.coll = Collective::kAllgather,
+       .name = "two_proc",
+       .summary = "the two ranks swap blocks: 1 step, n bytes; recursive_doubling unless P = 2",
+       .build = buildAllgatherTwoProc,
+       .cost = costAllgatherTwoProc},
+      {.coll = Collective::kAllgather,
+       .name = "sparbit",
+       .summary =
+           "ceil(log2 P) rounds of halving distance, P-1 one-block messages, (P-1) n bytes; any P",
+       .build = buildAllgatherSparbit,
+       .cost = costAllgatherSparbit},
+      {.coll = Collective::kAllgather,
+       .name = "hierarchical",
+       .summary =
+           "hosts (hostOf): gather to a leader per host, leaders allgatherv the host blocks, "
+           "intra-host broadcast of all P n bytes; the default across hosts",
+       .build = buildAllgatherHierarchical,
+       .cost = costAllgatherHierarchical,
+       .acrossHosts = true},
+      {.coll = Collective::kBroadcast,
+       .name = "one_to_all",
+       .summary = "the root sends to everyone: (P-1) n bytes at the root",
+       .build = buildBroadcastOneToAll,
+       .cost = costBroadcastOneToAll},
+      {.coll = Collective::kBroadcast,
+       .name = "binomial",
+       .summary = "binomial tree, pipelined in chunks: ceil(log2 P) steps",
+       .build = buildBroadcastBinomial,
+       .cost = costBroadcastBinomial},
+      {.coll = Collective::kBroadcast,
+       .name = "scatter_allgather",
+       .summary =
+           "van de Geijn: binomial scatter of P blocks + ring allgather; log P + P-1 steps, about "
+           "2n bytes per rank; large buffers (binomial below P elements)",
+       .build = buildBroadcastScatterAllgather,
+       .cost = costBroadcastScatterAllgather},
+      {.coll = Collective::kBroadcast,
+       .name = "chain",
+       .summary =
+           "root -> root+1 -> ... in pieces of chunkBytes; P-2+K steps of one piece, n bytes per "
+           "link",
+       .build = buildBroadcastChain,
+       .cost = costBroadcastChain},
+      {.coll = Collective::kBroadcast,
+       .name = "hierarchical",
+       .summary = "hosts (hostOf): root -> one leader per host, then each leader -> its host; the "
+                  "default across hosts",
+       .build = buildBroadcastHierarchical,
+       .cost = costBroadcastHierarchical,
+       .acrossHosts = true},
+      {.coll = Collective::kBarrier,
+       .name = "all_to_all",
+       .summary = "everyone tells everyone: 1 step, P-1 messages",
+       .build = buildBarrierAllToAll,
+       .cost = costBarrierAllToAll},
+      {.coll = Collective::kBarrier,
+       .name = "all_to_one",
+       .summary = "everyone tells rank 0, which answers: 2 steps",
+       .build = buildBarrierAllToOne,
+       .cost = costBarrierAllToOne},
+      {.coll = Collective::kBarrier,
+       .name = "dissemination",
+       .summary = "ceil(log2 P) rounds of one message each way",
+       .build = buildBarrierDissemination,
+       .cost = costBarrierDissemination},
+      {.coll = Collective::kAllgatherv,
+       .name = "ring",
+       .summary = "P-1 steps, per-rank blocks straight into place, pipelined in chunks",
+       .build = buildAllgathervRing,
+       .cost = costAllgathervRing},
+      {.coll = Collective::kAllgatherv,
+       .name = "bruck",
+       .summary =
+           "ceil(log2 P) steps of doubling distance, blocks packed in a scratch buffer, N - n_r "
+           "bytes received",
+       .build = buildAllgathervBruck,
+       .cost = costAllgathervBruck},
+      {.coll = Collective::kReduceScatter,
+       .name = "ring",
+       .summary =
+           "P-1 steps; n - n_r bytes out, n - n_(r-1) in and reduced per rank; pipelined in chunks",
+       .build = buildReduceScatterRing,
+       .cost = costReduceScatterRing},
+      {.coll = Collective::kReduceScatter,
+       .name = "recursive_halving",
+       .summary =
+           "log P steps halving the vector between partners, (n - n_r) bytes and reductions; any "
+           "counts; keeps rank order",
+       .build = buildReduceScatterRecursiveHalving,
+       .cost = costReduceScatterRecursiveHalving,
+       .keepsOrder = true},
+      {.coll = Collective::kReduce,
+       .name = "binomial",
+       .summary = "binomial tree towards the root, pipelined in chunks; keeps rank order",
+       .build = buildReduceBinomial,
+       .cost = costReduceBinomial,
+       .keepsOrder = true},
+      {.coll = Collective::kReduce,
+       .name = "reduce_scatter_gather",
+       .summary =
+           "Rabenseifner: recursive-halving reduce-scatter + binomial gather to the root; 2 log P "
+           "steps, about 2n bytes at the root; large vectors; keeps rank order",
+       .build = buildReduceReduceScatterGather,
+       .cost = costReduceReduceScatterGather,
+       .keepsOrder = true},
+      {.coll = Collective::kGather,
+       .name = "linear",
+       .summary = "everyone sends to the root: P-1 messages at the root",
+       .build = buildGatherLinear,
+       .cost = costGatherLinear},
+      {.coll = Collective::kGather,
+       .name = "binomial",
+       .summary =
+           "subtrees climb a binomial tree in one message each: ceil(log2 P) messages at the root",
+       .build = buildGatherBinomial,
+       .cost = costGatherBinomial},
+      {.coll = Collective::kGatherv,
+       .name = "linear",
+       .summary = "everyone sends to the root: P-1 messages at the root",
+       .build = buildGatherLinear,
+       .cost = costGatherLinear},
+      {.coll = Collective::kGatherv,
+       .name = "binomial",
+       .summary =
+           "subtrees climb a binomial tree in one message each: ceil(log2 P) messages at the "
+           "root; needs recvcounts on every rank",
+       .build = buildGatherBinomial,
+       .cost = costGatherBinomial},
+      {.coll = Collective::kScatter,
+       .name = "linear",
+       .summary = "the root sends to everyone: P-1 messages at the root",
+       .build = buildScatterLinear,
+       .cost = costScatterLinear},
+      {.coll = Collective::kScatter,
+       .name = "binomial",
+       .summary = "subtrees go down a binomial tree in one message each: ceil(log2 P) messages at "
+                  "the root",
+       .build = buildScatterBinomial,
+       .cost = costScatterBinomial},
+      {.coll = Collective::kScatterv,
+       .name = "linear",
+       .summary = "the root sends to everyone: P-1 messages at the root",
+       .build = buildScatterLinear,
+       .cost = costScatterLinear},
+      {.coll = Collective::kScatterv,
+       .name = "binomial",
+       .summary =
+           "subtrees go down a binomial tree in one message each: ceil(log2 P) messages at the "
+           "root; needs sendcounts on every rank",
+       .build = buildScatterBinomial,
+       .cost = costScatterBinomial},
+      {.coll = Collective::kAlltoall,
+       .name = "pairwise",
+       .summary = "P-1 steps, in step s send to r+s and receive from r-s",
+       .build = buildAlltoallPairwise,
+       .cost = costAlltoallPairwise},
+      {.coll = Collective::kAlltoall,
+       .name = "bruck",
+       .summary =
+           "Bruck: ceil(log2 P) steps, each packing the blocks whose bit k is set; about n/2 log P "
+           "bytes; small blocks (alltoall only)",
+       .build = buildAlltoallBruck,
+       .cost = costAlltoallBruck},
+      {.coll = Collective::kAlltoallv,
+       .name = "pairwise",
+       .summary = "P-1 steps, in step s send to r+s and receive from r-s",
+       .build = buildAlltoallPairwise,
+       .cost = costAlltoallPairwise},
+      {.coll = Collective::kAlltoallv,
+       .name = "bruck",
+       .summary = "Bruck over per-rank counts: an allgather of every rank's sendcounts first, then "
+                  "ceil(log2 P) steps forwarding blocks through intermediate ranks; small blocks",
+       .build = buildAlltoallvBruck,
+       .cost = costAlltoallvBruck,
+       .exchangesCounts = true},
       // Shared memory (algorithms/src/shared/): no schedule; every rank of the job must be in
       // one shared-memory group.
-      {Collective::kAllreduce, "shm",
-       "through shared-memory buffers: one-shot (each rank reduces every rank's vector) up to "
-       "4 KiB, then reduce-scatter + allgather in cache-sized rounds; rank-order reduction",
-       nullptr, /*keepsOrder=*/true, nullptr, /*shared=*/true},
-      {Collective::kReduceScatter, "shm",
-       "through shared-memory buffers: each rank reduces its own block from every rank's "
-       "piece, in rank order",
-       nullptr, /*keepsOrder=*/true, nullptr, /*shared=*/true},
-      {Collective::kBroadcast, "shm",
-       "through the root's shared-memory buffers, pipelined in cache-sized pieces", nullptr,
-       /*keepsOrder=*/false, nullptr, /*shared=*/true},
-      {Collective::kAllgather, "shm",
-       "through shared-memory buffers: each rank publishes its block, copies every other one",
-       nullptr, /*keepsOrder=*/false, nullptr, /*shared=*/true},
-      {Collective::kBarrier, "shm", "one shared-memory flag per rank: one cache line's trip",
-       nullptr, /*keepsOrder=*/false, nullptr, /*shared=*/true},
+      {.coll = Collective::kAllreduce,
+       .name = "shm",
+       .summary =
+           "through shared-memory buffers: one-shot (each rank reduces every rank's vector) up to "
+           "4 KiB, then reduce-scatter + allgather in cache-sized rounds; rank-order reduction",
+       .keepsOrder = true,
+       .shared = true},
+      {.coll = Collective::kReduceScatter,
+       .name = "shm",
+       .summary =
+           "through shared-memory buffers: each rank reduces its own block from every rank's "
+           "piece, in rank order",
+       .keepsOrder = true,
+       .shared = true},
+      {.coll = Collective::kBroadcast,
+       .name = "shm",
+       .summary = "through the root's shared-memory buffers, pipelined in cache-sized pieces",
+       .shared = true},
+      {.coll = Collective::kAllgather,
+       .name = "shm",
+       .summary =
+           "through shared-memory buffers: each rank publishes its block, copies every other one",
+       .shared = true},
+      {.coll = Collective::kBarrier,
+       .name = "shm",
+       .summary = "one shared-memory flag per rank: one cache line's trip",
+       .shared = true},
   };
   return kAlgorithms;
 }
@@ -264,9 +394,9 @@ std::string algorithmNames(Collective coll) {
 // (halving-doubling), the largest the ring.
 //
 // Every rank must pick the same row, so a row may depend on bytes only where every rank
-// passes the same bytes (collectives.cc): the vector (allreduce, broadcast, reduce), one
-// rank's block (allgather, gather, scatter, alltoall: equal blocks), reduce_scatter's whole
-// input; the v-collectives other than reduce_scatter get one row each.
+// measures the same bytes (selectionBytes): the vector (allreduce, broadcast, reduce), one
+// rank's block (gather, scatter, alltoall: equal blocks), the whole buffer (allgather(v),
+// reduce_scatter); gatherv, scatterv and alltoallv get one row each.
 //
 // The rooted and blockwise collectives (P = 2, 4, 8, best of 5 interleaved rounds, sizes 64 B
 // to 16 MiB): the root sending every rank its copy beats the binomial tree up to 16 KiB at
@@ -372,17 +502,6 @@ const std::vector<SelectionRule>& defaultSelection() {
       {Collective::kAlltoallv, 1, kMax, 0, kAny, "pairwise"},
   };
   return kRules;
-}
-
-const char* defaultAlgorithm(Collective coll, int ranks, std::uint64_t bytes, bool shared) {
-  for (const SelectionRule& rule : defaultSelection()) {
-    if (!shared && (rule.sharedOnly || findAlgorithm(rule.coll, rule.algorithm)->shared)) continue;
-    if (rule.coll == coll && ranks >= rule.minRanks && ranks <= rule.maxRanks &&
-        bytes >= rule.minBytes && bytes <= rule.maxBytes) {
-      return rule.algorithm;
-    }
-  }
-  return nullptr;
 }
 
 }  // namespace collx::algorithms

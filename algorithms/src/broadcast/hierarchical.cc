@@ -27,14 +27,13 @@ hierarchy::Plan plan(const ScheduleParams& p) {
   using hierarchy::Phase;
   const hierarchy::Layout layout = hierarchy::Layout::of(p);
   const int P = p.size, r = p.rank;
-  const std::uint64_t n = p.bytes();
   hierarchy::Plan plan;
   if (layout.flat()) {
     ScheduleParams whole = p;
     whole.hostOf.clear();
     std::vector<int> all(static_cast<std::size_t>(P));
     for (int i = 0; i < P; ++i) all[static_cast<std::size_t>(i)] = i;
-    hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kBroadcast, P, n), whole,
+    hierarchy::addGroup(plan, hierarchy::groupChoice(whole), whole,
                         Phase{all, input(), output(), 0, 0});
     return plan;
   }
@@ -48,7 +47,7 @@ hierarchy::Plan plan(const ScheduleParams& p) {
     ScheduleParams inter = hierarchy::groupParams(p, Collective::kBroadcast, host, H);
     inter.root = rootHost;
     inter.inPlace = true;
-    hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kBroadcast, H, n), inter,
+    hierarchy::addGroup(plan, hierarchy::groupChoice(inter), inter,
                         Phase{leaders, output(), output(), 0, 0});
   }
   hierarchy::addHostBroadcast(plan, p, layout.members[static_cast<std::size_t>(host)],

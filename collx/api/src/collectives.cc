@@ -48,6 +48,7 @@ struct Call {
 };
 
 struct Prepared {
+  bool selectOnly = false;  // Runtime::selectOnly: the call stops after choosing
   // A shared-memory algorithm (no schedule): runShared with these params.
   const algorithms::AlgorithmInfo* shared = nullptr;
   algorithms::ScheduleParams params;
@@ -78,112 +79,6 @@ void checkBuffer(const void* buffer, std::uint64_t count, const char* which, con
     throw InvalidArgument(where,
                           std::string(which) + " is null with a count of " + std::to_string(count));
   }
-}
-
-// The bytes the default selection table matches a call against (registry.h lists them):
-// the same on every rank wherever the rows depend on bytes.
-std::uint64_t selectionBytes(const Call& call, std::size_t es, int size) {
-  switch (call.coll) {
-    case Collective::kAllgather:
-      return call.count * es * static_cast<std::uint64_t>(size);
-    case Collective::kAllgatherv: {
-      std::uint64_t total = 0;
-      for (std::uint64_t c : call.counts) total += c;
-      return total * es;
-    }
-    case Collective::kReduceScatter:
-      // Every rank must choose the same algorithm: the whole vector, which every rank knows
-      // (its own block's size differs between ranks with per-rank counts).
-      return call.fingerprintCount * es;
-    default:
-      return call.count * es;
-  }
-}
-
-// The job spans hosts, some host has more than one rank, and the call has a hierarchical
-// algorithm that can take it (commutative reductions only).
-bool acrossHosts(const detail::Runtime& rt, const Call& call) {
-  if (rt.hosts <= 1 || rt.hosts >= rt.size) return false;
-  if (call.reduces && !call.op.commutative()) return false;
-  return call.coll == Collective::kAllreduce || call.coll == Collective::kBroadcast ||
-         call.coll == Collective::kAllgather;
-}
-
-// The table's pick when the call names no algorithm and the environment none either: no
-// strings built (this runs on every call; a small one costs a few hundred nanoseconds).
-const algorithms::Selection::Row* tablePick(const detail::Runtime& rt, const Call& call,
-                                            std::uint64_t bytes) {
-  if (!call.options->algorithm.empty() || rt.configuredAlgorithm.count(call.coll) != 0) {
-    return nullptr;
-  }
-  const algorithms::Selection::Row* row =
-      rt.selection.choose(call.coll, rt.size, bytes, rt.sharedMemory());
-  if (row == nullptr || (rt.hosts > 1 && acrossHosts(rt, call))) return nullptr;
-  return row;
-}
-
-const algorithms::AlgorithmInfo& choose(const detail::Runtime& rt, const Call& call,
-                                        std::uint64_t bytes, const Where& where) {
-  if (const algorithms::Selection::Row* picked = tablePick(rt, call, bytes)) {
-    // (The table picks a shared-memory algorithm only where it can run.)
-    COLLX_DEBUG(kAlgo, "rank {}: {} of {} bytes over {} ranks: {} (from {})", rt.rank,
-                algorithms::collectiveName(call.coll), bytes, rt.size, picked->algorithm->name,
-                picked->source);
-    return *picked->algorithm;
-  }
-  std::string name = call.options->algorithm;
-  std::string source = "options";
-  if (name.empty()) {
-    auto it = rt.configuredAlgorithm.find(call.coll);
-    if (it != rt.configuredAlgorithm.end()) {
-      name = it->second;
-      source = std::string("COLLX_") + algorithms::collectiveName(call.coll) + "_ALGO";
-      for (char& c : source) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    }
-  }
-  if (name.empty()) {
-    const algorithms::Selection::Row* row =
-        rt.selection.choose(call.coll, rt.size, bytes, rt.sharedMemory());
-    if (row == nullptr) {
-      throw Unsupported(where, std::string("no rule selects a ") +
-                                   algorithms::collectiveName(call.coll) + " algorithm for " +
-                                   std::to_string(rt.size) + " ranks and " + std::to_string(bytes) +
-                                   " bytes");
-    }
-    name = row->algorithm->name;
-    source = row->source;
-    // Across hosts, the built-in table gives way to the hierarchical algorithms where some
-    // host has several ranks (a rules file's rows still win); every rank decides alike, from
-    // the same host layout.
-    if (row->source == "default table" && acrossHosts(rt, call)) {
-      name = "hierarchical";
-      source = "default table (" + std::to_string(rt.hosts) + " hosts)";
-    }
-  }
-  const algorithms::AlgorithmInfo* info = algorithms::findAlgorithm(call.coll, name);
-  if (info == nullptr) {
-    throw InvalidArgument(where, "unknown " + std::string(algorithms::collectiveName(call.coll)) +
-                                     " algorithm '" + name + "' (from " + source +
-                                     "; valid: " + algorithms::algorithmNames(call.coll) + ")");
-  }
-  if (info->shared && !rt.sharedMemory()) {
-    throw InvalidArgument(where, std::string(algorithms::collectiveName(call.coll)) +
-                                     " algorithm '" + name + "' (from " + source +
-                                     ") needs every rank on this host over shared memory, "
-                                     "which this job's ranks are not");
-  }
-  COLLX_DEBUG(kAlgo, "rank {}: {} of {} bytes over {} ranks: {} (from {})", rt.rank,
-              algorithms::collectiveName(call.coll), bytes, rt.size, info->name, source);
-  return *info;
-}
-
-std::string orderKeepingAlgorithms(Collective coll) {
-  std::string out;
-  for (const auto& info : algorithms::algorithmRegistry()) {
-    if (info.coll == coll && info.keepsOrder)
-      out += (out.empty() ? "" : ", ") + std::string(info.name);
-  }
-  return out.empty() ? "none" : out;
 }
 
 // alltoallv bruck forwards blocks through other ranks, so every rank needs every rank's
@@ -250,17 +145,18 @@ Prepared prepare(Context& ctx, const Call& call) {
   params.recvCounts = call.recvCounts;
   params.recvDispls = call.recvDispls;
   if (rt.hosts > 1) params.hostOf = rt.hostOf;
-  const auto& algorithm = choose(rt, call, selectionBytes(call, es, rt.size), where);
-  if (call.coll == Collective::kAlltoallv && std::string_view(algorithm.name) == "bruck") {
-    params.countMatrix = exchangeCounts(ctx, call, where);
+  const algorithms::Choice choice = algorithms::select(params, rt.policy, call.options->algorithm,
+                                                       call.reduces ? &call.op : nullptr);
+  const algorithms::AlgorithmInfo& algorithm = *choice.algorithm;
+  COLLX_DEBUG(kAlgo, "rank {}: {} of {} bytes over {} ranks: {} (from {})", rt.rank, what,
+              algorithms::selectionBytes(params), rt.size, algorithm.name, choice.source);
+  Prepared p;  // (one object returned on every path: no copy of it on the way out)
+  if (rt.selectOnly) {
+    rt.selected = &algorithm;
+    p.selectOnly = true;
+    return p;
   }
-  if (!params.commutative && !algorithm.keepsOrder) {
-    throw InvalidArgument(where, "reduce op '" + call.op.name() + "' is not commutative and " +
-                                     what + " algorithm '" + algorithm.name +
-                                     "' does not keep rank order (algorithms that do: " +
-                                     orderKeepingAlgorithms(call.coll) + ")");
-  }
-  Prepared p;
+  if (algorithm.exchangesCounts) params.countMatrix = exchangeCounts(ctx, call, where);
   if (algorithm.shared) {
     p.shared = &algorithm;
     p.params = std::move(params);
@@ -292,6 +188,7 @@ Prepared prepare(Context& ctx, const Call& call) {
 
 void runBlocking(Context& ctx, const Call& call) {
   Prepared p = prepare(ctx, call);
+  if (p.selectOnly) return;
   detail::Runtime& rt = *ctx.runtime();
   if (p.shared) {
     if (rt.sharedWorker.busy()) rt.sharedWorker.drain();  // nonblocking ones started first
@@ -303,6 +200,7 @@ void runBlocking(Context& ctx, const Call& call) {
 
 Work runAsync(Context& ctx, const Call& call) {
   Prepared p = prepare(ctx, call);
+  if (p.selectOnly) return Work{};
   if (p.shared) {
     // Runs on the shared worker's thread (calls keep their order there), so the caller goes
     // on; the buffers are the caller's until the Work ends, as for any nonblocking call.

@@ -79,10 +79,13 @@ struct Runtime {
   // from the peers' host identities; the hierarchical algorithms' ScheduleParams::hostOf.
   std::vector<int> hostOf;
   int hosts = 1;
-  // COLLX_<COLL>_ALGO, read once.
-  std::map<algorithms::Collective, std::string> configuredAlgorithm;
-  // COLLX_RULES, then the built-in table.
-  algorithms::Selection selection;
+  // What algorithms::select() knows of this job: COLLX_RULES, COLLX_<COLL>_ALGO (read once),
+  // whether every rank shares memory, the number of hosts.
+  algorithms::SelectionPolicy policy;
+  // Tests: a call stops once it chose its algorithm, which it leaves here (it takes no
+  // sequence number and moves nothing, so its buffers are never touched).
+  bool selectOnly = false;
+  const algorithms::AlgorithmInfo* selected = nullptr;
   std::atomic<std::uint64_t> sequence{0};
   // Every rank of the job shares memory with every other (all agreed at connect): the
   // shared-memory algorithms may run. nullptr otherwise.
