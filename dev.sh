@@ -18,6 +18,7 @@ JOBS=${JOBS:-$(nproc)}
 PACKAGES=(
   g++ cmake ninja-build pkg-config
   libasio-dev libspdlog-dev libfmt-dev
+  nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libhiredis-dev redis-server
   libopenmpi-dev openmpi-bin

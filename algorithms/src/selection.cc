@@ -1,9 +1,11 @@
 #include "collx/algorithms/selection.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 
@@ -11,7 +13,6 @@
 #include "collx/base/config.h"
 #include "collx/base/error.h"
 #include "collx/base/units.h"
-#include "json.h"
 
 namespace collx::algorithms {
 
@@ -57,62 +58,93 @@ Selection Selection::fromFile(const std::string& path) {
 }
 
 Selection Selection::fromJson(std::string_view text, const std::string& source) {
-  json::Value doc;
+  using Json = nlohmann::ordered_json;  // entries in file order
+  Json doc;
   try {
-    doc = json::parse(text);
-  } catch (const json::ParseError& e) {
-    bad(source, std::string("not valid JSON: ") + e.what());
+    doc = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ...":
+    // the position and what is wrong, without the library's prefix.
+    std::string what = e.what();
+    const std::string at = "parse error at ";
+    if (auto pos = what.find(at); pos != std::string::npos) what = what.substr(pos + at.size());
+    bad(source, "not valid JSON: " + what);
   }
-  if (!doc.isObject()) bad(source, "the document must be an object of collectives");
+  if (!doc.is_object()) bad(source, "the document must be an object of collectives");
   std::vector<Row> rules;
-  for (const auto& [name, list] : doc.object()) {
+  for (const auto& [name, list] : doc.items()) {
     const Collective* coll = nullptr;
     for (const Collective& c : collectives()) {
       if (name == collectiveName(c)) coll = &c;
     }
     if (coll == nullptr) {
-      bad(source, "unknown collective '" + name + "' (" + list.where() +
-                      "; valid: " + validCollectives() + ")");
+      bad(source, "unknown collective '" + name + "' (valid: " + validCollectives() + ")");
     }
-    if (!list.isArray()) bad(source, name + " (" + list.where() + ") must be an array of rules");
+    if (!list.is_array()) {
+      bad(source, name + " must be an array of rules, not " + std::string(list.type_name()));
+    }
     int index = 0;
-    for (const json::Value& entry : list.array()) {
+    for (const Json& entry : list) {
       ++index;
       const std::string at = name + " entry " + std::to_string(index);
-      if (!entry.isObject()) bad(source, at + " (" + entry.where() + ") must be an object");
+      if (!entry.is_object()) {
+        bad(source, at + " must be an object, not " + std::string(entry.type_name()));
+      }
       Row row{*coll, 1, kAnyRanks, 0, kAnyBytes, nullptr, source + ", " + at, false, false};
-      for (const auto& [field, value] : entry.object()) {
+      for (const auto& [field, value] : entry.items()) {
+        // What the value is, for errors: "a string", or the number as written.
+        auto shown = [&value] {
+          return value.is_string() ? "'" + value.get<std::string>() + "'" : value.dump();
+        };
         auto number = [&](std::int64_t min) -> std::int64_t {
-          if (!value.isNumber() || value.number() < static_cast<double>(min) ||
-              value.number() != std::floor(value.number())) {
-            bad(source, at + ": " + field + " (" + value.where() +
-                            ") must be a whole number >= " + std::to_string(min));
+          constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+          std::int64_t n = 0;
+          bool whole = true;
+          if (value.is_number_unsigned()) {
+            n = static_cast<std::int64_t>(
+                std::min<std::uint64_t>(value.get<std::uint64_t>(), kMax));
+          } else if (value.is_number_integer()) {
+            n = value.get<std::int64_t>();
+          } else if (value.is_number_float()) {  // 4.0 is a whole number too
+            const double d = value.get<double>();
+            whole = d == std::floor(d) && std::abs(d) < 9.0e18;
+            if (whole) n = static_cast<std::int64_t>(d);
+          } else {
+            whole = false;
           }
-          return static_cast<std::int64_t>(value.number());
+          if (!whole || n < min) {
+            bad(source, at + ": " + field + " must be a whole number >= " + std::to_string(min) +
+                            ", not " + shown());
+          }
+          return n;
         };
         auto bytes = [&]() -> std::uint64_t {
-          if (value.isNumber()) return static_cast<std::uint64_t>(number(0));
-          if (value.isString()) {
-            if (value.string() == "inf") return kAnyBytes;
+          if (value.is_number_unsigned()) return value.get<std::uint64_t>();
+          if (value.is_number()) return static_cast<std::uint64_t>(number(0));
+          if (value.is_string()) {
+            const std::string& written = value.get_ref<const std::string&>();
+            if (written == "inf") return kAnyBytes;
             try {
-              return parseBytes(value.string(), field);
+              return parseBytes(written, field);
             } catch (const std::exception&) {
             }
           }
-          bad(source, at + ": " + field + " (" + value.where() +
-                          ") must be a byte count such as 65536, \"64K\", \"1M\" or \"inf\"");
+          bad(source, at + ": " + field +
+                          " must be a byte count such as 65536, \"64K\", \"1M\" or \"inf\", not " +
+                          shown());
         };
         if (field == "algorithm") {
-          if (!value.isString()) bad(source, at + ": algorithm must be a string");
-          row.algorithm = findAlgorithm(*coll, value.string());
+          if (!value.is_string()) bad(source, at + ": algorithm must be a string, not " + shown());
+          const std::string& algorithm = value.get_ref<const std::string&>();
+          row.algorithm = findAlgorithm(*coll, algorithm);
           if (row.algorithm == nullptr) {
-            bad(source, at + ": unknown " + name + " algorithm '" + value.string() +
+            bad(source, at + ": unknown " + name + " algorithm '" + algorithm +
                             "' (valid: " + algorithmNames(*coll) + ")");
           }
         } else if (field == "min_ranks") {
-          row.minRanks = static_cast<int>(number(1));
+          row.minRanks = static_cast<int>(std::min<std::int64_t>(number(1), kAnyRanks));
         } else if (field == "max_ranks") {
-          row.maxRanks = static_cast<int>(number(1));
+          row.maxRanks = static_cast<int>(std::min<std::int64_t>(number(1), kAnyRanks));
         } else if (field == "min_bytes") {
           row.minBytes = bytes();
         } else if (field == "max_bytes") {
