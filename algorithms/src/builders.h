@@ -38,6 +38,8 @@ Schedule buildAlltoallBruck(const ScheduleParams& p);
 Schedule buildAlltoallvBruck(const ScheduleParams& p);
 Schedule buildBroadcastScatterAllgather(const ScheduleParams& p);
 Schedule buildBroadcastChain(const ScheduleParams& p);
+// Every shared-memory algorithm (shared/): one TaskKind::kShared task on the call's params.
+Schedule buildShared(const ScheduleParams& p);
 Schedule buildAllreduceHierarchical(const ScheduleParams& p);
 Schedule buildBroadcastHierarchical(const ScheduleParams& p);
 Schedule buildAllgatherHierarchical(const ScheduleParams& p);

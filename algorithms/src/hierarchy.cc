@@ -145,6 +145,9 @@ Deps append(Schedule& s, Schedule sub, const Phase& phase, const Deps& after) {
       case TaskKind::kDivide:
         mapped[id] = s.divide(mapRef(t.dst, phase), t.count, std::move(d));
         break;
+      case TaskKind::kShared:  // groups choose without shared memory (groupChoice)
+        COLLX_CHECK(t.kind != TaskKind::kShared);
+        break;
     }
     if (t.dependentCount == 0) ends.push_back(mapped[id]);
   }

@@ -328,13 +328,14 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
        .build = buildAlltoallvBruck,
        .cost = costAlltoallvBruck,
        .exchangesCounts = true},
-      // Shared memory (algorithms/src/shared/): no schedule; every rank of the job must be in
-      // one shared-memory group.
+      // Shared memory (algorithms/src/shared/): a schedule of one task the engine resumes;
+      // every rank of the job must be in one shared-memory group.
       {.coll = Collective::kAllreduce,
        .name = "shm",
        .summary =
            "through shared-memory buffers: one-shot (each rank reduces every rank's vector) up to "
            "4 KiB, then reduce-scatter + allgather in cache-sized rounds; rank-order reduction",
+       .build = buildShared,
        .keepsOrder = true,
        .shared = true},
       {.coll = Collective::kReduceScatter,
@@ -342,20 +343,24 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
        .summary =
            "through shared-memory buffers: each rank reduces its own block from every rank's "
            "piece, in rank order",
+       .build = buildShared,
        .keepsOrder = true,
        .shared = true},
       {.coll = Collective::kBroadcast,
        .name = "shm",
        .summary = "through the root's shared-memory buffers, pipelined in cache-sized pieces",
+       .build = buildShared,
        .shared = true},
       {.coll = Collective::kAllgather,
        .name = "shm",
        .summary =
            "through shared-memory buffers: each rank publishes its block, copies every other one",
+       .build = buildShared,
        .shared = true},
       {.coll = Collective::kBarrier,
        .name = "shm",
        .summary = "one shared-memory flag per rank: one cache line's trip",
+       .build = buildShared,
        .shared = true},
   };
   return kAlgorithms;

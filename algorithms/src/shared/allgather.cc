@@ -26,7 +26,7 @@ constexpr std::uint64_t kDirectMin = 16 * 1024, kDirectOversubscribedMin = 1 << 
 // against 0.9, allreduce 3.3-3.4 against 2.5.)
 constexpr std::uint64_t kStreamMin = 4 << 20;
 
-void inPieces(Call& c) {
+Step<> inPieces(Call& c) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
   const std::uint64_t B = c.bufferBytes();
   const bool stream = block * static_cast<std::uint64_t>(c.size) >= kStreamMin;
@@ -35,13 +35,13 @@ void inPieces(Call& c) {
   do {
     const std::uint64_t len = std::min(B, block - off);
     const std::uint64_t use = c.g.nextUse();
-    std::uint8_t* mine = c.begin();
+    std::uint8_t* mine = co_await c.begin();
     if (len > 0) copyBytes(mine, c.in + off, len);
     c.publish();
     if (len > 0 && own != c.in) copyOut(own + off, c.in + off, len, stream);
     for (int m = 0; m < c.size; ++m) {
       if (m == c.me) continue;
-      const std::uint8_t* theirs = c.await(m, use);
+      const std::uint8_t* theirs = co_await c.await(m, use);
       if (len > 0) {
         copyOut(c.out + block * static_cast<std::uint64_t>(m) + off, theirs, len, stream);
       }
@@ -52,26 +52,27 @@ void inPieces(Call& c) {
 
 // Every rank copies every other's block out of that rank's input, after the first use
 // (`use`) carried every member's offer, publishes, and returns once all have.
-void directReads(Call& c, std::uint64_t use) {
+Step<> directReads(Call& c, std::uint64_t use) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
   std::uint8_t* own = c.out + block * static_cast<std::uint64_t>(c.me);
   if (own != c.in)
     copyOut(own, c.in, block, block * static_cast<std::uint64_t>(c.size) >= kStreamMin);
   for (int k = 1; k < c.size; ++k) {  // each from its next member on, to spread the reads
     const int m = (c.me + k) % c.size;
-    c.readFrom(m, c.offerOf(m, use).input, c.out + block * static_cast<std::uint64_t>(m), block);
+    const Offer offer = Call::offerIn(co_await c.await(m, use));
+    c.readFrom(m, offer.input, c.out + block * static_cast<std::uint64_t>(m), block);
   }
-  c.begin();
+  co_await c.begin();
   c.publish();
   // Every member's block stays valid until all have read it.
   for (int m = 0; m < c.size; ++m) {
-    if (m != c.me) c.await(m, use + 1);
+    if (m != c.me) co_await c.await(m, use + 1);
   }
 }
 
 }  // namespace
 
-void allgather(Call& c) {
+Step<> allgather(Call& c) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
   const std::uint64_t bytes = block * static_cast<std::uint64_t>(c.size);
   // From 16 KiB gathered: the pieces' copies out of lines a peer has just written slow down
@@ -81,12 +82,12 @@ void allgather(Call& c) {
   // 1.3-1.9 and 5.8, Open MPI 3.2-4.4). When ranks outnumber cores, from 1 MiB gathered
   // (P=4 on 2 cores, 4 MiB gathered: direct 846-887 us, pieces 542-621, Open MPI 742-1171).
   if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
-    inPieces(c);
-    return;
+    co_await inPieces(c);
+    co_return;
   }
-  c.ledByMemberZero(
-      transport::DirectCall::kAllgather, bytes, [&c](std::uint64_t use) { directReads(c, use); },
-      [&c] { inPieces(c); });
+  co_await c.ledByMemberZero(
+      transport::DirectCall::kAllgather, bytes,
+      [&c](std::uint64_t use) { return directReads(c, use); }, [&c] { return inPieces(c); });
 }
 
 }  // namespace collx::algorithms::shared

@@ -14,23 +14,23 @@
 
 namespace collx::algorithms::shared {
 
-void barrier(Call& c) {
+Step<> barrier(Call& c) {
   const std::uint64_t use = c.g.nextUse();
-  c.begin();
+  co_await c.begin();
   c.publish();
   if (c.g.oversubscribed()) {
     // Member 0 gathers the arrivals and releases the others (a second use).
     if (c.me == 0) {
-      for (int m = 1; m < c.size; ++m) c.await(m, use);
+      for (int m = 1; m < c.size; ++m) co_await c.await(m, use);
     } else {
-      c.await(0, use + 1);
+      co_await c.await(0, use + 1);
     }
-    c.begin();
+    co_await c.begin();
     c.publish();
-    return;
+    co_return;
   }
   for (int m = 0; m < c.size; ++m) {
-    if (m != c.me) c.await(m, use);
+    if (m != c.me) co_await c.await(m, use);
   }
 }
 

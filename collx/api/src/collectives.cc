@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <string_view>
 
-#include "collx/algorithms/shared.h"
 #include "collx/base/config.h"
 #include "collx/base/log.h"
 #include "runtime.h"
@@ -18,13 +17,6 @@ struct WorkAccess {
     Work work;
     work.runtime_ = std::move(runtime);
     work.execution_ = std::move(execution);
-    return work;
-  }
-  static Work make(std::shared_ptr<detail::Runtime> runtime,
-                   std::shared_ptr<detail::SharedJob> job) {
-    Work work;
-    work.runtime_ = std::move(runtime);
-    work.job_ = std::move(job);
     return work;
   }
 };
@@ -49,7 +41,8 @@ struct Call {
 
 struct Prepared {
   bool selectOnly = false;  // Runtime::selectOnly: the call stops after choosing
-  // A shared-memory algorithm (no schedule): runShared with these params.
+  // A shared-memory algorithm: a blocking call runs from its params (Engine::runShared);
+  // its schedule is looked up only where it must wait its turn.
   const algorithms::AlgorithmInfo* shared = nullptr;
   algorithms::ScheduleParams params;
   std::shared_ptr<const algorithms::Schedule> schedule;
@@ -85,13 +78,16 @@ void checkBuffer(const void* buffer, std::uint64_t count, const char* which, con
 // counts: an allgather of each rank's sendcounts and recvcounts, checked here on every rank
 // alike (so that all of them raise the same MismatchError, none waits for the others).
 // Returns the send count matrix (row i: what rank i sends).
-std::vector<std::uint64_t> exchangeCounts(Context& ctx, const Call& call, const Where& where) {
+std::vector<std::uint64_t> exchangeCounts(Context& ctx, const algorithms::ScheduleParams& params,
+                                          const CollectiveOptions& callOptions,
+                                          const Where& where) {
   const auto P = static_cast<std::uint64_t>(ctx.size());
   std::vector<std::uint64_t> mine(2 * P), all(2 * P * P);
-  std::copy(call.counts.begin(), call.counts.end(), mine.begin());
-  std::copy(call.recvCounts.begin(), call.recvCounts.end(), mine.begin() + static_cast<long>(P));
+  std::copy(params.counts.begin(), params.counts.end(), mine.begin());
+  std::copy(params.recvCounts.begin(), params.recvCounts.end(),
+            mine.begin() + static_cast<long>(P));
   CollectiveOptions options;
-  options.timeout = call.options->timeout;
+  options.timeout = callOptions.timeout;
   allgather(ctx, mine.data(), all.data(), 2 * P, DataType::kInt64, options);
   std::vector<std::uint64_t> matrix(P * P);
   for (std::uint64_t i = 0; i < P; ++i) {
@@ -112,7 +108,7 @@ std::vector<std::uint64_t> exchangeCounts(Context& ctx, const Call& call, const 
   return matrix;
 }
 
-Prepared prepare(Context& ctx, const Call& call) {
+Prepared prepare(Context& ctx, Call& call) {
   const char* what = algorithms::collectiveName(call.coll);
   detail::Runtime& rt = runtimeOf(ctx, what);
   Where where{rt.rank, what, -1};
@@ -140,10 +136,12 @@ Prepared prepare(Context& ctx, const Call& call) {
   params.root = call.root;
   params.chunkBytes = rt.chunkBytes;
   params.commutative = !call.reduces || call.op.commutative();
-  params.counts = call.counts;
-  params.displs = call.displs;
-  params.recvCounts = call.recvCounts;
-  params.recvDispls = call.recvDispls;
+  // (The call is this one's: its per-rank vectors move, not copied. alltoallv bruck's counts
+  // exchange reads them from the params.)
+  params.counts = std::move(call.counts);
+  params.displs = std::move(call.displs);
+  params.recvCounts = std::move(call.recvCounts);
+  params.recvDispls = std::move(call.recvDispls);
   if (rt.hosts > 1) params.hostOf = rt.hostOf;
   const algorithms::Choice choice = algorithms::select(params, rt.policy, call.options->algorithm,
                                                        call.reduces ? &call.op : nullptr);
@@ -156,7 +154,9 @@ Prepared prepare(Context& ctx, const Call& call) {
     p.selectOnly = true;
     return p;
   }
-  if (algorithm.exchangesCounts) params.countMatrix = exchangeCounts(ctx, call, where);
+  if (algorithm.exchangesCounts) {
+    params.countMatrix = exchangeCounts(ctx, params, *call.options, where);
+  }
   if (algorithm.shared) {
     p.shared = &algorithm;
     p.params = std::move(params);
@@ -179,41 +179,28 @@ Prepared prepare(Context& ctx, const Call& call) {
   // tell it runs another collective.
   if (rt.group != nullptr) rt.group->announce(seq, p.info.fingerprint);
   p.info.timeout = timeoutOf(rt, *call.options, where);
-  // A blocking shared-memory call reads the clock only if it has to wait (it then starts
-  // the deadline); the others start it now.
-  p.info.deadline =
-      p.shared ? algorithms::Clock::time_point::max() : algorithms::Clock::now() + p.info.timeout;
+  // A shared-memory call's deadline starts when it first waits (the engine starts it; one
+  // that never waits reads no clock); the others' now.
+  p.info.deadline = algorithm.shared ? algorithms::Clock::time_point::max()
+                                     : algorithms::Clock::now() + p.info.timeout;
   return p;
 }
 
-void runBlocking(Context& ctx, const Call& call) {
+void runBlocking(Context& ctx, Call&& call) {
   Prepared p = prepare(ctx, call);
   if (p.selectOnly) return;
   detail::Runtime& rt = *ctx.runtime();
   if (p.shared) {
-    if (rt.sharedWorker.busy()) rt.sharedWorker.drain();  // nonblocking ones started first
-    algorithms::runShared(rt.group, p.params, p.bindings, p.info);
-    return;
+    if (rt.engine->runShared(p.params, p.bindings, p.info)) return;
+    p.schedule = rt.schedule(*p.shared, p.params);
   }
   rt.engine->run(std::move(p.schedule), p.bindings, std::move(p.info));
 }
 
-Work runAsync(Context& ctx, const Call& call) {
+Work runAsync(Context& ctx, Call&& call) {
   Prepared p = prepare(ctx, call);
   if (p.selectOnly) return Work{};
-  if (p.shared) {
-    // Runs on the shared worker's thread (calls keep their order there), so the caller goes
-    // on; the buffers are the caller's until the Work ends, as for any nonblocking call.
-    auto job = std::make_shared<detail::SharedJob>();
-    detail::Runtime* rt = ctx.runtime().get();
-    p.info.deadline = algorithms::Clock::now() + p.info.timeout;
-    job->where = Where{rt->rank, algorithms::callName(p.info), -1};
-    job->run = [rt, params = std::move(p.params), bindings = p.bindings, info = p.info] {
-      algorithms::runShared(rt->group, params, bindings, info);
-    };
-    ctx.runtime()->sharedWorker.submit(job);
-    return WorkAccess::make(ctx.runtime(), std::move(job));
-  }
+  if (p.shared) p.schedule = ctx.runtime()->schedule(*p.shared, p.params);
   auto execution =
       ctx.runtime()->engine->start(std::move(p.schedule), p.bindings, std::move(p.info));
   return WorkAccess::make(ctx.runtime(), std::move(execution));
@@ -572,24 +559,15 @@ bool Work::wait(std::optional<std::chrono::milliseconds> timeout) {
   if (!valid()) throw InvalidArgument(Where{-1, "Work::wait", -1}, "an empty Work");
   std::optional<algorithms::Clock::time_point> until;
   if (timeout) until = algorithms::Clock::now() + *timeout;
-  if (job_) return job_->wait(until);
   return runtime_->engine->wait(*execution_, until);
 }
 
 std::exception_ptr Work::error() const {
-  if (job_) {
-    std::lock_guard<std::mutex> lock(job_->mutex);
-    return job_->error;
-  }
   return execution_ ? algorithms::Engine::errorOf(*execution_) : nullptr;
 }
 
 bool Work::test() {
   if (!valid()) throw InvalidArgument(Where{-1, "Work::test", -1}, "an empty Work");
-  if (job_) {
-    std::lock_guard<std::mutex> lock(job_->mutex);
-    return job_->done;
-  }
   try {
     return runtime_->engine->test(*execution_);
   } catch (const Error&) {

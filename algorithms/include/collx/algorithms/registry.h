@@ -98,8 +98,9 @@ struct AlgorithmInfo {
   // Reductions happen in rank order (r0 op r1 op ...), so non-commutative ops are exact; an
   // algorithm without it takes commutative ops only.
   bool keepsOrder = false;
-  // Works on shared memory directly (algorithms/shared.h: runShared) instead of a schedule
-  // (build is nullptr): only when every rank of the call shares memory with the others.
+  // Works on shared memory directly (src/shared/): its schedule is one TaskKind::kShared task
+  // that the engine resumes until it ends; only when every rank of the call shares memory
+  // with the others. Not simulated (the simulator has no shared memory).
   bool shared = false;
   // The schedule needs every rank's counts (ScheduleParams::countMatrix), which the API
   // exchanges before it builds it (an allgather of the counts, paid by every call).
