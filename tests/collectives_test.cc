@@ -494,27 +494,36 @@ TEST(Failures, AllreduceAgainstBroadcastIsAMismatchOnBothSides) {
 }
 
 // A call of a shared-memory algorithm against one of messages (a rank that waits in shared
-// memory, a rank that waits for a message): still a mismatch on both sides, not a timeout.
+// memory, a rank that waits for a message): still a mismatch on both sides, not a timeout,
+// blocking (the shm rank's own wait sees the other's announcement) or nonblocking (the
+// engine runs the shm call; the waiting rank sees the other's use of the group buffers).
 TEST(Failures, SharedMemoryCallAgainstAMessageCallIsAMismatchOnBothSides) {
   if (!test::worldsShareMemory()) {
     GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
   }
-  expectMismatchBothSides(
-      [&](int rank, Context& ctx) {
-        std::vector<float> v(1024, 1.0f);
-        CollectiveOptions o;
-        o.timeout = std::chrono::seconds(10);
-        if (rank == 0) {
-          AllreduceOptions ao;
-          ao.algorithm = "shm";
-          ao.timeout = o.timeout;
-          allreduce(ctx, v.data(), v.data(), v.size(), DataType::kFloat32, ao);
-        } else {
-          o.algorithm = "one_to_all";
-          broadcast(ctx, v.data(), v.size(), DataType::kFloat32, 0, o);
-        }
-      },
-      "allreduce#0 float32x1024", "broadcast#0 float32x1024 root 0");
+  for (bool nonblocking : {false, true}) {
+    SCOPED_TRACE(nonblocking ? "nonblocking" : "blocking");
+    expectMismatchBothSides(
+        [&](int rank, Context& ctx) {
+          std::vector<float> v(1024, 1.0f);
+          CollectiveOptions o;
+          o.timeout = std::chrono::seconds(10);
+          if (rank == 0) {
+            AllreduceOptions ao;
+            ao.algorithm = "shm";
+            ao.timeout = o.timeout;
+            if (nonblocking) {
+              allreduceAsync(ctx, v.data(), v.data(), v.size(), DataType::kFloat32, ao).wait();
+            } else {
+              allreduce(ctx, v.data(), v.data(), v.size(), DataType::kFloat32, ao);
+            }
+          } else {
+            o.algorithm = "one_to_all";
+            broadcast(ctx, v.data(), v.size(), DataType::kFloat32, 0, o);
+          }
+        },
+        "allreduce#0 float32x1024", "broadcast#0 float32x1024 root 0");
+  }
 }
 
 TEST(Failures, WrongCountIsAMismatchOnBothSides) {
@@ -849,13 +858,30 @@ TEST(SharedMemory, NonblockingCallsRunInIssueOrderWithEverythingElse) {
               broadcastAsync(ctx, bcasts[i].data(), count, DataType::kInt32, i % P, shmPlain));
         }
       }
-      for (auto it = works.rbegin(); it != works.rend(); ++it) it->wait();
+      // Another thread waits for them (and so drives the engine) while this one makes
+      // blocking shared-memory calls after them.
+      std::exception_ptr waited;
+      std::thread waiter([&] {
+        try {
+          for (auto it = works.rbegin(); it != works.rend(); ++it) it->wait();
+        } catch (...) {
+          waited = std::current_exception();
+        }
+      });
+      std::vector<std::int32_t> after(1000, rank);
+      allreduce(ctx, after.data(), after.data(), after.size(), DataType::kInt32, shm);
+      barrier(ctx, shmPlain);
+      waiter.join();
+      if (waited) std::rethrow_exception(waited);
       std::string& out = wrong[static_cast<std::size_t>(rank)];
+      auto all = [](const std::vector<std::int32_t>& v, std::int32_t x) {
+        return std::all_of(v.begin(), v.end(), [x](std::int32_t y) { return y == x; });
+      };
+      if (!all(after, P * (P - 1) / 2)) out += "after; ";
       for (int i = 0; i < kCalls; ++i) {
         const std::uint64_t count = sums[i].size();
         const std::int32_t sum = P * i + P * (P - 1) / 2;
-        if (sums[i] != std::vector<std::int32_t>(count, sum))
-          out += "allreduce " + std::to_string(i) + "; ";
+        if (!all(sums[i], sum)) out += "allreduce " + std::to_string(i) + "; ";
         for (int q = 0; q < P; ++q) {
           for (std::uint64_t k = 0; k < count; ++k) {
             if (gathered[i][static_cast<std::size_t>(q) * count + k] != q * 7 + i) {
@@ -865,8 +891,7 @@ TEST(SharedMemory, NonblockingCallsRunInIssueOrderWithEverythingElse) {
             }
           }
         }
-        if (bcasts[i] != std::vector<std::int32_t>(count, 1000 + i))
-          out += "broadcast " + std::to_string(i) + "; ";
+        if (!all(bcasts[i], 1000 + i)) out += "broadcast " + std::to_string(i) + "; ";
       }
     });
     for (int r = 0; r < P; ++r)
@@ -923,30 +948,6 @@ TEST(SharedMemory, NonblockingCallsEndAtTheirDeadlineOrOnAbort) {
     });
     EXPECT_EQ(test::messageOf(errors[0]), "") << (abortIt ? "abort" : "timeout");
   }
-}
-
-// A nonblocking shared-memory call against a call of messages with the same sequence number:
-// a mismatch on both sides, not a timeout, whichever side waits.
-TEST(Failures, NonblockingSharedMemoryCallAgainstAMessageCallIsAMismatchOnBothSides) {
-  if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
-  }
-  expectMismatchBothSides(
-      [&](int rank, Context& ctx) {
-        std::vector<float> v(1024, 1.0f);
-        if (rank == 0) {
-          AllreduceOptions ao;
-          ao.algorithm = "shm";
-          ao.timeout = 10s;
-          allreduceAsync(ctx, v.data(), v.data(), v.size(), DataType::kFloat32, ao).wait();
-        } else {
-          CollectiveOptions o;
-          o.timeout = 10s;
-          o.algorithm = "one_to_all";
-          broadcast(ctx, v.data(), v.size(), DataType::kFloat32, 0, o);
-        }
-      },
-      "allreduce#0 float32x1024", "broadcast#0 float32x1024 root 0");
 }
 
 TEST(Failures, NonblockingCallFailsItsWork) {

@@ -669,7 +669,9 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
     const auto limit = std::min(target.info().deadline, until.value_or(Clock::time_point::max()));
     // A shared-memory call waits for a member's use: poll and nap (nothing rings this
     // thread when the member publishes).
-    const bool napping = !spinning && idle >= options_.spin + options_.yield && shared_->busy();
+    // (The queue is the driver's: a blocking call on another thread may hold the runner.)
+    const bool napping =
+        !spinning && idle >= options_.spin + options_.yield && !sharedQueue_.empty();
     if (!spinning && idle < options_.spin + options_.yield) {
       std::this_thread::yield();
     } else if (!spinning && !napping) {
@@ -725,7 +727,7 @@ void Engine::progressLoop() {
         // Nobody waits for these calls: no spinning. A shared-memory call's wait yields the
         // core for a while (its members are usually there soon), then naps.
         const auto idle = now - lastActivity;
-        const bool sharedWaits = shared_->busy();
+        const bool sharedWaits = !sharedQueue_.empty();
         const bool yielding = sharedWaits && idle < options_.spin + options_.yield;
         std::chrono::microseconds wait(0);
         if (!sharedWaits) {

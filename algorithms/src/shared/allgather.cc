@@ -72,6 +72,7 @@ Step<> directReads(Call& c, std::uint64_t use) {
 
 }  // namespace
 
+// (Not a coroutine itself: it hands over the one the call takes.)
 Step<> allgather(Call& c) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
   const std::uint64_t bytes = block * static_cast<std::uint64_t>(c.size);
@@ -81,11 +82,8 @@ Step<> allgather(Call& c) {
   // rounds, direct 3.7-4.7, auto 2.1-3.6, Open MPI 3.9-5.2; 16 KiB: auto 1.1-1.9, pieces
   // 1.3-1.9 and 5.8, Open MPI 3.2-4.4). When ranks outnumber cores, from 1 MiB gathered
   // (P=4 on 2 cores, 4 MiB gathered: direct 846-887 us, pieces 542-621, Open MPI 742-1171).
-  if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
-    co_await inPieces(c);
-    co_return;
-  }
-  co_await c.ledByMemberZero(
+  if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) return inPieces(c);
+  return c.ledByMemberZero(
       transport::DirectCall::kAllgather, bytes,
       [&c](std::uint64_t use) { return directReads(c, use); }, [&c] { return inPieces(c); });
 }

@@ -38,8 +38,8 @@ namespace {
 constexpr std::uint64_t kDirectMin = 64 * 1024, kDirectOversubscribedMin = 4 << 20;
 constexpr std::uint64_t kStreamMin = 4 << 20;
 
-// Returns the last use.
-Step<std::uint64_t> inPieces(Call& c) {
+// `last`, when given: the last use.
+Step<> inPieces(Call& c, std::uint64_t* last = nullptr) {
   const std::uint64_t bytes = c.p.count * c.p.elementSize;
   // Two ranks: many small pieces up to 256 KiB, then whole buffers. More: eighths, fewer
   // pieces for ranks that may wait for a core to be given one. Ranks outnumbering cores:
@@ -74,7 +74,7 @@ Step<std::uint64_t> inPieces(Call& c) {
     c.publish();
     off += len;
   } while (off < bytes);
-  co_return use;
+  if (last != nullptr) *last = use;
 }
 
 // Split direct reads: the bytes of the vector read directly (the rest goes through the
@@ -107,22 +107,9 @@ Step<std::uint64_t> tailThroughBuffers(Call& c, std::uint64_t head, std::uint64_
   co_return use;
 }
 
-}  // namespace
-
-Step<> broadcast(Call& c) {
+// The root's first use offers direct reads, or not.
+Step<> offeringDirectReads(Call& c) {
   const std::uint64_t bytes = c.p.count * c.p.elementSize;
-  // Ranks outnumbering cores (unless always): only from 4 MiB, up to 4 ranks, and whole
-  // vectors. Below, the root's wait for every reader costs more than the pieces (P=4 on 2
-  // cores: 64 KiB 19.1-21.8 us against 8.5-11.8), and the root's timing led auto astray (1
-  // MiB 140-377 us against the pieces' 90-117). From 4 MiB, the pieces take 3-4x longer in
-  // this VM's slow periods, the direct reads do not, and auto keeps to the faster way (P=4,
-  // 5 alternating rounds, one slow: 4 MiB auto 0.70-1.22 ms, pieces 0.71-2.83, Open MPI
-  // 1.17-2.00; 64 MiB auto 11.6-24.0 ms, pieces 11.9-12.6 and 43.7-46.0, whole direct
-  // reads 21.6-23.8, Open MPI 31.9-35.3).
-  if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
-    co_await inPieces(c);
-    co_return;
-  }
   const transport::DirectReads how = c.g.directReads();
   const int root = c.p.root;
   const auto start = std::chrono::steady_clock::now();
@@ -142,7 +129,7 @@ Step<> broadcast(Call& c) {
     if (split) {
       last = co_await tailThroughBuffers(c, head, bytes);
     } else if (!direct) {
-      last = co_await inPieces(c);
+      co_await inPieces(c, &last);
     }
     if (direct || how == transport::DirectReads::kAuto) {
       for (int m = 0; m < c.size; ++m) {
@@ -165,6 +152,25 @@ Step<> broadcast(Call& c) {
   if (offer.direct()) c.readFrom(root, offer.input, c.out, bytes);
   c.publish();
   if (!offer.direct()) co_await inPieces(c);
+}
+
+}  // namespace
+
+// (Not a coroutine itself: it hands over the one the call takes.)
+Step<> broadcast(Call& c) {
+  const std::uint64_t bytes = c.p.count * c.p.elementSize;
+  // Ranks outnumbering cores (unless always): only from 4 MiB, up to 4 ranks, and whole
+  // vectors. Below, the root's wait for every reader costs more than the pieces (P=4 on 2
+  // cores: 64 KiB 19.1-21.8 us against 8.5-11.8), and the root's timing led auto astray (1
+  // MiB 140-377 us against the pieces' 90-117). From 4 MiB, the pieces take 3-4x longer in
+  // this VM's slow periods, the direct reads do not, and auto keeps to the faster way (P=4,
+  // 5 alternating rounds, one slow: 4 MiB auto 0.70-1.22 ms, pieces 0.71-2.83, Open MPI
+  // 1.17-2.00; 64 MiB auto 11.6-24.0 ms, pieces 11.9-12.6 and 43.7-46.0, whole direct
+  // reads 21.6-23.8, Open MPI 31.9-35.3).
+  if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
+    return inPieces(c);
+  }
+  return offeringDirectReads(c);
 }
 
 }  // namespace collx::algorithms::shared

@@ -41,10 +41,10 @@ struct Call {
 
 struct Prepared {
   bool selectOnly = false;  // Runtime::selectOnly: the call stops after choosing
-  // A shared-memory algorithm: a blocking call runs from its params (Engine::runShared);
-  // its schedule is looked up only where it must wait its turn.
-  const algorithms::AlgorithmInfo* shared = nullptr;
+  // The call's params. A shared-memory algorithm's blocking call runs from them
+  // (Engine::runShared); its schedule is looked up only where it must wait its turn.
   algorithms::ScheduleParams params;
+  const algorithms::AlgorithmInfo* shared = nullptr;
   std::shared_ptr<const algorithms::Schedule> schedule;
   algorithms::Bindings bindings;
   algorithms::CallInfo info;
@@ -125,7 +125,8 @@ Prepared prepare(Context& ctx, Call& call) {
                                      std::to_string(rt.size) + ")");
   }
   if (call.reduces) call.op.validate(call.dtype, where);
-  algorithms::ScheduleParams params;
+  Prepared p;  // (one object returned on every path: no copy of it on the way out)
+  algorithms::ScheduleParams& params = p.params;
   params.coll = call.coll;
   params.rank = rt.rank;
   params.size = rt.size;
@@ -148,7 +149,6 @@ Prepared prepare(Context& ctx, Call& call) {
   const algorithms::AlgorithmInfo& algorithm = *choice.algorithm;
   COLLX_DEBUG(kAlgo, "rank {}: {} of {} bytes over {} ranks: {} (from {})", rt.rank, what,
               algorithms::selectionBytes(params), rt.size, algorithm.name, choice.source);
-  Prepared p;  // (one object returned on every path: no copy of it on the way out)
   if (rt.selectOnly) {
     rt.selected = &algorithm;
     p.selectOnly = true;
@@ -158,8 +158,7 @@ Prepared prepare(Context& ctx, Call& call) {
     params.countMatrix = exchangeCounts(ctx, params, *call.options, where);
   }
   if (algorithm.shared) {
-    p.shared = &algorithm;
-    p.params = std::move(params);
+    p.shared = &algorithm;  // its schedule only if it must wait its turn (runBlocking)
   } else {
     p.schedule = rt.schedule(algorithm, params);
   }
