@@ -69,6 +69,7 @@ Sweeps message sizes for one collective and prints, per size: size, count, type,
                          allgatherv, gatherv, scatterv, alltoallv (equal blocks)
   -a, --algorithm NAME   an algorithm of that collective (default: chosen per size);
                          "list" prints them
+      --markdown         with -a list: docs/algorithms.md's tables instead
   -b, --min-bytes SIZE   smallest size (default 4); K, M, G suffixes (powers of 2)
   -e, --max-bytes SIZE   largest size (default 64M)
   -f, --factor N         multiply the size by N between steps (default 4)
@@ -98,6 +99,7 @@ struct Args {
   collx::ReduceOpKind op = collx::ReduceOpKind::kSum;
   int root = 0;
   bool inPlace = false;
+  bool markdown = false;  // -a list as docs/algorithms.md's tables
   int warmup = -1;
   int iters = -1;
   double minTime = 0.3;
@@ -155,6 +157,8 @@ Args parseArgs(int argc, char** argv) {
       a.op = *op;
     } else if (arg == "-r" || arg == "--root") {
       a.root = std::atoi(value().c_str());
+    } else if (arg == "--markdown") {
+      a.markdown = true;
     } else if (arg == "--in-place") {
       a.inPlace = true;
     } else if (arg == "-w" || arg == "--warmup") {
@@ -581,10 +585,9 @@ class Bench {
 int main(int argc, char** argv) {
   Args args = parseArgs(argc, argv);
   if (args.algorithm == "list") {
-    for (const auto& info : collx::algorithms::algorithmRegistry()) {
-      std::printf("%-10s %-20s %s\n", collx::algorithms::collectiveName(info.coll), info.name,
-                  info.summary);
-    }
+    std::fputs(args.markdown ? collx::algorithms::algorithmTablesMarkdown().c_str()
+                             : collx::algorithms::algorithmList().c_str(),
+               stdout);
     return 0;
   }
   try {

@@ -1,5 +1,6 @@
 #include "collx/algorithms/registry.h"
 
+#include <cstdio>
 #include <map>
 #include <string_view>
 #include <utility>
@@ -81,287 +82,53 @@ std::size_t hashParams(const ScheduleParams& p) noexcept {
 }
 
 const std::vector<AlgorithmInfo>& algorithmRegistry() {
+  // (Each entry is defined in its algorithm's file: builders.h.)
   static const std::vector<AlgorithmInfo> kAlgorithms = {
-      {.coll = Collective::kAllreduce,
-       .name = "ring",
-       .summary = "reduce-scatter + allgather around the ring, pipelined in chunks; 2(P-1) steps, "
-                  "2(P-1)/P n bytes; bandwidth-optimal",
-       .build = buildAllreduceRing,
-       .cost = costAllreduceRing},
-      {.coll = Collective::kAllreduce,
-       .name = "ring_chunked",
-       .summary = "Gloo's ring with 2P chunks (double buffering); 4(P-1) steps, 2(P-1)/P n bytes",
-       .build = buildAllreduceRingChunked,
-       .cost = costAllreduceRingChunked},
-      {.coll = Collective::kAllreduce,
-       .name = "halving_doubling",
-       .summary = "Rabenseifner: recursive-halving reduce-scatter + recursive-doubling allgather; "
-                  "2 log P steps, 2(P-1)/P n bytes; keeps rank order",
-       .build = buildAllreduceHalvingDoubling,
-       .cost = costAllreduceHalvingDoubling,
-       .keepsOrder = true},
-      {.coll = Collective::kAllreduce,
-       .name = "recursive_doubling",
-       .summary = "partners exchange the whole vector in log P rounds; log P steps, n log P bytes; "
-                  "for small messages; keeps rank order",
-       .build = buildAllreduceRecursiveDoubling,
-       .cost = costAllreduceRecursiveDoubling,
-       .keepsOrder = true},
-      {.coll = Collective::kAllreduce,
-       .name = "knomial",
-       .summary =
-           "recursive multiplying, radix 4: groups of 4 exchange whole vectors; ceil(log4 P) "
-           "steps of 3 messages, 3n bytes per step; small messages; keeps rank order",
-       .build = buildAllreduceKnomial,
-       .cost = costAllreduceKnomial,
-       .keepsOrder = true},
-      {.coll = Collective::kAllreduce,
-       .name = "hierarchical",
-       .summary =
-           "hosts (hostOf): intra-host reduce-scatter into L slices, an allreduce of each slice "
-           "among the ranks holding it on every host, intra-host allgather; uneven hosts: "
-           "reduce to a leader, leaders allreduce, broadcast; the default across hosts",
-       .build = buildAllreduceHierarchical,
-       .cost = costAllreduceHierarchical,
-       .acrossHosts = true},
-      {.coll = Collective::kAllgather,
-       .name = "ring",
-       .summary = "P-1 steps, (P-1) n bytes, pipelined in chunks",
-       .build = buildAllgatherRing,
-       .cost = costAllgatherRing},
-      {.coll = Collective::kAllgather,
-       .name = "linear",
-       .summary =
-           "gather to rank 0, then a binomial broadcast of all P n bytes, pipelined in chunks",
-       .build = buildAllgatherLinear,
-       .cost = costAllgatherLinear},
-      {.coll = Collective::kAllgather,
-       .name = "bruck",
-       .summary = "ceil(log2 P) steps to r-d of doubling distance d, (P-1) n bytes; any P",
-       .build = buildAllgatherBruck,
-       .cost = costAllgatherBruck},
-      {.coll = Collective::kAllgather,
-       .name = "recursive_doubling",
-       .summary =
-           "log2 P exchanges with r^d of doubling windows, (P-1) n bytes; bruck unless P is a "
-           "power of two",
-       .build = buildAllgatherRecursiveDoubling,
-       .cost = costAllgatherRecursiveDoubling},
-      {.coll = Collective::kAllgather,
-       .name = "neighbor_exchange",
-       .summary =
-           "P/2 steps with alternating neighbours, pairs of blocks, (P-1) n bytes; ring for odd P",
-       .build = buildAllgatherNeighborExchange,
-       .cost = costAllgatherNeighborExchange},
-      {.coll = Collective::kAllgather,
-       .name = "two_proc",
-       .summary = "the two ranks swap blocks: 1 step, n bytes; recursive_doubling unless P = 2",
-       .build = buildAllgatherTwoProc,
-       .cost = costAllgatherTwoProc},
-      {.coll = Collective::kAllgather,
-       .name = "sparbit",
-       .summary =
-           "ceil(log2 P) rounds of halving distance, P-1 one-block messages, (P-1) n bytes; any P",
-       .build = buildAllgatherSparbit,
-       .cost = costAllgatherSparbit},
-      {.coll = Collective::kAllgather,
-       .name = "hierarchical",
-       .summary =
-           "hosts (hostOf): gather to a leader per host, leaders allgatherv the host blocks, "
-           "intra-host broadcast of all P n bytes; the default across hosts",
-       .build = buildAllgatherHierarchical,
-       .cost = costAllgatherHierarchical,
-       .acrossHosts = true},
-      {.coll = Collective::kBroadcast,
-       .name = "one_to_all",
-       .summary = "the root sends to everyone: (P-1) n bytes at the root",
-       .build = buildBroadcastOneToAll,
-       .cost = costBroadcastOneToAll},
-      {.coll = Collective::kBroadcast,
-       .name = "binomial",
-       .summary = "binomial tree, pipelined in chunks: ceil(log2 P) steps",
-       .build = buildBroadcastBinomial,
-       .cost = costBroadcastBinomial},
-      {.coll = Collective::kBroadcast,
-       .name = "scatter_allgather",
-       .summary =
-           "van de Geijn: binomial scatter of P blocks + ring allgather; log P + P-1 steps, about "
-           "2n bytes per rank; large buffers (binomial below P elements)",
-       .build = buildBroadcastScatterAllgather,
-       .cost = costBroadcastScatterAllgather},
-      {.coll = Collective::kBroadcast,
-       .name = "chain",
-       .summary =
-           "root -> root+1 -> ... in pieces of chunkBytes; P-2+K steps of one piece, n bytes per "
-           "link",
-       .build = buildBroadcastChain,
-       .cost = costBroadcastChain},
-      {.coll = Collective::kBroadcast,
-       .name = "hierarchical",
-       .summary = "hosts (hostOf): root -> one leader per host, then each leader -> its host; the "
-                  "default across hosts",
-       .build = buildBroadcastHierarchical,
-       .cost = costBroadcastHierarchical,
-       .acrossHosts = true},
-      {.coll = Collective::kBarrier,
-       .name = "all_to_all",
-       .summary = "everyone tells everyone: 1 step, P-1 messages",
-       .build = buildBarrierAllToAll,
-       .cost = costBarrierAllToAll},
-      {.coll = Collective::kBarrier,
-       .name = "all_to_one",
-       .summary = "everyone tells rank 0, which answers: 2 steps",
-       .build = buildBarrierAllToOne,
-       .cost = costBarrierAllToOne},
-      {.coll = Collective::kBarrier,
-       .name = "dissemination",
-       .summary = "ceil(log2 P) rounds of one message each way",
-       .build = buildBarrierDissemination,
-       .cost = costBarrierDissemination},
-      {.coll = Collective::kAllgatherv,
-       .name = "ring",
-       .summary = "P-1 steps, per-rank blocks straight into place, pipelined in chunks",
-       .build = buildAllgathervRing,
-       .cost = costAllgathervRing},
-      {.coll = Collective::kAllgatherv,
-       .name = "bruck",
-       .summary =
-           "ceil(log2 P) steps of doubling distance, blocks packed in a scratch buffer, N - n_r "
-           "bytes received",
-       .build = buildAllgathervBruck,
-       .cost = costAllgathervBruck},
-      {.coll = Collective::kReduceScatter,
-       .name = "ring",
-       .summary =
-           "P-1 steps; n - n_r bytes out, n - n_(r-1) in and reduced per rank; pipelined in chunks",
-       .build = buildReduceScatterRing,
-       .cost = costReduceScatterRing},
-      {.coll = Collective::kReduceScatter,
-       .name = "recursive_halving",
-       .summary =
-           "log P steps halving the vector between partners, (n - n_r) bytes and reductions; any "
-           "counts; keeps rank order",
-       .build = buildReduceScatterRecursiveHalving,
-       .cost = costReduceScatterRecursiveHalving,
-       .keepsOrder = true},
-      {.coll = Collective::kReduce,
-       .name = "binomial",
-       .summary = "binomial tree towards the root, pipelined in chunks; keeps rank order",
-       .build = buildReduceBinomial,
-       .cost = costReduceBinomial,
-       .keepsOrder = true},
-      {.coll = Collective::kReduce,
-       .name = "reduce_scatter_gather",
-       .summary =
-           "Rabenseifner: recursive-halving reduce-scatter + binomial gather to the root; 2 log P "
-           "steps, about 2n bytes at the root; large vectors; keeps rank order",
-       .build = buildReduceReduceScatterGather,
-       .cost = costReduceReduceScatterGather,
-       .keepsOrder = true},
-      {.coll = Collective::kGather,
-       .name = "linear",
-       .summary = "everyone sends to the root: P-1 messages at the root",
-       .build = buildGatherLinear,
-       .cost = costGatherLinear},
-      {.coll = Collective::kGather,
-       .name = "binomial",
-       .summary =
-           "subtrees climb a binomial tree in one message each: ceil(log2 P) messages at the root",
-       .build = buildGatherBinomial,
-       .cost = costGatherBinomial},
-      {.coll = Collective::kGatherv,
-       .name = "linear",
-       .summary = "everyone sends to the root: P-1 messages at the root",
-       .build = buildGatherLinear,
-       .cost = costGatherLinear},
-      {.coll = Collective::kGatherv,
-       .name = "binomial",
-       .summary =
-           "subtrees climb a binomial tree in one message each: ceil(log2 P) messages at the "
-           "root; needs recvcounts on every rank",
-       .build = buildGatherBinomial,
-       .cost = costGatherBinomial},
-      {.coll = Collective::kScatter,
-       .name = "linear",
-       .summary = "the root sends to everyone: P-1 messages at the root",
-       .build = buildScatterLinear,
-       .cost = costScatterLinear},
-      {.coll = Collective::kScatter,
-       .name = "binomial",
-       .summary = "subtrees go down a binomial tree in one message each: ceil(log2 P) messages at "
-                  "the root",
-       .build = buildScatterBinomial,
-       .cost = costScatterBinomial},
-      {.coll = Collective::kScatterv,
-       .name = "linear",
-       .summary = "the root sends to everyone: P-1 messages at the root",
-       .build = buildScatterLinear,
-       .cost = costScatterLinear},
-      {.coll = Collective::kScatterv,
-       .name = "binomial",
-       .summary =
-           "subtrees go down a binomial tree in one message each: ceil(log2 P) messages at the "
-           "root; needs sendcounts on every rank",
-       .build = buildScatterBinomial,
-       .cost = costScatterBinomial},
-      {.coll = Collective::kAlltoall,
-       .name = "pairwise",
-       .summary = "P-1 steps, in step s send to r+s and receive from r-s",
-       .build = buildAlltoallPairwise,
-       .cost = costAlltoallPairwise},
-      {.coll = Collective::kAlltoall,
-       .name = "bruck",
-       .summary =
-           "Bruck: ceil(log2 P) steps, each packing the blocks whose bit k is set; about n/2 log P "
-           "bytes; small blocks (alltoall only)",
-       .build = buildAlltoallBruck,
-       .cost = costAlltoallBruck},
-      {.coll = Collective::kAlltoallv,
-       .name = "pairwise",
-       .summary = "P-1 steps, in step s send to r+s and receive from r-s",
-       .build = buildAlltoallPairwise,
-       .cost = costAlltoallPairwise},
-      {.coll = Collective::kAlltoallv,
-       .name = "bruck",
-       .summary = "Bruck over per-rank counts: an allgather of every rank's sendcounts first, then "
-                  "ceil(log2 P) steps forwarding blocks through intermediate ranks; small blocks",
-       .build = buildAlltoallvBruck,
-       .cost = costAlltoallvBruck,
-       .exchangesCounts = true},
-      // Shared memory (algorithms/src/shared/): a schedule of one task the engine resumes;
-      // every rank of the job must be in one shared-memory group.
-      {.coll = Collective::kAllreduce,
-       .name = "shm",
-       .summary =
-           "through shared-memory buffers: one-shot (each rank reduces every rank's vector) up to "
-           "4 KiB, then reduce-scatter + allgather in cache-sized rounds; rank-order reduction",
-       .build = buildShared,
-       .keepsOrder = true,
-       .shared = true},
-      {.coll = Collective::kReduceScatter,
-       .name = "shm",
-       .summary =
-           "through shared-memory buffers: each rank reduces its own block from every rank's "
-           "piece, in rank order",
-       .build = buildShared,
-       .keepsOrder = true,
-       .shared = true},
-      {.coll = Collective::kBroadcast,
-       .name = "shm",
-       .summary = "through the root's shared-memory buffers, pipelined in cache-sized pieces",
-       .build = buildShared,
-       .shared = true},
-      {.coll = Collective::kAllgather,
-       .name = "shm",
-       .summary =
-           "through shared-memory buffers: each rank publishes its block, copies every other one",
-       .build = buildShared,
-       .shared = true},
-      {.coll = Collective::kBarrier,
-       .name = "shm",
-       .summary = "one shared-memory flag per rank: one cache line's trip",
-       .build = buildShared,
-       .shared = true},
+      kAllreduceRing,
+      kAllreduceRingChunked,
+      kAllreduceHalvingDoubling,
+      kAllreduceRecursiveDoubling,
+      kAllreduceKnomial,
+      kAllreduceHierarchical,
+      kAllgatherRing,
+      kAllgatherLinear,
+      kAllgatherBruck,
+      kAllgatherRecursiveDoubling,
+      kAllgatherNeighborExchange,
+      kAllgatherTwoProc,
+      kAllgatherSparbit,
+      kAllgatherHierarchical,
+      kBroadcastOneToAll,
+      kBroadcastBinomial,
+      kBroadcastScatterAllgather,
+      kBroadcastChain,
+      kBroadcastHierarchical,
+      kBarrierAllToAll,
+      kBarrierAllToOne,
+      kBarrierDissemination,
+      kAllgathervRing,
+      kAllgathervBruck,
+      kReduceScatterRing,
+      kReduceScatterRecursiveHalving,
+      kReduceBinomial,
+      kReduceReduceScatterGather,
+      kGatherLinear,
+      kGatherBinomial,
+      kGathervLinear,
+      kGathervBinomial,
+      kScatterLinear,
+      kScatterBinomial,
+      kScattervLinear,
+      kScattervBinomial,
+      kAlltoallPairwise,
+      kAlltoallBruck,
+      kAlltoallvPairwise,
+      kAlltoallvBruck,
+      kAllreduceShm,
+      kReduceScatterShm,
+      kBroadcastShm,
+      kAllgatherShm,
+      kBarrierShm,
   };
   return kAlgorithms;
 }
@@ -392,6 +159,54 @@ std::string algorithmNames(Collective coll) {
   }
   return out;
 }
+
+std::string algorithmList() {
+  std::string out;
+  char line[64];
+  for (const AlgorithmInfo& info : algorithmRegistry()) {
+    std::snprintf(line, sizeof line, "%-10s %-20s ", collectiveName(info.coll), info.name);
+    out += line;
+    out += info.summary;
+    out += '\n';
+  }
+  return out;
+}
+
+namespace {
+
+// The rank-order column: whether a reducing algorithm applies the op in rank order.
+std::string rankOrder(const AlgorithmInfo& info) {
+  if (!reduces(info.coll)) {
+    return info.coll == Collective::kBarrier ? "(no data)" : "(no reduction)";
+  }
+  return info.keepsOrder ? std::string("yes") + info.doc.orderNote : "no";
+}
+
+std::string table(bool shared) {
+  std::string out = std::string(kDocBegin) +
+                    " by collx-bench -a list --markdown (each algorithm's entry is in its "
+                    "file): do not edit -->\n";
+  out += shared ? "| collective | algorithm | uses of the buffers | copied per rank | cost | "
+                  "restrictions | keeps rank order |\n"
+                : "| collective | algorithm | rounds | sent per rank | cost | restrictions | keeps "
+                  "rank order |\n";
+  out += "|---|---|---|---|---|---|---|\n";
+  for (const AlgorithmInfo& info : algorithmRegistry()) {
+    if (info.shared != shared) continue;
+    for (const char* cell : {collectiveName(info.coll), info.name, info.doc.rounds,
+                             info.doc.perRank, info.doc.cost, info.doc.restrictions}) {
+      out += "| ";
+      out += cell;
+      out += " ";
+    }
+    out += "| " + rankOrder(info) + " |\n";
+  }
+  return out + kDocEnd + "\n";
+}
+
+}  // namespace
+
+std::string algorithmTablesMarkdown() { return table(false) + "\n" + table(true); }
 
 // allreduce: measured with collx-bench on loopback TCP, 2 cores, minimum of 3 runs per
 // algorithm (benchmarks/README.md has the figures): latency-bound sizes take the fewest steps

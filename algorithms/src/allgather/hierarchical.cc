@@ -118,4 +118,22 @@ Schedule buildAllgatherHierarchical(const ScheduleParams& p) {
 
 Cost costAllgatherHierarchical(const ScheduleParams& p) { return hierarchy::cost(plan(p)); }
 
+const AlgorithmInfo kAllgatherHierarchical{
+    .coll = Collective::kAllgather,
+    .name = "hierarchical",
+    .summary =
+        "hosts (hostOf): gather to a leader per host, leaders allgatherv the host blocks, "
+        "intra-host broadcast of all P n bytes; the default across hosts",
+    .build = buildAllgatherHierarchical,
+    .cost = costAllgatherHierarchical,
+    .acrossHosts = true,
+    .doc = {.rounds = "1 + the leaders' allgatherv (ring: H-1) + the broadcast's in the host",
+            .perRank = "others: n to the leader, then the broadcast of P n; the leader: the ring's "
+                       "(H-1) k messages of L n across hosts, then P n to each child in the host",
+            .cost = "(L-1) (a + n b) + (H-1) (A + L n B) + ceil(log2 L) (a + P n b)",
+            .restrictions = "jobs over hosts (hostOf); any count, any layout (hosts whose ranks "
+                            "are not consecutive go through a scratch of P n bytes); one host or "
+                            "one rank per host: the table's algorithm for P; only the leaders use "
+                            "the network; every rank receives its own block back"}};
+
 }  // namespace collx::algorithms

@@ -118,4 +118,28 @@ Schedule buildAllreduceHierarchical(const ScheduleParams& p) {
 
 Cost costAllreduceHierarchical(const ScheduleParams& p) { return hierarchy::cost(plan(p)); }
 
+const AlgorithmInfo kAllreduceHierarchical{
+    .coll = Collective::kAllreduce,
+    .name = "hierarchical",
+    .summary =
+        "hosts (hostOf): intra-host reduce-scatter into L slices, an allreduce of each slice "
+        "among the ranks holding it on every host, intra-host allgather; uneven hosts: "
+        "reduce to a leader, leaders allreduce, broadcast; the default across hosts",
+    .build = buildAllreduceHierarchical,
+    .cost = costAllreduceHierarchical,
+    .acrossHosts = true,
+    .doc = {
+        .rounds = "sliced: 2(L-1) inside the host + the inner allreduce's among H; leader: 2 "
+                  "floor(log2 L) + the inner's",
+        .perRank = "sliced: 2(L-1) k messages, 2(L-1)/L n bytes inside the host, then the inner "
+                   "allreduce of n/L among H (ring: 2(H-1)/H n/L bytes across hosts); leader: n to "
+                   "its parent in the host, the leaders' allreduce of n, n to each child",
+        .cost = "sliced: 2(L-1) a + 2(L-1)/L n b + (L-1)/L n gamma inside, + (ring) 2(H-1) A + "
+                "2(H-1)/(H L) n B + (H-1)/(H L) n gamma across; leader: 2 ceil(log2 L) (a + n b) + "
+                "ceil(log2 L) n gamma + the leaders' allreduce of n",
+        .restrictions =
+            "jobs over hosts (hostOf); sliced when every host has L > 1 ranks and count >= L, else "
+            "through one leader per host; one host or one rank per host: the table's algorithm for "
+            "P; commutative ops only; phases not pipelined into each other"}};
+
 }  // namespace collx::algorithms

@@ -65,4 +65,21 @@ Schedule buildBroadcastHierarchical(const ScheduleParams& p) {
 
 Cost costBroadcastHierarchical(const ScheduleParams& p) { return hierarchy::cost(plan(p)); }
 
+const AlgorithmInfo kBroadcastHierarchical{
+    .coll = Collective::kBroadcast,
+    .name = "hierarchical",
+    .summary =
+        "hosts (hostOf): root -> one leader per host, then each leader -> its host; the "
+        "default across hosts",
+    .build = buildBroadcastHierarchical,
+    .cost = costBroadcastHierarchical,
+    .acrossHosts = true,
+    .doc = {
+        .rounds = "the leaders' broadcast among H + the host's among L",
+        .perRank = "the leaders: the table's broadcast among H (one_to_all: H-1 messages at the "
+                   "root's host); then inside each host the table's among L",
+        .cost = "(binomial) ceil(log2 H) (A + n B) + ceil(log2 L) (a + n b)",
+        .restrictions = "jobs over hosts (hostOf); any P, any root, any layout (the root leads its "
+                        "host); one host or one rank per host: the table's algorithm for P"}};
+
 }  // namespace collx::algorithms

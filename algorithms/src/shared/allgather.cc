@@ -9,6 +9,7 @@
 //   direct: 2 uses; per rank: (P-1) n read (and its own block copied, unless in place).
 #include <algorithm>
 
+#include "../builders.h"
 #include "shared.h"
 
 namespace collx::algorithms::shared {
@@ -89,3 +90,22 @@ Step<> allgather(Call& c) {
 }
 
 }  // namespace collx::algorithms::shared
+
+namespace collx::algorithms {
+
+const AlgorithmInfo kAllgatherShm{
+    .coll = Collective::kAllgather,
+    .name = "shm",
+    .summary =
+        "through shared-memory buffers: each rank publishes its block, copies every other one",
+    .build = buildShared,
+    .shared = true,
+    .doc = {.rounds = "1 per B bytes of a block; from 16 KiB gathered a first use carries member "
+                      "0's choice, and direct reads take 1 more",
+            .perRank = "n in, (P-1) n out; direct reads: (P-1) n read out of the other ranks' own "
+                       "buffers, its own block copied (unless in place)",
+            .cost = "ceil(n/B) alpha_shm + P n c; direct: 2 alpha_shm + (P-1) n c_cma + n c",
+            .restrictions =
+                "every rank in one shared-memory group; COLLX_SHM_DIRECT as for broadcast"}};
+
+}  // namespace collx::algorithms

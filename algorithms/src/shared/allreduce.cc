@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../builders.h"
 #include "shared.h"
 
 namespace collx::algorithms::shared {
@@ -161,3 +162,27 @@ Step<> allreduce(Call& c) {
 }
 
 }  // namespace collx::algorithms::shared
+
+namespace collx::algorithms {
+
+const AlgorithmInfo kAllreduceShm{
+    .coll = Collective::kAllreduce,
+    .name = "shm",
+    .summary =
+        "through shared-memory buffers: one-shot (each rank reduces every rank's vector) up to "
+        "4 KiB, then reduce-scatter + allgather in cache-sized rounds; rank-order reduction",
+    .build = buildShared,
+    .keepsOrder = true,
+    .shared = true,
+    .doc = {.rounds = "up to 4 KiB: 1; then 2 per B bytes; direct reads: 3",
+            .perRank = "one-shot: n in, P n read, (P-1) n reduced; two-shot: (P-1)/P n in (not its "
+                       "own slice), n read and n/P written by the reduction, n out; direct reads: "
+                       "rank i reads slice i of every other rank's input in chunks of 256 KiB into "
+                       "its cache and reduces it in rank order into its output, then reads every "
+                       "other rank's reduced slice out of that rank's output: (P-1)/P n read twice",
+            .cost = "one-shot: alpha_shm + (P+1) n c + (P-1) n gamma; two-shot: 2 ceil(n/B) "
+                    "alpha_shm + (3 - 1/P) n c + (P-1)/P n gamma; direct: 3 alpha_shm + 2 (P-1)/P "
+                    "n c_cma + n/P c + (P-1)/P n gamma",
+            .restrictions = "every rank in one shared-memory group"}};
+
+}  // namespace collx::algorithms

@@ -10,6 +10,7 @@
 // already there instead of waiting for rank 0 to get a core (measured, P=4 on 2 cores:
 // broadcast of 4 B after a barrier 0.3 us against 4-5.5 us; the barrier itself alike,
 // 6-8 us).
+#include "../builders.h"
 #include "shared.h"
 
 namespace collx::algorithms::shared {
@@ -35,3 +36,21 @@ Step<> barrier(Call& c) {
 }
 
 }  // namespace collx::algorithms::shared
+
+namespace collx::algorithms {
+
+const AlgorithmInfo kBarrierShm{
+    .coll = Collective::kBarrier,
+    .name = "shm",
+    .summary = "one shared-memory flag per rank: one cache line's trip",
+    .build = buildShared,
+    .shared = true,
+    .doc = {.rounds = "1; 2 when ranks outnumber cores",
+            .perRank = "nothing",
+            .cost = "alpha_shm (P-1 cache lines read); ranks outnumbering cores: member 0 reads "
+                    "the P-1 arrivals and releases the others (2 alpha_shm), so it leaves first "
+                    "and a rooted call at rank 0 after the barrier finds its receivers waiting "
+                    "(P=4 on 2 cores: broadcast of 4 B after a barrier 0.3 us against 4-5.5)",
+            .restrictions = "every rank in one shared-memory group"}};
+
+}  // namespace collx::algorithms

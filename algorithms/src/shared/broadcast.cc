@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "../builders.h"
 #include "shared.h"
 
 namespace collx::algorithms::shared {
@@ -174,3 +175,30 @@ Step<> broadcast(Call& c) {
 }
 
 }  // namespace collx::algorithms::shared
+
+namespace collx::algorithms {
+
+const AlgorithmInfo kBroadcastShm{
+    .coll = Collective::kBroadcast,
+    .name = "shm",
+    .summary = "through the root's shared-memory buffers, pipelined in cache-sized pieces",
+    .build = buildShared,
+    .shared = true,
+    .doc = {
+        .rounds =
+            "1 per piece (P = 2: n/16 up to 256 KiB, then B; P > 2: n/8, at least 8 KiB, at most "
+            "B; ranks outnumbering cores: n/2); from 64 KiB a first use carries the root's choice, "
+            "and direct reads take that 1 use only, or split, 1 + ceil(tail / B)",
+        .perRank = "the root: n in; the others: n out (the root runs up to 3 pieces ahead); direct "
+                   "reads: the others n each, out of the root's own buffer (process_vm_readv), the "
+                   "root nothing; split: the others read a head (n/2 up to 256 KiB, n/4 above) "
+                   "while the root copies the tail in, then copy the tail out",
+        .cost =
+            "(pieces) alpha_shm + n c + (one piece) c, pipelined; (direct) 2 alpha_shm + n c_cma",
+        .restrictions = "every rank in one shared-memory group; any root; COLLX_SHM_DIRECT: auto "
+                        "(the root times both ways per "
+                        "size and takes the faster, trying the other one call in 16; never when "
+                        "ranks outnumber cores), never, always; direct only where every rank can "
+                        "read every other's memory (agreed at connect)"}};
+
+}  // namespace collx::algorithms

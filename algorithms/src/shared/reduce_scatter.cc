@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../builders.h"
 #include "shared.h"
 
 namespace collx::algorithms::shared {
@@ -37,3 +38,21 @@ Step<> reduceScatter(Call& c) {
 }
 
 }  // namespace collx::algorithms::shared
+
+namespace collx::algorithms {
+
+const AlgorithmInfo kReduceScatterShm{
+    .coll = Collective::kReduceScatter,
+    .name = "shm",
+    .summary =
+        "through shared-memory buffers: each rank reduces its own block from every rank's "
+        "piece, in rank order",
+    .build = buildShared,
+    .keepsOrder = true,
+    .shared = true,
+    .doc = {.rounds = "1 per B bytes of the whole vector",
+            .perRank = "N in, P n_r read, (P-1) n_r reduced",
+            .cost = "ceil(N/B) alpha_shm + N c + P n_r c + (P-1) n_r gamma",
+            .restrictions = "every rank in one shared-memory group"}};
+
+}  // namespace collx::algorithms

@@ -82,6 +82,17 @@ struct Cost {
   bool operator==(const Cost&) const = default;
 };
 
+// How docs/algorithms.md describes an algorithm: one row of its table, written next to the
+// algorithm in its file (collx-bench -a list --markdown prints the tables).
+struct AlgorithmDoc {
+  const char* rounds = "";        // messages on the critical path (shm: uses of the buffers)
+  const char* perRank = "";       // what one rank sends (shm: copies), the busiest rank's
+  const char* cost = "";          // the alpha-beta-gamma time
+  const char* restrictions = "";  // where it applies, what it falls back to, what it is for
+  // After "yes" in the rank-order column (keepsOrder), e.g. ", for every root".
+  const char* orderNote = "";
+};
+
 // One algorithm: what it is, how to build it, and what it needs of a call. select()
 // (selection.h) checks the prerequisites, the same way whichever rule named the algorithm:
 // a call's option or COLLX_<COLL>_ALGO that names one that cannot take the call is an error
@@ -108,6 +119,7 @@ struct AlgorithmInfo {
   // The host rule: the default (over the built-in table, not over a rules file) when the job
   // spans hosts and some host has several ranks.
   bool acrossHosts = false;
+  AlgorithmDoc doc;
 };
 
 // Collective values index arrays of this size (Collective starts at 1).
@@ -121,6 +133,16 @@ const std::vector<AlgorithmInfo>& algorithmRegistry();
 const AlgorithmInfo* findAlgorithm(Collective coll, std::string_view name);
 // "ring, ring_chunked, ..." for error messages.
 std::string algorithmNames(Collective coll);
+// Every algorithm, one line each: "allreduce  ring                 <summary>" (collx-bench -a
+// list).
+std::string algorithmList();
+// docs/algorithms.md's tables of every algorithm (the schedules, then the shared-memory
+// ones), each from a line that starts with kDocBegin to the line kDocEnd, the blocks
+// separated by an empty line (collx-bench -a list --markdown). The file's other text is
+// written by hand.
+std::string algorithmTablesMarkdown();
+inline constexpr const char* kDocBegin = "<!-- generated from the registry";
+inline constexpr const char* kDocEnd = "<!-- end of the generated table -->";
 
 // A row of the default selection table: the first row whose ranges hold, and whose algorithm
 // can take the call, picks (select(), selection.h).
