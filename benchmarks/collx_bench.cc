@@ -27,6 +27,8 @@
 
 #include "cli.h"
 #include "collx/algorithms/registry.h"
+#include "collx/algorithms/selection.h"
+#include "collx/base/config.h"
 #include "collx/base/units.h"
 #include "collx/collx.h"
 
@@ -76,6 +78,7 @@ struct Args {
   collx::ReduceOpKind op = collx::ReduceOpKind::kSum;
   int root = 0;
   bool inPlace = false;
+  bool markdown = false;  // -a list as docs/algorithms.md's tables
   int warmup = -1;
   int iters = -1;
   double minTime = 0.3;
@@ -91,6 +94,7 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
            "scatter, alltoall, and allgatherv, gatherv, scatterv, alltoallv (equal blocks)");
   cli.text("-a,--algorithm", a.algorithm, "NAME",
            "an algorithm of that collective (default: chosen per size); \"list\" prints them");
+  cli.flag("--markdown", a.markdown, "with -a list: docs/algorithms.md's tables instead");
   a.sweep.addOptions(cli);
   cli.dataType("--dtype,-d", a.dtype,
                "int8 uint8 int32 int64 float16 bfloat16 float32 (default) float64");
@@ -230,6 +234,8 @@ class Bench {
     std::set<std::string> hosts;
     for (const auto& peer : ctx.peers()) hosts.insert(collx::hostIdentity(peer));
     hosts_ = static_cast<int>(hosts.size());
+    policy_ = collx::algorithms::SelectionPolicy::fromConfig(collx::Config::process(),
+                                                             ctx.sharedMemory(), hosts_);
   }
 
   // The bytes of the input and the output of one rank for a call with `count`.
@@ -405,7 +411,7 @@ class Bench {
     res.bytes = count * es * (blocks ? P_ : 1);
     res.count = count * (blocks ? P_ : 1);
     if (c == "barrier") res.bytes = res.count = 0;
-    res.algorithm = algorithmFor(c == "barrier" ? 0 : selectionBytes(count));
+    res.algorithm = algorithmFor(count);
 
     // The checked call; #wrong is the total over ranks.
     std::uint64_t wrong = a_.noCheck ? 0 : check(count);
@@ -477,34 +483,20 @@ class Bench {
     return res;
   }
 
-  // The bytes the library chooses the default algorithm by (collectives.cc: selectionBytes):
-  // the vector, one rank's block, or the whole buffer for reduce_scatter and allgather(v).
-  std::uint64_t selectionBytes(std::uint64_t count) const {
-    const std::uint64_t b = count * collx::dataTypeSize(a_.dtype);
-    const std::string c = layoutOf(a_.collective);
-    return c == "reduce_scatter" || c == "allgather" ? b * P_ : b;
-  }
-
-  std::string algorithmFor(std::uint64_t bytes) const {
-    if (!a_.algorithm.empty()) return a_.algorithm;
-    const char* env = std::getenv(("COLLX_" + upper(a_.collective) + "_ALGO").c_str());
-    if (env != nullptr && *env != '\0') return env;
-    // Across hosts with several ranks on some host (collectives.cc: acrossHosts), without a
-    // rules file.
-    const std::string c = a_.collective;
-    const bool commutative = a_.op != collx::ReduceOpKind::kCustom;
-    if (hosts_ > 1 && hosts_ < P_ && std::getenv("COLLX_RULES") == nullptr &&
-        (c == "broadcast" || c == "allgather" || (c == "allreduce" && commutative))) {
-      return "hierarchical";
-    }
-    const char* chosen = collx::algorithms::defaultAlgorithm(collectiveOf(a_.collective), P_, bytes,
-                                                             ctx_.sharedMemory());
-    return chosen != nullptr ? chosen : "?";
-  }
-
-  static std::string upper(std::string s) {
-    for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    return s;
+  // The algorithm a call of `count` runs: what the library chooses for it
+  // (algorithms::select, with the settings a context reads), the named one if any.
+  std::string algorithmFor(std::uint64_t count) const {
+    collx::algorithms::UniformCall call;
+    call.coll = coll_;
+    call.ranks = P_;
+    call.count = coll_ == collx::algorithms::Collective::kBarrier ? 0 : count;
+    call.dtype = a_.dtype;
+    call.op = a_.op;
+    call.root = a_.root;
+    call.inPlace = a_.inPlace;
+    return collx::algorithms::select(collx::algorithms::paramsOf(call, ctx_.rank()), policy_,
+                                     a_.algorithm)
+        .algorithm->name;
   }
 
  private:
@@ -513,6 +505,7 @@ class Bench {
   const Args& a_;
   int P_;
   int hosts_ = 1;
+  collx::algorithms::SelectionPolicy policy_;
   collx::algorithms::Collective coll_;  // a_.collective
   collx::CollectiveOptions base_;
   collx::ReduceOptions reducing_;
@@ -526,10 +519,9 @@ int main(int argc, char** argv) {
                               kAbout, kFooter);
   Args args = parseArgs(argc, argv, cli);
   if (args.algorithm == "list") {
-    for (const auto& info : collx::algorithms::algorithmRegistry()) {
-      std::printf("%-10s %-20s %s\n", collx::algorithms::collectiveName(info.coll), info.name,
-                  info.summary);
-    }
+    std::fputs(args.markdown ? collx::algorithms::algorithmTablesMarkdown().c_str()
+                             : collx::algorithms::algorithmList().c_str(),
+               stdout);
     return 0;
   }
   try {

@@ -21,7 +21,9 @@
 
 #include "cli.h"
 #include "collx/algorithms/registry.h"
+#include "collx/algorithms/selection.h"
 #include "collx/algorithms/simulator.h"
+#include "collx/base/config.h"
 #include "collx/base/data_type.h"
 #include "collx/base/error.h"
 #include "collx/base/reduce_op.h"
@@ -82,7 +84,7 @@ void listAlgorithms() {
     for (const AlgorithmInfo& info : collx::algorithms::algorithmRegistry()) {
       if (info.coll != c) continue;
       std::printf("  %-20s %s%s\n", info.name, info.summary,
-                  info.shared ? " [shared memory: not simulated]"
+                  info.shared            ? " [shared memory: not simulated]"
                   : info.cost == nullptr ? " [no cost formula yet]"
                                          : "");
     }
@@ -194,41 +196,22 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   return a;
 }
 
-// Rank r's params for a call of `count` elements (blocks: equal for the v-collectives).
+// The call of `count` elements (blocks: equal for the v-collectives).
+collx::algorithms::UniformCall callOf(const Args& a, std::uint64_t count) {
+  collx::algorithms::UniformCall call;
+  call.coll = a.coll;
+  call.ranks = a.ranks;
+  call.count = count;
+  call.dtype = a.dtype;
+  call.op = a.op;
+  call.root = a.root;
+  call.chunkBytes = a.chunkBytes;
+  return call;
+}
+
+// Rank r's params for a call of `count` elements.
 ScheduleParams paramsOf(const Args& a, std::uint64_t count, int rank) {
-  ScheduleParams p;
-  p.coll = a.coll;
-  p.rank = rank;
-  p.size = a.ranks;
-  p.count = count;
-  p.elementSize = collx::dataTypeSize(a.dtype);
-  p.op = a.op;
-  p.root = a.root;
-  p.chunkBytes = a.chunkBytes;
-  switch (a.coll) {
-    case Collective::kAllgatherv:
-    case Collective::kReduceScatter:
-    case Collective::kGather:
-    case Collective::kGatherv:
-    case Collective::kScatter:
-    case Collective::kScatterv:
-    case Collective::kAlltoall:
-    case Collective::kAlltoallv:
-      p.counts.assign(static_cast<std::size_t>(a.ranks), count);
-      p.displs.resize(static_cast<std::size_t>(a.ranks));
-      for (int i = 0; i < a.ranks; ++i) p.displs[i] = static_cast<std::uint64_t>(i) * count;
-      if (a.coll == Collective::kAlltoall || a.coll == Collective::kAlltoallv) {
-        p.recvCounts = p.counts;
-        p.recvDispls = p.displs;
-      }
-      if (a.coll == Collective::kAlltoallv) {  // equal blocks: the matrix alltoallv bruck needs
-        p.countMatrix.assign(static_cast<std::size_t>(a.ranks) * a.ranks, count);
-      }
-      break;
-    default:
-      break;
-  }
-  return p;
+  return collx::algorithms::paramsOf(callOf(a, count), rank);
 }
 
 std::string formatBytes(std::uint64_t b) {
@@ -284,11 +267,15 @@ int run(const Args& a) {
   std::printf("* = the default selection table's pick, < = the fastest modeled\n\n");
   std::printf("%10s  %-20s %12s %8s %7s %10s %12s\n", "size", "algorithm", "time(us)", "x best",
               "rounds", "msgs/rank", "bytes/rank");
+  // The default is what the library chooses (COLLX_RULES and COLLX_<COLL>_ALGO included) for
+  // a job of one host whose ranks do not share memory, which is what the model is.
+  const collx::algorithms::SelectionPolicy policy = collx::algorithms::SelectionPolicy::fromConfig(
+      collx::Config::process(), /*sharedMemory=*/false, /*hosts=*/1);
   const auto started = std::chrono::steady_clock::now();
   int failures = 0;
   for (std::uint64_t size : a.sizes) {
     const std::uint64_t count = size / es;
-    const char* pick = collx::algorithms::defaultAlgorithm(a.coll, a.ranks, count * es);
+    const char* pick = collx::algorithms::defaultChoice(callOf(a, count), policy).algorithm->name;
     std::vector<Row> rows;
     for (const std::string& name : a.algorithms) {
       const AlgorithmInfo& info = *collx::algorithms::findAlgorithm(a.coll, name);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "collx/algorithms/registry.h"
+#include "collx/algorithms/selection.h"
 #include "collx/collx.h"
 #include "util/reference.h"
 #include "util/test_util.h"
@@ -345,8 +346,9 @@ TEST(Selection, AllgatherDefaultIsOpenMpisDecisionTree) {
   for (int P : {1,   2,   3,   4,   7,   8,   16,   31,   32,   33,   63,   64,   100,
                 127, 128, 255, 256, 511, 512, 1023, 1024, 2047, 2048, 4095, 4096, 100000}) {
     for (std::uint64_t total : totals) {
-      const char* chosen =
-          algorithms::defaultAlgorithm(algorithms::Collective::kAllgather, P, total);
+      const auto* row =
+          algorithms::Selection::builtIn().choose(algorithms::Collective::kAllgather, P, total);
+      const char* chosen = row == nullptr ? nullptr : row->algorithm->name;
       ASSERT_NE(chosen, nullptr) << "P " << P << ", " << total << " bytes";
       EXPECT_EQ(chosen, openMpiAllgather(P, total)) << "P " << P << ", " << total << " bytes";
       EXPECT_NE(algorithms::findAlgorithm(algorithms::Collective::kAllgather, chosen), nullptr)
@@ -492,27 +494,36 @@ TEST(Failures, AllreduceAgainstBroadcastIsAMismatchOnBothSides) {
 }
 
 // A call of a shared-memory algorithm against one of messages (a rank that waits in shared
-// memory, a rank that waits for a message): still a mismatch on both sides, not a timeout.
+// memory, a rank that waits for a message): still a mismatch on both sides, not a timeout,
+// blocking (the shm rank's own wait sees the other's announcement) or nonblocking (the
+// engine runs the shm call; the waiting rank sees the other's use of the group buffers).
 TEST(Failures, SharedMemoryCallAgainstAMessageCallIsAMismatchOnBothSides) {
   if (!test::worldsShareMemory()) {
     GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
   }
-  expectMismatchBothSides(
-      [&](int rank, Context& ctx) {
-        std::vector<float> v(1024, 1.0f);
-        CollectiveOptions o;
-        o.timeout = std::chrono::seconds(10);
-        if (rank == 0) {
-          AllreduceOptions ao;
-          ao.algorithm = "shm";
-          ao.timeout = o.timeout;
-          allreduce(ctx, v.data(), v.data(), v.size(), DataType::kFloat32, ao);
-        } else {
-          o.algorithm = "one_to_all";
-          broadcast(ctx, v.data(), v.size(), DataType::kFloat32, 0, o);
-        }
-      },
-      "allreduce#0 float32x1024", "broadcast#0 float32x1024 root 0");
+  for (bool nonblocking : {false, true}) {
+    SCOPED_TRACE(nonblocking ? "nonblocking" : "blocking");
+    expectMismatchBothSides(
+        [&](int rank, Context& ctx) {
+          std::vector<float> v(1024, 1.0f);
+          CollectiveOptions o;
+          o.timeout = std::chrono::seconds(10);
+          if (rank == 0) {
+            AllreduceOptions ao;
+            ao.algorithm = "shm";
+            ao.timeout = o.timeout;
+            if (nonblocking) {
+              allreduceAsync(ctx, v.data(), v.data(), v.size(), DataType::kFloat32, ao).wait();
+            } else {
+              allreduce(ctx, v.data(), v.data(), v.size(), DataType::kFloat32, ao);
+            }
+          } else {
+            o.algorithm = "one_to_all";
+            broadcast(ctx, v.data(), v.size(), DataType::kFloat32, 0, o);
+          }
+        },
+        "allreduce#0 float32x1024", "broadcast#0 float32x1024 root 0");
+  }
 }
 
 TEST(Failures, WrongCountIsAMismatchOnBothSides) {
@@ -805,6 +816,138 @@ TEST(SharedMemory, AllreducesReadDirectlyOrInRoundsAreBitIdenticalToTheRankOrder
       }
     }
   });
+}
+
+// Nonblocking shared-memory calls are tasks of the engine, run one at a time in issue order
+// on every rank: many in flight at once, of several collectives, mixed with calls of
+// messages and blocking ones, each give their result, whatever order their Works are waited
+// in (the last first here), and before any is waited for.
+TEST(SharedMemory, NonblockingCallsRunInIssueOrderWithEverythingElse) {
+  if (!test::worldsShareMemory()) {
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+  }
+  for (int P : {2, 3, 5}) {
+    World& world = test::worldOf(P);
+    constexpr int kCalls = 12;
+    std::vector<std::string> wrong(static_cast<std::size_t>(P));
+    world.runOk([&](int rank, Context& ctx) {
+      AllreduceOptions shm;
+      shm.algorithm = "shm";
+      CollectiveOptions shmPlain;
+      shmPlain.algorithm = "shm";
+      CollectiveOptions ring;
+      ring.algorithm = "ring";
+      std::vector<std::vector<std::int32_t>> sums(kCalls), gathered(kCalls), bcasts(kCalls);
+      std::vector<Work> works;
+      for (int i = 0; i < kCalls; ++i) {
+        const std::uint64_t count = 1 + static_cast<std::uint64_t>(i) * 5003;  // 4 B to 220 KiB
+        sums[i].assign(count, rank + i);
+        works.push_back(
+            allreduceAsync(ctx, sums[i].data(), sums[i].data(), count, DataType::kInt32, shm));
+        gathered[i].assign(count * static_cast<std::uint64_t>(P), -1);
+        std::vector<std::int32_t> mine(count, rank * 7 + i);
+        // A call of messages in between (its own copy of `mine` is in `gathered` when done).
+        std::copy(mine.begin(), mine.end(), gathered[i].begin() + static_cast<long>(count) * rank);
+        works.push_back(allgatherAsync(ctx, nullptr, gathered[i].data(), count, DataType::kInt32,
+                                       i % 2 == 0 ? shmPlain : ring));
+        bcasts[i].assign(count, rank == i % P ? 1000 + i : 0);
+        if (i % 3 == 0) {  // blocking ones among them
+          broadcast(ctx, bcasts[i].data(), count, DataType::kInt32, i % P, shmPlain);
+        } else {
+          works.push_back(
+              broadcastAsync(ctx, bcasts[i].data(), count, DataType::kInt32, i % P, shmPlain));
+        }
+      }
+      // Another thread waits for them (and so drives the engine) while this one makes
+      // blocking shared-memory calls after them.
+      std::exception_ptr waited;
+      std::thread waiter([&] {
+        try {
+          for (auto it = works.rbegin(); it != works.rend(); ++it) it->wait();
+        } catch (...) {
+          waited = std::current_exception();
+        }
+      });
+      std::vector<std::int32_t> after(1000, rank);
+      allreduce(ctx, after.data(), after.data(), after.size(), DataType::kInt32, shm);
+      barrier(ctx, shmPlain);
+      waiter.join();
+      if (waited) std::rethrow_exception(waited);
+      std::string& out = wrong[static_cast<std::size_t>(rank)];
+      auto all = [](const std::vector<std::int32_t>& v, std::int32_t x) {
+        return std::all_of(v.begin(), v.end(), [x](std::int32_t y) { return y == x; });
+      };
+      if (!all(after, P * (P - 1) / 2)) out += "after; ";
+      for (int i = 0; i < kCalls; ++i) {
+        const std::uint64_t count = sums[i].size();
+        const std::int32_t sum = P * i + P * (P - 1) / 2;
+        if (!all(sums[i], sum)) out += "allreduce " + std::to_string(i) + "; ";
+        for (int q = 0; q < P; ++q) {
+          for (std::uint64_t k = 0; k < count; ++k) {
+            if (gathered[i][static_cast<std::size_t>(q) * count + k] != q * 7 + i) {
+              out += "allgather " + std::to_string(i) + "; ";
+              k = count;
+              q = P;
+            }
+          }
+        }
+        if (!all(bcasts[i], 1000 + i)) out += "broadcast " + std::to_string(i) + "; ";
+      }
+    });
+    for (int r = 0; r < P; ++r)
+      EXPECT_EQ(wrong[static_cast<std::size_t>(r)], "") << "P=" << P << " rank " << r;
+  }
+}
+
+// A nonblocking shared-memory call waiting for a rank that never comes ends at its deadline
+// with a TimeoutError naming that rank and its use of the group buffers; abort() ends one at
+// once. Neither holds up the caller meanwhile.
+TEST(SharedMemory, NonblockingCallsEndAtTheirDeadlineOrOnAbort) {
+  if (!test::worldsShareMemory()) {
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+  }
+  for (bool abortIt : {false, true}) {
+    World world(2);
+    auto errors = world.run([&](int rank, Context& ctx) {
+      if (rank == 1) {  // never takes part
+        if (abortIt) {
+          std::this_thread::sleep_for(300ms);
+          world.context(0).abort("stopped by the test");
+        }
+        return;
+      }
+      std::vector<float> v(1000);
+      AllreduceOptions o;
+      o.algorithm = "shm";
+      o.timeout = abortIt ? 30s : 300ms;
+      const auto start = std::chrono::steady_clock::now();
+      Work w = allreduceAsync(ctx, v.data(), v.data(), v.size(), DataType::kFloat32, o);
+      if (std::chrono::steady_clock::now() - start > 100ms) {
+        throw std::runtime_error("starting the call waited for the other rank");
+      }
+      if (w.test()) throw std::runtime_error("the call ended without the other rank");
+      try {
+        w.wait();
+      } catch (const Error& e) {
+        const auto took = std::chrono::steady_clock::now() - start;
+        const std::string what = e.what();
+        if (abortIt) {
+          if (e.kind() != ErrorKind::kAborted ||
+              what.find("stopped by the test") == std::string::npos || took > 5s) {
+            throw std::runtime_error("abort: " + what);
+          }
+        } else if (e.kind() != ErrorKind::kTimeout || took < 290ms || took > 5s ||
+                   what.find("rank 0: allreduce(shm, seq 0)") == std::string::npos ||
+                   what.find("waiting for rank 1 (shared memory: its use") == std::string::npos) {
+          throw std::runtime_error("timeout: " + what);
+        }
+        if (!w.error()) throw std::runtime_error("the Work has no error");
+        return;
+      }
+      throw std::runtime_error("the call succeeded without the other rank");
+    });
+    EXPECT_EQ(test::messageOf(errors[0]), "") << (abortIt ? "abort" : "timeout");
+  }
 }
 
 TEST(Failures, NonblockingCallFailsItsWork) {

@@ -45,7 +45,7 @@ TEST(Selection, RulesComeFirstThenTheTable) {
   const auto* fallback = s.choose(Collective::kAllreduce, 4, 1ull << 30);
   EXPECT_EQ(fallback->source, "default table");
   EXPECT_STREQ(s.choose(Collective::kBroadcast, 64, 4)->algorithm->name, "one_to_all");
-  EXPECT_EQ(s.rows(Collective::kAllreduce).front()->source, "test rules, allreduce entry 1");
+  EXPECT_EQ(s.rows(Collective::kAllreduce).front().source, "test rules, allreduce entry 1");
 }
 
 TEST(Selection, BadRulesNameTheEntryAndWhatIsWrong) {
@@ -74,6 +74,26 @@ TEST(Selection, BadRulesNameTheEntryAndWhatIsWrong) {
   EXPECT_NE(error(R"({"allreduce": [{"min_ranks": 2}]})").find("names no algorithm"),
             std::string::npos);
   EXPECT_NE(error("[]").find("must be an object"), std::string::npos);
+  EXPECT_NE(error(R"({"allreduce": 3})").find("allreduce must be an array of rules"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"allreduce": [3]})").find("allreduce entry 1 must be an object"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"allreduce": [{"max_ranks": 2.5, "algorithm": "ring"}]})")
+                .find("allreduce entry 1: max_ranks must be a whole number >= 1, not 2.5"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"allreduce": [{"min_bytes": "2Q", "algorithm": "ring"}]})")
+                .find("allreduce entry 1: min_bytes must be a byte count"),
+            std::string::npos);
+  EXPECT_NE(
+      error(R"({"allreduce": [{"algorithm": "ring"}]} and more)").find("not valid JSON: line 1"),
+      std::string::npos);
+  // Whole numbers written as such, byte counts as numbers or with suffixes, "inf".
+  Selection ok = Selection::fromJson(
+      R"({"allreduce": [{"min_ranks": 4.0, "min_bytes": 1024, "max_bytes": "inf", "algorithm": "ring"}]})",
+      "rules.json");
+  EXPECT_EQ(ok.rows(Collective::kAllreduce).front().minRanks, 4);
+  EXPECT_EQ(ok.rows(Collective::kAllreduce).front().minBytes, 1024u);
+  EXPECT_EQ(ok.rows(Collective::kAllreduce).front().maxBytes, ~std::uint64_t{0});
   EXPECT_THROW(Selection::fromFile("/nonexistent/rules.json"), InvalidArgument);
 }
 

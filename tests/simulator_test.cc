@@ -85,11 +85,6 @@ constexpr Reduction kReductions[] = {{DataType::kInt32, ReduceOpKind::kSum},
                                      {DataType::kInt32, ReduceOpKind::kProd},
                                      {DataType::kFloat32, ReduceOpKind::kMax}};
 
-bool reduces(Collective coll) {
-  return coll == Collective::kAllreduce || coll == Collective::kReduceScatter ||
-         coll == Collective::kReduce;
-}
-
 // Collectives whose buffers hold P blocks of `count` on some rank: their counts are capped at
 // large P so that P^2 blocks fit in memory.
 bool blockwise(Collective coll) {

@@ -38,6 +38,8 @@ Schedule buildAlltoallBruck(const ScheduleParams& p);
 Schedule buildAlltoallvBruck(const ScheduleParams& p);
 Schedule buildBroadcastScatterAllgather(const ScheduleParams& p);
 Schedule buildBroadcastChain(const ScheduleParams& p);
+// Every shared-memory algorithm (shared/): one TaskKind::kShared task on the call's params.
+Schedule buildShared(const ScheduleParams& p);
 Schedule buildAllreduceHierarchical(const ScheduleParams& p);
 Schedule buildBroadcastHierarchical(const ScheduleParams& p);
 Schedule buildAllgatherHierarchical(const ScheduleParams& p);
@@ -98,5 +100,53 @@ Cost binomialTreeCost(const ScheduleParams& p, const char* which);
 
 // A world of one: copy input to output unless in place.
 Schedule buildLocalOnly(const ScheduleParams& p, const char* name);
+
+// Every algorithm's registry entry, defined in its file next to its description (the
+// registry lists them in this order).
+extern const AlgorithmInfo kAllreduceRing;
+extern const AlgorithmInfo kAllreduceRingChunked;
+extern const AlgorithmInfo kAllreduceHalvingDoubling;
+extern const AlgorithmInfo kAllreduceRecursiveDoubling;
+extern const AlgorithmInfo kAllreduceKnomial;
+extern const AlgorithmInfo kAllreduceHierarchical;
+extern const AlgorithmInfo kAllgatherRing;
+extern const AlgorithmInfo kAllgatherLinear;
+extern const AlgorithmInfo kAllgatherBruck;
+extern const AlgorithmInfo kAllgatherRecursiveDoubling;
+extern const AlgorithmInfo kAllgatherNeighborExchange;
+extern const AlgorithmInfo kAllgatherTwoProc;
+extern const AlgorithmInfo kAllgatherSparbit;
+extern const AlgorithmInfo kAllgatherHierarchical;
+extern const AlgorithmInfo kBroadcastOneToAll;
+extern const AlgorithmInfo kBroadcastBinomial;
+extern const AlgorithmInfo kBroadcastScatterAllgather;
+extern const AlgorithmInfo kBroadcastChain;
+extern const AlgorithmInfo kBroadcastHierarchical;
+extern const AlgorithmInfo kBarrierAllToAll;
+extern const AlgorithmInfo kBarrierAllToOne;
+extern const AlgorithmInfo kBarrierDissemination;
+extern const AlgorithmInfo kAllgathervRing;
+extern const AlgorithmInfo kAllgathervBruck;
+extern const AlgorithmInfo kReduceScatterRing;
+extern const AlgorithmInfo kReduceScatterRecursiveHalving;
+extern const AlgorithmInfo kReduceBinomial;
+extern const AlgorithmInfo kReduceReduceScatterGather;
+extern const AlgorithmInfo kGatherLinear;
+extern const AlgorithmInfo kGatherBinomial;
+extern const AlgorithmInfo kGathervLinear;
+extern const AlgorithmInfo kGathervBinomial;
+extern const AlgorithmInfo kScatterLinear;
+extern const AlgorithmInfo kScatterBinomial;
+extern const AlgorithmInfo kScattervLinear;
+extern const AlgorithmInfo kScattervBinomial;
+extern const AlgorithmInfo kAlltoallPairwise;
+extern const AlgorithmInfo kAlltoallBruck;
+extern const AlgorithmInfo kAlltoallvPairwise;
+extern const AlgorithmInfo kAlltoallvBruck;
+extern const AlgorithmInfo kAllreduceShm;
+extern const AlgorithmInfo kReduceScatterShm;
+extern const AlgorithmInfo kBroadcastShm;
+extern const AlgorithmInfo kAllgatherShm;
+extern const AlgorithmInfo kBarrierShm;
 
 }  // namespace collx::algorithms

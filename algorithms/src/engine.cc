@@ -8,12 +8,22 @@
 #include "collx/base/check.h"
 #include "collx/base/copy.h"
 #include "collx/base/log.h"
+#include "shared/runner.h"
 
 namespace collx::algorithms {
 
 namespace {
 // A waiting thread wakes at least this often to check its deadline.
 constexpr std::chrono::milliseconds kMaxPollSlice(20);
+// Naps while a shared-memory call waits: a sixteenth of the time waited so far, within
+// these bounds (a late wakeup costs at most that share of the wait).
+constexpr std::chrono::microseconds kMinNap(20), kMaxNap(1000);
+// Looks at a shared-memory member's use per pass of the progress loop.
+constexpr int kSharedLooks = 16;
+// How often a waiting collective looks whether a member of the shared-memory group runs its
+// call through shared memory (checkSharedPeers).
+constexpr std::chrono::milliseconds kPeerCheckPeriod(10);
+
 }  // namespace
 
 std::string callName(const CallInfo& info) {
@@ -43,6 +53,7 @@ class Execution {
       if (remaining_[i] == 0) ready_.push_back(static_cast<TaskId>(i));
     }
     requests_.resize(tasks.size());
+    shared_ = schedule_->sharedParams() != nullptr;
     if (schedule_->scratchBytes() > 0) {
       scratch_ = engine_.takeScratch(schedule_->scratchBytes(), scratchCapacity_);
     }
@@ -57,6 +68,14 @@ class Execution {
 
   bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
   const CallInfo& info() const noexcept { return info_; }
+  // Its schedule is a shared-memory call (TaskKind::kShared), which the engine runs.
+  bool shared() const noexcept { return shared_; }
+  // That task's dependencies are done: its turn may come.
+  bool sharedReady() const noexcept { return sharedTask_ != kNoTask; }
+  const ScheduleParams& sharedParams() const { return *schedule_->sharedParams(); }
+  Bindings bindings() const { return Bindings{input_, output_}; }
+  // The engine ran the shared-memory task to its end.
+  void sharedDone() { done(sharedTask_); }
   bool async() const noexcept { return async_; }
   std::exception_ptr error() const noexcept { return error_; }
 
@@ -107,6 +126,9 @@ class Execution {
                    static_cast<std::uint64_t>(engine_.size()));
           done(id);
           break;
+        case TaskKind::kShared:
+          sharedTask_ = id;  // Engine::pumpShared runs it in its turn
+          break;
       }
     }
   }
@@ -126,6 +148,7 @@ class Execution {
 
   // The peers and steps this call still waits for, for a timeout message.
   std::string pendingDescription() const {
+    if (shared_) return engine_.sharedPending(*this);
     std::map<int, std::string> byPeer;
     const auto& tasks = schedule_->tasks();
     for (std::size_t i = 0; i < tasks.size(); ++i) {
@@ -152,6 +175,7 @@ class Execution {
   }
 
   int firstPendingPeer() const {
+    if (shared_) return engine_.sharedPendingPeer(*this);
     const auto& tasks = schedule_->tasks();
     for (std::size_t i = 0; i < tasks.size(); ++i) {
       if (requests_[i].posted && !requests_[i].completed) return tasks[i].peer;
@@ -221,14 +245,24 @@ class Execution {
   std::size_t outstanding_ = 0;
   std::atomic<bool> finished_{false};
   std::exception_ptr error_;
+  static constexpr TaskId kNoTask = ~TaskId{0};
+  bool shared_ = false;
+  TaskId sharedTask_ = kNoTask;
 };
 
 Engine::Engine(std::unique_ptr<transport::Mesh> mesh, const EngineOptions& options)
-    : mesh_(std::move(mesh)), options_(options) {
+    : mesh_(std::move(mesh)),
+      options_(options),
+      shared_(std::make_unique<shared::Runner>(mesh_->sharedGroup())) {
   if (transport::SharedGroup* group = mesh_->sharedGroup()) {
     // A shared-memory wait that fails fails the mesh as the driving thread would: not while
-    // another thread moves bytes through it.
+    // another thread moves bytes through it. (A nonblocking call's waits run on the driving
+    // thread itself.)
     group->setFailMesh([this](const Error& error) {
+      if (blockingCaller_.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
+        mesh_->fail(error);
+        return;
+      }
       lockDrive();
       mesh_->fail(error);
       unlockDrive();
@@ -292,6 +326,10 @@ Engine::~Engine() {
     mesh_->fail(error);
     failAll(error);
   }
+  shared_->abandon();
+  if (sharedRunning_ != nullptr) releaseShared();
+  sharedRunning_ = nullptr;
+  sharedQueue_.clear();
   active_.clear();
 }
 
@@ -326,21 +364,48 @@ class Engine::DriveLock {
 
 void Engine::run(std::shared_ptr<const Schedule> schedule, const Bindings& bindings,
                  CallInfo info) {
+  if (info.deadline == Clock::time_point::max()) info.deadline = Clock::now() + info.timeout;
   auto execution = std::make_shared<Execution>(*this, std::move(schedule), bindings,
                                                std::move(info), /*async=*/false);
   {
     DriveLock lock(*this);
     if (!refuseIfFailed(*execution)) {
-      active_.push_back(execution);
-      registerActive(*execution);
+      admit();  // the nonblocking calls started before it come first
+      activate(execution);
       driveUntil(*execution, std::nullopt);
     }
   }
   if (execution->error()) std::rethrow_exception(execution->error());
 }
 
+bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings,
+                       const CallInfo& info) {
+  if (asyncInFlight_.load() > 0 || !claimShared()) return false;
+  blockingCaller_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  struct Release {
+    Engine& engine;
+    ~Release() {
+      engine.blockingCaller_.store(std::thread::id(), std::memory_order_relaxed);
+      engine.releaseShared();
+    }
+  } release{*this};
+  shared_->start(params, bindings, info, /*blocking=*/true);
+  return true;
+}
+
+bool Engine::claimShared() noexcept {
+  bool free = false;
+  return sharedClaimed_.compare_exchange_strong(free, true, std::memory_order_acq_rel);
+}
+
+void Engine::releaseShared() noexcept {
+  sharedClaimed_.store(false, std::memory_order_release);
+  if (asyncInFlight_.load() > 0) mesh_->wakeup();  // a queued call may start
+}
+
 std::shared_ptr<Execution> Engine::start(std::shared_ptr<const Schedule> schedule,
                                          const Bindings& bindings, CallInfo info) {
+  if (info.deadline == Clock::time_point::max()) info.deadline = Clock::now() + info.timeout;
   auto execution = std::make_shared<Execution>(*this, std::move(schedule), bindings,
                                                std::move(info), /*async=*/true);
   asyncInFlight_.fetch_add(1);
@@ -367,7 +432,7 @@ bool Engine::wait(Execution& execution, std::optional<Clock::time_point> until) 
 bool Engine::test(Execution& execution) {
   if (!execution.finished() && drive_.try_lock()) {
     try {
-      admit(nullptr);
+      admit();
       pumpAll();
       if (!execution.finished() && !mesh_->failure()) {
         try {
@@ -417,11 +482,13 @@ void Engine::registerActive(const Execution& execution) {
   }
 }
 
-// Moves started nonblocking calls into the active set (driver only).
-void Engine::admit(const std::shared_ptr<Execution>&) {
+// Moves started nonblocking calls into the active set, in the order they were started
+// (driver only).
+void Engine::admit() {
   std::deque<std::shared_ptr<Execution>> arrived;
   {
     std::lock_guard<std::mutex> lock(stateMutex_);
+    if (incoming_.empty()) return;
     arrived.swap(incoming_);
   }
   for (auto& execution : arrived) {
@@ -429,21 +496,125 @@ void Engine::admit(const std::shared_ptr<Execution>&) {
       asyncInFlight_.fetch_sub(1);
       continue;
     }
-    registerActive(*execution);
-    active_.push_back(std::move(execution));
+    activate(std::move(execution));
   }
 }
 
-void Engine::pumpAll() {
+void Engine::activate(std::shared_ptr<Execution> execution) {
+  registerActive(*execution);
+  if (execution->shared()) sharedQueue_.push_back(execution.get());
+  active_.push_back(std::move(execution));
+}
+
+bool Engine::pumpAll() {
   // Pumping may complete transfers inline, which readies more tasks: loop until quiet.
   for (auto& execution : active_) {
     try {
       execution->pump();
     } catch (const Error& e) {
       failAll(e);
+      return true;
+    }
+  }
+  return !sharedQueue_.empty() && pumpShared();
+}
+
+bool Engine::pumpShared() {
+  bool moved = false;
+  while (!sharedQueue_.empty()) {
+    Execution& e = *sharedQueue_.front();
+    if (e.finished()) {  // it failed
+      dropEndedShared();
+      continue;
+    }
+    if (!e.sharedReady()) break;
+    bool ended = false;
+    try {
+      if (sharedRunning_ != &e) {
+        if (!claimShared()) break;  // a blocking call runs on its own thread
+        sharedRunning_ = &e;
+        ended = shared_->start(e.sharedParams(), e.bindings(), e.info(), /*blocking=*/false);
+      } else {
+        ended = shared_->poll(kSharedLooks);
+      }
+    } catch (const Error& error) {
+      failAll(error);  // the call's wait failed the mesh already
+      return true;
+    }
+    if (!ended) break;
+    moved = true;
+    sharedRunning_ = nullptr;
+    releaseShared();
+    sharedQueue_.pop_front();
+    e.sharedDone();
+  }
+  return moved;
+}
+
+void Engine::dropEndedShared() noexcept {
+  while (!sharedQueue_.empty() && sharedQueue_.front()->finished()) {
+    if (sharedRunning_ == sharedQueue_.front()) {
+      shared_->abandon();
+      sharedRunning_ = nullptr;
+      releaseShared();
+    }
+    sharedQueue_.pop_front();
+  }
+  // A failure fails every call: the ones behind end too, before they ran.
+  std::erase_if(sharedQueue_, [](Execution* e) { return e->finished(); });
+}
+
+std::string Engine::sharedPending(const Execution& execution) {
+  if (sharedRunning_ == &execution) return shared_->waitingFor();
+  return "an earlier shared-memory call to end";
+}
+
+int Engine::sharedPendingPeer(const Execution& execution) {
+  return sharedRunning_ == &execution ? shared_->waitingRank() : -1;
+}
+
+void Engine::checkSharedPeers() {
+  transport::SharedGroup* group = mesh_->sharedGroup();
+  // Not while this rank has a shared-memory call: its next use is that call's.
+  if (group == nullptr || !sharedQueue_.empty() || !claimShared()) return;
+  const std::uint64_t use = group->nextUse();
+  releaseShared();
+  for (const auto& execution : active_) {
+    const CallInfo& info = execution->info();
+    if (execution->finished() || info.key.space != transport::Space::kCollective) continue;
+    for (int m = 0; m < group->size(); ++m) {
+      if (m == group->index()) continue;
+      // The member's header of the use this rank would take next (shared_group.h): published
+      // (`use` is stored last, with release) for this sequence number, it runs this call
+      // through shared memory while this rank waits for messages.
+      auto* header = reinterpret_cast<transport::UseHeader*>(group->payload(m, use) -
+                                                             transport::SharedGroup::kHeaderBytes);
+      if (std::atomic_ref<std::uint64_t>(header->use).load(std::memory_order_acquire) != use ||
+          header->seq != info.key.seq) {
+        continue;
+      }
+      const transport::MessageKey key{info.key.seq, 0, info.key.space};
+      const std::string mine = mesh_->link().describe(key, info.fingerprint);
+      const std::string theirs = mesh_->link().describe(key, header->fingerprint);
+      const int peer = group->rankOf(m);
+      MismatchError error(Where{rank(), callName(info), peer},
+                          header->fingerprint != info.fingerprint
+                              ? "rank " + std::to_string(rank()) + " expected " + mine +
+                                    " from rank " + std::to_string(peer) + ", got " + theirs
+                              : "rank " + std::to_string(peer) + " runs " + theirs +
+                                    " through shared memory (algorithm shm), rank " +
+                                    std::to_string(rank()) + " with " + info.algorithm);
+      failAll(error);
       return;
     }
   }
+}
+
+void Engine::nap(Clock::duration idle, Clock::time_point limit) {
+  auto length = std::clamp<Clock::duration>(idle / 16, kMinNap, kMaxNap);
+  const auto now = Clock::now();
+  if (now + length > limit) length = limit > now ? limit - now : Clock::duration::zero();
+  std::this_thread::sleep_for(length);
 }
 
 // Drops finished calls from the active set (driver only).
@@ -456,12 +627,14 @@ void Engine::retire() {
     if (e->async()) asyncInFlight_.fetch_sub(1);
     return true;
   };
+  if (!sharedQueue_.empty()) dropEndedShared();
   active_.erase(std::remove_if(active_.begin(), active_.end(), finished), active_.end());
 }
 
 void Engine::failAll(const Error& error) {
   mesh_->fail(error);  // fails every transfer in flight (and poisons the mesh)
   for (auto& execution : active_) execution->fail(error);
+  dropEndedShared();
 }
 
 void Engine::timeOut(Execution& execution) {
@@ -475,8 +648,8 @@ void Engine::timeOut(Execution& execution) {
 bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> until) {
   auto lastActivity = Clock::now();
   while (true) {
-    admit(nullptr);
-    pumpAll();
+    admit();
+    if (pumpAll()) lastActivity = Clock::now();
     retire();
     if (target.finished()) return true;
     auto now = Clock::now();
@@ -486,13 +659,22 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
       return true;
     }
     if (until && now >= *until) return false;
+    if (now >= nextPeerCheck_) {
+      nextPeerCheck_ = now + kPeerCheckPeriod;
+      checkSharedPeers();
+    }
     std::chrono::microseconds wait(0);
     const auto idle = now - lastActivity;
     const bool spinning = idle < options_.spin;
+    const auto limit = std::min(target.info().deadline, until.value_or(Clock::time_point::max()));
+    // A shared-memory call waits for a member's use: poll and nap (nothing rings this
+    // thread when the member publishes).
+    // (The queue is the driver's: a blocking call on another thread may hold the runner.)
+    const bool napping =
+        !spinning && idle >= options_.spin + options_.yield && !sharedQueue_.empty();
     if (!spinning && idle < options_.spin + options_.yield) {
       std::this_thread::yield();
-    } else if (!spinning) {
-      auto limit = std::min(target.info().deadline, until.value_or(Clock::time_point::max()));
+    } else if (!spinning && !napping) {
       wait = std::chrono::duration_cast<std::chrono::microseconds>(
           std::min<Clock::duration>(limit - now, kMaxPollSlice));
       if (wait.count() < 1) wait = std::chrono::microseconds(1);
@@ -502,6 +684,7 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
     } catch (const Error& e) {
       failAll(e);
     }
+    if (napping) nap(idle, limit);
   }
 }
 
@@ -517,9 +700,10 @@ void Engine::progressLoop() {
     lock.unlock();
     {
       std::lock_guard<std::mutex> drive(drive_);
+      auto lastActivity = Clock::now();
       while (!stopping_ && callersWaiting_.load() == 0 && asyncInFlight_.load() > 0) {
-        admit(nullptr);
-        pumpAll();
+        admit();
+        if (pumpAll()) lastActivity = Clock::now();
         retire();
         // Deadlines of the nonblocking calls.
         auto now = Clock::now();
@@ -536,12 +720,30 @@ void Engine::progressLoop() {
           continue;
         }
         if (asyncInFlight_.load() == 0) break;
-        auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
-            std::min<Clock::duration>(earliest - now, kMaxPollSlice));
+        if (now >= nextPeerCheck_) {
+          nextPeerCheck_ = now + kPeerCheckPeriod;
+          checkSharedPeers();
+        }
+        // Nobody waits for these calls: no spinning. A shared-memory call's wait yields the
+        // core for a while (its members are usually there soon), then naps.
+        const auto idle = now - lastActivity;
+        const bool sharedWaits = !sharedQueue_.empty();
+        const bool yielding = sharedWaits && idle < options_.spin + options_.yield;
+        std::chrono::microseconds wait(0);
+        if (!sharedWaits) {
+          wait = std::max(std::chrono::duration_cast<std::chrono::microseconds>(
+                              std::min<Clock::duration>(earliest - now, kMaxPollSlice)),
+                          std::chrono::microseconds(1));
+        }
         try {
-          mesh_->progress(std::max(wait, std::chrono::microseconds(1)));
+          if (mesh_->progress(wait)) lastActivity = Clock::now();
         } catch (const Error& e) {
           failAll(e);
+        }
+        if (yielding) {
+          std::this_thread::yield();
+        } else if (sharedWaits) {
+          nap(idle, earliest);
         }
       }
     }

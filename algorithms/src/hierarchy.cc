@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "collx/algorithms/selection.h"
 #include "collx/base/check.h"
 #include "collx/base/error.h"
 
@@ -64,11 +65,9 @@ std::vector<int> Layout::column(int local) const {
   return out;
 }
 
-const AlgorithmInfo& tableChoice(Collective coll, int ranks, std::uint64_t bytes) {
-  const char* name = defaultAlgorithm(coll, ranks, bytes);
-  const AlgorithmInfo* info = name == nullptr ? nullptr : findAlgorithm(coll, name);
-  COLLX_CHECK(info != nullptr);
-  return *info;
+const AlgorithmInfo& groupChoice(const ScheduleParams& group) {
+  static const SelectionPolicy kPolicy;  // the built-in table, one host, no shared memory
+  return *select(group, kPolicy).algorithm;
 }
 
 ScheduleParams groupParams(const ScheduleParams& p, Collective coll, int rank, int size) {
@@ -146,6 +145,9 @@ Deps append(Schedule& s, Schedule sub, const Phase& phase, const Deps& after) {
       case TaskKind::kDivide:
         mapped[id] = s.divide(mapRef(t.dst, phase), t.count, std::move(d));
         break;
+      case TaskKind::kShared:  // groups choose without shared memory (groupChoice)
+        COLLX_CHECK(t.kind != TaskKind::kShared);
+        break;
     }
     if (t.dependentCount == 0) ends.push_back(mapped[id]);
   }
@@ -179,7 +181,7 @@ void addHostBroadcast(Plan& plan, const ScheduleParams& p, std::vector<int> memb
   bc.root = root;
   bc.inPlace = true;
   bc.count = count;
-  addGroup(plan, tableChoice(Collective::kBroadcast, L, count * p.elementSize), bc,
+  addGroup(plan, groupChoice(bc), bc,
            Phase{std::move(members), output(), output(), scratchBase, index});
 }
 

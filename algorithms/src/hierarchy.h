@@ -36,9 +36,10 @@ struct Layout {
   std::vector<int> column(int local) const;
 };
 
-// The builder and cost of the algorithm the default table picks for a group of `ranks`
-// ranks (the same on every rank of the group: the same arguments).
-const AlgorithmInfo& tableChoice(Collective coll, int ranks, std::uint64_t bytes);
+// The algorithm a group's call takes (`group`: its params, as groupParams() makes them):
+// select() over the built-in table, as for a job of one host without shared memory (the
+// phases are schedules). The same on every rank of the group: the same params but the rank.
+const AlgorithmInfo& groupChoice(const ScheduleParams& group);
 
 // One phase: a schedule built for `group` (group rank i is rank group[i]) and where its
 // buffers lie in ours. Its scratch starts at `scratchBase` of ours.

@@ -1,5 +1,6 @@
 #include "collx/algorithms/registry.h"
 
+#include <cstdio>
 #include <map>
 #include <string_view>
 #include <utility>
@@ -42,6 +43,11 @@ const char* collectiveName(Collective coll) noexcept {
   return "collective";
 }
 
+bool reduces(Collective coll) noexcept {
+  return coll == Collective::kAllreduce || coll == Collective::kReduce ||
+         coll == Collective::kReduceScatter;
+}
+
 const std::vector<Collective>& collectives() {
   static const std::vector<Collective> kAll = {
       Collective::kAllreduce,     Collective::kAllgather, Collective::kAllgatherv,
@@ -76,157 +82,53 @@ std::size_t hashParams(const ScheduleParams& p) noexcept {
 }
 
 const std::vector<AlgorithmInfo>& algorithmRegistry() {
+  // (Each entry is defined in its algorithm's file: builders.h.)
   static const std::vector<AlgorithmInfo> kAlgorithms = {
-      {Collective::kAllreduce, "ring",
-       "reduce-scatter + allgather around the ring, pipelined in chunks; 2(P-1) steps, "
-       "2(P-1)/P n bytes; bandwidth-optimal",
-       buildAllreduceRing,
-       /*keepsOrder=*/false, costAllreduceRing},
-      {Collective::kAllreduce, "ring_chunked",
-       "Gloo's ring with 2P chunks (double buffering); 4(P-1) steps, 2(P-1)/P n bytes",
-       buildAllreduceRingChunked,
-       /*keepsOrder=*/false, costAllreduceRingChunked},
-      {Collective::kAllreduce, "halving_doubling",
-       "Rabenseifner: recursive-halving reduce-scatter + recursive-doubling allgather; "
-       "2 log P steps, 2(P-1)/P n bytes; keeps rank order",
-       buildAllreduceHalvingDoubling, /*keepsOrder=*/true, costAllreduceHalvingDoubling},
-      {Collective::kAllreduce, "recursive_doubling",
-       "partners exchange the whole vector in log P rounds; log P steps, n log P bytes; "
-       "for small messages; keeps rank order",
-       buildAllreduceRecursiveDoubling, /*keepsOrder=*/true, costAllreduceRecursiveDoubling},
-      {Collective::kAllreduce, "knomial",
-       "recursive multiplying, radix 4: groups of 4 exchange whole vectors; ceil(log4 P) "
-       "steps of 3 messages, 3n bytes per step; small messages; keeps rank order",
-       buildAllreduceKnomial, /*keepsOrder=*/true, costAllreduceKnomial},
-      {Collective::kAllreduce, "hierarchical",
-       "hosts (hostOf): intra-host reduce-scatter into L slices, an allreduce of each slice "
-       "among the ranks holding it on every host, intra-host allgather; uneven hosts: "
-       "reduce to a leader, leaders allreduce, broadcast; the default across hosts",
-       buildAllreduceHierarchical, /*keepsOrder=*/false, costAllreduceHierarchical},
-      {Collective::kAllgather, "ring", "P-1 steps, (P-1) n bytes, pipelined in chunks",
-       buildAllgatherRing, /*keepsOrder=*/false, costAllgatherRing},
-      {Collective::kAllgather, "linear",
-       "gather to rank 0, then a binomial broadcast of all P n bytes, pipelined in chunks",
-       buildAllgatherLinear, /*keepsOrder=*/false, costAllgatherLinear},
-      {Collective::kAllgather, "bruck",
-       "ceil(log2 P) steps to r-d of doubling distance d, (P-1) n bytes; any P",
-       buildAllgatherBruck, /*keepsOrder=*/false, costAllgatherBruck},
-      {Collective::kAllgather, "recursive_doubling",
-       "log2 P exchanges with r^d of doubling windows, (P-1) n bytes; bruck unless P is a "
-       "power of two",
-       buildAllgatherRecursiveDoubling, /*keepsOrder=*/false, costAllgatherRecursiveDoubling},
-      {Collective::kAllgather, "neighbor_exchange",
-       "P/2 steps with alternating neighbours, pairs of blocks, (P-1) n bytes; ring for odd P",
-       buildAllgatherNeighborExchange, /*keepsOrder=*/false, costAllgatherNeighborExchange},
-      {Collective::kAllgather, "two_proc",
-       "the two ranks swap blocks: 1 step, n bytes; recursive_doubling unless P = 2",
-       buildAllgatherTwoProc, /*keepsOrder=*/false, costAllgatherTwoProc},
-      {Collective::kAllgather, "sparbit",
-       "ceil(log2 P) rounds of halving distance, P-1 one-block messages, (P-1) n bytes; any P",
-       buildAllgatherSparbit, /*keepsOrder=*/false, costAllgatherSparbit},
-      {Collective::kAllgather, "hierarchical",
-       "hosts (hostOf): gather to a leader per host, leaders allgatherv the host blocks, "
-       "intra-host broadcast of all P n bytes; the default across hosts",
-       buildAllgatherHierarchical, /*keepsOrder=*/false, costAllgatherHierarchical},
-      {Collective::kBroadcast, "one_to_all",
-       "the root sends to everyone: (P-1) n bytes at the root", buildBroadcastOneToAll,
-       /*keepsOrder=*/false, costBroadcastOneToAll},
-      {Collective::kBroadcast, "binomial", "binomial tree, pipelined in chunks: ceil(log2 P) steps",
-       buildBroadcastBinomial, /*keepsOrder=*/false, costBroadcastBinomial},
-      {Collective::kBroadcast, "scatter_allgather",
-       "van de Geijn: binomial scatter of P blocks + ring allgather; log P + P-1 steps, about "
-       "2n bytes per rank; large buffers (binomial below P elements)",
-       buildBroadcastScatterAllgather, /*keepsOrder=*/false, costBroadcastScatterAllgather},
-      {Collective::kBroadcast, "chain",
-       "root -> root+1 -> ... in pieces of chunkBytes; P-2+K steps of one piece, n bytes per "
-       "link",
-       buildBroadcastChain, /*keepsOrder=*/false, costBroadcastChain},
-      {Collective::kBroadcast, "hierarchical",
-       "hosts (hostOf): root -> one leader per host, then each leader -> its host; the "
-       "default across hosts",
-       buildBroadcastHierarchical, /*keepsOrder=*/false, costBroadcastHierarchical},
-      {Collective::kBarrier, "all_to_all", "everyone tells everyone: 1 step, P-1 messages",
-       buildBarrierAllToAll,
-       /*keepsOrder=*/false, costBarrierAllToAll},
-      {Collective::kBarrier, "all_to_one", "everyone tells rank 0, which answers: 2 steps",
-       buildBarrierAllToOne,
-       /*keepsOrder=*/false, costBarrierAllToOne},
-      {Collective::kBarrier, "dissemination", "ceil(log2 P) rounds of one message each way",
-       buildBarrierDissemination,
-       /*keepsOrder=*/false, costBarrierDissemination},
-      {Collective::kAllgatherv, "ring",
-       "P-1 steps, per-rank blocks straight into place, pipelined in chunks", buildAllgathervRing,
-       /*keepsOrder=*/false, costAllgathervRing},
-      {Collective::kAllgatherv, "bruck",
-       "ceil(log2 P) steps of doubling distance, blocks packed in a scratch buffer, N - n_r "
-       "bytes received",
-       buildAllgathervBruck, /*keepsOrder=*/false, costAllgathervBruck},
-      {Collective::kReduceScatter, "ring",
-       "P-1 steps; n - n_r bytes out, n - n_(r-1) in and reduced per rank; pipelined in chunks",
-       buildReduceScatterRing, /*keepsOrder=*/false, costReduceScatterRing},
-      {Collective::kReduceScatter, "recursive_halving",
-       "log P steps halving the vector between partners, (n - n_r) bytes and reductions; any "
-       "counts; keeps rank order",
-       buildReduceScatterRecursiveHalving, /*keepsOrder=*/true, costReduceScatterRecursiveHalving},
-      {Collective::kReduce, "binomial",
-       "binomial tree towards the root, pipelined in chunks; keeps rank order", buildReduceBinomial,
-       /*keepsOrder=*/true, costReduceBinomial},
-      {Collective::kReduce, "reduce_scatter_gather",
-       "Rabenseifner: recursive-halving reduce-scatter + binomial gather to the root; 2 log P "
-       "steps, about 2n bytes at the root; large vectors; keeps rank order",
-       buildReduceReduceScatterGather, /*keepsOrder=*/true, costReduceReduceScatterGather},
-      {Collective::kGather, "linear", "everyone sends to the root: P-1 messages at the root",
-       buildGatherLinear, /*keepsOrder=*/false, costGatherLinear},
-      {Collective::kGather, "binomial",
-       "subtrees climb a binomial tree in one message each: ceil(log2 P) messages at the root",
-       buildGatherBinomial, /*keepsOrder=*/false, costGatherBinomial},
-      {Collective::kGatherv, "linear", "everyone sends to the root: P-1 messages at the root",
-       buildGatherLinear, /*keepsOrder=*/false, costGatherLinear},
-      {Collective::kGatherv, "binomial",
-       "subtrees climb a binomial tree in one message each: ceil(log2 P) messages at the "
-       "root; needs recvcounts on every rank",
-       buildGatherBinomial, /*keepsOrder=*/false, costGatherBinomial},
-      {Collective::kScatter, "linear", "the root sends to everyone: P-1 messages at the root",
-       buildScatterLinear, /*keepsOrder=*/false, costScatterLinear},
-      {Collective::kScatter, "binomial",
-       "subtrees go down a binomial tree in one message each: ceil(log2 P) messages at the root",
-       buildScatterBinomial, /*keepsOrder=*/false, costScatterBinomial},
-      {Collective::kScatterv, "linear", "the root sends to everyone: P-1 messages at the root",
-       buildScatterLinear, /*keepsOrder=*/false, costScatterLinear},
-      {Collective::kScatterv, "binomial",
-       "subtrees go down a binomial tree in one message each: ceil(log2 P) messages at the "
-       "root; needs sendcounts on every rank",
-       buildScatterBinomial, /*keepsOrder=*/false, costScatterBinomial},
-      {Collective::kAlltoall, "pairwise", "P-1 steps, in step s send to r+s and receive from r-s",
-       buildAlltoallPairwise, /*keepsOrder=*/false, costAlltoallPairwise},
-      {Collective::kAlltoall, "bruck",
-       "Bruck: ceil(log2 P) steps, each packing the blocks whose bit k is set; about n/2 log P "
-       "bytes; small blocks (alltoall only)",
-       buildAlltoallBruck, /*keepsOrder=*/false, costAlltoallBruck},
-      {Collective::kAlltoallv, "pairwise", "P-1 steps, in step s send to r+s and receive from r-s",
-       buildAlltoallPairwise, /*keepsOrder=*/false, costAlltoallPairwise},
-      {Collective::kAlltoallv, "bruck",
-       "Bruck over per-rank counts: an allgather of every rank's sendcounts first, then "
-       "ceil(log2 P) steps forwarding blocks through intermediate ranks; small blocks",
-       buildAlltoallvBruck, /*keepsOrder=*/false, costAlltoallvBruck},
-      // Shared memory (algorithms/src/shared/): no schedule; every rank of the job must be in
-      // one shared-memory group.
-      {Collective::kAllreduce, "shm",
-       "through shared-memory buffers: one-shot (each rank reduces every rank's vector) up to "
-       "4 KiB, then reduce-scatter + allgather in cache-sized rounds; rank-order reduction",
-       nullptr, /*keepsOrder=*/true, nullptr, /*shared=*/true},
-      {Collective::kReduceScatter, "shm",
-       "through shared-memory buffers: each rank reduces its own block from every rank's "
-       "piece, in rank order",
-       nullptr, /*keepsOrder=*/true, nullptr, /*shared=*/true},
-      {Collective::kBroadcast, "shm",
-       "through the root's shared-memory buffers, pipelined in cache-sized pieces", nullptr,
-       /*keepsOrder=*/false, nullptr, /*shared=*/true},
-      {Collective::kAllgather, "shm",
-       "through shared-memory buffers: each rank publishes its block, copies every other one",
-       nullptr, /*keepsOrder=*/false, nullptr, /*shared=*/true},
-      {Collective::kBarrier, "shm", "one shared-memory flag per rank: one cache line's trip",
-       nullptr, /*keepsOrder=*/false, nullptr, /*shared=*/true},
+      kAllreduceRing,
+      kAllreduceRingChunked,
+      kAllreduceHalvingDoubling,
+      kAllreduceRecursiveDoubling,
+      kAllreduceKnomial,
+      kAllreduceHierarchical,
+      kAllgatherRing,
+      kAllgatherLinear,
+      kAllgatherBruck,
+      kAllgatherRecursiveDoubling,
+      kAllgatherNeighborExchange,
+      kAllgatherTwoProc,
+      kAllgatherSparbit,
+      kAllgatherHierarchical,
+      kBroadcastOneToAll,
+      kBroadcastBinomial,
+      kBroadcastScatterAllgather,
+      kBroadcastChain,
+      kBroadcastHierarchical,
+      kBarrierAllToAll,
+      kBarrierAllToOne,
+      kBarrierDissemination,
+      kAllgathervRing,
+      kAllgathervBruck,
+      kReduceScatterRing,
+      kReduceScatterRecursiveHalving,
+      kReduceBinomial,
+      kReduceReduceScatterGather,
+      kGatherLinear,
+      kGatherBinomial,
+      kGathervLinear,
+      kGathervBinomial,
+      kScatterLinear,
+      kScatterBinomial,
+      kScattervLinear,
+      kScattervBinomial,
+      kAlltoallPairwise,
+      kAlltoallBruck,
+      kAlltoallvPairwise,
+      kAlltoallvBruck,
+      kAllreduceShm,
+      kReduceScatterShm,
+      kBroadcastShm,
+      kAllgatherShm,
+      kBarrierShm,
   };
   return kAlgorithms;
 }
@@ -258,15 +160,63 @@ std::string algorithmNames(Collective coll) {
   return out;
 }
 
+std::string algorithmList() {
+  std::string out;
+  char line[64];
+  for (const AlgorithmInfo& info : algorithmRegistry()) {
+    std::snprintf(line, sizeof line, "%-10s %-20s ", collectiveName(info.coll), info.name);
+    out += line;
+    out += info.summary;
+    out += '\n';
+  }
+  return out;
+}
+
+namespace {
+
+// The rank-order column: whether a reducing algorithm applies the op in rank order.
+std::string rankOrder(const AlgorithmInfo& info) {
+  if (!reduces(info.coll)) {
+    return info.coll == Collective::kBarrier ? "(no data)" : "(no reduction)";
+  }
+  return info.keepsOrder ? std::string("yes") + info.doc.orderNote : "no";
+}
+
+std::string table(bool shared) {
+  std::string out = std::string(kDocBegin) +
+                    " by collx-bench -a list --markdown (each algorithm's entry is in its "
+                    "file): do not edit -->\n";
+  out += shared ? "| collective | algorithm | uses of the buffers | copied per rank | cost | "
+                  "restrictions | keeps rank order |\n"
+                : "| collective | algorithm | rounds | sent per rank | cost | restrictions | keeps "
+                  "rank order |\n";
+  out += "|---|---|---|---|---|---|---|\n";
+  for (const AlgorithmInfo& info : algorithmRegistry()) {
+    if (info.shared != shared) continue;
+    for (const char* cell : {collectiveName(info.coll), info.name, info.doc.rounds,
+                             info.doc.perRank, info.doc.cost, info.doc.restrictions}) {
+      out += "| ";
+      out += cell;
+      out += " ";
+    }
+    out += "| " + rankOrder(info) + " |\n";
+  }
+  return out + kDocEnd + "\n";
+}
+
+}  // namespace
+
+std::string algorithmTablesMarkdown() { return table(false) + "\n" + table(true); }
+
 // allreduce: measured with collx-bench on loopback TCP, 2 cores, minimum of 3 runs per
 // algorithm (benchmarks/README.md has the figures): latency-bound sizes take the fewest steps
 // (recursive doubling), mid sizes the fewest steps that still split the vector
 // (halving-doubling), the largest the ring.
 //
 // Every rank must pick the same row, so a row may depend on bytes only where every rank
-// passes the same bytes (collectives.cc): the vector (allreduce, broadcast, reduce), one
-// rank's block (allgather, gather, scatter, alltoall: equal blocks), reduce_scatter's whole
-// input; the v-collectives other than reduce_scatter get one row each.
+// measures the same bytes (selectionBytes): the vector (allreduce, broadcast, reduce), one
+// rank's block (gather, scatter, alltoall: equal blocks), the whole buffer (allgather(v),
+// reduce_scatter); gatherv, scatterv and alltoallv get one row each.
 //
 // The rooted and blockwise collectives (P = 2, 4, 8, best of 5 interleaved rounds, sizes 64 B
 // to 16 MiB): the root sending every rank its copy beats the binomial tree up to 16 KiB at
@@ -372,17 +322,6 @@ const std::vector<SelectionRule>& defaultSelection() {
       {Collective::kAlltoallv, 1, kMax, 0, kAny, "pairwise"},
   };
   return kRules;
-}
-
-const char* defaultAlgorithm(Collective coll, int ranks, std::uint64_t bytes, bool shared) {
-  for (const SelectionRule& rule : defaultSelection()) {
-    if (!shared && (rule.sharedOnly || findAlgorithm(rule.coll, rule.algorithm)->shared)) continue;
-    if (rule.coll == coll && ranks >= rule.minRanks && ranks <= rule.maxRanks &&
-        bytes >= rule.minBytes && bytes <= rule.maxBytes) {
-      return rule.algorithm;
-    }
-  }
-  return nullptr;
 }
 
 }  // namespace collx::algorithms

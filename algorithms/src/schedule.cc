@@ -1,5 +1,6 @@
 #include "collx/algorithms/schedule.h"
 
+#include "collx/algorithms/registry.h"
 #include "collx/base/check.h"
 
 namespace collx::algorithms {
@@ -14,8 +15,7 @@ TaskId Schedule::add(Task task, Deps deps) {
   return id;
 }
 
-TaskId Schedule::send(int peer, std::uint32_t step, BufferRef src, std::uint64_t bytes,
-                      Deps deps) {
+TaskId Schedule::send(int peer, std::uint32_t step, BufferRef src, std::uint64_t bytes, Deps deps) {
   Task t;
   t.kind = TaskKind::kSend;
   t.peer = peer;
@@ -25,8 +25,7 @@ TaskId Schedule::send(int peer, std::uint32_t step, BufferRef src, std::uint64_t
   return add(t, std::move(deps));
 }
 
-TaskId Schedule::recv(int peer, std::uint32_t step, BufferRef dst, std::uint64_t bytes,
-                      Deps deps) {
+TaskId Schedule::recv(int peer, std::uint32_t step, BufferRef dst, std::uint64_t bytes, Deps deps) {
   Task t;
   t.kind = TaskKind::kRecv;
   t.peer = peer;
@@ -60,6 +59,14 @@ TaskId Schedule::divide(BufferRef dst, std::uint64_t count, Deps deps) {
   t.kind = TaskKind::kDivide;
   t.dst = dst;
   t.count = count;
+  return add(t, std::move(deps));
+}
+
+TaskId Schedule::shared(std::shared_ptr<const ScheduleParams> params, Deps deps) {
+  COLLX_CHECK(sharedParams_ == nullptr);
+  sharedParams_ = std::move(params);
+  Task t;
+  t.kind = TaskKind::kShared;
   return add(t, std::move(deps));
 }
 

@@ -1,14 +1,18 @@
 #include "collx/algorithms/selection.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 
+#include "collx/base/check.h"
+#include "collx/base/config.h"
 #include "collx/base/error.h"
 #include "collx/base/units.h"
-#include "json.h"
 
 namespace collx::algorithms {
 
@@ -33,10 +37,16 @@ std::string validCollectives() {
 Selection::Selection() {
   for (const SelectionRule& rule : defaultSelection()) {
     const AlgorithmInfo* info = findAlgorithm(rule.coll, rule.algorithm);
-    if (info == nullptr) continue;  // a table row naming a missing algorithm is a build bug
-    rows_.push_back(Row{rule.coll, rule.minRanks, rule.maxRanks, rule.minBytes, rule.maxBytes, info,
-                        "default table", rule.sharedOnly});
+    COLLX_CHECK(info != nullptr);  // a table row naming a missing algorithm is a build bug
+    rows_[static_cast<std::size_t>(rule.coll)].push_back(
+        Row{rule.coll, rule.minRanks, rule.maxRanks, rule.minBytes, rule.maxBytes, info,
+            "default table", rule.sharedOnly, true});
   }
+}
+
+const Selection& Selection::builtIn() {
+  static const Selection kTable;
+  return kTable;
 }
 
 Selection Selection::fromFile(const std::string& path) {
@@ -48,62 +58,93 @@ Selection Selection::fromFile(const std::string& path) {
 }
 
 Selection Selection::fromJson(std::string_view text, const std::string& source) {
-  json::Value doc;
+  using Json = nlohmann::ordered_json;  // entries in file order
+  Json doc;
   try {
-    doc = json::parse(text);
-  } catch (const json::ParseError& e) {
-    bad(source, std::string("not valid JSON: ") + e.what());
+    doc = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ...":
+    // the position and what is wrong, without the library's prefix.
+    std::string what = e.what();
+    const std::string at = "parse error at ";
+    if (auto pos = what.find(at); pos != std::string::npos) what = what.substr(pos + at.size());
+    bad(source, "not valid JSON: " + what);
   }
-  if (!doc.isObject()) bad(source, "the document must be an object of collectives");
+  if (!doc.is_object()) bad(source, "the document must be an object of collectives");
   std::vector<Row> rules;
-  for (const auto& [name, list] : doc.object()) {
+  for (const auto& [name, list] : doc.items()) {
     const Collective* coll = nullptr;
     for (const Collective& c : collectives()) {
       if (name == collectiveName(c)) coll = &c;
     }
     if (coll == nullptr) {
-      bad(source, "unknown collective '" + name + "' (" + list.where() +
-                      "; valid: " + validCollectives() + ")");
+      bad(source, "unknown collective '" + name + "' (valid: " + validCollectives() + ")");
     }
-    if (!list.isArray()) bad(source, name + " (" + list.where() + ") must be an array of rules");
+    if (!list.is_array()) {
+      bad(source, name + " must be an array of rules, not " + std::string(list.type_name()));
+    }
     int index = 0;
-    for (const json::Value& entry : list.array()) {
+    for (const Json& entry : list) {
       ++index;
       const std::string at = name + " entry " + std::to_string(index);
-      if (!entry.isObject()) bad(source, at + " (" + entry.where() + ") must be an object");
-      Row row{*coll, 1, kAnyRanks, 0, kAnyBytes, nullptr, source + ", " + at};
-      for (const auto& [field, value] : entry.object()) {
+      if (!entry.is_object()) {
+        bad(source, at + " must be an object, not " + std::string(entry.type_name()));
+      }
+      Row row{*coll, 1, kAnyRanks, 0, kAnyBytes, nullptr, source + ", " + at, false, false};
+      for (const auto& [field, value] : entry.items()) {
+        // What the value is, for errors: "a string", or the number as written.
+        auto shown = [&value] {
+          return value.is_string() ? "'" + value.get<std::string>() + "'" : value.dump();
+        };
         auto number = [&](std::int64_t min) -> std::int64_t {
-          if (!value.isNumber() || value.number() < static_cast<double>(min) ||
-              value.number() != std::floor(value.number())) {
-            bad(source, at + ": " + field + " (" + value.where() +
-                            ") must be a whole number >= " + std::to_string(min));
+          constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+          std::int64_t n = 0;
+          bool whole = true;
+          if (value.is_number_unsigned()) {
+            n = static_cast<std::int64_t>(
+                std::min<std::uint64_t>(value.get<std::uint64_t>(), kMax));
+          } else if (value.is_number_integer()) {
+            n = value.get<std::int64_t>();
+          } else if (value.is_number_float()) {  // 4.0 is a whole number too
+            const double d = value.get<double>();
+            whole = d == std::floor(d) && std::abs(d) < 9.0e18;
+            if (whole) n = static_cast<std::int64_t>(d);
+          } else {
+            whole = false;
           }
-          return static_cast<std::int64_t>(value.number());
+          if (!whole || n < min) {
+            bad(source, at + ": " + field + " must be a whole number >= " + std::to_string(min) +
+                            ", not " + shown());
+          }
+          return n;
         };
         auto bytes = [&]() -> std::uint64_t {
-          if (value.isNumber()) return static_cast<std::uint64_t>(number(0));
-          if (value.isString()) {
-            if (value.string() == "inf") return kAnyBytes;
+          if (value.is_number_unsigned()) return value.get<std::uint64_t>();
+          if (value.is_number()) return static_cast<std::uint64_t>(number(0));
+          if (value.is_string()) {
+            const std::string& written = value.get_ref<const std::string&>();
+            if (written == "inf") return kAnyBytes;
             try {
-              return parseBytes(value.string(), field);
+              return parseBytes(written, field);
             } catch (const std::exception&) {
             }
           }
-          bad(source, at + ": " + field + " (" + value.where() +
-                          ") must be a byte count such as 65536, \"64K\", \"1M\" or \"inf\"");
+          bad(source, at + ": " + field +
+                          " must be a byte count such as 65536, \"64K\", \"1M\" or \"inf\", not " +
+                          shown());
         };
         if (field == "algorithm") {
-          if (!value.isString()) bad(source, at + ": algorithm must be a string");
-          row.algorithm = findAlgorithm(*coll, value.string());
+          if (!value.is_string()) bad(source, at + ": algorithm must be a string, not " + shown());
+          const std::string& algorithm = value.get_ref<const std::string&>();
+          row.algorithm = findAlgorithm(*coll, algorithm);
           if (row.algorithm == nullptr) {
-            bad(source, at + ": unknown " + name + " algorithm '" + value.string() +
+            bad(source, at + ": unknown " + name + " algorithm '" + algorithm +
                             "' (valid: " + algorithmNames(*coll) + ")");
           }
         } else if (field == "min_ranks") {
-          row.minRanks = static_cast<int>(number(1));
+          row.minRanks = static_cast<int>(std::min<std::int64_t>(number(1), kAnyRanks));
         } else if (field == "max_ranks") {
-          row.maxRanks = static_cast<int>(number(1));
+          row.maxRanks = static_cast<int>(std::min<std::int64_t>(number(1), kAnyRanks));
         } else if (field == "min_bytes") {
           row.minBytes = bytes();
         } else if (field == "max_bytes") {
@@ -121,29 +162,259 @@ Selection Selection::fromJson(std::string_view text, const std::string& source) 
     }
   }
   Selection selection;
-  rules.insert(rules.end(), selection.rows_.begin(), selection.rows_.end());
-  selection.rows_ = std::move(rules);
+  for (auto& rows : selection.rows_) rows.clear();
+  for (Row& row : rules)
+    selection.rows_[static_cast<std::size_t>(row.coll)].push_back(std::move(row));
+  const Selection& table = builtIn();
+  for (std::size_t c = 0; c < kCollectiveSlots; ++c) {
+    auto& rows = selection.rows_[c];
+    rows.insert(rows.end(), table.rows_[c].begin(), table.rows_[c].end());
+  }
   return selection;
 }
 
 const Selection::Row* Selection::choose(Collective coll, int ranks, std::uint64_t bytes,
                                         bool shared) const {
-  for (const Row& row : rows_) {
+  for (const Row& row : rows(coll)) {
     if ((row.algorithm->shared || row.sharedOnly) && !shared) continue;
-    if (row.coll == coll && ranks >= row.minRanks && ranks <= row.maxRanks &&
-        bytes >= row.minBytes && bytes <= row.maxBytes) {
-      return &row;
-    }
+    if (row.holds(ranks, bytes)) return &row;
   }
   return nullptr;
 }
 
-std::vector<const Selection::Row*> Selection::rows(Collective coll) const {
-  std::vector<const Row*> out;
-  for (const Row& row : rows_) {
-    if (row.coll == coll) out.push_back(&row);
+SelectionPolicy SelectionPolicy::fromConfig(const Config& config, bool sharedMemory, int hosts) {
+  SelectionPolicy policy;
+  policy.sharedMemory = sharedMemory;
+  policy.hosts = hosts;
+  if (config.isSet("COLLX_RULES")) {
+    policy.rules =
+        std::make_shared<const Selection>(Selection::fromFile(config.getString("COLLX_RULES")));
+    policy.table = policy.rules.get();
   }
-  return out;
+  for (Collective coll : collectives()) {
+    const char* var = algorithmVariable(coll);
+    const std::string value = config.getString(var);
+    if (value.empty()) continue;
+    const AlgorithmInfo* info = findAlgorithm(coll, value);
+    if (info == nullptr) {
+      throw InvalidArgument(Where{-1, var, -1},
+                            std::string(var) + "='" + value + "' is not an algorithm of " +
+                                collectiveName(coll) + " (valid: " + algorithmNames(coll) + ")");
+    }
+    policy.configured[static_cast<std::size_t>(coll)] = info;
+  }
+  return policy;
+}
+
+namespace {
+
+// selectionBytes(), inlined where select() needs it.
+inline std::uint64_t bytesOf(const ScheduleParams& p) noexcept {
+  switch (p.coll) {
+    case Collective::kAllgather:
+      return p.count * p.elementSize * static_cast<std::uint64_t>(p.size);
+    case Collective::kAllgatherv:
+    case Collective::kReduceScatter: {
+      // The whole buffer, which every rank knows (its own block differs between ranks with
+      // per-rank counts).
+      std::uint64_t total = 0;
+      for (std::uint64_t c : p.counts) total += c;
+      return total * p.elementSize;
+    }
+    default:
+      return p.count * p.elementSize;
+  }
+}
+
+}  // namespace
+
+std::uint64_t selectionBytes(const ScheduleParams& p) noexcept { return bytesOf(p); }
+
+ScheduleParams paramsOf(const UniformCall& call, int rank) {
+  ScheduleParams p;
+  p.coll = call.coll;
+  p.rank = rank;
+  p.size = call.ranks;
+  // (alltoallv's counts are per peer only, as the API passes them.)
+  p.count = call.coll == Collective::kAlltoallv ? 0 : call.count;
+  p.elementSize = dataTypeSize(call.dtype);
+  p.op = call.op;
+  p.root = call.root;
+  p.inPlace = call.inPlace;
+  p.chunkBytes = call.chunkBytes;
+  const auto P = static_cast<std::size_t>(call.ranks);
+  switch (call.coll) {
+    case Collective::kAllgatherv:
+    case Collective::kReduceScatter:
+    case Collective::kGather:
+    case Collective::kGatherv:
+    case Collective::kScatter:
+    case Collective::kScatterv:
+    case Collective::kAlltoall:
+    case Collective::kAlltoallv:
+      p.counts.assign(P, call.count);
+      p.displs.resize(P);
+      for (std::size_t i = 0; i < P; ++i) p.displs[i] = i * call.count;
+      if (call.coll == Collective::kAlltoall || call.coll == Collective::kAlltoallv) {
+        p.recvCounts = p.counts;
+        p.recvDispls = p.displs;
+      }
+      if (call.coll == Collective::kAlltoallv) p.countMatrix.assign(P * P, call.count);
+      break;
+    default:
+      break;
+  }
+  return p;
+}
+
+Choice defaultChoice(const UniformCall& call, const SelectionPolicy& policy) {
+  return select(paramsOf(call, 0), policy);
+}
+
+const char* algorithmVariable(Collective coll) noexcept {
+  static const auto kNames = [] {
+    std::array<std::string, kCollectiveSlots> names;
+    for (Collective c : collectives()) {
+      std::string name = std::string("COLLX_") + collectiveName(c) + "_ALGO";
+      for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      names[static_cast<std::size_t>(c)] = std::move(name);
+    }
+    return names;
+  }();
+  return kNames[static_cast<std::size_t>(coll) % kCollectiveSlots].c_str();
+}
+
+namespace {
+
+enum class Refusal { kNone, kSharedMemory, kRankOrder };
+
+// Whether `info` can take the call in this job (its prerequisites).
+Refusal refusal(const AlgorithmInfo& info, const ScheduleParams& p,
+                const SelectionPolicy& policy) noexcept {
+  if (info.shared && !policy.sharedMemory) return Refusal::kSharedMemory;
+  if (!p.commutative && !info.keepsOrder) return Refusal::kRankOrder;
+  return Refusal::kNone;
+}
+
+std::string orderKeepingAlgorithms(Collective coll) {
+  std::string out;
+  for (const auto& info : algorithmRegistry()) {
+    if (info.coll == coll && info.keepsOrder)
+      out += (out.empty() ? "" : ", ") + std::string(info.name);
+  }
+  return out.empty() ? "none" : out;
+}
+
+// An algorithm a call or COLLX_<COLL>_ALGO named: it must take the call.
+Choice named(const AlgorithmInfo& info, const ScheduleParams& p, const SelectionPolicy& policy,
+             const char* source, const ReduceOp* op) {
+  const char* what = collectiveName(p.coll);
+  switch (refusal(info, p, policy)) {
+    case Refusal::kNone:
+      return Choice{&info, source};
+    case Refusal::kSharedMemory:
+      throw InvalidArgument(Where{p.rank, what, -1},
+                            std::string(what) + " algorithm '" + info.name + "' (from " + source +
+                                ") needs every rank on this host over shared memory, which this "
+                                "job's ranks are not");
+    case Refusal::kRankOrder:
+      throw InvalidArgument(Where{p.rank, what, -1},
+                            "reduce op '" + (op != nullptr ? op->name() : std::string("custom")) +
+                                "' is not commutative and " + what + " algorithm '" + info.name +
+                                "' (from " + source +
+                                ") does not keep rank order (algorithms that do: " +
+                                orderKeepingAlgorithms(p.coll) + ")");
+  }
+  return Choice{&info, source};
+}
+
+}  // namespace
+
+namespace {
+
+// The first algorithm of the collective that can take the call, when no row did.
+Choice lastResort(const ScheduleParams& p, const SelectionPolicy& policy, const ReduceOp* op) {
+  for (const AlgorithmInfo& info : algorithmRegistry()) {
+    if (info.coll == p.coll && refusal(info, p, policy) == Refusal::kNone) {
+      return Choice{&info, "registry (no row takes the call)"};
+    }
+  }
+  const char* what = collectiveName(p.coll);
+  if (!p.commutative) {
+    throw InvalidArgument(Where{p.rank, what, -1},
+                          "reduce op '" + (op != nullptr ? op->name() : std::string("custom")) +
+                              "' is not commutative and no " + what +
+                              " algorithm keeps rank order");
+  }
+  throw Unsupported(Where{p.rank, what, -1}, std::string("no ") + what + " algorithm for " +
+                                                 std::to_string(p.size) + " ranks and " +
+                                                 std::to_string(bytesOf(p)) + " bytes");
+}
+
+// The first row, from `from` on, that holds and whose algorithm can take the call.
+const Selection::Row* firstRow(const std::vector<Selection::Row>& rows, std::size_t from,
+                               std::size_t to, const ScheduleParams& p,
+                               const SelectionPolicy& policy, std::uint64_t bytes) noexcept {
+  for (std::size_t i = from; i < to; ++i) {
+    const Selection::Row& row = rows[i];
+    if (!row.holds(p.size, bytes) || (row.sharedOnly && !policy.sharedMemory) ||
+        refusal(*row.algorithm, p, policy) != Refusal::kNone) {
+      continue;
+    }
+    return &row;
+  }
+  return nullptr;
+}
+
+// The rules file's rows, then the host rule, then the built-in rows.
+Choice acrossHosts(const ScheduleParams& p, const SelectionPolicy& policy, const ReduceOp* op) {
+  const std::vector<Selection::Row>& rows = policy.table->rows(p.coll);
+  const std::uint64_t bytes = bytesOf(p);
+  std::size_t builtIn = 0;
+  while (builtIn < rows.size() && !rows[builtIn].builtIn) ++builtIn;
+  if (const Selection::Row* row = firstRow(rows, 0, builtIn, p, policy, bytes)) {
+    return Choice{row->algorithm, row->source.c_str()};
+  }
+  // The built-in table gives way to the algorithms made for jobs over hosts; every rank
+  // decides alike, from the same host layout.
+  for (const AlgorithmInfo& info : algorithmRegistry()) {
+    if (info.coll == p.coll && info.acrossHosts && refusal(info, p, policy) == Refusal::kNone) {
+      return Choice{&info, "default table (hosts)"};
+    }
+  }
+  if (const Selection::Row* row = firstRow(rows, builtIn, rows.size(), p, policy, bytes)) {
+    return Choice{row->algorithm, row->source.c_str()};
+  }
+  return lastResort(p, policy, op);
+}
+
+}  // namespace
+
+Choice select(const ScheduleParams& p, const SelectionPolicy& policy, std::string_view name,
+              const ReduceOp* op) {
+  if (!name.empty()) [[unlikely]] {
+    const AlgorithmInfo* info = findAlgorithm(p.coll, name);
+    if (info == nullptr) {
+      throw InvalidArgument(Where{p.rank, collectiveName(p.coll), -1},
+                            "unknown " + std::string(collectiveName(p.coll)) + " algorithm '" +
+                                std::string(name) +
+                                "' (from options; valid: " + algorithmNames(p.coll) + ")");
+    }
+    return named(*info, p, policy, "options", op);
+  }
+  const auto slot = static_cast<std::size_t>(p.coll) % kCollectiveSlots;
+  if (const AlgorithmInfo* info = policy.configured[slot]) [[unlikely]] {
+    return named(*info, p, policy, algorithmVariable(p.coll), op);
+  }
+  if (policy.hosts > 1 && policy.hosts < p.size) [[unlikely]]
+    return acrossHosts(p, policy, op);
+  // The common case, on every call: the first row that holds and can take the call.
+  const std::vector<Selection::Row>& rows = policy.table->rows(p.coll);
+  const std::uint64_t bytes = bytesOf(p);
+  if (const Selection::Row* row = firstRow(rows, 0, rows.size(), p, policy, bytes)) [[likely]] {
+    return Choice{row->algorithm, row->source.c_str()};
+  }
+  return lastResort(p, policy, op);
 }
 
 }  // namespace collx::algorithms

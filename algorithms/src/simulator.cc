@@ -91,6 +91,8 @@ const char* kindName(TaskKind kind) {
       return "copy";
     case TaskKind::kDivide:
       return "divide";
+    case TaskKind::kShared:
+      return "shared";
   }
   return "task";
 }
@@ -121,6 +123,11 @@ class Simulation {
     if (tasks_.size() + tasks.size() >= kNone || dependents_.size() + dependents.size() >= kNone) {
       throw InvalidArgument(Where{rank, "simulate", -1},
                             "more than 2^32 tasks or dependencies over all ranks");
+    }
+    if (schedule.sharedParams() != nullptr) {
+      throw InvalidArgument(Where{rank, "simulate", -1},
+                            "the schedule works on shared memory (a kShared task): nothing to "
+                            "simulate");
     }
     if (rank == 0) {
       // Ranks mostly run alike: one reservation instead of a doubling vector of gigabytes.
@@ -166,6 +173,8 @@ class Simulation {
           break;
         case TaskKind::kDivide:
           s.size = t.count;
+          break;
+        case TaskKind::kShared:  // refused above
           break;
       }
       tasks_.push_back(s);
@@ -300,6 +309,8 @@ class Simulation {
           case TaskKind::kDivide:
             checkRange(rs, id, r.dst, elems);
             break;
+          case TaskKind::kShared:
+            break;
         }
       }
     }
@@ -371,6 +382,8 @@ class Simulation {
         push(start + cost, id, EventKind::kDone);
         break;
       }
+      case TaskKind::kShared:  // refused by addRank
+        break;
     }
   }
 
@@ -685,7 +698,7 @@ SimResult simulate(const AlgorithmInfo& algorithm, int size, const ParamsOf& par
   if (options.moveBytes && !buffersOf) {
     throw InvalidArgument(Where{-1, what, -1}, "moving bytes needs every rank's buffers");
   }
-  if (algorithm.build == nullptr) {
+  if (algorithm.shared) {
     throw InvalidArgument(Where{-1, what, -1},
                           "works on shared memory, not through a schedule: nothing to simulate");
   }

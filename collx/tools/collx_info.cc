@@ -30,38 +30,36 @@ void printInfo() {
     std::printf("  %-20s default: %-8s environment: %s\n", var.name, def.c_str(), value.c_str());
     std::cout << "      " << collx::cli::wrap(var.help, 6, 96) << "\n";
   }
-  // The algorithm table in effect: COLLX_RULES first, then the built-in rows.
-  collx::algorithms::Selection selection =
-      config.isSet("COLLX_RULES")
-          ? collx::algorithms::Selection::fromFile(config.getString("COLLX_RULES"))
-          : collx::algorithms::Selection();
+  // The algorithm table in effect: COLLX_RULES first, then the built-in rows (what
+  // algorithms::select() reads, as a context reads it).
+  const collx::algorithms::SelectionPolicy policy =
+      collx::algorithms::SelectionPolicy::fromConfig(config, false, 1);
   std::cout << "\nalgorithm selection (options > COLLX_<COLL>_ALGO > COLLX_RULES > built-in "
                "table; first matching row):\n";
   for (collx::algorithms::Collective coll : collx::algorithms::collectives()) {
-    std::string var = std::string("COLLX_") + collx::algorithms::collectiveName(coll) + "_ALGO";
-    for (char& c : var) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     std::printf("  %s  (algorithms: %s)\n", collx::algorithms::collectiveName(coll),
                 collx::algorithms::algorithmNames(coll).c_str());
-    if (config.isSet(var)) {
-      std::printf("    every call: %s (from %s)\n", config.getString(var).c_str(), var.c_str());
+    if (const auto* every = policy.configured[static_cast<std::size_t>(coll)]) {
+      std::printf("    every call: %s (from %s)\n", every->name,
+                  collx::algorithms::algorithmVariable(coll));
     }
-    using collx::algorithms::Collective;
-    if (coll == Collective::kAllreduce || coll == Collective::kBroadcast ||
-        coll == Collective::kAllgather) {
+    for (const auto& info : collx::algorithms::algorithmRegistry()) {
+      if (info.coll != coll || !info.acrossHosts) continue;
       std::printf(
-          "    across hosts (more than one, some with several ranks): hierarchical "
+          "    across hosts (more than one, some with several ranks): %s "
           "in place of the built-in rows%s\n",
-          coll == Collective::kAllreduce ? " (commutative ops)" : "");
+          info.name,
+          collx::algorithms::reduces(coll) && !info.keepsOrder ? " (commutative ops)" : "");
     }
-    for (const auto* row : selection.rows(coll)) {
+    for (const auto& row : policy.table->rows(coll)) {
       std::string ranks =
-          std::to_string(row->minRanks) + ".." +
-          (row->maxRanks >= (1 << 30) ? std::string("inf") : std::to_string(row->maxRanks));
-      std::string bytes = collx::formatBytes(row->minBytes) + ".." +
-                          collx::formatBytes(row->maxBytes);
-      const bool shared = row->sharedOnly || row->algorithm->shared;
+          std::to_string(row.minRanks) + ".." +
+          (row.maxRanks >= (1 << 30) ? std::string("inf") : std::to_string(row.maxRanks));
+      std::string bytes =
+          collx::formatBytes(row.minBytes) + ".." + collx::formatBytes(row.maxBytes);
+      const bool shared = row.sharedOnly || row.algorithm->shared;
       std::printf("    P %-9s bytes %-20s -> %-20s (%s%s)\n", ranks.c_str(), bytes.c_str(),
-                  row->algorithm->name, row->source.c_str(),
+                  row.algorithm->name, row.source.c_str(),
                   shared ? "; only when every rank shares memory" : "");
     }
   }

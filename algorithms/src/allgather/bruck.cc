@@ -65,4 +65,17 @@ Cost costAllgatherBruck(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kAllgatherBruck{
+    .coll = Collective::kAllgather,
+    .name = "bruck",
+    .summary = "ceil(log2 P) steps to r-d of doubling distance d, (P-1) n bytes; any P",
+    .build = buildAllgatherBruck,
+    .cost = costAllgatherBruck,
+    .doc = {
+        .rounds = "ceil(log2 P)",
+        .perRank =
+            "ceil(log2 P) messages, +1 per step whose blocks wrap past block P-1; (P-1) n bytes",
+        .cost = "ceil(log2 P) alpha (+ alpha per wrapping step) + (P-1) n beta",
+        .restrictions = "any P, any count"}};
+
 }  // namespace collx::algorithms

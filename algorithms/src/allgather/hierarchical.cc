@@ -47,7 +47,7 @@ hierarchy::Plan plan(const ScheduleParams& p) {
     whole.hostOf.clear();
     std::vector<int> all(static_cast<std::size_t>(P));
     for (int i = 0; i < P; ++i) all[static_cast<std::size_t>(i)] = i;
-    hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kAllgather, P, total), whole,
+    hierarchy::addGroup(plan, hierarchy::groupChoice(whole), whole,
                         Phase{all, input(), output(), 0, 0});
     return plan;
   }
@@ -73,7 +73,7 @@ hierarchy::Plan plan(const ScheduleParams& p) {
     gather.displs.push_back(static_cast<std::uint64_t>(layout.hostMajor(mine[i])) * p.count);
   }
   const BufferRef own = p.inPlace ? output(static_cast<std::uint64_t>(r) * block) : input();
-  hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kGatherv, L, block), gather,
+  hierarchy::addGroup(plan, hierarchy::groupChoice(gather), gather,
                       Phase{mine, own, byHost, scratchBase, 0});
   if (local == 0) {
     ScheduleParams leaders = hierarchy::groupParams(p, Collective::kAllgatherv, host, H);
@@ -87,7 +87,7 @@ hierarchy::Plan plan(const ScheduleParams& p) {
     }
     leaders.count = leaders.counts[static_cast<std::size_t>(host)];
     const std::uint64_t mineAt = leaders.displs[static_cast<std::size_t>(host)] * es;
-    hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kAllgatherv, H, total), leaders,
+    hierarchy::addGroup(plan, hierarchy::groupChoice(leaders), leaders,
                         Phase{layout.column(0), at(byHost, mineAt), byHost, scratchBase, 1});
     if (packed) {
       // Into rank order, in runs of ranks that are also neighbours host by host.
@@ -117,5 +117,23 @@ Schedule buildAllgatherHierarchical(const ScheduleParams& p) {
 }
 
 Cost costAllgatherHierarchical(const ScheduleParams& p) { return hierarchy::cost(plan(p)); }
+
+const AlgorithmInfo kAllgatherHierarchical{
+    .coll = Collective::kAllgather,
+    .name = "hierarchical",
+    .summary =
+        "hosts (hostOf): gather to a leader per host, leaders allgatherv the host blocks, "
+        "intra-host broadcast of all P n bytes; the default across hosts",
+    .build = buildAllgatherHierarchical,
+    .cost = costAllgatherHierarchical,
+    .acrossHosts = true,
+    .doc = {.rounds = "1 + the leaders' allgatherv (ring: H-1) + the broadcast's in the host",
+            .perRank = "others: n to the leader, then the broadcast of P n; the leader: the ring's "
+                       "(H-1) k messages of L n across hosts, then P n to each child in the host",
+            .cost = "(L-1) (a + n b) + (H-1) (A + L n B) + ceil(log2 L) (a + P n b)",
+            .restrictions = "jobs over hosts (hostOf); any count, any layout (hosts whose ranks "
+                            "are not consecutive go through a scratch of P n bytes); one host or "
+                            "one rank per host: the table's algorithm for P; only the leaders use "
+                            "the network; every rank receives its own block back"}};
 
 }  // namespace collx::algorithms

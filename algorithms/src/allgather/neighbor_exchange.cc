@@ -69,4 +69,16 @@ Cost costAllgatherNeighborExchange(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kAllgatherNeighborExchange{
+    .coll = Collective::kAllgather,
+    .name = "neighbor_exchange",
+    .summary =
+        "P/2 steps with alternating neighbours, pairs of blocks, (P-1) n bytes; ring for odd P",
+    .build = buildAllgatherNeighborExchange,
+    .cost = costAllgatherNeighborExchange,
+    .doc = {.rounds = "P/2",
+            .perRank = "P/2 messages (one block, then pairs), (P-1) n bytes",
+            .cost = "(P/2) alpha + (P-1) n beta",
+            .restrictions = "P even, else ring's schedule"}};
+
 }  // namespace collx::algorithms

@@ -61,4 +61,17 @@ Cost costAllgatherRecursiveDoubling(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kAllgatherRecursiveDoubling{
+    .coll = Collective::kAllgather,
+    .name = "recursive_doubling",
+    .summary =
+        "log2 P exchanges with r^d of doubling windows, (P-1) n bytes; bruck unless P is a "
+        "power of two",
+    .build = buildAllgatherRecursiveDoubling,
+    .cost = costAllgatherRecursiveDoubling,
+    .doc = {.rounds = "log2 P",
+            .perRank = "log2 P messages, (P-1) n bytes",
+            .cost = "log2 P alpha + (P-1) n beta",
+            .restrictions = "P a power of two, else bruck's schedule"}};
+
 }  // namespace collx::algorithms

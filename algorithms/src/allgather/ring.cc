@@ -62,4 +62,14 @@ Schedule buildAllgatherRing(const ScheduleParams& p) {
   return s;
 }
 
+const AlgorithmInfo kAllgatherRing{.coll = Collective::kAllgather,
+                                   .name = "ring",
+                                   .summary = "P-1 steps, (P-1) n bytes, pipelined in chunks",
+                                   .build = buildAllgatherRing,
+                                   .cost = costAllgatherRing,
+                                   .doc = {.rounds = "P-1",
+                                           .perRank = "(P-1) k messages, (P-1) n bytes",
+                                           .cost = "(P-1) alpha + (P-1) n beta",
+                                           .restrictions = "any P, any count"}};
+
 }  // namespace collx::algorithms

@@ -91,4 +91,17 @@ Cost costAllgatherSparbit(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kAllgatherSparbit{
+    .coll = Collective::kAllgather,
+    .name = "sparbit",
+    .summary =
+        "ceil(log2 P) rounds of halving distance, P-1 one-block messages, (P-1) n bytes; any P",
+    .build = buildAllgatherSparbit,
+    .cost = costAllgatherSparbit,
+    .doc = {.rounds = "floor(log2 P) (ceil(log2 P) rounds of distance)",
+            .perRank = "P-1 messages of n, (P-1) n bytes",
+            .cost = "(P-1) alpha + (P-1) n beta; ceil(log2 P) alpha + (P-1) n beta where a round's "
+                    "messages leave together (the file's figure)",
+            .restrictions = "any P, any count"}};
+
 }  // namespace collx::algorithms

@@ -44,4 +44,17 @@ Cost costAllgatherTwoProc(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kAllgatherTwoProc{
+    .coll = Collective::kAllgather,
+    .name = "two_proc",
+    .summary = "the two ranks swap blocks: 1 step, n bytes; recursive_doubling unless P = 2",
+    .build = buildAllgatherTwoProc,
+    .cost = costAllgatherTwoProc,
+    .doc = {
+        .rounds = "1",
+        .perRank = "1 message of n",
+        .cost = "alpha + n beta",
+        .restrictions =
+            "P = 2, else recursive_doubling's schedule (bruck's when P is not a power of two)"}};
+
 }  // namespace collx::algorithms

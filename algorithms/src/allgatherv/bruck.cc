@@ -102,4 +102,20 @@ Cost costAllgathervBruck(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kAllgathervBruck{
+    .coll = Collective::kAllgatherv,
+    .name = "bruck",
+    .summary =
+        "ceil(log2 P) steps of doubling distance, blocks packed in a scratch buffer, N - n_r "
+        "bytes received",
+    .build = buildAllgathervBruck,
+    .cost = costAllgathervBruck,
+    .doc = {
+        .rounds = "ceil(log2 P)",
+        .perRank =
+            "ceil(log2 P) messages (none for a step whose blocks are all empty), at distance d the "
+            "blocks of r .. r+min(d, P-d)-1: (P-1)/P N bytes for equal blocks; receives N - n_r",
+        .cost = "ceil(log2 P) alpha + (N - n_r) beta",
+        .restrictions = "any P, any counts (zeros too); scratch N bytes"}};
+
 }  // namespace collx::algorithms

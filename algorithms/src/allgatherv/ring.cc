@@ -76,4 +76,15 @@ Schedule buildAllgathervRing(const ScheduleParams& p) {
   return s;
 }
 
+const AlgorithmInfo kAllgathervRing{
+    .coll = Collective::kAllgatherv,
+    .name = "ring",
+    .summary = "P-1 steps, per-rank blocks straight into place, pipelined in chunks",
+    .build = buildAllgathervRing,
+    .cost = costAllgathervRing,
+    .doc = {.rounds = "P-1",
+            .perRank = "N - n_(r+1) bytes, one message per piece of each non-empty block",
+            .cost = "(P-1) alpha + (N - n_r) beta",
+            .restrictions = "any P, any counts (zeros too)"}};
+
 }  // namespace collx::algorithms

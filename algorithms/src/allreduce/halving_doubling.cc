@@ -135,4 +135,20 @@ Cost costAllreduceHalvingDoubling(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kAllreduceHalvingDoubling{
+    .coll = Collective::kAllreduce,
+    .name = "halving_doubling",
+    .summary =
+        "Rabenseifner: recursive-halving reduce-scatter + recursive-doubling allgather; "
+        "2 log P steps, 2(P-1)/P n bytes; keeps rank order",
+    .build = buildAllreduceHalvingDoubling,
+    .cost = costAllreduceHalvingDoubling,
+    .keepsOrder = true,
+    .doc = {.rounds = "2 log2 p, +2 when P != p",
+            .perRank = "2 log2 p messages, 2(p-1)/p n bytes; +1 message of n for the odd rank of a "
+                       "folded pair",
+            .cost = "2 log2 p alpha + 2(p-1)/p n beta + (p-1)/p n gamma, + 2 alpha + 2 n beta + n "
+                    "gamma when P != p",
+            .restrictions = "any P, any count"}};
+
 }  // namespace collx::algorithms

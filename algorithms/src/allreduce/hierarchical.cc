@@ -46,7 +46,7 @@ hierarchy::Plan plan(const ScheduleParams& p) {
   using hierarchy::Phase;
   const hierarchy::Layout layout = hierarchy::Layout::of(p);
   const int P = p.size, r = p.rank;
-  const std::uint64_t es = p.elementSize, n = p.bytes();
+  const std::uint64_t es = p.elementSize;
   hierarchy::Plan plan;
   const BufferRef contribution = p.inPlace ? output() : input();
   if (layout.flat()) {
@@ -54,7 +54,7 @@ hierarchy::Plan plan(const ScheduleParams& p) {
     whole.hostOf.clear();
     std::vector<int> all(static_cast<std::size_t>(P));
     for (int i = 0; i < P; ++i) all[static_cast<std::size_t>(i)] = i;
-    hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kAllreduce, P, n), whole,
+    hierarchy::addGroup(plan, hierarchy::groupChoice(whole), whole,
                         Phase{all, input(), output(), 0, 0});
     return plan;
   }
@@ -82,8 +82,8 @@ hierarchy::Plan plan(const ScheduleParams& p) {
     ScheduleParams ar = hierarchy::groupParams(p, Collective::kAllreduce, host, H);
     ar.count = sliceCount;
     ar.inPlace = true;
-    hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kAllreduce, H, sliceCount * es),
-                        ar, Phase{layout.column(local), slice, slice, 0, 1});
+    hierarchy::addGroup(plan, hierarchy::groupChoice(ar), ar,
+                        Phase{layout.column(local), slice, slice, 0, 1});
     if (avg) hierarchy::addDivide(plan, slice, sliceCount);
     ScheduleParams ag = hierarchy::groupParams(p, Collective::kAllgatherv, local, L);
     ag.count = sliceCount;
@@ -97,12 +97,12 @@ hierarchy::Plan plan(const ScheduleParams& p) {
   // Leaders.
   ScheduleParams red = hierarchy::groupParams(p, Collective::kReduce, local, L);
   red.root = 0;
-  hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kReduce, L, n), red,
+  hierarchy::addGroup(plan, hierarchy::groupChoice(red), red,
                       Phase{mine, contribution, output(), 0, 0});
   if (local == 0) {
     ScheduleParams ar = hierarchy::groupParams(p, Collective::kAllreduce, host, H);
     ar.inPlace = true;
-    hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kAllreduce, H, n), ar,
+    hierarchy::addGroup(plan, hierarchy::groupChoice(ar), ar,
                         Phase{layout.column(0), output(), output(), 0, 1});
     if (avg) hierarchy::addDivide(plan, output(), p.count);
   }
@@ -117,5 +117,29 @@ Schedule buildAllreduceHierarchical(const ScheduleParams& p) {
 }
 
 Cost costAllreduceHierarchical(const ScheduleParams& p) { return hierarchy::cost(plan(p)); }
+
+const AlgorithmInfo kAllreduceHierarchical{
+    .coll = Collective::kAllreduce,
+    .name = "hierarchical",
+    .summary =
+        "hosts (hostOf): intra-host reduce-scatter into L slices, an allreduce of each slice "
+        "among the ranks holding it on every host, intra-host allgather; uneven hosts: "
+        "reduce to a leader, leaders allreduce, broadcast; the default across hosts",
+    .build = buildAllreduceHierarchical,
+    .cost = costAllreduceHierarchical,
+    .acrossHosts = true,
+    .doc = {
+        .rounds = "sliced: 2(L-1) inside the host + the inner allreduce's among H; leader: 2 "
+                  "floor(log2 L) + the inner's",
+        .perRank = "sliced: 2(L-1) k messages, 2(L-1)/L n bytes inside the host, then the inner "
+                   "allreduce of n/L among H (ring: 2(H-1)/H n/L bytes across hosts); leader: n to "
+                   "its parent in the host, the leaders' allreduce of n, n to each child",
+        .cost = "sliced: 2(L-1) a + 2(L-1)/L n b + (L-1)/L n gamma inside, + (ring) 2(H-1) A + "
+                "2(H-1)/(H L) n B + (H-1)/(H L) n gamma across; leader: 2 ceil(log2 L) (a + n b) + "
+                "ceil(log2 L) n gamma + the leaders' allreduce of n",
+        .restrictions =
+            "jobs over hosts (hostOf); sliced when every host has L > 1 ranks and count >= L, else "
+            "through one leader per host; one host or one rank per host: the table's algorithm for "
+            "P; commutative ops only; phases not pipelined into each other"}};
 
 }  // namespace collx::algorithms

@@ -145,4 +145,22 @@ Cost costAllreduceKnomial(const ScheduleParams& p) {
   return Cost{messages, messages * n, messages, messages * n, messages * p.count};
 }
 
+const AlgorithmInfo kAllreduceKnomial{
+    .coll = Collective::kAllreduce,
+    .name = "knomial",
+    .summary =
+        "recursive multiplying, radix 4: groups of 4 exchange whole vectors; ceil(log4 P) "
+        "steps of 3 messages, 3n bytes per step; small messages; keeps rank order",
+    .build = buildAllreduceKnomial,
+    .cost = costAllreduceKnomial,
+    .keepsOrder = true,
+    .doc = {
+        .rounds = "ceil(log4 p); up to ceil(log4 p) + 2 when P != m",
+        .perRank = "3 messages of n per radix-4 round (c-1 in a last round of radix c), +1 for a "
+                   "folded pair",
+        .cost = "ceil(log4 p) rounds of 3 (alpha + n beta + n gamma) (c-1 instead of 3 in a round "
+                "of radix c), + 2 alpha + 2 n beta + n gamma when P != m; ceil(log4 p) alpha where "
+                "a round's messages overlap (the file's figure)",
+        .restrictions = "any P, any count; for small n (it moves about 3 n ceil(log4 p) bytes)"}};
+
 }  // namespace collx::algorithms

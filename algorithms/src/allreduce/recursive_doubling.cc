@@ -71,4 +71,18 @@ Cost costAllreduceRecursiveDoubling(const ScheduleParams& p) {
               (rounds + folds) * p.count};
 }
 
+const AlgorithmInfo kAllreduceRecursiveDoubling{
+    .coll = Collective::kAllreduce,
+    .name = "recursive_doubling",
+    .summary =
+        "partners exchange the whole vector in log P rounds; log P steps, n log P bytes; "
+        "for small messages; keeps rank order",
+    .build = buildAllreduceRecursiveDoubling,
+    .cost = costAllreduceRecursiveDoubling,
+    .keepsOrder = true,
+    .doc = {.rounds = "log2 p; up to log2 p + 2 when P != p",
+            .perRank = "log2 p messages of n bytes, +1 for a folded pair",
+            .cost = "log2 p (alpha + n beta + n gamma), + 2 alpha + 2 n beta + n gamma when P != p",
+            .restrictions = "any P; for small n (it moves n log2 p bytes)"}};
+
 }  // namespace collx::algorithms

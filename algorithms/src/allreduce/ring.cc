@@ -183,4 +183,17 @@ Schedule buildAllreduceRing(const ScheduleParams& p) {
   return buildAllreduceRingPieces(p, 0, "ring");
 }
 
+const AlgorithmInfo kAllreduceRing{
+    .coll = Collective::kAllreduce,
+    .name = "ring",
+    .summary =
+        "reduce-scatter + allgather around the ring, pipelined in chunks; 2(P-1) steps, "
+        "2(P-1)/P n bytes; bandwidth-optimal",
+    .build = buildAllreduceRing,
+    .cost = costAllreduceRing,
+    .doc = {.rounds = "2(P-1)",
+            .perRank = "2(P-1) k messages, 2(P-1)/P n bytes",
+            .cost = "2(P-1) alpha + 2(P-1)/P n beta + (P-1)/P n gamma",
+            .restrictions = "any P, any count; bandwidth-optimal, latency linear in P"}};
+
 }  // namespace collx::algorithms

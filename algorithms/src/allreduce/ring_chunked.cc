@@ -16,4 +16,15 @@ Schedule buildAllreduceRingChunked(const ScheduleParams& p) {
   return buildAllreduceRingPieces(p, 2, "ring_chunked");
 }
 
+const AlgorithmInfo kAllreduceRingChunked{
+    .coll = Collective::kAllreduce,
+    .name = "ring_chunked",
+    .summary = "Gloo's ring with 2P chunks (double buffering); 4(P-1) steps, 2(P-1)/P n bytes",
+    .build = buildAllreduceRingChunked,
+    .cost = costAllreduceRingChunked,
+    .doc = {.rounds = "2(P-1)",
+            .perRank = "4(P-1) messages (2 pieces per segment), 2(P-1)/P n bytes",
+            .cost = "4(P-1) alpha + 2(P-1)/P n beta + (P-1)/P n gamma",
+            .restrictions = "any P, any count"}};
+
 }  // namespace collx::algorithms

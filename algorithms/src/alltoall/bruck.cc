@@ -108,4 +108,19 @@ Cost costAlltoallBruck(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kAlltoallBruck{
+    .coll = Collective::kAlltoall,
+    .name = "bruck",
+    .summary =
+        "Bruck: ceil(log2 P) steps, each packing the blocks whose bit k is set; about n/2 log P "
+        "bytes; small blocks (alltoall only)",
+    .build = buildAlltoallBruck,
+    .cost = costAlltoallBruck,
+    .doc = {
+        .rounds = "ceil(log2 P); one less when P <= 3 * 2^(ceil(log2 P) - 2)",
+        .perRank = "ceil(log2 P) messages, round j the positions with bit j set: n times the set "
+                   "bits of 1..P-1 in all (about P/2 log2 P n)",
+        .cost = "ceil(log2 P) alpha + (set bits of 1..P-1) n beta, plus the packing copies",
+        .restrictions = "equal blocks (alltoallv has its own, below); any P; for small blocks"}};
+
 }  // namespace collx::algorithms

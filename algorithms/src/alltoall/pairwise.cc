@@ -40,4 +40,26 @@ Schedule buildAlltoallPairwise(const ScheduleParams& p) {
   return s;
 }
 
+const AlgorithmInfo kAlltoallPairwise{
+    .coll = Collective::kAlltoall,
+    .name = "pairwise",
+    .summary = "P-1 steps, in step s send to r+s and receive from r-s",
+    .build = buildAlltoallPairwise,
+    .cost = costAlltoallPairwise,
+    .doc = {.rounds = "1",
+            .perRank = "P-1 messages (empty blocks included), (P-1) n bytes",
+            .cost = "(P-1) (alpha + n beta)",
+            .restrictions = "any P"}};
+
+const AlgorithmInfo kAlltoallvPairwise{
+    .coll = Collective::kAlltoallv,
+    .name = "pairwise",
+    .summary = "P-1 steps, in step s send to r+s and receive from r-s",
+    .build = buildAlltoallPairwise,
+    .cost = costAlltoallPairwise,
+    .doc = {.rounds = "1",
+            .perRank = "P-1 messages (empty blocks included), the blocks for every other rank",
+            .cost = "(P-1) alpha + (sent) beta",
+            .restrictions = "any P, any counts"}};
+
 }  // namespace collx::algorithms

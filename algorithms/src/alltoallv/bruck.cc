@@ -177,4 +177,21 @@ Cost costAlltoallvBruck(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kAlltoallvBruck{
+    .coll = Collective::kAlltoallv,
+    .name = "bruck",
+    .summary =
+        "Bruck over per-rank counts: an allgather of every rank's sendcounts first, then "
+        "ceil(log2 P) steps forwarding blocks through intermediate ranks; small blocks",
+    .build = buildAlltoallvBruck,
+    .cost = costAlltoallvBruck,
+    .exchangesCounts = true,
+    .doc = {.rounds = "ceil(log2 P) after an allgather of the counts",
+            .perRank = "an allgather of 2P counts, then ceil(log2 P) messages: round j the blocks "
+                       "at positions with bit j set, each of the size the count matrix gives",
+            .cost = "the allgather of 16 P bytes + ceil(log2 P) alpha + (the forwarded blocks) "
+                    "beta, plus the packing copies",
+            .restrictions = "any P, any counts; counts that disagree between a sender and its "
+                            "receiver are a MismatchError on every rank; for small blocks"}};
+
 }  // namespace collx::algorithms

@@ -67,4 +67,36 @@ Schedule buildBarrierDissemination(const ScheduleParams& p) {
   return s;
 }
 
+const AlgorithmInfo kBarrierAllToAll{
+    .coll = Collective::kBarrier,
+    .name = "all_to_all",
+    .summary = "everyone tells everyone: 1 step, P-1 messages",
+    .build = buildBarrierAllToAll,
+    .cost = costBarrierAllToAll,
+    .doc = {.rounds = "1",
+            .perRank = "P-1 empty messages",
+            .cost = "(P-1) alpha at best; (2P-3) alpha in the model, as every rank sends to rank 0 "
+                    "first, then rank 1, ... (a convoy on each receiver)",
+            .restrictions = "any P"}};
+
+const AlgorithmInfo kBarrierAllToOne{.coll = Collective::kBarrier,
+                                     .name = "all_to_one",
+                                     .summary = "everyone tells rank 0, which answers: 2 steps",
+                                     .build = buildBarrierAllToOne,
+                                     .cost = costBarrierAllToOne,
+                                     .doc = {.rounds = "2",
+                                             .perRank = "rank 0: P-1 empty messages each way",
+                                             .cost = "2 (P-1) alpha at rank 0",
+                                             .restrictions = "any P"}};
+
+const AlgorithmInfo kBarrierDissemination{.coll = Collective::kBarrier,
+                                          .name = "dissemination",
+                                          .summary = "ceil(log2 P) rounds of one message each way",
+                                          .build = buildBarrierDissemination,
+                                          .cost = costBarrierDissemination,
+                                          .doc = {.rounds = "ceil(log2 P)",
+                                                  .perRank = "ceil(log2 P) empty messages",
+                                                  .cost = "ceil(log2 P) alpha",
+                                                  .restrictions = "any P"}};
+
 }  // namespace collx::algorithms

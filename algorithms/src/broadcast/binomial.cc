@@ -72,4 +72,19 @@ Cost costBroadcastBinomial(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kBroadcastBinomial{
+    .coll = Collective::kBroadcast,
+    .name = "binomial",
+    .summary = "binomial tree, pipelined in chunks: ceil(log2 P) steps",
+    .build = buildBroadcastBinomial,
+    .cost = costBroadcastBinomial,
+    .doc = {
+        .rounds = "floor(log2 P)",
+        .perRank =
+            "k messages of n per child: ceil(log2 P) k messages, ceil(log2 P) n bytes at the root",
+        .cost = "ceil(log2 P) (alpha + n beta); pieces bring the beta term towards (n + log2 P "
+                "chunkBytes) beta only where a rank feeds its children in parallel, not through "
+                "the one outgoing link of the model",
+        .restrictions = "any P, any root"}};
+
 }  // namespace collx::algorithms

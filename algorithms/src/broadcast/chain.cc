@@ -69,4 +69,19 @@ Cost costBroadcastChain(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kBroadcastChain{
+    .coll = Collective::kBroadcast,
+    .name = "chain",
+    .summary =
+        "root -> root+1 -> ... in pieces of chunkBytes; P-2+K steps of one piece, n bytes per "
+        "link",
+    .build = buildBroadcastChain,
+    .cost = costBroadcastChain,
+    .doc = {
+        .rounds = "P-1",
+        .perRank = "k messages, n bytes (every rank but the last)",
+        .cost = "(P-2+k) (alpha + n/k beta) with its pieces ((P-1) (alpha + n beta) without)",
+        .restrictions =
+            "any P, any root; for large n: about n beta whatever P, but P-1 alphas of latency"}};
+
 }  // namespace collx::algorithms

@@ -27,14 +27,13 @@ hierarchy::Plan plan(const ScheduleParams& p) {
   using hierarchy::Phase;
   const hierarchy::Layout layout = hierarchy::Layout::of(p);
   const int P = p.size, r = p.rank;
-  const std::uint64_t n = p.bytes();
   hierarchy::Plan plan;
   if (layout.flat()) {
     ScheduleParams whole = p;
     whole.hostOf.clear();
     std::vector<int> all(static_cast<std::size_t>(P));
     for (int i = 0; i < P; ++i) all[static_cast<std::size_t>(i)] = i;
-    hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kBroadcast, P, n), whole,
+    hierarchy::addGroup(plan, hierarchy::groupChoice(whole), whole,
                         Phase{all, input(), output(), 0, 0});
     return plan;
   }
@@ -48,7 +47,7 @@ hierarchy::Plan plan(const ScheduleParams& p) {
     ScheduleParams inter = hierarchy::groupParams(p, Collective::kBroadcast, host, H);
     inter.root = rootHost;
     inter.inPlace = true;
-    hierarchy::addGroup(plan, hierarchy::tableChoice(Collective::kBroadcast, H, n), inter,
+    hierarchy::addGroup(plan, hierarchy::groupChoice(inter), inter,
                         Phase{leaders, output(), output(), 0, 0});
   }
   hierarchy::addHostBroadcast(plan, p, layout.members[static_cast<std::size_t>(host)],
@@ -65,5 +64,22 @@ Schedule buildBroadcastHierarchical(const ScheduleParams& p) {
 }
 
 Cost costBroadcastHierarchical(const ScheduleParams& p) { return hierarchy::cost(plan(p)); }
+
+const AlgorithmInfo kBroadcastHierarchical{
+    .coll = Collective::kBroadcast,
+    .name = "hierarchical",
+    .summary =
+        "hosts (hostOf): root -> one leader per host, then each leader -> its host; the "
+        "default across hosts",
+    .build = buildBroadcastHierarchical,
+    .cost = costBroadcastHierarchical,
+    .acrossHosts = true,
+    .doc = {
+        .rounds = "the leaders' broadcast among H + the host's among L",
+        .perRank = "the leaders: the table's broadcast among H (one_to_all: H-1 messages at the "
+                   "root's host); then inside each host the table's among L",
+        .cost = "(binomial) ceil(log2 H) (A + n B) + ceil(log2 L) (a + n b)",
+        .restrictions = "jobs over hosts (hostOf); any P, any root, any layout (the root leads its "
+                        "host); one host or one rank per host: the table's algorithm for P"}};
 
 }  // namespace collx::algorithms

@@ -29,4 +29,15 @@ Schedule buildBroadcastOneToAll(const ScheduleParams& p) {
   return s;
 }
 
+const AlgorithmInfo kBroadcastOneToAll{
+    .coll = Collective::kBroadcast,
+    .name = "one_to_all",
+    .summary = "the root sends to everyone: (P-1) n bytes at the root",
+    .build = buildBroadcastOneToAll,
+    .cost = costBroadcastOneToAll,
+    .doc = {.rounds = "1",
+            .perRank = "the root: P-1 messages of n bytes",
+            .cost = "(P-1) (alpha + n beta)",
+            .restrictions = "any P, any root; the root's link is the bottleneck"}};
+
 }  // namespace collx::algorithms

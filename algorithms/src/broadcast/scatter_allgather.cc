@@ -128,4 +128,19 @@ Cost costBroadcastScatterAllgather(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kBroadcastScatterAllgather{
+    .coll = Collective::kBroadcast,
+    .name = "scatter_allgather",
+    .summary =
+        "van de Geijn: binomial scatter of P blocks + ring allgather; log P + P-1 steps, about "
+        "2n bytes per rank; large buffers (binomial below P elements)",
+    .build = buildBroadcastScatterAllgather,
+    .cost = costBroadcastScatterAllgather,
+    .doc = {
+        .rounds = "P-1",
+        .perRank = "the root: ceil(log2 P) scatter and P-1 ring messages, 2(P-1)/P n bytes",
+        .cost = "(ceil(log2 P) + P-1) alpha + 2(P-1)/P n beta at the root",
+        .restrictions =
+            "count >= P (no empty block), else binomial's schedule; any P, any root; for large n"}};
+
 }  // namespace collx::algorithms

@@ -155,4 +155,32 @@ Cost binomialTreeCost(const ScheduleParams& p, const char* which) {
 
 Cost costGatherBinomial(const ScheduleParams& p) { return binomialTreeCost(p, "recvcounts"); }
 
+const AlgorithmInfo kGatherBinomial{
+    .coll = Collective::kGather,
+    .name = "binomial",
+    .summary =
+        "subtrees climb a binomial tree in one message each: ceil(log2 P) messages at the root",
+    .build = buildGatherBinomial,
+    .cost = costGatherBinomial,
+    .doc = {.rounds = "floor(log2 P)",
+            .perRank = "one message of its subtree's blocks to its parent (up to P/2 blocks); the "
+                       "root receives ceil(log2 P) messages, (P-1) n bytes",
+            .cost = "ceil(log2 P) alpha + (P-1) n beta at the root",
+            .restrictions = "any P, any root"}};
+
+const AlgorithmInfo kGathervBinomial{
+    .coll = Collective::kGatherv,
+    .name = "binomial",
+    .summary =
+        "subtrees climb a binomial tree in one message each: ceil(log2 P) messages at the "
+        "root; needs recvcounts on every rank",
+    .build = buildGatherBinomial,
+    .cost = costGatherBinomial,
+    .doc = {.rounds = "floor(log2 P)",
+            .perRank = "one message of its subtree's blocks to its parent; the root receives "
+                       "ceil(log2 P) messages, N - n_root bytes",
+            .cost = "ceil(log2 P) alpha + (N - n_root) beta at the root",
+            .restrictions = "any P, any root, any counts; a rank with children needs recvcounts "
+                            "(InvalidArgument otherwise, no fallback)"}};
+
 }  // namespace collx::algorithms

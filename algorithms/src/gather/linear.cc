@@ -35,4 +35,28 @@ Schedule buildGatherLinear(const ScheduleParams& p) {
   return s;
 }
 
+const AlgorithmInfo kGatherLinear{
+    .coll = Collective::kGather,
+    .name = "linear",
+    .summary = "everyone sends to the root: P-1 messages at the root",
+    .build = buildGatherLinear,
+    .cost = costGatherLinear,
+    .doc = {
+        .rounds = "1",
+        .perRank = "one message of n to the root; the root receives P-1 messages, (P-1) n bytes",
+        .cost = "(P-1) (alpha + n beta) at the root",
+        .restrictions = "any P, any root"}};
+
+const AlgorithmInfo kGathervLinear{
+    .coll = Collective::kGatherv,
+    .name = "linear",
+    .summary = "everyone sends to the root: P-1 messages at the root",
+    .build = buildGatherLinear,
+    .cost = costGatherLinear,
+    .doc = {.rounds = "1",
+            .perRank =
+                "one message of n_r to the root; the root receives P-1 messages, N - n_root bytes",
+            .cost = "(P-1) alpha + (N - n_root) beta at the root",
+            .restrictions = "any P, any root, any counts"}};
+
 }  // namespace collx::algorithms

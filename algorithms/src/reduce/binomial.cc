@@ -119,4 +119,17 @@ Schedule buildReduceBinomial(const ScheduleParams& p) {
   return s;
 }
 
+const AlgorithmInfo kReduceBinomial{
+    .coll = Collective::kReduce,
+    .name = "binomial",
+    .summary = "binomial tree towards the root, pipelined in chunks; keeps rank order",
+    .build = buildReduceBinomial,
+    .cost = costReduceBinomial,
+    .keepsOrder = true,
+    .doc = {.rounds = "floor(log2 P), +1 for a non-commutative op with root != 0",
+            .perRank = "k messages of n to its parent; the root receives ceil(log2 P) k messages",
+            .cost = "ceil(log2 P) (alpha + n beta + n gamma) at the root",
+            .restrictions = "any P, any root",
+            .orderNote = " (tree rooted at rank 0, result moved to the root)"}};
+
 }  // namespace collx::algorithms

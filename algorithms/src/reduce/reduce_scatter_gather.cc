@@ -184,4 +184,22 @@ Cost costReduceReduceScatterGather(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kReduceReduceScatterGather{
+    .coll = Collective::kReduce,
+    .name = "reduce_scatter_gather",
+    .summary =
+        "Rabenseifner: recursive-halving reduce-scatter + binomial gather to the root; 2 log P "
+        "steps, about 2n bytes at the root; large vectors; keeps rank order",
+    .build = buildReduceReduceScatterGather,
+    .cost = costReduceReduceScatterGather,
+    .keepsOrder = true,
+    .doc = {.rounds = "2 log2 p; up to 2 log2 p + 1 when P != p",
+            .perRank =
+                "log2 p messages of halves, (p-1)/p n bytes, then at most one gather message (up "
+                "to n/2); the root receives about 2(p-1)/p n; a rank that folds out sends n once",
+            .cost = "2 log2 p alpha + 2(p-1)/p n beta + (p-1)/p n gamma at the root, + alpha + n "
+                    "beta + n gamma when P != p",
+            .restrictions = "any P, any root, any count; for large n",
+            .orderNote = ", for every root"}};
+
 }  // namespace collx::algorithms

@@ -271,4 +271,22 @@ Cost costReduceScatterRecursiveHalving(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kReduceScatterRecursiveHalving{
+    .coll = Collective::kReduceScatter,
+    .name = "recursive_halving",
+    .summary =
+        "log P steps halving the vector between partners, (n - n_r) bytes and reductions; any "
+        "counts; keeps rank order",
+    .build = buildReduceScatterRecursiveHalving,
+    .cost = costReduceScatterRecursiveHalving,
+    .keepsOrder = true,
+    .doc = {
+        .rounds = "log2 p; up to log2 p + 2 when P != p",
+        .perRank = "log2 p messages (empty ones too), the halves it gives: N - n_r bytes when P = "
+                   "p; a folded pair: 2i sends N once, 2i+1 also sends 2i its block",
+        .cost = "log2 p alpha + (N - n_r) beta + (N - n_r) gamma (equal blocks), + 2 alpha + (N + "
+                "n_2i) beta + N gamma when P != p",
+        .restrictions = "any P, any counts",
+        .orderNote = " (non-commutative ops: blocks at bit-reversed positions, one more copy)"}};
+
 }  // namespace collx::algorithms

@@ -91,4 +91,16 @@ Schedule buildReduceScatterRing(const ScheduleParams& p) {
   return s;
 }
 
+const AlgorithmInfo kReduceScatterRing{
+    .coll = Collective::kReduceScatter,
+    .name = "ring",
+    .summary =
+        "P-1 steps; n - n_r bytes out, n - n_(r-1) in and reduced per rank; pipelined in chunks",
+    .build = buildReduceScatterRing,
+    .cost = costReduceScatterRing,
+    .doc = {.rounds = "P-1",
+            .perRank = "N - n_r bytes; receives and reduces N - n_(r-1)",
+            .cost = "(P-1) alpha + (N - n_r) beta + (N - n_(r-1)) gamma",
+            .restrictions = "any P, any counts; commutative ops only (ring order)"}};
+
 }  // namespace collx::algorithms

@@ -89,4 +89,33 @@ Cost costScatterBinomial(const ScheduleParams& p) {
   return c;
 }
 
+const AlgorithmInfo kScatterBinomial{
+    .coll = Collective::kScatter,
+    .name = "binomial",
+    .summary =
+        "subtrees go down a binomial tree in one message each: ceil(log2 P) messages at "
+        "the root",
+    .build = buildScatterBinomial,
+    .cost = costScatterBinomial,
+    .doc = {.rounds = "floor(log2 P)",
+            .perRank = "one message per child (its subtree's blocks): the root sends ceil(log2 P) "
+                       "messages, (P-1) n bytes",
+            .cost = "ceil(log2 P) alpha + (P-1) n beta at the root",
+            .restrictions = "any P, any root"}};
+
+const AlgorithmInfo kScattervBinomial{
+    .coll = Collective::kScatterv,
+    .name = "binomial",
+    .summary =
+        "subtrees go down a binomial tree in one message each: ceil(log2 P) messages at the "
+        "root; needs sendcounts on every rank",
+    .build = buildScatterBinomial,
+    .cost = costScatterBinomial,
+    .doc = {.rounds = "floor(log2 P)",
+            .perRank = "one message per child (its subtree's blocks): the root sends ceil(log2 P) "
+                       "messages, N - n_root bytes",
+            .cost = "ceil(log2 P) alpha + (N - n_root) beta at the root",
+            .restrictions = "any P, any root, any counts; a rank with children needs sendcounts "
+                            "(InvalidArgument otherwise, no fallback)"}};
+
 }  // namespace collx::algorithms

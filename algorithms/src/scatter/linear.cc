@@ -33,4 +33,26 @@ Schedule buildScatterLinear(const ScheduleParams& p) {
   return s;
 }
 
+const AlgorithmInfo kScatterLinear{
+    .coll = Collective::kScatter,
+    .name = "linear",
+    .summary = "the root sends to everyone: P-1 messages at the root",
+    .build = buildScatterLinear,
+    .cost = costScatterLinear,
+    .doc = {.rounds = "1",
+            .perRank = "the root: P-1 messages, (P-1) n bytes",
+            .cost = "(P-1) (alpha + n beta) at the root",
+            .restrictions = "any P, any root"}};
+
+const AlgorithmInfo kScattervLinear{
+    .coll = Collective::kScatterv,
+    .name = "linear",
+    .summary = "the root sends to everyone: P-1 messages at the root",
+    .build = buildScatterLinear,
+    .cost = costScatterLinear,
+    .doc = {.rounds = "1",
+            .perRank = "the root: P-1 messages, N - n_root bytes",
+            .cost = "(P-1) alpha + (N - n_root) beta at the root",
+            .restrictions = "any P, any root, any counts"}};
+
 }  // namespace collx::algorithms

@@ -9,6 +9,7 @@
 //   direct: 2 uses; per rank: (P-1) n read (and its own block copied, unless in place).
 #include <algorithm>
 
+#include "../builders.h"
 #include "shared.h"
 
 namespace collx::algorithms::shared {
@@ -26,7 +27,7 @@ constexpr std::uint64_t kDirectMin = 16 * 1024, kDirectOversubscribedMin = 1 << 
 // against 0.9, allreduce 3.3-3.4 against 2.5.)
 constexpr std::uint64_t kStreamMin = 4 << 20;
 
-void inPieces(Call& c) {
+Step<> inPieces(Call& c) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
   const std::uint64_t B = c.bufferBytes();
   const bool stream = block * static_cast<std::uint64_t>(c.size) >= kStreamMin;
@@ -35,13 +36,13 @@ void inPieces(Call& c) {
   do {
     const std::uint64_t len = std::min(B, block - off);
     const std::uint64_t use = c.g.nextUse();
-    std::uint8_t* mine = c.begin();
+    std::uint8_t* mine = co_await c.begin();
     if (len > 0) copyBytes(mine, c.in + off, len);
     c.publish();
     if (len > 0 && own != c.in) copyOut(own + off, c.in + off, len, stream);
     for (int m = 0; m < c.size; ++m) {
       if (m == c.me) continue;
-      const std::uint8_t* theirs = c.await(m, use);
+      const std::uint8_t* theirs = co_await c.await(m, use);
       if (len > 0) {
         copyOut(c.out + block * static_cast<std::uint64_t>(m) + off, theirs, len, stream);
       }
@@ -52,26 +53,28 @@ void inPieces(Call& c) {
 
 // Every rank copies every other's block out of that rank's input, after the first use
 // (`use`) carried every member's offer, publishes, and returns once all have.
-void directReads(Call& c, std::uint64_t use) {
+Step<> directReads(Call& c, std::uint64_t use) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
   std::uint8_t* own = c.out + block * static_cast<std::uint64_t>(c.me);
   if (own != c.in)
     copyOut(own, c.in, block, block * static_cast<std::uint64_t>(c.size) >= kStreamMin);
   for (int k = 1; k < c.size; ++k) {  // each from its next member on, to spread the reads
     const int m = (c.me + k) % c.size;
-    c.readFrom(m, c.offerOf(m, use).input, c.out + block * static_cast<std::uint64_t>(m), block);
+    const Offer offer = Call::offerIn(co_await c.await(m, use));
+    c.readFrom(m, offer.input, c.out + block * static_cast<std::uint64_t>(m), block);
   }
-  c.begin();
+  co_await c.begin();
   c.publish();
   // Every member's block stays valid until all have read it.
   for (int m = 0; m < c.size; ++m) {
-    if (m != c.me) c.await(m, use + 1);
+    if (m != c.me) co_await c.await(m, use + 1);
   }
 }
 
 }  // namespace
 
-void allgather(Call& c) {
+// (Not a coroutine itself: it hands over the one the call takes.)
+Step<> allgather(Call& c) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
   const std::uint64_t bytes = block * static_cast<std::uint64_t>(c.size);
   // From 16 KiB gathered: the pieces' copies out of lines a peer has just written slow down
@@ -80,13 +83,29 @@ void allgather(Call& c) {
   // rounds, direct 3.7-4.7, auto 2.1-3.6, Open MPI 3.9-5.2; 16 KiB: auto 1.1-1.9, pieces
   // 1.3-1.9 and 5.8, Open MPI 3.2-4.4). When ranks outnumber cores, from 1 MiB gathered
   // (P=4 on 2 cores, 4 MiB gathered: direct 846-887 us, pieces 542-621, Open MPI 742-1171).
-  if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
-    inPieces(c);
-    return;
-  }
-  c.ledByMemberZero(
-      transport::DirectCall::kAllgather, bytes, [&c](std::uint64_t use) { directReads(c, use); },
-      [&c] { inPieces(c); });
+  if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) return inPieces(c);
+  return c.ledByMemberZero(
+      transport::DirectCall::kAllgather, bytes,
+      [&c](std::uint64_t use) { return directReads(c, use); }, [&c] { return inPieces(c); });
 }
 
 }  // namespace collx::algorithms::shared
+
+namespace collx::algorithms {
+
+const AlgorithmInfo kAllgatherShm{
+    .coll = Collective::kAllgather,
+    .name = "shm",
+    .summary =
+        "through shared-memory buffers: each rank publishes its block, copies every other one",
+    .build = buildShared,
+    .shared = true,
+    .doc = {.rounds = "1 per B bytes of a block; from 16 KiB gathered a first use carries member "
+                      "0's choice, and direct reads take 1 more",
+            .perRank = "n in, (P-1) n out; direct reads: (P-1) n read out of the other ranks' own "
+                       "buffers, its own block copied (unless in place)",
+            .cost = "ceil(n/B) alpha_shm + P n c; direct: 2 alpha_shm + (P-1) n c_cma + n c",
+            .restrictions =
+                "every rank in one shared-memory group; COLLX_SHM_DIRECT as for broadcast"}};
+
+}  // namespace collx::algorithms

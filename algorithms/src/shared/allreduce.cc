@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../builders.h"
 #include "shared.h"
 
 namespace collx::algorithms::shared {
@@ -41,24 +42,19 @@ constexpr std::uint64_t kOneShotBytes = 4 * 1024;
 constexpr std::uint64_t kDirectMin = 256 * 1024, kDirectChunk = 256 * 1024;
 constexpr std::uint64_t kDirectOversubscribedMin = 32 << 20;
 
-// The P sources of a reduction (this thread's, reused).
-std::vector<const std::uint8_t*>& sources(int P) {
-  thread_local std::vector<const std::uint8_t*> src;
-  src.resize(static_cast<std::size_t>(P));
-  return src;
-}
-
 // Direct reads, after the first use (`use`) carried every member's offer.
-void directReads(Call& c, std::uint64_t use) {
+Step<> directReads(Call& c, std::uint64_t use) {
   const std::uint64_t es = c.p.elementSize;
   const std::uint64_t n = c.p.count;
   const auto P = static_cast<std::uint64_t>(c.size);
   const auto me = static_cast<std::uint64_t>(c.me);
-  thread_local std::vector<Offer> offers;
-  thread_local std::vector<std::uint8_t> scratch;
+  std::vector<Offer>& offers = c.scratch.offers;
+  std::vector<std::uint8_t>& scratch = c.scratch.bytes;
   offers.resize(P);
-  std::vector<const std::uint8_t*>& src = sources(c.size);
-  for (int m = 0; m < c.size; ++m) offers[static_cast<std::size_t>(m)] = c.offerOf(m, use);
+  std::vector<const std::uint8_t*>& src = c.sources();
+  for (int m = 0; m < c.size; ++m) {
+    offers[static_cast<std::size_t>(m)] = Call::offerIn(co_await c.await(m, use));
+  }
   const std::uint64_t chunk = std::max<std::uint64_t>(1, kDirectChunk / es);
   scratch.resize(chunk * es * P);
   const std::uint64_t lo = n * me / P, hi = n * (me + 1) / P;
@@ -82,30 +78,30 @@ void directReads(Call& c, std::uint64_t use) {
     }
     c.reduceAll(c.out + off * es, src.data(), 0, len);
   }
-  c.begin();
+  co_await c.begin();
   c.publish();
   for (std::uint64_t k = 1; k < P; ++k) {
     const auto m = (me + k) % P;
     const std::uint64_t mlo = n * m / P, mhi = n * (m + 1) / P;
-    c.await(static_cast<int>(m), use + 1);
+    co_await c.await(static_cast<int>(m), use + 1);
     if (mhi > mlo) {
       c.readFrom(static_cast<int>(m), offers[m].output + mlo * es, c.out + mlo * es,
                  (mhi - mlo) * es);
     }
   }
-  c.begin();
+  co_await c.begin();
   c.publish();
   // Every member's output stays valid until all have read it.
   for (int m = 0; m < c.size; ++m) {
-    if (m != c.me) c.await(m, use + 2);
+    if (m != c.me) co_await c.await(m, use + 2);
   }
 }
 
 // Two-shot through the group buffers.
-void inRounds(Call& c) {
+Step<> inRounds(Call& c) {
   const std::uint64_t es = c.p.elementSize;
   const std::uint64_t n = c.p.count;
-  std::vector<const std::uint8_t*>& src = sources(c.size);
+  std::vector<const std::uint8_t*>& src = c.sources();
   const std::uint64_t perRound = c.bufferBytes() / es;
   const auto P = static_cast<std::uint64_t>(c.size);
   const auto me = static_cast<std::uint64_t>(c.me);
@@ -113,53 +109,80 @@ void inRounds(Call& c) {
     const std::uint64_t len = std::min(perRound, n - off);
     const std::uint64_t lo = len * me / P, hi = len * (me + 1) / P;
     const std::uint64_t pieces = c.g.nextUse();
-    std::uint8_t* mine = c.begin();
+    std::uint8_t* mine = co_await c.begin();
     const std::uint8_t* piece = c.in + off * es;
     copyBytes(mine, piece, lo * es);
     copyBytes(mine + hi * es, piece + hi * es, (len - hi) * es);
     c.publish();
     for (int m = 0; m < c.size; ++m) {
-      src[static_cast<std::size_t>(m)] = m == c.me ? piece : c.await(m, pieces);
+      src[static_cast<std::size_t>(m)] = m == c.me ? piece : co_await c.await(m, pieces);
     }
     const std::uint64_t slices = c.g.nextUse();
-    std::uint8_t* slice = c.begin();
+    std::uint8_t* slice = co_await c.begin();
     c.reduceAll(slice, src.data(), lo * es, hi - lo);
     c.publish();
     for (int m = 0; m < c.size; ++m) {
       const auto mm = static_cast<std::uint64_t>(m);
       const std::uint64_t mlo = len * mm / P, mhi = len * (mm + 1) / P;
-      const std::uint8_t* theirs = c.await(m, slices);
+      const std::uint8_t* theirs = co_await c.await(m, slices);
       if (mhi > mlo) copyBytes(c.out + (off + mlo) * es, theirs, (mhi - mlo) * es);
     }
   }
 }
 
+
+// One use: every rank reduces every rank's vector.
+Step<> oneShot(Call& c) {
+  const std::uint64_t n = c.p.count;
+  const std::uint64_t bytes = n * c.p.elementSize;
+  std::vector<const std::uint8_t*>& src = c.sources();
+  const std::uint64_t use = c.g.nextUse();
+  std::uint8_t* mine = co_await c.begin();
+  if (bytes > 0) copyBytes(mine, c.in, bytes);
+  c.publish();
+  for (int m = 0; m < c.size; ++m) src[static_cast<std::size_t>(m)] = co_await c.await(m, use);
+  c.reduceAll(c.out, src.data(), 0, n);
+}
+
 }  // namespace
 
-void allreduce(Call& c) {
-  const std::uint64_t es = c.p.elementSize;
-  const std::uint64_t n = c.p.count;
-  const std::uint64_t bytes = n * es;
-  if (bytes <= std::min<std::uint64_t>(kOneShotBytes, c.bufferBytes())) {
-    std::vector<const std::uint8_t*>& src = sources(c.size);
-    const std::uint64_t use = c.g.nextUse();
-    std::uint8_t* mine = c.begin();
-    if (bytes > 0) copyBytes(mine, c.in, bytes);
-    c.publish();
-    for (int m = 0; m < c.size; ++m) src[static_cast<std::size_t>(m)] = c.await(m, use);
-    c.reduceAll(c.out, src.data(), 0, n);
-    return;
-  }
+// (Not a coroutine itself: it hands over the one the call takes.)
+Step<> allreduce(Call& c) {
+  const std::uint64_t bytes = c.p.count * c.p.elementSize;
+  if (bytes <= std::min<std::uint64_t>(kOneShotBytes, c.bufferBytes())) return oneShot(c);
   // When ranks outnumber cores, from 32 MiB (measured on 2 cores: P=4, 64 MiB, direct reads
   // 44-57 ms, the group buffers 21-30 in good periods and 67-80 in slow ones; P=8 never
   // gained: 1 MiB 1.0-1.9 ms against 0.5-0.6, 16 MiB 24-25 against 10-11).
   if (c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
-    c.ledByMemberZero(
-        transport::DirectCall::kAllreduce, bytes, [&c](std::uint64_t use) { directReads(c, use); },
-        [&c] { inRounds(c); });
-    return;
+    return c.ledByMemberZero(
+        transport::DirectCall::kAllreduce, bytes,
+        [&c](std::uint64_t use) { return directReads(c, use); }, [&c] { return inRounds(c); });
   }
-  inRounds(c);
+  return inRounds(c);
 }
 
 }  // namespace collx::algorithms::shared
+
+namespace collx::algorithms {
+
+const AlgorithmInfo kAllreduceShm{
+    .coll = Collective::kAllreduce,
+    .name = "shm",
+    .summary =
+        "through shared-memory buffers: one-shot (each rank reduces every rank's vector) up to "
+        "4 KiB, then reduce-scatter + allgather in cache-sized rounds; rank-order reduction",
+    .build = buildShared,
+    .keepsOrder = true,
+    .shared = true,
+    .doc = {.rounds = "up to 4 KiB: 1; then 2 per B bytes; direct reads: 3",
+            .perRank = "one-shot: n in, P n read, (P-1) n reduced; two-shot: (P-1)/P n in (not its "
+                       "own slice), n read and n/P written by the reduction, n out; direct reads: "
+                       "rank i reads slice i of every other rank's input in chunks of 256 KiB into "
+                       "its cache and reduces it in rank order into its output, then reads every "
+                       "other rank's reduced slice out of that rank's output: (P-1)/P n read twice",
+            .cost = "one-shot: alpha_shm + (P+1) n c + (P-1) n gamma; two-shot: 2 ceil(n/B) "
+                    "alpha_shm + (3 - 1/P) n c + (P-1)/P n gamma; direct: 3 alpha_shm + 2 (P-1)/P "
+                    "n c_cma + n/P c + (P-1)/P n gamma",
+            .restrictions = "every rank in one shared-memory group"}};
+
+}  // namespace collx::algorithms

@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "../builders.h"
 #include "shared.h"
 
 namespace collx::algorithms::shared {
@@ -38,8 +39,8 @@ namespace {
 constexpr std::uint64_t kDirectMin = 64 * 1024, kDirectOversubscribedMin = 4 << 20;
 constexpr std::uint64_t kStreamMin = 4 << 20;
 
-// Returns the last use.
-std::uint64_t inPieces(Call& c) {
+// `last`, when given: the last use.
+Step<> inPieces(Call& c, std::uint64_t* last = nullptr) {
   const std::uint64_t bytes = c.p.count * c.p.elementSize;
   // Two ranks: many small pieces up to 256 KiB, then whole buffers. More: eighths, fewer
   // pieces for ranks that may wait for a core to be given one. Ranks outnumbering cores:
@@ -64,17 +65,17 @@ std::uint64_t inPieces(Call& c) {
   do {
     const std::uint64_t len = std::min(B, bytes - off);
     use = c.g.nextUse();
-    std::uint8_t* mine = c.begin();
+    std::uint8_t* mine = co_await c.begin();
     if (c.me == root) {
       if (len > 0) copyBytes(mine, c.out + off, len);
     } else {
-      const std::uint8_t* theirs = c.await(root, use);
+      const std::uint8_t* theirs = co_await c.await(root, use);
       if (len > 0) copyOut(c.out + off, theirs, len, stream);
     }
     c.publish();
     off += len;
   } while (off < bytes);
-  return use;
+  if (last != nullptr) *last = use;
 }
 
 // Split direct reads: the bytes of the vector read directly (the rest goes through the
@@ -89,40 +90,27 @@ std::uint64_t headOf(std::uint64_t bytes) {
 // Bytes [head, bytes) in pieces of B through the root's group buffers: the root copies each
 // in and publishes it, every other rank copies it out and publishes that it did. Returns
 // the last use.
-std::uint64_t tailThroughBuffers(Call& c, std::uint64_t head, std::uint64_t bytes) {
+Step<std::uint64_t> tailThroughBuffers(Call& c, std::uint64_t head, std::uint64_t bytes) {
   const int root = c.p.root;
   std::uint64_t use = 0;
   for (std::uint64_t off = head; off < bytes;) {
     const std::uint64_t len = std::min(c.bufferBytes(), bytes - off);
     use = c.g.nextUse();
-    std::uint8_t* mine = c.begin();
+    std::uint8_t* mine = co_await c.begin();
     if (c.me == root) {
       copyBytes(mine, c.out + off, len);
     } else {
-      copyBytes(c.out + off, c.await(root, use), len);
+      copyBytes(c.out + off, co_await c.await(root, use), len);
     }
     c.publish();
     off += len;
   }
-  return use;
+  co_return use;
 }
 
-}  // namespace
-
-void broadcast(Call& c) {
+// The root's first use offers direct reads, or not.
+Step<> offeringDirectReads(Call& c) {
   const std::uint64_t bytes = c.p.count * c.p.elementSize;
-  // Ranks outnumbering cores (unless always): only from 4 MiB, up to 4 ranks, and whole
-  // vectors. Below, the root's wait for every reader costs more than the pieces (P=4 on 2
-  // cores: 64 KiB 19.1-21.8 us against 8.5-11.8), and the root's timing led auto astray (1
-  // MiB 140-377 us against the pieces' 90-117). From 4 MiB, the pieces take 3-4x longer in
-  // this VM's slow periods, the direct reads do not, and auto keeps to the faster way (P=4,
-  // 5 alternating rounds, one slow: 4 MiB auto 0.70-1.22 ms, pieces 0.71-2.83, Open MPI
-  // 1.17-2.00; 64 MiB auto 11.6-24.0 ms, pieces 11.9-12.6 and 43.7-46.0, whole direct
-  // reads 21.6-23.8, Open MPI 31.9-35.3).
-  if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
-    inPieces(c);
-    return;
-  }
   const transport::DirectReads how = c.g.directReads();
   const int root = c.p.root;
   const auto start = std::chrono::steady_clock::now();
@@ -134,34 +122,83 @@ void broadcast(Call& c) {
     // (Split reads not when ranks outnumber cores: the root shares its core with a reader.)
     const bool split =
         direct && !c.g.oversubscribed() && c.g.chooseDirect(DirectCall::kBroadcastSplit, bytes);
-    c.offer(split ? Way::kSplit : direct ? Way::kDirect : Way::kBuffers, c.out);
+    co_await c.offer(split ? Way::kSplit : direct ? Way::kDirect : Way::kBuffers, c.out);
     // The last use every other rank publishes: by then it has its copy and reads nothing of
     // the root's any more. Direct reads wait for it (the buffer stays valid until then);
     // the group buffers' way only under auto, to time the whole call.
-    const std::uint64_t last = split    ? tailThroughBuffers(c, head, bytes)
-                               : direct ? use
-                                        : inPieces(c);
+    std::uint64_t last = use;
+    if (split) {
+      last = co_await tailThroughBuffers(c, head, bytes);
+    } else if (!direct) {
+      co_await inPieces(c, &last);
+    }
     if (direct || how == transport::DirectReads::kAuto) {
       for (int m = 0; m < c.size; ++m) {
-        if (m != root) c.await(m, last);
+        if (m != root) co_await c.await(m, last);
       }
     }
     const auto took = std::chrono::steady_clock::now() - start;
     c.g.recordDirect(DirectCall::kBroadcast, bytes, direct, took);
     if (direct) c.g.recordDirect(DirectCall::kBroadcastSplit, bytes, split, took);
-    return;
+    co_return;
   }
-  c.begin();
-  const Offer offer = c.offerOf(root, use);
+  co_await c.begin();
+  const Offer offer = Call::offerIn(co_await c.await(root, use));
   if (offer.way == Way::kSplit) {
     c.publish();  // the root may fill its group buffers with the tail meanwhile
     c.readFrom(root, offer.input, c.out, head);
-    tailThroughBuffers(c, head, bytes);
-    return;
+    co_await tailThroughBuffers(c, head, bytes);
+    co_return;
   }
   if (offer.direct()) c.readFrom(root, offer.input, c.out, bytes);
   c.publish();
-  if (!offer.direct()) inPieces(c);
+  if (!offer.direct()) co_await inPieces(c);
+}
+
+}  // namespace
+
+// (Not a coroutine itself: it hands over the one the call takes.)
+Step<> broadcast(Call& c) {
+  const std::uint64_t bytes = c.p.count * c.p.elementSize;
+  // Ranks outnumbering cores (unless always): only from 4 MiB, up to 4 ranks, and whole
+  // vectors. Below, the root's wait for every reader costs more than the pieces (P=4 on 2
+  // cores: 64 KiB 19.1-21.8 us against 8.5-11.8), and the root's timing led auto astray (1
+  // MiB 140-377 us against the pieces' 90-117). From 4 MiB, the pieces take 3-4x longer in
+  // this VM's slow periods, the direct reads do not, and auto keeps to the faster way (P=4,
+  // 5 alternating rounds, one slow: 4 MiB auto 0.70-1.22 ms, pieces 0.71-2.83, Open MPI
+  // 1.17-2.00; 64 MiB auto 11.6-24.0 ms, pieces 11.9-12.6 and 43.7-46.0, whole direct
+  // reads 21.6-23.8, Open MPI 31.9-35.3).
+  if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
+    return inPieces(c);
+  }
+  return offeringDirectReads(c);
 }
 
 }  // namespace collx::algorithms::shared
+
+namespace collx::algorithms {
+
+const AlgorithmInfo kBroadcastShm{
+    .coll = Collective::kBroadcast,
+    .name = "shm",
+    .summary = "through the root's shared-memory buffers, pipelined in cache-sized pieces",
+    .build = buildShared,
+    .shared = true,
+    .doc = {
+        .rounds =
+            "1 per piece (P = 2: n/16 up to 256 KiB, then B; P > 2: n/8, at least 8 KiB, at most "
+            "B; ranks outnumbering cores: n/2); from 64 KiB a first use carries the root's choice, "
+            "and direct reads take that 1 use only, or split, 1 + ceil(tail / B)",
+        .perRank = "the root: n in; the others: n out (the root runs up to 3 pieces ahead); direct "
+                   "reads: the others n each, out of the root's own buffer (process_vm_readv), the "
+                   "root nothing; split: the others read a head (n/2 up to 256 KiB, n/4 above) "
+                   "while the root copies the tail in, then copy the tail out",
+        .cost =
+            "(pieces) alpha_shm + n c + (one piece) c, pipelined; (direct) 2 alpha_shm + n c_cma",
+        .restrictions = "every rank in one shared-memory group; any root; COLLX_SHM_DIRECT: auto "
+                        "(the root times both ways per "
+                        "size and takes the faster, trying the other one call in 16; never when "
+                        "ranks outnumber cores), never, always; direct only where every rank can "
+                        "read every other's memory (agreed at connect)"}};
+
+}  // namespace collx::algorithms

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <string_view>
 
-#include "collx/algorithms/shared.h"
 #include "collx/base/config.h"
 #include "collx/base/log.h"
 #include "runtime.h"
@@ -18,13 +17,6 @@ struct WorkAccess {
     Work work;
     work.runtime_ = std::move(runtime);
     work.execution_ = std::move(execution);
-    return work;
-  }
-  static Work make(std::shared_ptr<detail::Runtime> runtime,
-                   std::shared_ptr<detail::SharedJob> job) {
-    Work work;
-    work.runtime_ = std::move(runtime);
-    work.job_ = std::move(job);
     return work;
   }
 };
@@ -48,9 +40,11 @@ struct Call {
 };
 
 struct Prepared {
-  // A shared-memory algorithm (no schedule): runShared with these params.
-  const algorithms::AlgorithmInfo* shared = nullptr;
+  bool selectOnly = false;  // Runtime::selectOnly: the call stops after choosing
+  // The call's params. A shared-memory algorithm's blocking call runs from them
+  // (Engine::runShared); its schedule is looked up only where it must wait its turn.
   algorithms::ScheduleParams params;
+  const algorithms::AlgorithmInfo* shared = nullptr;
   std::shared_ptr<const algorithms::Schedule> schedule;
   algorithms::Bindings bindings;
   algorithms::CallInfo info;
@@ -80,123 +74,20 @@ void checkBuffer(const void* buffer, std::uint64_t count, const char* which, con
   }
 }
 
-// The bytes the default selection table matches a call against (registry.h lists them):
-// the same on every rank wherever the rows depend on bytes.
-std::uint64_t selectionBytes(const Call& call, std::size_t es, int size) {
-  switch (call.coll) {
-    case Collective::kAllgather:
-      return call.count * es * static_cast<std::uint64_t>(size);
-    case Collective::kAllgatherv: {
-      std::uint64_t total = 0;
-      for (std::uint64_t c : call.counts) total += c;
-      return total * es;
-    }
-    case Collective::kReduceScatter:
-      // Every rank must choose the same algorithm: the whole vector, which every rank knows
-      // (its own block's size differs between ranks with per-rank counts).
-      return call.fingerprintCount * es;
-    default:
-      return call.count * es;
-  }
-}
-
-// The job spans hosts, some host has more than one rank, and the call has a hierarchical
-// algorithm that can take it (commutative reductions only).
-bool acrossHosts(const detail::Runtime& rt, const Call& call) {
-  if (rt.hosts <= 1 || rt.hosts >= rt.size) return false;
-  if (call.reduces && !call.op.commutative()) return false;
-  return call.coll == Collective::kAllreduce || call.coll == Collective::kBroadcast ||
-         call.coll == Collective::kAllgather;
-}
-
-// The table's pick when the call names no algorithm and the environment none either: no
-// strings built (this runs on every call; a small one costs a few hundred nanoseconds).
-const algorithms::Selection::Row* tablePick(const detail::Runtime& rt, const Call& call,
-                                            std::uint64_t bytes) {
-  if (!call.options->algorithm.empty() || rt.configuredAlgorithm.count(call.coll) != 0) {
-    return nullptr;
-  }
-  const algorithms::Selection::Row* row =
-      rt.selection.choose(call.coll, rt.size, bytes, rt.sharedMemory());
-  if (row == nullptr || (rt.hosts > 1 && acrossHosts(rt, call))) return nullptr;
-  return row;
-}
-
-const algorithms::AlgorithmInfo& choose(const detail::Runtime& rt, const Call& call,
-                                        std::uint64_t bytes, const Where& where) {
-  if (const algorithms::Selection::Row* picked = tablePick(rt, call, bytes)) {
-    // (The table picks a shared-memory algorithm only where it can run.)
-    COLLX_DEBUG(kAlgo, "rank {}: {} of {} bytes over {} ranks: {} (from {})", rt.rank,
-                algorithms::collectiveName(call.coll), bytes, rt.size, picked->algorithm->name,
-                picked->source);
-    return *picked->algorithm;
-  }
-  std::string name = call.options->algorithm;
-  std::string source = "options";
-  if (name.empty()) {
-    auto it = rt.configuredAlgorithm.find(call.coll);
-    if (it != rt.configuredAlgorithm.end()) {
-      name = it->second;
-      source = std::string("COLLX_") + algorithms::collectiveName(call.coll) + "_ALGO";
-      for (char& c : source) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    }
-  }
-  if (name.empty()) {
-    const algorithms::Selection::Row* row =
-        rt.selection.choose(call.coll, rt.size, bytes, rt.sharedMemory());
-    if (row == nullptr) {
-      throw Unsupported(where, std::string("no rule selects a ") +
-                                   algorithms::collectiveName(call.coll) + " algorithm for " +
-                                   std::to_string(rt.size) + " ranks and " + std::to_string(bytes) +
-                                   " bytes");
-    }
-    name = row->algorithm->name;
-    source = row->source;
-    // Across hosts, the built-in table gives way to the hierarchical algorithms where some
-    // host has several ranks (a rules file's rows still win); every rank decides alike, from
-    // the same host layout.
-    if (row->source == "default table" && acrossHosts(rt, call)) {
-      name = "hierarchical";
-      source = "default table (" + std::to_string(rt.hosts) + " hosts)";
-    }
-  }
-  const algorithms::AlgorithmInfo* info = algorithms::findAlgorithm(call.coll, name);
-  if (info == nullptr) {
-    throw InvalidArgument(where, "unknown " + std::string(algorithms::collectiveName(call.coll)) +
-                                     " algorithm '" + name + "' (from " + source +
-                                     "; valid: " + algorithms::algorithmNames(call.coll) + ")");
-  }
-  if (info->shared && !rt.sharedMemory()) {
-    throw InvalidArgument(where, std::string(algorithms::collectiveName(call.coll)) +
-                                     " algorithm '" + name + "' (from " + source +
-                                     ") needs every rank on this host over shared memory, "
-                                     "which this job's ranks are not");
-  }
-  COLLX_DEBUG(kAlgo, "rank {}: {} of {} bytes over {} ranks: {} (from {})", rt.rank,
-              algorithms::collectiveName(call.coll), bytes, rt.size, info->name, source);
-  return *info;
-}
-
-std::string orderKeepingAlgorithms(Collective coll) {
-  std::string out;
-  for (const auto& info : algorithms::algorithmRegistry()) {
-    if (info.coll == coll && info.keepsOrder)
-      out += (out.empty() ? "" : ", ") + std::string(info.name);
-  }
-  return out.empty() ? "none" : out;
-}
-
 // alltoallv bruck forwards blocks through other ranks, so every rank needs every rank's
 // counts: an allgather of each rank's sendcounts and recvcounts, checked here on every rank
 // alike (so that all of them raise the same MismatchError, none waits for the others).
 // Returns the send count matrix (row i: what rank i sends).
-std::vector<std::uint64_t> exchangeCounts(Context& ctx, const Call& call, const Where& where) {
+std::vector<std::uint64_t> exchangeCounts(Context& ctx, const algorithms::ScheduleParams& params,
+                                          const CollectiveOptions& callOptions,
+                                          const Where& where) {
   const auto P = static_cast<std::uint64_t>(ctx.size());
   std::vector<std::uint64_t> mine(2 * P), all(2 * P * P);
-  std::copy(call.counts.begin(), call.counts.end(), mine.begin());
-  std::copy(call.recvCounts.begin(), call.recvCounts.end(), mine.begin() + static_cast<long>(P));
+  std::copy(params.counts.begin(), params.counts.end(), mine.begin());
+  std::copy(params.recvCounts.begin(), params.recvCounts.end(),
+            mine.begin() + static_cast<long>(P));
   CollectiveOptions options;
-  options.timeout = call.options->timeout;
+  options.timeout = callOptions.timeout;
   allgather(ctx, mine.data(), all.data(), 2 * P, DataType::kInt64, options);
   std::vector<std::uint64_t> matrix(P * P);
   for (std::uint64_t i = 0; i < P; ++i) {
@@ -217,7 +108,7 @@ std::vector<std::uint64_t> exchangeCounts(Context& ctx, const Call& call, const 
   return matrix;
 }
 
-Prepared prepare(Context& ctx, const Call& call) {
+Prepared prepare(Context& ctx, Call& call) {
   const char* what = algorithms::collectiveName(call.coll);
   detail::Runtime& rt = runtimeOf(ctx, what);
   Where where{rt.rank, what, -1};
@@ -234,7 +125,8 @@ Prepared prepare(Context& ctx, const Call& call) {
                                      std::to_string(rt.size) + ")");
   }
   if (call.reduces) call.op.validate(call.dtype, where);
-  algorithms::ScheduleParams params;
+  Prepared p;  // (one object returned on every path: no copy of it on the way out)
+  algorithms::ScheduleParams& params = p.params;
   params.coll = call.coll;
   params.rank = rt.rank;
   params.size = rt.size;
@@ -245,25 +137,28 @@ Prepared prepare(Context& ctx, const Call& call) {
   params.root = call.root;
   params.chunkBytes = rt.chunkBytes;
   params.commutative = !call.reduces || call.op.commutative();
-  params.counts = call.counts;
-  params.displs = call.displs;
-  params.recvCounts = call.recvCounts;
-  params.recvDispls = call.recvDispls;
+  // (The call is this one's: its per-rank vectors move, not copied. alltoallv bruck's counts
+  // exchange reads them from the params.)
+  params.counts = std::move(call.counts);
+  params.displs = std::move(call.displs);
+  params.recvCounts = std::move(call.recvCounts);
+  params.recvDispls = std::move(call.recvDispls);
   if (rt.hosts > 1) params.hostOf = rt.hostOf;
-  const auto& algorithm = choose(rt, call, selectionBytes(call, es, rt.size), where);
-  if (call.coll == Collective::kAlltoallv && std::string_view(algorithm.name) == "bruck") {
-    params.countMatrix = exchangeCounts(ctx, call, where);
+  const algorithms::Choice choice = algorithms::select(params, rt.policy, call.options->algorithm,
+                                                       call.reduces ? &call.op : nullptr);
+  const algorithms::AlgorithmInfo& algorithm = *choice.algorithm;
+  COLLX_DEBUG(kAlgo, "rank {}: {} of {} bytes over {} ranks: {} (from {})", rt.rank, what,
+              algorithms::selectionBytes(params), rt.size, algorithm.name, choice.source);
+  if (rt.selectOnly) {
+    rt.selected = &algorithm;
+    p.selectOnly = true;
+    return p;
   }
-  if (!params.commutative && !algorithm.keepsOrder) {
-    throw InvalidArgument(where, "reduce op '" + call.op.name() + "' is not commutative and " +
-                                     what + " algorithm '" + algorithm.name +
-                                     "' does not keep rank order (algorithms that do: " +
-                                     orderKeepingAlgorithms(call.coll) + ")");
+  if (algorithm.exchangesCounts) {
+    params.countMatrix = exchangeCounts(ctx, params, *call.options, where);
   }
-  Prepared p;
   if (algorithm.shared) {
-    p.shared = &algorithm;
-    p.params = std::move(params);
+    p.shared = &algorithm;  // its schedule only if it must wait its turn (runBlocking)
   } else {
     p.schedule = rt.schedule(algorithm, params);
   }
@@ -283,39 +178,28 @@ Prepared prepare(Context& ctx, const Call& call) {
   // tell it runs another collective.
   if (rt.group != nullptr) rt.group->announce(seq, p.info.fingerprint);
   p.info.timeout = timeoutOf(rt, *call.options, where);
-  // A blocking shared-memory call reads the clock only if it has to wait (it then starts
-  // the deadline); the others start it now.
-  p.info.deadline =
-      p.shared ? algorithms::Clock::time_point::max() : algorithms::Clock::now() + p.info.timeout;
+  // A shared-memory call's deadline starts when it first waits (the engine starts it; one
+  // that never waits reads no clock); the others' now.
+  p.info.deadline = algorithm.shared ? algorithms::Clock::time_point::max()
+                                     : algorithms::Clock::now() + p.info.timeout;
   return p;
 }
 
-void runBlocking(Context& ctx, const Call& call) {
+void runBlocking(Context& ctx, Call&& call) {
   Prepared p = prepare(ctx, call);
+  if (p.selectOnly) return;
   detail::Runtime& rt = *ctx.runtime();
   if (p.shared) {
-    if (rt.sharedWorker.busy()) rt.sharedWorker.drain();  // nonblocking ones started first
-    algorithms::runShared(rt.group, p.params, p.bindings, p.info);
-    return;
+    if (rt.engine->runShared(p.params, p.bindings, p.info)) return;
+    p.schedule = rt.schedule(*p.shared, p.params);
   }
   rt.engine->run(std::move(p.schedule), p.bindings, std::move(p.info));
 }
 
-Work runAsync(Context& ctx, const Call& call) {
+Work runAsync(Context& ctx, Call&& call) {
   Prepared p = prepare(ctx, call);
-  if (p.shared) {
-    // Runs on the shared worker's thread (calls keep their order there), so the caller goes
-    // on; the buffers are the caller's until the Work ends, as for any nonblocking call.
-    auto job = std::make_shared<detail::SharedJob>();
-    detail::Runtime* rt = ctx.runtime().get();
-    p.info.deadline = algorithms::Clock::now() + p.info.timeout;
-    job->where = Where{rt->rank, algorithms::callName(p.info), -1};
-    job->run = [rt, params = std::move(p.params), bindings = p.bindings, info = p.info] {
-      algorithms::runShared(rt->group, params, bindings, info);
-    };
-    ctx.runtime()->sharedWorker.submit(job);
-    return WorkAccess::make(ctx.runtime(), std::move(job));
-  }
+  if (p.selectOnly) return Work{};
+  if (p.shared) p.schedule = ctx.runtime()->schedule(*p.shared, p.params);
   auto execution =
       ctx.runtime()->engine->start(std::move(p.schedule), p.bindings, std::move(p.info));
   return WorkAccess::make(ctx.runtime(), std::move(execution));
@@ -674,24 +558,15 @@ bool Work::wait(std::optional<std::chrono::milliseconds> timeout) {
   if (!valid()) throw InvalidArgument(Where{-1, "Work::wait", -1}, "an empty Work");
   std::optional<algorithms::Clock::time_point> until;
   if (timeout) until = algorithms::Clock::now() + *timeout;
-  if (job_) return job_->wait(until);
   return runtime_->engine->wait(*execution_, until);
 }
 
 std::exception_ptr Work::error() const {
-  if (job_) {
-    std::lock_guard<std::mutex> lock(job_->mutex);
-    return job_->error;
-  }
   return execution_ ? algorithms::Engine::errorOf(*execution_) : nullptr;
 }
 
 bool Work::test() {
   if (!valid()) throw InvalidArgument(Where{-1, "Work::test", -1}, "an empty Work");
-  if (job_) {
-    std::lock_guard<std::mutex> lock(job_->mutex);
-    return job_->done;
-  }
   try {
     return runtime_->engine->test(*execution_);
   } catch (const Error&) {

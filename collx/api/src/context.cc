@@ -318,24 +318,11 @@ void Context::connect(const ContextOptions& options) {
   std::tie(runtime_->hostOf, runtime_->hosts) = hostLayout(peers_);
   runtime_->chunkBytes =
       static_cast<std::uint64_t>(*config.getInt("COLLX_CHUNK_BYTES", 4096, std::int64_t{1} << 30));
-  if (config.isSet("COLLX_RULES")) {
-    try {
-      runtime_->selection = algorithms::Selection::fromFile(config.getString("COLLX_RULES"));
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument(where, e.detail());
-    }
-  }
-  for (auto coll : algorithms::collectives()) {
-    std::string var = std::string("COLLX_") + algorithms::collectiveName(coll) + "_ALGO";
-    for (char& c : var) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    std::string value = config.getString(var);
-    if (value.empty()) continue;
-    if (algorithms::findAlgorithm(coll, value) == nullptr) {
-      throw InvalidArgument(where, var + "='" + value + "' is not an algorithm of " +
-                                       algorithms::collectiveName(coll) +
-                                       " (valid: " + algorithms::algorithmNames(coll) + ")");
-    }
-    runtime_->configuredAlgorithm[coll] = value;
+  try {
+    // (Shared memory is settled below, once every rank agreed.)
+    runtime_->policy = algorithms::SelectionPolicy::fromConfig(config, size_ == 1, runtime_->hosts);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(where, e.detail());
   }
   // The shared-memory algorithms need every rank in one group; every rank must know whether
   // all are, or some would take them and others not.
@@ -352,6 +339,7 @@ void Context::connect(const ContextOptions& options) {
                                   (whole && group->canReadPeers() ? kReads : 0)));
     if (all & kWhole) {
       runtime_->group = group;
+      runtime_->policy.sharedMemory = true;
       const auto spin = (all & kSpins) ? engine.spin : std::chrono::microseconds(0);
       group->setPolicy(transport::WaitPolicy{spin, engine.yield});
       group->setDirectReads((all & kReads) ? directReads : transport::DirectReads::kNever);

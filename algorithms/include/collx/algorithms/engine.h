@@ -41,6 +41,8 @@ struct CallInfo {
   transport::Fingerprint fingerprint;
   DataType dtype = DataType::kUint8;
   ReduceOp op;
+  // time_point::max(): the engine starts it, `timeout` from then, when the call first waits
+  // (a blocking call that never waits reads no clock) or is started nonblocking.
   Clock::time_point deadline;
   std::chrono::milliseconds timeout{0};
 };
@@ -53,7 +55,11 @@ struct Bindings {
   void* output = nullptr;
 };
 
+struct ScheduleParams;
 class Execution;
+namespace shared {
+class Runner;
+}
 
 struct EngineOptions {
   // How long a waiting thread polls without blocking before it sleeps in poll(): worth it
@@ -65,6 +71,9 @@ struct EngineOptions {
   std::chrono::microseconds yield{0};
 };
 
+// Schedules of the shared-memory algorithms (one TaskKind::kShared task) run here too: one
+// at a time, in the order they were started (every rank uses the group buffers in that
+// order), each resumed by whoever drives progress once what it waits for is there.
 class Engine {
  public:
   Engine(std::unique_ptr<transport::Mesh> mesh, const EngineOptions& options);
@@ -79,6 +88,12 @@ class Engine {
 
   // Blocking: runs the schedule to completion on this thread. Throws the call's error.
   void run(std::shared_ptr<const Schedule> schedule, const Bindings& bindings, CallInfo info);
+  // Blocking, for a shared-memory call (`params` as its schedule's, TaskKind::kShared) when
+  // no nonblocking call is in flight: runs it on this thread in the group's own waits (spin,
+  // yield, then sleep until a member publishes; each bounded by the deadline, ended by abort
+  // or failure) while other threads' calls progress. Returns false, having done nothing,
+  // when it cannot (then run() its schedule). Throws the call's error.
+  bool runShared(const ScheduleParams& params, const Bindings& bindings, const CallInfo& info);
   // Nonblocking: starts the schedule and returns at once.
   std::shared_ptr<Execution> start(std::shared_ptr<const Schedule> schedule,
                                    const Bindings& bindings, CallInfo info);
@@ -99,12 +114,31 @@ class Engine {
  private:
   friend class Execution;
   class DriveLock;
-  void admit(const std::shared_ptr<Execution>& execution);
+  // The runner is one call's at a time: a blocking call's on its own thread, or the queued
+  // calls' under the drive lock.
+  bool claimShared() noexcept;
+  void releaseShared() noexcept;
+  void admit();
+  // Makes an admitted call active (driver only).
+  void activate(std::shared_ptr<Execution> execution);
   void registerActive(const Execution& execution);
   bool refuseIfFailed(Execution& execution);
   // Drives progress (the caller holds drive_) until `target` ends or `until` passes.
   bool driveUntil(Execution& target, std::optional<Clock::time_point> until);
-  void pumpAll();
+  // Runs what is ready; true when anything moved.
+  bool pumpAll();
+  // Starts or resumes the shared-memory call whose turn it is; true when it moved.
+  bool pumpShared();
+  // Drops the shared-memory calls that ended (failed) from the queue.
+  void dropEndedShared() noexcept;
+  // Where a collective waits for messages: whether a member of the shared-memory group runs
+  // this sequence number through shared memory instead (a mismatch, named on both sides).
+  void checkSharedPeers();
+  // The wait between polls when nothing moved for `idle` (nothing can ring this thread when
+  // a shared-memory member publishes: it naps and looks again).
+  void nap(Clock::duration idle, Clock::time_point limit);
+  std::string sharedPending(const Execution& execution);
+  int sharedPendingPeer(const Execution& execution);
   void failAll(const Error& error);
   void timeOut(Execution& execution);
   void retire();
@@ -119,6 +153,14 @@ class Engine {
 
   std::unique_ptr<transport::Mesh> mesh_;
   EngineOptions options_;
+  // The shared-memory calls (driver only): the runner, and the calls in the order they run;
+  // the first is running when `sharedRunning_` is it.
+  std::unique_ptr<shared::Runner> shared_;
+  std::atomic<bool> sharedClaimed_{false};
+  std::atomic<std::thread::id> blockingCaller_{};  // a blocking call runs in the runner
+  std::deque<Execution*> sharedQueue_;
+  Execution* sharedRunning_ = nullptr;
+  Clock::time_point nextPeerCheck_{};
   std::mutex scratchMutex_;
   std::vector<std::pair<std::uint64_t, std::unique_ptr<std::uint8_t[]>>> scratchPool_;
 

@@ -35,6 +35,8 @@ enum class Collective : std::uint8_t {
 const std::vector<Collective>& collectives();
 
 const char* collectiveName(Collective coll) noexcept;
+// allreduce, reduce and reduce_scatter: the collectives that apply a reduce op.
+bool reduces(Collective coll) noexcept;
 
 // Everything a builder needs; equal params give equal schedules (the cache key).
 struct ScheduleParams {
@@ -80,20 +82,48 @@ struct Cost {
   bool operator==(const Cost&) const = default;
 };
 
+// How docs/algorithms.md describes an algorithm: one row of its table, written next to the
+// algorithm in its file (collx-bench -a list --markdown prints the tables).
+struct AlgorithmDoc {
+  const char* rounds = "";        // messages on the critical path (shm: uses of the buffers)
+  const char* perRank = "";       // what one rank sends (shm: copies), the busiest rank's
+  const char* cost = "";          // the alpha-beta-gamma time
+  const char* restrictions = "";  // where it applies, what it falls back to, what it is for
+  // After "yes" in the rank-order column (keepsOrder), e.g. ", for every root".
+  const char* orderNote = "";
+};
+
+// One algorithm: what it is, how to build it, and what it needs of a call. select()
+// (selection.h) checks the prerequisites, the same way whichever rule named the algorithm:
+// a call's option or COLLX_<COLL>_ALGO that names one that cannot take the call is an error
+// saying why, a row of the rules or the table naming one is passed over.
 struct AlgorithmInfo {
   Collective coll;
   const char* name;
   const char* summary;  // steps, bytes on the wire, cost; see the algorithm's file
-  Schedule (*build)(const ScheduleParams& params);
-  // Reductions happen in rank order (r0 op r1 op ...), so non-commutative ops are exact.
-  bool keepsOrder = false;
+  Schedule (*build)(const ScheduleParams& params) = nullptr;
   // The documented formula for one rank's messages, bytes and reductions (nullptr: none
   // yet); the simulator checks every schedule against it.
   Cost (*cost)(const ScheduleParams& params) = nullptr;
-  // Works on shared memory directly (algorithms/shared.h: runShared) instead of a schedule
-  // (build is nullptr): only when every rank of the call shares memory with the others.
+  // Prerequisites.
+  // Reductions happen in rank order (r0 op r1 op ...), so non-commutative ops are exact; an
+  // algorithm without it takes commutative ops only.
+  bool keepsOrder = false;
+  // Works on shared memory directly (src/shared/): its schedule is one TaskKind::kShared task
+  // that the engine resumes until it ends; only when every rank of the call shares memory
+  // with the others. Not simulated (the simulator has no shared memory).
   bool shared = false;
+  // The schedule needs every rank's counts (ScheduleParams::countMatrix), which the API
+  // exchanges before it builds it (an allgather of the counts, paid by every call).
+  bool exchangesCounts = false;
+  // The host rule: the default (over the built-in table, not over a rules file) when the job
+  // spans hosts and some host has several ranks.
+  bool acrossHosts = false;
+  AlgorithmDoc doc;
 };
+
+// Collective values index arrays of this size (Collective starts at 1).
+inline constexpr std::size_t kCollectiveSlots = 15;
 
 // A hash of every field, for the schedule cache.
 std::size_t hashParams(const ScheduleParams& params) noexcept;
@@ -103,21 +133,30 @@ const std::vector<AlgorithmInfo>& algorithmRegistry();
 const AlgorithmInfo* findAlgorithm(Collective coll, std::string_view name);
 // "ring, ring_chunked, ..." for error messages.
 std::string algorithmNames(Collective coll);
+// Every algorithm, one line each: "allreduce  ring                 <summary>" (collx-bench -a
+// list).
+std::string algorithmList();
+// docs/algorithms.md's tables of every algorithm (the schedules, then the shared-memory
+// ones), each from a line that starts with kDocBegin to the line kDocEnd, the blocks
+// separated by an empty line (collx-bench -a list --markdown). The file's other text is
+// written by hand.
+std::string algorithmTablesMarkdown();
+inline constexpr const char* kDocBegin = "<!-- generated from the registry";
+inline constexpr const char* kDocEnd = "<!-- end of the generated table -->";
 
-// A row of the default selection table: the first row whose ranges hold picks.
+// A row of the default selection table: the first row whose ranges hold, and whose algorithm
+// can take the call, picks (select(), selection.h).
 //
-// The bytes a collective's rows are matched against (what collx's choose() passes):
+// The bytes a collective's rows are matched against (selectionBytes(), selection.h):
 //   allreduce, reduce, broadcast   the vector: count x element size
 //   allgather                      the total gathered: P x one rank's block (Open MPI's
 //                                  total_dsize, in which its decision tree is written)
-//   allgatherv                     the total gathered: the sum of the counts x element size
+//   allgatherv, reduce_scatter     the whole buffer: the sum of the counts x element size
 //   gather, scatter, alltoall      one rank's block (alltoall: per peer) x element size
-//   reduce_scatter                 this rank's block: counts[rank] x element size
 //   gatherv, scatterv              this rank's own count x element size
 //   alltoallv, barrier             0
 // Every rank of a call must pick the same algorithm, so rows may split by bytes only where
-// the measure is the same on every rank: not for reduce_scatter with per-rank counts,
-// gatherv or scatterv.
+// the measure is the same on every rank: not for gatherv or scatterv.
 struct SelectionRule {
   Collective coll;
   int minRanks;
@@ -130,8 +169,5 @@ struct SelectionRule {
   bool sharedOnly = false;
 };
 const std::vector<SelectionRule>& defaultSelection();
-// The default algorithm for a call (from defaultSelection()).
-// Rows of shared-memory algorithms count only when `shared` (see Selection::choose).
-const char* defaultAlgorithm(Collective coll, int ranks, std::uint64_t bytes, bool shared = false);
 
 }  // namespace collx::algorithms

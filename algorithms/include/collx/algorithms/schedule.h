@@ -6,10 +6,13 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace collx::algorithms {
+
+struct ScheduleParams;
 
 enum class Buffer : std::uint8_t { kInput, kOutput, kScratch };
 
@@ -29,6 +32,8 @@ enum class TaskKind : std::uint8_t {
   kReduce,  // dst = a (op) b over `count` elements (dst may be a or b)
   kCopy,    // dst <- src, bytes
   kDivide,  // dst /= the number of ranks over `count` elements (ReduceOp avg)
+  kShared,  // a collective on shared memory directly (algorithms/shared.h), resumed by the
+            // engine until it ends: Schedule::sharedParams() says which
 };
 
 struct Task {
@@ -59,6 +64,8 @@ class Schedule {
   TaskId reduce(BufferRef dst, BufferRef a, BufferRef b, std::uint64_t count, Deps deps = {});
   TaskId copy(BufferRef dst, BufferRef src, std::uint64_t bytes, Deps deps = {});
   TaskId divide(BufferRef dst, std::uint64_t count, Deps deps = {});
+  // The call `params` describes, run on shared memory (at most one such task per schedule).
+  TaskId shared(std::shared_ptr<const ScheduleParams> params, Deps deps = {});
   void setScratchBytes(std::uint64_t bytes) { scratchBytes_ = bytes; }
 
   // Computes the dependents of every task; called once by the engine before first use.
@@ -69,6 +76,8 @@ class Schedule {
   const std::vector<Task>& tasks() const noexcept { return tasks_; }
   const std::vector<TaskId>& dependents() const noexcept { return dependents_; }
   std::uint64_t scratchBytes() const noexcept { return scratchBytes_; }
+  // The params of its kShared task (nullptr: none).
+  const ScheduleParams* sharedParams() const noexcept { return sharedParams_.get(); }
   bool finalized() const noexcept { return finalized_; }
 
   // Totals, for tests and the simulator: messages and bytes this rank sends.
@@ -83,6 +92,7 @@ class Schedule {
   std::vector<std::vector<TaskId>> depsOf_;  // until finalize()
   std::vector<TaskId> dependents_;
   std::uint64_t scratchBytes_ = 0;
+  std::shared_ptr<const ScheduleParams> sharedParams_;
   bool finalized_ = false;
 };
 

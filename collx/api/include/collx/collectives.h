@@ -26,9 +26,6 @@
 
 namespace collx {
 
-namespace detail {
-struct SharedJob;
-}
 namespace algorithms {
 class Execution;
 }
@@ -62,13 +59,12 @@ class Work {
   bool isCompleted() { return test(); }
   // The call's error once it failed, else nullptr.
   std::exception_ptr error() const;
-  bool valid() const noexcept { return execution_ != nullptr || job_ != nullptr; }
+  bool valid() const noexcept { return execution_ != nullptr; }
 
  private:
   friend struct WorkAccess;
   std::shared_ptr<detail::Runtime> runtime_;
   std::shared_ptr<algorithms::Execution> execution_;
-  std::shared_ptr<detail::SharedJob> job_;  // a shared-memory algorithm's call instead
 };
 
 // out[i] = in_0[i] (op) in_1[i] ... over every rank, on every rank. In place when
