@@ -22,6 +22,7 @@
 #include "cli.h"
 #include "collx/algorithms/registry.h"
 #include "collx/algorithms/selection.h"
+#include "collx/algorithms/settings.h"
 #include "collx/algorithms/simulator.h"
 #include "collx/base/config.h"
 #include "collx/base/data_type.h"
@@ -73,7 +74,7 @@ struct Args {
   DataType dtype = DataType::kFloat32;
   collx::ReduceOpKind op = collx::ReduceOpKind::kSum;
   int root = 0;
-  std::uint64_t chunkBytes = 1 << 20;
+  std::uint64_t chunkBytes = collx::algorithms::kChunkBytes.defaultValue();
   collx::algorithms::TimeModel model;
   std::uint64_t maxTasks = 50'000'000;
 };
@@ -121,8 +122,8 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   cli.integer("--root,-r", a.root, 0, 65535, "R",
               "the root of reduce, broadcast, gather(v), scatter(v) (default 0)");
   cli.custom("--chunk", "SIZE",
-             "pipelining granularity of the chunked algorithms (default 1M, as "
-             "COLLX_CHUNK_BYTES)",
+             "pipelining granularity of the chunked algorithms (default " +
+                 collx::algorithms::kChunkBytes.defaultText() + ", as COLLX_CHUNK_BYTES)",
              [&a](const std::string& text, const std::string& what) {
                a.chunkBytes = collx::parseBytes(text, what);
                if (a.chunkBytes == 0) throw CLI::ValidationError(what + " must be at least 1 byte");

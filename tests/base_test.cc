@@ -1,9 +1,10 @@
-// The base vocabulary: data types, reduce ops, errors, the configuration table, log levels.
+// The base vocabulary: data types, reduce ops, errors, settings, log levels.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "collx/base/error.h"
 #include "collx/base/log.h"
 #include "collx/base/reduce_op.h"
+#include "collx/base/setting.h"
 #include "collx/base/version.h"
 #include "util/test_util.h"
 
@@ -199,35 +201,183 @@ TEST(ConfigTest, DurationsAndIntegers) {
   EXPECT_THROW(parseInt("4x", 0, 100, "X"), InvalidArgument);
 }
 
-TEST(ConfigTest, EnvironmentOverDefaultAndTypoSuggestions) {
-  Config config(Config::Environment{
-      {"COLLX_TIMEOUT", "5s"}, {"COLLX_TIMOUT", "1s"}, {"COLLX_GENERATION", "x"}, {"RANK", "3"}});
-  EXPECT_EQ(config.getDuration("COLLX_TIMEOUT"), 5s);
-  EXPECT_TRUE(config.isSet("COLLX_TIMEOUT"));
-  EXPECT_FALSE(config.isSet("COLLX_LOG_LEVEL"));
-  EXPECT_EQ(config.getString("COLLX_LOG_LEVEL"), "warn");
-  EXPECT_EQ(config.env("RANK"), "3");
-  EXPECT_FALSE(config.getInt("COLLX_RANK", 0, 10).has_value());
+// What `body` throws (InvalidArgument), or "" when it does not.
+template <typename Body>
+std::string invalid(Body body) {
   try {
-    config.getInt("COLLX_GENERATION", 0, 100);
-    FAIL();
+    body();
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("COLLX_GENERATION='x'"), std::string::npos) << e.what();
+    return e.what();
   }
-  auto unknown = config.unknownVariables();
-  ASSERT_EQ(unknown.size(), 1u);
-  EXPECT_EQ(unknown[0], "COLLX_TIMOUT (did you mean COLLX_TIMEOUT?)");
-  EXPECT_THROW(config.getString("COLLX_NOT_IN_TABLE"), std::logic_error);
+  return "";
 }
 
-TEST(ConfigTest, EveryVariableHasHelpAndAValidDefault) {
-  Config empty(Config::Environment{});
-  for (const ConfigVar& var : configVars()) {
-    EXPECT_EQ(std::string(var.name).rfind("COLLX_", 0), 0u) << var.name;
-    EXPECT_GT(std::string(var.help).size(), 20u) << var.name;
-    EXPECT_EQ(findConfigVar(var.name), &var);
+// Settings declared here, registered while they live (the library's own are tested with
+// every layer linked, in settings_test.cc).
+TEST(SettingTest, ReadsEachKindWithItsRange) {
+  const Setting<kind::Integer> streams({.name = "COLLX_TEST_STREAMS",
+                                        .component = "test",
+                                        .defaultValue = 1,
+                                        .range = {1, 64},
+                                        .help = "a test integer"});
+  const Setting<kind::Bytes> ring({.name = "COLLX_TEST_RING",
+                                   .component = "test",
+                                   .defaultValue = 1u << 20,
+                                   .range = kind::Bytes::Range::powersOfTwo(4096, 1u << 30),
+                                   .help = "a test size"});
+  const Setting<kind::Bytes> group({.name = "COLLX_TEST_GROUP",
+                                    .component = "test",
+                                    .defaultValue = 256 * 1024,
+                                    .range = kind::Bytes::Range::multiplesOf(64, 4096, 1u << 30),
+                                    .help = "a test size"});
+  const Setting<kind::Duration> timeout({.name = "COLLX_TEST_TIMEOUT",
+                                         .component = "test",
+                                         .defaultValue = 300s,
+                                         .range = {1ms},
+                                         .help = "a test duration"});
+  const Setting<kind::Bool> cma(
+      {.name = "COLLX_TEST_CMA", .component = "test", .defaultValue = true, .help = "a test bool"});
+  const Setting<kind::String> level({.name = "COLLX_TEST_LEVEL",
+                                     .component = "test",
+                                     .defaultValue = "warn",
+                                     .help = "a test string"});
+  const Setting<kind::Choice> arena({.name = "COLLX_TEST_ARENA",
+                                     .component = "test",
+                                     .defaultValue = "memfd",
+                                     .range = {"memfd", "posix"},
+                                     .help = "a test choice"});
+  const AutoSetting<kind::Integer> spin({.name = "COLLX_TEST_SPIN",
+                                         .component = "test",
+                                         .automatic = "50 with a core per rank, else 0",
+                                         .range = {0, 1000000},
+                                         .help = "a test automatic integer"});
+
+  const Config empty(Config::Environment{});
+  EXPECT_EQ(streams.get(empty), 1);
+  EXPECT_EQ(ring.get(empty), 1u << 20);
+  EXPECT_EQ(timeout.get(empty), 300s);
+  EXPECT_TRUE(cma.get(empty));
+  EXPECT_EQ(level.get(empty), "warn");
+  EXPECT_EQ(arena.get(empty), "memfd");
+  EXPECT_EQ(spin.get(empty), std::nullopt);
+
+  const Config set(Config::Environment{{"COLLX_TEST_STREAMS", "8"},
+                                       {"COLLX_TEST_RING", "64K"},
+                                       {"COLLX_TEST_GROUP", "4160"},
+                                       {"COLLX_TEST_TIMEOUT", "1.5"},
+                                       {"COLLX_TEST_CMA", "Off"},
+                                       {"COLLX_TEST_LEVEL", "info,collx.tcp=debug"},
+                                       {"COLLX_TEST_ARENA", "posix"},
+                                       {"COLLX_TEST_SPIN", "0"}});
+  EXPECT_EQ(streams.get(set), 8);
+  EXPECT_EQ(ring.get(set), 64u << 10);
+  EXPECT_EQ(group.get(set), 4160u);
+  EXPECT_EQ(timeout.get(set), 1500ms);
+  EXPECT_FALSE(cma.get(set));
+  EXPECT_EQ(level.get(set), "info,collx.tcp=debug");
+  EXPECT_EQ(arena.get(set), "posix");
+  EXPECT_EQ(spin.get(set), 0);
+
+  // Values as a user would write them, which the parsers read back.
+  EXPECT_EQ(ring.defaultText(), "1MiB");
+  EXPECT_EQ(group.defaultText(), "256KiB");
+  EXPECT_EQ(timeout.defaultText(), "300s");
+  EXPECT_EQ(cma.defaultText(), "1");
+  EXPECT_EQ(spin.defaultText(), "50 with a core per rank, else 0");
+  EXPECT_EQ(ring.valueText(set), "64KiB");
+  EXPECT_EQ(timeout.valueText(set), "1500ms");
+  EXPECT_EQ(spin.valueText(empty), "");
+  EXPECT_EQ(std::string(ring.source(set)), "environment");
+  EXPECT_EQ(std::string(ring.source(empty)), "default");
+  EXPECT_EQ(std::string(spin.source(empty)), "automatic");
+  EXPECT_EQ(streams.range(), "[1, 64]");
+  EXPECT_EQ(ring.range(), "[4KiB, 1GiB], a power of two");
+  EXPECT_EQ(group.range(), "[4KiB, 1GiB], a multiple of 64");
+  EXPECT_EQ(timeout.range(), "at least 1ms");
+  EXPECT_EQ(arena.range(), "memfd, posix");
+  EXPECT_EQ(level.range(), "");
+  EXPECT_EQ(std::string(settingTypeName(ring.type())), "bytes");
+  EXPECT_TRUE(spin.automatic());
+  EXPECT_FALSE(streams.automatic());
+
+  // A bad value names the variable, the value and what was expected.
+  const std::pair<const char*, const char*> bad[] = {
+      {"COLLX_TEST_STREAMS", "COLLX_TEST_STREAMS='100': expected an integer in [1, 64]"},
+      {"COLLX_TEST_RING",
+       "COLLX_TEST_RING='5000': expected a size in [4KiB, 1GiB] that is a "
+       "power of two"},
+      {"COLLX_TEST_GROUP",
+       "COLLX_TEST_GROUP='5000': expected a size in [4KiB, 1GiB] that is a "
+       "multiple of 64"},
+      {"COLLX_TEST_TIMEOUT", "COLLX_TEST_TIMEOUT='0': expected a duration of at least 1ms"},
+      {"COLLX_TEST_CMA", "COLLX_TEST_CMA='maybe': expected a boolean"},
+      {"COLLX_TEST_ARENA", "COLLX_TEST_ARENA='tmpfs': expected one of memfd, posix"},
+      {"COLLX_TEST_SPIN", "COLLX_TEST_SPIN='-1': expected an integer in [0, 1000000]"},
+  };
+  const std::map<std::string, std::string> values = {
+      {"COLLX_TEST_STREAMS", "100"}, {"COLLX_TEST_RING", "5000"}, {"COLLX_TEST_GROUP", "5000"},
+      {"COLLX_TEST_TIMEOUT", "0"},   {"COLLX_TEST_CMA", "maybe"}, {"COLLX_TEST_ARENA", "tmpfs"},
+      {"COLLX_TEST_SPIN", "-1"}};
+  for (const auto& [name, message] : bad) {
+    const Config config(Config::Environment{{name, values.at(name)}});
+    const SettingInfo* setting = findSetting(name);
+    ASSERT_NE(setting, nullptr) << name;
+    const std::string error = invalid([&] { setting->valueText(config); });
+    EXPECT_NE(error.find(message), std::string::npos) << error;
   }
-  EXPECT_EQ(empty.getDuration("COLLX_TIMEOUT"), 300s);
+  EXPECT_NE(invalid([&] {
+              streams.get(Config(Config::Environment{{"COLLX_TEST_STREAMS", "4x"}}));
+            }).find("COLLX_TEST_STREAMS='4x': expected an integer"),
+            std::string::npos);
+  // The same quantity given another way: a value set in code, another launcher's text.
+  EXPECT_EQ(streams.check(64, "options.streams"), 64);
+  EXPECT_NE(invalid([&] {
+              streams.check(0, "options.streams");
+            }).find("options.streams=0: expected an integer in [1, 64] (as COLLX_TEST_STREAMS)"),
+            std::string::npos);
+  EXPECT_EQ(spin.parse("7", "SPIN"), 7);
+  EXPECT_NE(invalid([&] { spin.parse("x", "SPIN"); }).find("SPIN='x'"), std::string::npos);
+}
+
+TEST(SettingTest, RegistryTypoSuggestionsAndReadsByDeclaration) {
+  EXPECT_EQ(findSetting("COLLX_TEST_LATE"), nullptr);
+  {
+    const Setting<kind::Duration> late({.name = "COLLX_TEST_LATE",
+                                        .component = "test",
+                                        .defaultValue = 5s,
+                                        .range = {},
+                                        .help = "registered while it lives"});
+    EXPECT_EQ(findSetting("COLLX_TEST_LATE"), &late);
+    auto all = settings();
+    EXPECT_TRUE(std::is_sorted(all.begin(), all.end(),
+                               [](const auto* a, const auto* b) { return a->name() < b->name(); }));
+    EXPECT_NE(std::find(all.begin(), all.end(), &late), all.end());
+
+    Config config(Config::Environment{{"COLLX_TEST_LATE", "2s"},
+                                      {"COLLX_TEST_LAET", "1s"},
+                                      {"COLLX_ZZZZZZZZ", "1"},
+                                      {"RANK", "3"}});
+    EXPECT_EQ(config.env("RANK"), "3");
+    auto unknown = config.unknownVariables();
+    ASSERT_EQ(unknown.size(), 2u);
+    EXPECT_EQ(unknown[0], "COLLX_TEST_LAET (did you mean COLLX_TEST_LATE?)");
+    EXPECT_EQ(unknown[1], "COLLX_ZZZZZZZZ");
+    // The view by declaration: the value in effect and where it comes from.
+    EXPECT_EQ(late.get(config), 2s);
+    EXPECT_EQ(late.valueText(config), "2s");
+    EXPECT_TRUE(late.isSet(config));
+    EXPECT_STREQ(late.source(config), "environment");
+    EXPECT_EQ(late.get(Config(Config::Environment{})), 5s);
+    EXPECT_STREQ(late.source(Config(Config::Environment{})), "default");
+    const SettingInfo* level = findSetting("COLLX_LOG_LEVEL");  // declared in log.cc
+    ASSERT_NE(level, nullptr);
+    EXPECT_EQ(level->valueText(config), "warn");
+    EXPECT_FALSE(level->isSet(config));
+  }
+  EXPECT_EQ(findSetting("COLLX_TEST_LATE"), nullptr);
+  // Set to the empty string counts as unset.
+  EXPECT_FALSE(
+      findSetting("COLLX_LOG_LEVEL")->isSet(Config(Config::Environment{{"COLLX_LOG_LEVEL", ""}})));
 }
 
 TEST(LogTest, LevelSpecsAreValidatedNamingTheVariable) {

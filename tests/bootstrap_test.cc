@@ -169,7 +169,7 @@ TEST(BootstrapResolve, ErrorsNameTheVariable) {
        {"no store", "COLLX_STORE", "MASTER_ADDR"}},
       {{{"COLLX_STORE", "tcp://h:1"}}, {"no rank", "COLLX_RANK"}},
       {{{"COLLX_JOB_ID", "a/b"}}, {"COLLX_JOB_ID=a/b"}},
-      {{{"COLLX_TIMEOUT", "0"}}, {"timeout must be positive"}},
+      {{{"COLLX_TIMEOUT", "0"}}, {"COLLX_TIMEOUT='0'", "a duration of at least 1ms"}},
       {{{"COLLX_TIMEOUT", "soon"}}, {"COLLX_TIMEOUT='soon'"}},
       {{{"COLLX_GENERATION", "-2"}}, {"COLLX_GENERATION='-2'"}},
   };
@@ -183,6 +183,16 @@ TEST(BootstrapResolve, ErrorsNameTheVariable) {
   BootstrapOptions half;
   half.rank = 0;
   EXPECT_NE(resolveError({}, half).find("worldSize"), std::string::npos);
+  // Options set in code are held to the same ranges as the variables.
+  BootstrapOptions instant;
+  instant.timeout = std::chrono::milliseconds(0);
+  const std::string timeoutError = resolveError({}, instant);
+  EXPECT_NE(timeoutError.find("BootstrapOptions::timeout=0s: expected a duration of at least 1ms"),
+            std::string::npos)
+      << timeoutError;
+  BootstrapOptions negative;
+  negative.generation = -1;
+  EXPECT_NE(resolveError({}, negative).find("BootstrapOptions::generation=-1"), std::string::npos);
 }
 
 // ---- joining, ranks as threads ----------------------------------------------------------

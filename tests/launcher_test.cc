@@ -310,9 +310,38 @@ TEST(LauncherTest, AlgorithmFromTheEnvironmentIsUsedAndUnknownOnesRefused) {
       60s);
   EXPECT_EQ(bad.code, 14) << bad.err;
   EXPECT_NE(
-      bad.err.find("COLLX_ALLREDUCE_ALGO='bogus' is not an algorithm of allreduce (valid: ring"),
+      bad.err.find("COLLX_ALLREDUCE_ALGO='bogus': expected one of ring, ring_chunked, "
+                   "halving_doubling"),
       std::string::npos)
       << bad.err;
+}
+
+// The launcher and every rank warn of a COLLX_* variable that is no setting, and of none
+// that is, whichever layer declares it (the algorithms', the PyTorch backend's).
+TEST(LauncherTest, WarnsOfUnknownVariablesOnly) {
+  auto env = cleanEnv();
+  env["COLLX_SPIN_US"] = "0";
+  env["COLLX_CHUNK_BYTES"] = "64K";
+  env["COLLX_ALLREDUCE_ALGO"] = "ring";
+  env["COLLX_TORCH_EAGER_BYTES"] = "0";
+  env["COLLX_SHM_DIRCT"] = "always";
+  RunResult r = test::run(
+      {launcher(), "-n", "2", "--", test::binDir() + "/collx-test-worker", "count", "1000"}, env,
+      60s);
+  EXPECT_EQ(r.code, 0) << r.err;
+  const std::string warning =
+      "environment variable COLLX_SHM_DIRCT (did you mean COLLX_SHM_DIRECT?) is not a collx "
+      "variable; ignored";
+  std::size_t warnings = 0;
+  for (std::size_t at = r.err.find(warning); at != std::string::npos;
+       at = r.err.find(warning, at + 1)) {
+    ++warnings;
+  }
+  EXPECT_EQ(warnings, 3u) << "collx-run and both ranks, once each:\n" << r.err;
+  for (const char* declared :
+       {"COLLX_SPIN_US", "COLLX_CHUNK_BYTES", "COLLX_ALLREDUCE_ALGO", "COLLX_TORCH_EAGER_BYTES"}) {
+    EXPECT_EQ(r.err.find(std::string("variable ") + declared), std::string::npos) << r.err;
+  }
 }
 
 TEST(LauncherTest, LogLinesCarryTheRankAndHonourPerLoggerLevels) {
@@ -511,11 +540,31 @@ TEST(LauncherTest, CollxInfoPrintsTheConfigurationTable) {
   RunResult r = test::run({test::binDir() + "/collx-info"},
                           {{"COLLX_TIMEOUT", "42s"}, {"COLLX_TIMOUT", "1"}});
   EXPECT_EQ(r.code, 0) << r.err;
+  // Settings with their type and range, default and the value in effect (settings_test
+  // checks that every declaration is listed).
   for (const char* name : {"COLLX_RANK", "COLLX_WORLD_SIZE", "COLLX_STORE", "COLLX_TIMEOUT",
                            "COLLX_LOG_LEVEL", "COLLX_JOB_ID", "COLLX_GENERATION"}) {
-    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+    EXPECT_NE(r.out.find(std::string("    ") + name + ": "), std::string::npos) << name;
   }
-  EXPECT_NE(r.out.find("environment: '42s'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("COLLX_TIMEOUT: duration, at least 1ms; default: 300s; in effect: 42s "
+                       "(environment)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("COLLX_TCP_STREAMS: integer in [1, 64]; default: 1; in effect: 1\n"),
+            std::string::npos)
+      << r.out;
+  // (Long lines wrap.)
+  EXPECT_NE(r.out.find("COLLX_SHM_RING_BYTES: bytes in [4KiB, 1GiB], a power of two; default:"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("halved until a rank's rings total at most 8MiB"), std::string::npos)
+      << r.out;
+  RunResult invalid = test::run({test::binDir() + "/collx-info"}, {{"COLLX_TCP_STREAMS", "100"}});
+  EXPECT_EQ(invalid.code, 0) << invalid.err;
+  EXPECT_NE(invalid.out.find("in effect: invalid:"), std::string::npos) << invalid.out;
+  EXPECT_NE(invalid.out.find("COLLX_TCP_STREAMS='100': expected an integer in [1, 64]"),
+            std::string::npos)
+      << invalid.out;
   EXPECT_NE(r.out.find("COLLX_TIMOUT (did you mean COLLX_TIMEOUT?)"), std::string::npos);
   EXPECT_NE(r.out.find("tcp store"), std::string::npos);
   RunResult bad = test::run({test::binDir() + "/collx-info", "--bogus"});

@@ -1,5 +1,7 @@
 #include "collx/algorithms/selection.h"
 
+#include "collx/algorithms/settings.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -186,22 +188,15 @@ SelectionPolicy SelectionPolicy::fromConfig(const Config& config, bool sharedMem
   SelectionPolicy policy;
   policy.sharedMemory = sharedMemory;
   policy.hosts = hosts;
-  if (config.isSet("COLLX_RULES")) {
-    policy.rules =
-        std::make_shared<const Selection>(Selection::fromFile(config.getString("COLLX_RULES")));
+  if (std::optional<std::string> rules = kRules.get(config)) {
+    policy.rules = std::make_shared<const Selection>(Selection::fromFile(*rules));
     policy.table = policy.rules.get();
   }
   for (Collective coll : collectives()) {
-    const char* var = algorithmVariable(coll);
-    const std::string value = config.getString(var);
-    if (value.empty()) continue;
-    const AlgorithmInfo* info = findAlgorithm(coll, value);
-    if (info == nullptr) {
-      throw InvalidArgument(Where{-1, var, -1},
-                            std::string(var) + "='" + value + "' is not an algorithm of " +
-                                collectiveName(coll) + " (valid: " + algorithmNames(coll) + ")");
-    }
-    policy.configured[static_cast<std::size_t>(coll)] = info;
+    // The setting's choices are the registry's names: a value it returns is an algorithm.
+    std::optional<std::string> name = algorithmSetting(coll).get(config);
+    if (!name) continue;
+    policy.configured[static_cast<std::size_t>(coll)] = findAlgorithm(coll, *name);
   }
   return policy;
 }

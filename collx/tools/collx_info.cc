@@ -1,8 +1,10 @@
 // collx-info: prints collx's version, what this build contains and the configuration table;
 // with --rendezvous, joins the job described by the environment and prints what it saw.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "cli.h"
 #include "collx/algorithms/registry.h"
@@ -12,10 +14,51 @@
 namespace {
 
 constexpr const char* kAbout =
-    R"(Prints the collx version, the transports and optional parts of this build, and the
-configuration table: every COLLX_* variable with its default, its value in this
-environment, and what it does, then the algorithm selection table in effect.
+    R"(Prints the collx version, the transports and optional parts of this build, and every
+setting: each COLLX_* variable with the component that reads it, its type and accepted
+values, its default, the value in effect in this environment and where it comes from, and
+what it does; then the algorithm selection table in effect.
 )";
+
+// Every declared setting, by the component that reads it: name, type and accepted values,
+// default, the value in effect here and where it comes from, and its help.
+void printSettings(const collx::Config& config) {
+  std::cout << "\nsettings (precedence: explicit option > environment > default):\n";
+  std::vector<const collx::SettingInfo*> all = collx::settings();
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto* a, const auto* b) { return a->component() < b->component(); });
+  std::string component;
+  for (const collx::SettingInfo* setting : all) {
+    if (setting->component() != component) {
+      component = setting->component();
+      std::cout << "  " << component << ":\n";
+    }
+    std::string accepts = collx::settingTypeName(setting->type());
+    const std::string range = setting->range();
+    if (range.empty()) {
+    } else if (setting->type() == collx::SettingType::kChoice) {
+      accepts += " of " + range;
+    } else if (setting->type() == collx::SettingType::kBool) {
+      accepts += " (" + range + ")";
+    } else {
+      accepts += (range[0] == '[' ? " in " : ", ") + range;
+    }
+    std::string value;
+    try {
+      value = setting->automatic() && !setting->isSet(config) ? "automatic"
+                                                              : setting->valueText(config);
+    } catch (const collx::Error& e) {
+      value = "invalid: " + e.detail();
+    }
+    const std::string line = setting->name() + ": " + accepts + "; default: " +
+                             (setting->automatic() ? "automatic (" + setting->defaultText() + ")"
+                                                   : setting->defaultText()) +
+                             "; in effect: " + value +
+                             (setting->isSet(config) ? " (environment)" : "");
+    std::cout << "    " << collx::cli::wrap(line, 8, 96) << "\n";
+    std::cout << "        " << collx::cli::wrap(setting->help(), 8, 96) << "\n";
+  }
+}
 
 void printInfo() {
   std::cout << "collx " << collx::versionString() << "\n\nbuild:\n";
@@ -23,13 +66,7 @@ void printInfo() {
     std::printf("  %-32s %-4s %s\n", f.name.c_str(), f.built ? "yes" : "no", f.detail.c_str());
   }
   const collx::Config& config = collx::Config::process();
-  std::cout << "\nconfiguration (precedence: explicit option > environment > default):\n";
-  for (const collx::ConfigVar& var : collx::configVars()) {
-    std::string value = config.isSet(var.name) ? "'" + config.getString(var.name) + "'" : "unset";
-    std::string def = var.defaultValue[0] != '\0' ? std::string(var.defaultValue) : "none";
-    std::printf("  %-20s default: %-8s environment: %s\n", var.name, def.c_str(), value.c_str());
-    std::cout << "      " << collx::cli::wrap(var.help, 6, 96) << "\n";
-  }
+  printSettings(config);
   // The algorithm table in effect: COLLX_RULES first, then the built-in rows (what
   // algorithms::select() reads, as a context reads it).
   const collx::algorithms::SelectionPolicy policy =

@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "collx/collx.h"
+#include "collx/settings.h"
 #include "collx/transport/shm_segments.h"
 #include "launcher.h"
 
@@ -392,6 +393,7 @@ int main(int argc, char** argv) {
   collx::cli::CommandLine cli("collx-run", "collx-run -n P [options] [--] program [args...]",
                               kAbout, kFooter);
   Args args = parseArgs(argc, argv, cli);
+  collx::warnUnknownVariables();
   try {
     return launch(args, cli);
   } catch (const collx::Error& e) {

@@ -1366,19 +1366,29 @@ PYBIND11_MODULE(_collx, m) {
       []() {
         py::list out;
         const Config& config = Config::process();
-        for (const ConfigVar& v : configVars()) {
+        for (const SettingInfo* setting : settings()) {
           py::dict d;
-          d["name"] = v.name;
-          d["default"] = v.defaultValue;
-          d["value"] = config.env(v.name).value_or(v.defaultValue);
-          d["set"] = config.isSet(v.name);
-          d["help"] = v.help;
+          d["name"] = setting->name();
+          d["component"] = setting->component();
+          d["type"] = settingTypeName(setting->type());
+          d["range"] = setting->range();
+          d["automatic"] = setting->automatic();
+          d["default"] = setting->automatic() ? std::string() : setting->defaultText();
+          if (setting->automatic()) d["automatic_rule"] = setting->defaultText();
+          // The text in effect, as set (an invalid value too: reading it raises), else the
+          // default ("" when computed).
+          d["value"] = config.env(setting->name()).value_or(d["default"].cast<std::string>());
+          d["set"] = setting->isSet(config);
+          d["source"] = setting->source(config);
+          d["help"] = setting->help();
           out.append(d);
         }
         return out;
       },
-      "config()\n\nEvery COLLX_* variable as a dict (name, default, value, set, help), as "
-      "collx-info prints them.");
+      "config()\n\nEvery setting (COLLX_* variable) as a dict, as collx-info prints them: name, "
+      "component (who reads it), type, range (accepted values), automatic (unset means "
+      "computed; automatic_rule says how), default, value (the text in effect), set, source "
+      "('environment', 'default' or 'automatic') and help.");
   m.def(
       "build_features",
       []() {

@@ -29,6 +29,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "collx/collx.h"
+#include "collx/settings.h"
 
 namespace collx::torch_backend {
 
@@ -528,8 +529,7 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     options.timeout = timeout;
     options.routeHost = C10dStore::tcpHost(*store);
     context_ = Context::create(std::move(adapter), rank, size, options);
-    eagerBytes_ = static_cast<std::uint64_t>(
-        *Config::process().getInt("COLLX_TORCH_EAGER_BYTES", 0, std::int64_t{1} << 40));
+    eagerBytes_ = kTorchEagerBytes.get(Config::process());
     init();
   }
 

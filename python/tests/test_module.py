@@ -3,6 +3,7 @@ handling, clear errors for what collx cannot move, exception classes, docstrings
 import array
 import datetime
 import inspect
+import os
 
 import numpy as np
 import pytest
@@ -170,8 +171,21 @@ def test_work(ctx):
 
 
 def test_config_and_build():
-    names = [v["name"] for v in collx.config()]
-    assert "COLLX_TIMEOUT" in names
+    config = {v["name"]: v for v in collx.config()}
+    assert "COLLX_TIMEOUT" in config and "COLLX_TORCH_EAGER_BYTES" in config
+    timeout = config["COLLX_TIMEOUT"]
+    assert timeout["type"] == "duration" and timeout["range"] == "at least 1ms"
+    assert timeout["component"] == "rendezvous" and timeout["automatic"] is False
+    # conftest.py sets COLLX_TIMEOUT for the suite.
+    assert timeout["set"] is True and timeout["source"] == "environment"
+    assert timeout["default"] == "300s" and timeout["value"] == os.environ["COLLX_TIMEOUT"]
+    streams = config["COLLX_TCP_STREAMS"]
+    assert streams["range"] == "[1, 64]" and streams["default"] == "1"
+    assert streams["source"] == "default" and streams["value"] == "1"
+    ring = config["COLLX_SHM_RING_BYTES"]
+    assert ring["automatic"] is True and ring["default"] == "" and ring["source"] == "automatic"
+    assert "1MiB" in ring["automatic_rule"]
+    assert all(len(v["help"]) > 20 for v in config.values())
     features = {name: built for name, built, _ in collx.build_features()}
     assert features["python module"] is True
     assert collx.__version__.count(".") == 2

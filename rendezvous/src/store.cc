@@ -4,9 +4,15 @@
 #include <charconv>
 #include <thread>
 
-#include "collx/base/config.h"
-
 namespace collx::rendezvous {
+
+const Setting<kind::Duration> kTimeout(
+    {.name = "COLLX_TIMEOUT",
+     .component = "rendezvous",
+     .defaultValue = std::chrono::seconds(300),
+     .range = {std::chrono::milliseconds(1)},
+     .help = "Deadline of every blocking wait: store operations, joining, connecting, "
+             "collectives (e.g. 30s, 500ms, 2m; a plain number is seconds)."});
 
 Bytes toBytes(std::string_view text) { return Bytes(text.begin(), text.end()); }
 std::string toString(const Bytes& bytes) { return std::string(bytes.begin(), bytes.end()); }
@@ -26,7 +32,7 @@ std::string describeKeys(const std::vector<std::string>& keys) {
 
 std::chrono::milliseconds resolveTimeout(const StoreOptions& options) {
   if (options.timeout) return *options.timeout;
-  return Config::process().getDuration("COLLX_TIMEOUT");
+  return kTimeout.get(Config::process());
 }
 
 }  // namespace

@@ -61,12 +61,12 @@ std::map<std::string, std::string> parseAddress(const std::string& blob) {
 Mesh::Mesh(const MeshOptions& options) : options_(options) {
   link_.rank = options_.rank;
   link_.describer = options_.describer;
-  const std::string& forced = options_.transport;
-  if (forced != "auto" && forced != "tcp" && forced != "shm") {
-    throw InvalidArgument(
-        Where{options_.rank, "transport", -1},
-        "COLLX_TRANSPORT='" + forced + "' is not a transport of this build (auto, shm, tcp)");
+  try {
+    options_.validate();
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(Where{options_.rank, "transport", -1}, e.detail());
   }
+  const std::string& forced = options_.transport;
   devices_.push_back(std::make_unique<SelfDevice>(options_.rank, link_));
   if (forced != "tcp" && options_.size > 1) {
     try {

@@ -9,20 +9,63 @@
 
 namespace collx {
 
+const AutoSetting<kind::String> kStore(
+    {.name = "COLLX_STORE",
+     .component = "bootstrap",
+     .automatic = "tcp://MASTER_ADDR:MASTER_PORT, hosted by rank 0; for a world of one, a store "
+                  "in this process",
+     .help = "Rendezvous store: tcp://host:port, file:///path/to/shared/dir or "
+             "redis://host:port[/db]."});
+
+const AutoSetting<kind::String> kJobId(
+    {.name = "COLLX_JOB_ID",
+     .component = "bootstrap",
+     .automatic = "TORCHELASTIC_RUN_ID, SLURM_JOB_ID.SLURM_STEP_ID, OMPI_MCA_ess_base_jobid, or "
+                  "'default'",
+     .help = "Job id that namespaces this job's keys in the store (1..200 letters, digits and "
+             "- _ . :). Set by collx-run."});
+
 namespace {
+
+// Rank, world size and local rank, from collx-run or (the same ranges) another launcher.
+constexpr std::int64_t kMaxRanks = std::int64_t{1} << 24;
+
+const AutoSetting<kind::Integer> kRank(
+    {.name = "COLLX_RANK",
+     .component = "bootstrap",
+     .automatic = "RANK (torchrun), OMPI_COMM_WORLD_RANK (Open MPI) or SLURM_PROCID (Slurm); "
+                  "with none set, rank 0 of 1",
+     .range = {0, kMaxRanks},
+     .help = "This process's rank in [0, COLLX_WORLD_SIZE). Set by collx-run."});
+
+const AutoSetting<kind::Integer> kWorldSize(
+    {.name = "COLLX_WORLD_SIZE",
+     .component = "bootstrap",
+     .automatic = "WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS",
+     .range = {1, kMaxRanks},
+     .help = "Number of ranks in the job. Set by collx-run."});
+
+const AutoSetting<kind::Integer> kLocalRank(
+    {.name = "COLLX_LOCAL_RANK",
+     .component = "bootstrap",
+     .automatic = "LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID",
+     .range = {0, kMaxRanks},
+     .help = "Rank among the processes of this host (informational only: collx detects "
+             "locality itself)."});
+
+const Setting<kind::Integer> kGeneration(
+    {.name = "COLLX_GENERATION",
+     .component = "bootstrap",
+     .defaultValue = 0,
+     .range = {0, std::int64_t{1} << 62},
+     .help = "Generation of the job to join; a new context of the same job joins a new "
+             "generation."});
 
 struct RankSource {
   const char* launcher;
   const char* rankVar;
   const char* sizeVar;
   const char* localRankVar;
-};
-
-constexpr RankSource kRankSources[] = {
-    {"collx", "COLLX_RANK", "COLLX_WORLD_SIZE", "COLLX_LOCAL_RANK"},
-    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
 };
 
 const Where kWhere{-1, "bootstrap", -1};
@@ -33,12 +76,20 @@ std::string show(const std::string& name, const std::string& value) {
   return name + "='" + value + "'";
 }
 
-int parseIntVar(const std::string& name, const std::string& value, int min, int max) {
+// `text` of variable `name`, read as `setting` reads its own (its kind and range).
+int parseRankVar(const AutoSetting<kind::Integer>& setting, const std::string& name,
+                 const std::string& text) {
   try {
-    return static_cast<int>(parseInt(value, min, max, name));
+    return static_cast<int>(setting.parse(text, name));
   } catch (const InvalidArgument& e) {
     fail(e.detail());
   }
+}
+
+// Where a setting's value came from: "COLLX_GENERATION=3" or "default".
+std::string originOf(const SettingInfo& setting, const Config& config) {
+  if (auto text = config.env(setting.name())) return setting.name() + "=" + *text;
+  return "default";
 }
 
 void validateJobId(const std::string& jobId, const std::string& source) {
@@ -79,15 +130,21 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
     }
     haveRank = true;
   }
-  for (const RankSource& source : kRankSources) {
+  const RankSource rankSources[] = {
+      {"collx", kRank.name().c_str(), kWorldSize.name().c_str(), kLocalRank.name().c_str()},
+      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+      {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+      {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+  };
+  for (const RankSource& source : rankSources) {
     if (haveRank) break;
     auto rank = env(source.rankVar);
     auto size = env(source.sizeVar);
     if (!rank && !size) continue;
     if (!rank) fail(show(source.sizeVar, *size) + " is set but " + source.rankVar + " is not");
     if (!size) fail(show(source.rankVar, *rank) + " is set but " + source.sizeVar + " is not");
-    b.worldSize = parseIntVar(source.sizeVar, *size, 1, 1 << 24);
-    b.rank = parseIntVar(source.rankVar, *rank, 0, 1 << 24);
+    b.worldSize = parseRankVar(kWorldSize, source.sizeVar, *size);
+    b.rank = parseRankVar(kRank, source.rankVar, *rank);
     if (b.rank >= b.worldSize) {
       fail(show(source.rankVar, *rank) + " is not below " + show(source.sizeVar, *size));
     }
@@ -95,7 +152,7 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
     b.origin.emplace_back("rank", std::string(source.rankVar) + "=" + *rank);
     b.origin.emplace_back("world size", std::string(source.sizeVar) + "=" + *size);
     if (auto local = env(source.localRankVar)) {
-      b.localRank = parseIntVar(source.localRankVar, *local, 0, 1 << 24);
+      b.localRank = parseRankVar(kLocalRank, source.localRankVar, *local);
       if (b.localRank >= b.worldSize) {
         fail(show(source.localRankVar, *local) + " is not below " + show(source.sizeVar, *size));
       }
@@ -121,19 +178,24 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
     rendezvous::StoreUrl::parse(*options.store);
     b.storeUrl = *options.store;
     b.origin.emplace_back("store", "options");
-  } else if (auto url = env("COLLX_STORE")) {
+  } else if (auto url = kStore.get(config)) {
     try {
       rendezvous::StoreUrl::parse(*url);
     } catch (const InvalidArgument& e) {
-      fail("COLLX_STORE: " + e.detail());
+      fail(kStore.name() + ": " + e.detail());
     }
     b.storeUrl = *url;
-    b.origin.emplace_back("store", "COLLX_STORE=" + *url);
+    b.origin.emplace_back("store", originOf(kStore, config));
   } else if (masterAddr || masterPort) {
     if (!masterAddr) fail(show("MASTER_PORT", *masterPort) + " is set but MASTER_ADDR is not");
     if (!masterPort) fail(show("MASTER_ADDR", *masterAddr) + " is set but MASTER_PORT is not");
     if (masterAddr->empty()) fail("MASTER_ADDR is empty");
-    int port = parseIntVar("MASTER_PORT", *masterPort, 1, 65535);
+    int port = 0;
+    try {
+      port = static_cast<int>(parseInt(*masterPort, 1, 65535, "MASTER_PORT"));
+    } catch (const InvalidArgument& e) {
+      fail(e.detail());
+    }
     b.storeUrl = rendezvous::tcpUrl(*masterAddr, static_cast<std::uint16_t>(port));
     b.rank0HostsStore = true;
     b.origin.emplace_back("store", "MASTER_ADDR=" + *masterAddr + ", MASTER_PORT=" + *masterPort +
@@ -166,15 +228,15 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
       const char* var;
       const char* stepVar;
     };
-    static constexpr JobSource kJobSources[] = {
-        {"COLLX_JOB_ID", nullptr},
+    const JobSource jobSources[] = {
+        {kJobId.name().c_str(), nullptr},
         {"TORCHELASTIC_RUN_ID", nullptr},
         {"SLURM_JOB_ID", "SLURM_STEP_ID"},
         {"OMPI_MCA_ess_base_jobid", nullptr},
     };
     b.jobId = "default";
     std::string origin = "default";
-    for (const JobSource& source : kJobSources) {
+    for (const JobSource& source : jobSources) {
       auto value = env(source.var);
       if (!value) continue;
       std::string jobId = *value;
@@ -192,35 +254,30 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
     b.origin.emplace_back("job id", origin);
   }
   if (options.generation) {
-    b.generation = *options.generation;
-    if (b.generation < 0) fail("BootstrapOptions::generation must not be negative");
+    try {
+      b.generation = kGeneration.check(*options.generation, "BootstrapOptions::generation");
+    } catch (const InvalidArgument& e) {
+      fail(e.detail());
+    }
     b.origin.emplace_back("generation", "options");
   } else {
     try {
-      b.generation = *config.getInt("COLLX_GENERATION", 0, std::int64_t{1} << 62);
+      b.generation = kGeneration.get(config);
     } catch (const InvalidArgument& e) {
       fail(e.detail());
     }
-    b.origin.emplace_back("generation",
-                          config.isSet("COLLX_GENERATION")
-                              ? "COLLX_GENERATION=" + config.getString("COLLX_GENERATION")
-                              : std::string("default"));
+    b.origin.emplace_back("generation", originOf(kGeneration, config));
   }
-  if (options.timeout) {
-    b.timeout = *options.timeout;
-    b.origin.emplace_back("timeout", "options");
-  } else {
-    try {
-      b.timeout = config.getDuration("COLLX_TIMEOUT");
-    } catch (const InvalidArgument& e) {
-      fail(e.detail());
+  try {
+    if (options.timeout) {
+      b.timeout = rendezvous::kTimeout.check(*options.timeout, "BootstrapOptions::timeout");
+      b.origin.emplace_back("timeout", "options");
+    } else {
+      b.timeout = rendezvous::kTimeout.get(config);
+      b.origin.emplace_back("timeout", originOf(rendezvous::kTimeout, config));
     }
-    b.origin.emplace_back("timeout", config.isSet("COLLX_TIMEOUT")
-                                         ? "COLLX_TIMEOUT=" + config.getString("COLLX_TIMEOUT")
-                                         : std::string("default"));
-  }
-  if (b.timeout.count() <= 0) {
-    fail("the timeout must be positive, got " + std::to_string(b.timeout.count()) + " ms");
+  } catch (const InvalidArgument& e) {
+    fail(e.detail());
   }
   return b;
 }

@@ -12,11 +12,13 @@
 #include <thread>
 #include <tuple>
 
+#include "collx/algorithms/settings.h"
 #include "collx/base/config.h"
 #include "collx/base/log.h"
 #include "collx/rendezvous/prefix_store.h"
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
+#include "collx/settings.h"
 #include "runtime.h"
 
 namespace collx {
@@ -148,10 +150,11 @@ Context::Context(Key, std::shared_ptr<rendezvous::Store> store, int rank, int si
       localRank_(options.localRank),
       jobId_(options.jobId),
       generation_(options.generation),
-      timeout_(options.timeout ? *options.timeout : Config::process().getDuration("COLLX_TIMEOUT")),
-      hostId_(options.hostId.value_or(Config::process().getString("COLLX_HOST_ID"))),
+      timeout_(options.timeout ? *options.timeout : rendezvous::kTimeout.get(Config::process())),
+      hostId_(options.hostId.value_or(transport::kHostId.get(Config::process()).value_or(""))),
       leaveBarrier_(options.leaveBarrier || options.storeServer != nullptr),
       server_(options.storeServer) {
+  warnUnknownVariables();
   Where where{rank, "Context::create", -1};
   if (!store) throw InvalidArgument(where, "the store is null");
   if (size < 1) throw InvalidArgument(where, "size " + std::to_string(size) + " is not positive");
@@ -227,44 +230,25 @@ void Context::join() {
 void Context::connect(const ContextOptions& options) {
   const Config& config = Config::process();
   Where where{rank_, "connect", -1};
-  transport::MeshOptions mesh;
+  // The transport's settings: the environment over their defaults, then the options set in
+  // code over both.
+  transport::MeshOptions mesh = transport::MeshOptions::fromConfig(config);
   mesh.rank = rank_;
   mesh.size = size_;
   mesh.jobId = jobId_;
   mesh.generation = generation_;
-  mesh.timeout = timeout_;
   mesh.describer = detail::describeMessage;
-  mesh.transport = options.transport.value_or(config.getString("COLLX_TRANSPORT"));
-  mesh.tcpStreams =
-      options.tcpStreams.value_or(static_cast<int>(*config.getInt("COLLX_TCP_STREAMS", 1, 64)));
-  mesh.ifname = options.ifname.value_or(config.getString("COLLX_IFNAME"));
+  if (options.transport) mesh.transport = *options.transport;
+  if (options.tcpStreams) mesh.tcpStreams = *options.tcpStreams;
+  if (options.ifname) mesh.ifname = *options.ifname;
   mesh.routeHost = options.routeHost;
-  mesh.tcpBufferBytes =
-      static_cast<int>(*config.getInt("COLLX_TCP_BUFFER", 0, std::int64_t{1} << 30));
-  mesh.eagerLimit =
-      static_cast<std::uint64_t>(*config.getInt("COLLX_TCP_EAGER_LIMIT", 0, std::int64_t{1} << 30));
-  if (config.isSet("COLLX_SHM_RING_BYTES")) {
-    mesh.shmRingBytes = static_cast<std::uint64_t>(
-        *config.getInt("COLLX_SHM_RING_BYTES", 4096, std::int64_t{1} << 30));
+  if (options.shmDirect) {
+    try {
+      mesh.shmDirect = transport::directReadsNamed(*options.shmDirect, "ContextOptions::shmDirect");
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(where, e.detail());
+    }
   }
-  mesh.shmEagerLimit =
-      static_cast<std::uint64_t>(*config.getInt("COLLX_SHM_EAGER_LIMIT", 0, std::int64_t{1} << 30));
-  mesh.shmGroupBytes = static_cast<std::uint64_t>(
-      *config.getInt("COLLX_SHM_GROUP_BYTES", 4096, std::int64_t{1} << 30));
-  mesh.shmCma = config.getBool("COLLX_SHM_CMA");
-  const std::string direct = options.shmDirect.value_or(config.getString("COLLX_SHM_DIRECT"));
-  const auto* names = std::begin(transport::kDirectReadsNames);
-  const auto* named = std::find(names, std::end(transport::kDirectReadsNames), direct);
-  if (named == std::end(transport::kDirectReadsNames)) {
-    throw InvalidArgument(where,
-                          "COLLX_SHM_DIRECT='" + direct + "': expected auto, never or always");
-  }
-  const auto directReads = static_cast<transport::DirectReads>(named - names);
-  const std::string arena = config.getString("COLLX_SHM_ARENA");
-  if (arena != "memfd" && arena != "posix") {
-    throw InvalidArgument(where, "COLLX_SHM_ARENA='" + arena + "': expected memfd or posix");
-  }
-  mesh.shmPosix = arena == "posix";
   mesh.hostId = hostId_;
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   auto transports = std::make_unique<transport::Mesh>(mesh);
@@ -296,28 +280,18 @@ void Context::connect(const ContextOptions& options) {
     ++local;
     known = addCpuList(peer.cpus, cpus) && known;
   }
-  algorithms::EngineOptions engine;
   const auto cores = known ? cpus.size() : std::max(1u, std::thread::hardware_concurrency());
   outnumbered_ = static_cast<std::size_t>(local) > cores;
   COLLX_DEBUG(kShm, "rank {}: {} ranks on this host, {} CPUs{}", rank_, local, cores,
               known ? "" : " (online; some rank did not say which it may use)");
-  engine.spin = std::chrono::microseconds(config.isSet("COLLX_SPIN_US")
-                                              ? *config.getInt("COLLX_SPIN_US", 0, 1000000)
-                                              : (outnumbered_ ? 0 : 50));
-  // Then yield-polling, also with a core per rank: when other processes take a core, a
-  // peer's answer often comes after the spin, and sleeping in poll() then costs a wakeup
-  // (measured here with one other busy process: allreduce of 4 B p50 230 us sleeping, 10 us
-  // yielding; 16 MiB 14-20 ms against 8.5-10 ms).
-  engine.yield = std::chrono::microseconds(
-      config.isSet("COLLX_YIELD_US") ? *config.getInt("COLLX_YIELD_US", 0, 10000000) : 1000);
+  const algorithms::EngineOptions engine = algorithms::engineOptions(config, outnumbered_);
   runtime_ = std::make_shared<detail::Runtime>();
   runtime_->engine = std::make_unique<algorithms::Engine>(std::move(transports), engine);
   runtime_->rank = rank_;
   runtime_->size = size_;
   runtime_->timeout = timeout_;
   std::tie(runtime_->hostOf, runtime_->hosts) = hostLayout(peers_);
-  runtime_->chunkBytes =
-      static_cast<std::uint64_t>(*config.getInt("COLLX_CHUNK_BYTES", 4096, std::int64_t{1} << 30));
+  runtime_->chunkBytes = algorithms::kChunkBytes.get(config);
   try {
     // (Shared memory is settled below, once every rank agreed.)
     runtime_->policy = algorithms::SelectionPolicy::fromConfig(config, size_ == 1, runtime_->hosts);
@@ -342,7 +316,7 @@ void Context::connect(const ContextOptions& options) {
       runtime_->policy.sharedMemory = true;
       const auto spin = (all & kSpins) ? engine.spin : std::chrono::microseconds(0);
       group->setPolicy(transport::WaitPolicy{spin, engine.yield});
-      group->setDirectReads((all & kReads) ? directReads : transport::DirectReads::kNever);
+      group->setDirectReads((all & kReads) ? mesh.shmDirect : transport::DirectReads::kNever);
       COLLX_DEBUG(kShm, "rank {}: shared-memory group of {}, direct reads: {}", rank_, size_,
                   transport::kDirectReadsNames[static_cast<int>(group->directReads())]);
     }

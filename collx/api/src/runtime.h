@@ -25,7 +25,7 @@ struct Runtime {
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout{0};
-  std::uint64_t chunkBytes = 1u << 20;
+  std::uint64_t chunkBytes = algorithms::kChunkBytes.defaultValue();  // COLLX_CHUNK_BYTES
   // Every rank's host index (hosts numbered by their lowest rank) and the number of hosts,
   // from the peers' host identities; the hierarchical algorithms' ScheduleParams::hostOf.
   std::vector<int> hostOf;

@@ -9,8 +9,8 @@
 #include <memory>
 #include <mutex>
 
-#include "collx/base/config.h"
 #include "collx/base/error.h"
+#include "collx/base/setting.h"
 
 namespace collx::log {
 
@@ -21,6 +21,14 @@ constexpr const char* kLoggerNames[kLoggerCount] = {
     "collx", "collx.rdzv", "collx.tcp", "collx.shm", "collx.ibverbs", "collx.algo", "collx.run",
 };
 constexpr const char* kLevelNames[] = {"trace", "debug", "info", "warn", "error", "off"};
+
+const Setting<kind::String> kLogLevel(
+    {.name = "COLLX_LOG_LEVEL",
+     .component = "log",
+     .defaultValue = "warn",
+     .help = "Log levels: a default and per-logger overrides, e.g. 'info,collx.rdzv=debug'. "
+             "Levels: trace debug info warn error off. Loggers: collx collx.rdzv collx.tcp "
+             "collx.shm collx.ibverbs collx.algo collx.run."});
 
 std::atomic<int> gProcessRank{-1};
 thread_local int tThreadRank = -1;
@@ -80,17 +88,12 @@ class State {
       loggers_[i] = std::make_shared<spdlog::logger>(kLoggerNames[i], sink);
       loggers_[i]->set_level(spdlog::level::trace);  // filtering happens in enabled()
     }
-    const Config& config = Config::process();
     try {
-      apply(config.getString("COLLX_LOG_LEVEL"), "COLLX_LOG_LEVEL");
+      apply(kLogLevel.get(Config::process()), kLogLevel.name());
     } catch (const Error& e) {
-      write(Logger::kCore, Level::kWarn, std::string(e.what()) + "; using 'warn'");
-    }
-    for (const std::string& unknown : config.unknownVariables()) {
-      if (enabledAt(Logger::kCore, Level::kWarn)) {
-        write(Logger::kCore, Level::kWarn,
-              "environment variable " + unknown + " is not a collx variable; ignored");
-      }
+      write(Logger::kCore, Level::kWarn,
+            std::string(e.what()) + "; using '" + kLogLevel.defaultValue() + "'");
+      apply(kLogLevel.defaultValue(), kLogLevel.name());
     }
   }
 

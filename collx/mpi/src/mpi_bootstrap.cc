@@ -52,7 +52,7 @@ std::shared_ptr<Context> initFromMpi(MPI_Comm comm, const BootstrapOptions& opti
   resolved.rank = rank;
   resolved.worldSize = size;
   std::shared_ptr<rendezvous::TcpStoreServer> server;
-  if (!options.storeObject && !options.store && !config.isSet("COLLX_STORE")) {
+  if (!options.storeObject && !options.store && !kStore.isSet(config)) {
     // Rank 0 hosts the store; loopback only when the whole communicator shares its host.
     MPI_Comm local;
     check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local), rank,
@@ -83,7 +83,7 @@ std::shared_ptr<Context> initFromMpi(MPI_Comm comm, const BootstrapOptions& opti
     }
     resolved.store = url;
   }
-  if (!options.jobId && !config.isSet("COLLX_JOB_ID")) {
+  if (!options.jobId && !kJobId.isSet(config)) {
     std::string jobId;
     if (rank == 0) {
       std::random_device device;

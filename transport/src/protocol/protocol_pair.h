@@ -75,7 +75,7 @@ class ProtocolPair : public Pair {
   struct Limits {
     // Both ends of a pair must use the same values for each direction (the media agree on
     // them when they connect).
-    std::uint64_t eagerLimit = 256 * 1024;
+    std::uint64_t eagerLimit = 0;  // the media set it from COLLX_TCP/SHM_EAGER_LIMIT
     std::uint64_t creditWindow = 4u << 20;
   };
 

@@ -90,17 +90,8 @@ ShmDevice::ShmDevice(LinkState& link, const MeshOptions& options)
       host_(hostId(options.hostId)),
       job_(jobHash(options.jobId, options.generation)),
       ringBytes_(options.shmRingBytes > 0 ? options.shmRingBytes : defaultRingBytes(options.size)) {
-  if (ringBytes_ < 4096 || (ringBytes_ & (ringBytes_ - 1)) != 0) {
-    throw InvalidArgument(where(), "COLLX_SHM_RING_BYTES=" + std::to_string(ringBytes_) +
-                                       " is not a power of two of at least 4096");
-  }
+  // The sizes are within their settings' ranges: the Mesh validated its options.
   if (options_.shmPosix) removeShmLeftovers();  // of ranks that were killed before
-  if (options_.shmGroupBytes < 4096 || options_.shmGroupBytes % kLine != 0 ||
-      options_.shmGroupBytes > (std::uint64_t{1} << 30)) {
-    throw InvalidArgument(where(),
-                          "COLLX_SHM_GROUP_BYTES=" + std::to_string(options_.shmGroupBytes) +
-                              " is not a multiple of 64 in [4096, 2^30]");
-  }
   arena_ = std::make_unique<Arena>(options.rank, options.size, job_, options.generation, ringBytes_,
                                    options_.shmGroupBytes, options_.shmPosix);
   cmaProbe_ = arena_->token();

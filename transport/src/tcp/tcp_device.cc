@@ -185,10 +185,6 @@ struct TcpDevice::Impl {
 TcpDevice::TcpDevice(LinkState& link, const MeshOptions& options)
     : link_(link), options_(options), impl_(std::make_unique<Impl>()) {
   Where where{options.rank, "tcp listen", -1};
-  if (options_.tcpStreams < 1 || options_.tcpStreams > 64) {
-    throw InvalidArgument(where, "COLLX_TCP_STREAMS=" + std::to_string(options_.tcpStreams) +
-                                     " is outside 1..64");
-  }
   std::string ip = chooseLocalAddress(options_, where);
   asio::error_code ec;
   auto address = asio::ip::make_address(ip, ec);

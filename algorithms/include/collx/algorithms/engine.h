@@ -64,7 +64,8 @@ class Runner;
 struct EngineOptions {
   // How long a waiting thread polls without blocking before it sleeps in poll(): worth it
   // when this rank has a core of its own, harmful when ranks outnumber cores.
-  std::chrono::microseconds spin{50};
+  // (engineOptions() in settings.h fills both from COLLX_SPIN_US and COLLX_YIELD_US.)
+  std::chrono::microseconds spin{0};
   // Then how long it keeps polling but yields the core between polls (sched_yield), before
   // it sleeps: when ranks outnumber cores this hands the core to the peer being waited for
   // without paying a wakeup.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "collx/algorithms/schedule.h"
+#include "collx/algorithms/settings.h"
 #include "collx/base/data_type.h"
 #include "collx/base/reduce_op.h"
 
@@ -50,8 +51,9 @@ struct ScheduleParams {
   ReduceOpKind op = ReduceOpKind::kSum;
   bool inPlace = false;
   int root = 0;
-  std::uint64_t chunkBytes = 1u << 20;  // pipelining granularity of the chunked algorithms
-  bool commutative = true;              // false: the op must be applied in rank order
+  // Pipelining granularity of the chunked algorithms (COLLX_CHUNK_BYTES).
+  std::uint64_t chunkBytes = kChunkBytes.defaultValue();
+  bool commutative = true;  // false: the op must be applied in rank order
   // Per-rank blocks in elements, for allgatherv, reduce_scatter (equal blocks too),
   // gatherv, scatterv (counts[i], displs[i]: rank i's block in the buffer holding them all)
   // and alltoallv (what this rank sends to peer i; recvCounts / recvDispls: what it

@@ -132,7 +132,7 @@ struct UniformCall {
   ReduceOpKind op = ReduceOpKind::kSum;
   int root = 0;
   bool inPlace = false;
-  std::uint64_t chunkBytes = std::uint64_t{1} << 20;
+  std::uint64_t chunkBytes = kChunkBytes.defaultValue();
 };
 // Rank `rank`'s params for such a call, as the API would make them (alltoallv: with the
 // count matrix its bruck algorithm needs).

@@ -24,9 +24,15 @@
 #include <string>
 #include <vector>
 
+#include "collx/base/setting.h"
+
 namespace collx {
 
-class Config;
+// The bootstrap's settings that other code asks about (the MPI bootstrap: whether a store or
+// a job id was given). COLLX_RANK, COLLX_WORLD_SIZE, COLLX_LOCAL_RANK and COLLX_GENERATION
+// are declared in bootstrap.cc too.
+extern const AutoSetting<kind::String> kStore;
+extern const AutoSetting<kind::String> kJobId;
 
 namespace rendezvous {
 class Store;

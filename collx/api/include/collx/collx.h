@@ -5,6 +5,7 @@
 #include "collx/base/data_type.h"
 #include "collx/base/error.h"
 #include "collx/base/reduce_op.h"
+#include "collx/base/setting.h"
 #include "collx/base/version.h"
 #include "collx/bootstrap.h"
 #include "collx/collectives.h"

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "collx/base/error.h"
+#include "collx/base/setting.h"
 
 namespace collx::rendezvous {
 
@@ -30,6 +31,10 @@ inline constexpr std::size_t kMaxKeyBytes = 4096;
 
 Bytes toBytes(std::string_view text);
 std::string toString(const Bytes& bytes);
+
+// COLLX_TIMEOUT: the deadline of every blocking wait (store operations here; the bootstrap,
+// connecting and collectives above). Declared in store.cc, the first layer that waits.
+extern const Setting<kind::Duration> kTimeout;
 
 struct StoreOptions {
   // Deadline of blocking calls made without an explicit timeout; unset means COLLX_TIMEOUT.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "collx/base/error.h"
+#include "collx/base/setting.h"
 #include "collx/transport/device.h"
 #include "collx/transport/message.h"
 #include "collx/transport/pair.h"
@@ -27,40 +28,56 @@ namespace collx::transport {
 
 using Clock = std::chrono::steady_clock;
 
+// COLLX_HOST_ID, which the API also reads (its join record names the host); the transport's
+// other settings are declared in mesh_options.cc and read through MeshOptions::fromConfig.
+extern const AutoSetting<kind::String> kHostId;
+
 struct MeshOptions {
+  // The transport's settings at their declared defaults (mesh_options.cc).
+  MeshOptions();
+  // The environment over those defaults (explicit options, set afterwards, win over both).
+  static MeshOptions fromConfig(const Config& config);
+  // Throws InvalidArgument naming the setting when a value set in code lies outside its
+  // setting's range (the Mesh checks its options with it).
+  void validate() const;
+
   int rank = 0;
   int size = 1;
   std::string jobId = "default";
   std::int64_t generation = 0;
-  // Bounds connecting; collectives have their own deadlines.
-  std::chrono::milliseconds timeout{30000};
   Describer describer;
   // "auto" (the best transport per peer: self, shm within a host, tcp) or a transport name
   // that every pair must use ("tcp", "shm").
-  std::string transport = "auto";
+  std::string transport;
   // TCP: streams per peer, the interface to use ("" = the one that routes to routeHost),
   // the size up to which messages are sent eagerly.
-  int tcpStreams = 1;
+  int tcpStreams;
   std::string ifname;
   std::string routeHost;
-  std::uint64_t eagerLimit = 256 * 1024;
+  std::uint64_t eagerLimit;
   // Socket buffer size per direction; 0 leaves it to the kernel's autotuning, which grows
   // the buffers up to net.ipv4.tcp_wmem / tcp_rmem as bandwidth needs (setting a size turns
   // autotuning off and is capped by net.core.wmem_max / rmem_max).
-  int tcpBufferBytes = 0;
+  int tcpBufferBytes;
   // Shared memory: bytes per ring (a power of two; 0: from the world size), the largest
   // message copied through the ring eagerly, whether large messages may be copied straight
   // from the sender's memory (CMA), a named /dev/shm arena instead of a memfd, and an
   // override of this host's identity (tests simulate several hosts with it).
-  std::uint64_t shmRingBytes = 0;
-  std::uint64_t shmEagerLimit = 256 * 1024;
+  std::uint64_t shmRingBytes;
+  std::uint64_t shmEagerLimit;
   // Payload bytes of each of the group buffers that collectives working on shared memory
   // directly use (SharedGroup; a multiple of 64).
-  std::uint64_t shmGroupBytes = 256 * 1024;
-  bool shmCma = true;
-  bool shmPosix = false;
+  std::uint64_t shmGroupBytes;
+  bool shmCma;
+  bool shmPosix;
+  // Whether the shared group's large collectives may read peers' buffers directly (the API
+  // applies it once every rank agreed that they all can).
+  DirectReads shmDirect;
   std::string hostId;
 };
+
+// COLLX_SHM_DIRECT's word `word` (given in code, named `what` in errors) as DirectReads.
+DirectReads directReadsNamed(std::string_view word, std::string_view what);
 
 // A hash of a job id and generation: what the transports write into their handshakes and
 // arenas, so that a connection or arena of another job (or generation) is refused.

@@ -42,9 +42,12 @@ struct UseHeader {
   Fingerprint fingerprint;
 };
 
+// How a waiting member waits: polls for `spin`, then polls yielding the core for `yield`,
+// then sleeps. The API sets it from COLLX_SPIN_US and COLLX_YIELD_US (declared in
+// algorithms/src/settings.cc); until then a member sleeps at once.
 struct WaitPolicy {
-  std::chrono::microseconds spin{50};
-  std::chrono::microseconds yield{1000};
+  std::chrono::microseconds spin{0};
+  std::chrono::microseconds yield{0};
 };
 
 // Whether a large broadcast, allgather or allreduce may go as single copies out of the

@@ -1,12 +1,12 @@
-// The configuration table: every COLLX_* environment variable with its default and help
-// text, and a Config that reads the environment once.
+// Config: a snapshot of the environment that collx reads its settings from. The settings
+// themselves (every COLLX_* variable, with type, range, default and help) are declared where
+// they are read (collx/base/setting.h) and read through their declarations:
+// `kTcpStreams.get(config)`.
 //
 // Precedence everywhere in collx: an explicit option in code > the environment > the
-// default in this table.
+// declared default.
 #pragma once
 
-#include <chrono>
-#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -16,17 +16,6 @@
 #include "collx/base/units.h"
 
 namespace collx {
-
-struct ConfigVar {
-  const char* name;
-  const char* defaultValue;  // "" when the variable has no default (unset means "not given")
-  const char* help;
-};
-
-// Every variable collx reads, in the order collx-info prints them.
-const std::vector<ConfigVar>& configVars();
-// The table entry for `name`, or nullptr.
-const ConfigVar* findConfigVar(std::string_view name) noexcept;
 
 // A variable set to the empty string counts as unset (VAR= in a shell, or a launcher that
 // clears it), everywhere collx reads the environment.
@@ -43,22 +32,11 @@ class Config {
   static Config fromProcessEnvironment();
 
   // Value of a variable in the environment, or std::nullopt. Works for any variable (the
-  // bootstrap also reads RANK, MASTER_ADDR, SLURM_PROCID, ...).
+  // bootstrap also reads RANK, MASTER_ADDR, SLURM_PROCID, ...); a COLLX_* setting is read
+  // through its declaration instead.
   std::optional<std::string> env(std::string_view name) const;
 
-  // A COLLX_* variable from the table: its environment value if set, else its default.
-  // Asking for a name that is not in the table is a bug (std::logic_error).
-  std::string getString(std::string_view name) const;
-  bool isSet(std::string_view name) const;
-  // Integer in [min, max]; std::nullopt when unset and without default. A malformed or
-  // out-of-range value throws InvalidArgument naming the variable.
-  std::optional<std::int64_t> getInt(std::string_view name, std::int64_t min,
-                                     std::int64_t max) const;
-  // Duration ("30", "30s", "500ms", "2m", "1.5"); plain numbers are seconds.
-  std::chrono::milliseconds getDuration(std::string_view name) const;
-  bool getBool(std::string_view name) const;
-
-  // COLLX_* variables that are set but not in the table (likely typos), each with a
+  // COLLX_* variables that are set but not registered settings (likely typos), each with a
   // suggestion when one is close: "COLLX_TIMOUT (did you mean COLLX_TIMEOUT?)".
   std::vector<std::string> unknownVariables() const;
 

@@ -1,0 +1,28 @@
+#include "collx/settings.h"
+
+#include <mutex>
+
+#include "collx/base/log.h"
+
+namespace collx {
+
+const Setting<kind::Bytes> kTorchEagerBytes(
+    {.name = "COLLX_TORCH_EAGER_BYTES",
+     .component = "torch",
+     .defaultValue = 64 * 1024,
+     .range = {0, std::uint64_t{1} << 40},
+     .help = "PyTorch backend: a collective whose buffers hold at most this many bytes runs to "
+             "completion on the calling thread (its work handle is complete when returned) "
+             "instead of in the background; torch waits on it at once anyway, and the hand-off "
+             "between threads costs more than a small call. 0: every call in the background."});
+
+void warnUnknownVariables() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const std::string& unknown : Config::process().unknownVariables()) {
+      COLLX_WARN(kCore, "environment variable {} is not a collx variable; ignored", unknown);
+    }
+  });
+}
+
+}  // namespace collx

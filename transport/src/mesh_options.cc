@@ -1,0 +1,173 @@
+// The transport's settings, declared once, and MeshOptions read from them: the declared
+// defaults (MeshOptions()), the environment over them (fromConfig), and the ranges that
+// values set in code must keep too (validate).
+#include <algorithm>
+#include <iterator>
+
+#include "collx/transport/mesh.h"
+
+namespace collx::transport {
+
+const AutoSetting<kind::String> kHostId(
+    {.name = "COLLX_HOST_ID",
+     .component = "transport.shm",
+     .automatic = "hostname + /proc/sys/kernel/random/boot_id",
+     .help = "This host's identity for choosing shared memory (ranks with equal ids probe each "
+             "other's arenas). Meant for tests that simulate several hosts on one machine."});
+
+namespace {
+
+const Setting<kind::Choice> kTransport(
+    {.name = "COLLX_TRANSPORT",
+     .component = "transport",
+     .defaultValue = "auto",
+     .range = {"auto", "tcp", "shm"},
+     .help = "Transport for every peer: 'auto' (the best per pair: self, then shm between ranks "
+             "on one host, then tcp), 'tcp' or 'shm' (every peer must then be on this host)."});
+
+const Setting<kind::Integer> kTcpStreams(
+    {.name = "COLLX_TCP_STREAMS",
+     .component = "transport.tcp",
+     .defaultValue = 1,
+     .range = {1, 64},
+     .help = "TCP connections per peer; messages larger than COLLX_TCP_EAGER_LIMIT are striped "
+             "over them."});
+
+const AutoSetting<kind::String> kIfname(
+    {.name = "COLLX_IFNAME",
+     .component = "transport.tcp",
+     .automatic = "the interface that routes to the store's host, else to this host's name",
+     .help = "Network interface for TCP (e.g. eth0)."});
+
+const Setting<kind::Bytes> kTcpBuffer(
+    {.name = "COLLX_TCP_BUFFER",
+     .component = "transport.tcp",
+     .defaultValue = 0,
+     .range = {0, std::uint64_t{1} << 30},
+     .help = "Socket send and receive buffer size; 0 leaves them to the kernel's autotuning, "
+             "which grows them to net.ipv4.tcp_wmem/tcp_rmem as bandwidth needs."});
+
+const Setting<kind::Bytes> kTcpEagerLimit(
+    {.name = "COLLX_TCP_EAGER_LIMIT",
+     .component = "transport.tcp",
+     .defaultValue = 256 * 1024,
+     .range = {0, std::uint64_t{1} << 30},
+     .help = "Largest message sent at once without waiting for the receiver (a pair uses the "
+             "smaller of its ends' limits); larger ones wait until the receiver is ready and land "
+             "straight in its buffer. Eager messages cost the receiver a copy out of its early "
+             "buffer, announced ones a round trip (benchmarks/README.md has the measurement "
+             "behind the default)."});
+
+const Setting<kind::Bytes> kShmEagerLimit(
+    {.name = "COLLX_SHM_EAGER_LIMIT",
+     .component = "transport.shm",
+     .defaultValue = 256 * 1024,
+     .range = {0, std::uint64_t{1} << 30},
+     .help = "Shared memory: largest message copied through the ring at once (capped at half a "
+             "ring; a pair uses the smaller of its ends' limits); larger ones are copied once, "
+             "straight from the sender's buffer (process_vm_readv), when the receiver posts its "
+             "buffer. Up to the limit two copies through the ring cost less than setting up the "
+             "single copy (benchmarks/README.md)."});
+
+const Setting<kind::Bytes> kShmGroupBytes(
+    {.name = "COLLX_SHM_GROUP_BYTES",
+     .component = "transport.shm",
+     .defaultValue = 256 * 1024,
+     .range = kind::Bytes::Range::multiplesOf(64, 4096, std::uint64_t{1} << 30),
+     .help = "Shared memory: payload bytes of each of a rank's 4 group buffers, which "
+             "collectives working on shared memory directly (algorithm shm) write and every rank "
+             "of the host reads; large collectives go through them in pieces of this size (the "
+             "same on every rank)."});
+
+const AutoSetting<kind::Bytes> kShmRingBytes(
+    {.name = "COLLX_SHM_RING_BYTES",
+     .component = "transport.shm",
+     .automatic = "1MiB, halved until a rank's rings total at most 8MiB, at least 64KiB",
+     .range = kind::Bytes::Range::powersOfTwo(4096, std::uint64_t{1} << 30),
+     .help = "Shared memory: bytes of each ring (one per sender and receiver on a host). Only "
+             "the rings of peers that send are ever touched."});
+
+const Setting<kind::Bool> kShmCma(
+    {.name = "COLLX_SHM_CMA",
+     .component = "transport.shm",
+     .defaultValue = true,
+     .help = "Shared memory: 1 copies large messages straight from the sender's memory "
+             "(process_vm_readv, or memcpy between threads of one process) where permitted; 0 "
+             "copies them through the ring in pieces (as when CMA is refused, e.g. by seccomp or "
+             "ptrace restrictions). Which is faster depends on the machine's process_vm_readv "
+             "against memcpy, and on whether ranks have cores of their own: a single copy lets "
+             "the receiver copy while the sender is not scheduled (benchmarks/README.md)."});
+
+const Setting<kind::Choice> kShmDirect(
+    {.name = "COLLX_SHM_DIRECT",
+     .component = "transport.shm",
+     .defaultValue = kDirectReadsNames[static_cast<int>(DirectReads::kAuto)],
+     .range = kind::Choice::Range(std::vector<std::string>(std::begin(kDirectReadsNames),
+                                                           std::end(kDirectReadsNames))),
+     .help = "Shared memory: how the shm broadcast (from 64 KiB), allgather (from 16 KiB "
+             "gathered) and allreduce (from 256 KiB) move their data. 'auto': through the ranks' "
+             "group buffers, or as single copies out of the other ranks' own buffers "
+             "(process_vm_readv), whichever the leading rank measured faster lately for that size "
+             "(trying the other one call in 16; when ranks outnumber cores, broadcast from 4 MiB, "
+             "allgather from 1 MiB and allreduce from 32 MiB, up to 4 ranks); a broadcast that "
+             "reads directly chooses again between the whole vector and a head read directly "
+             "while the root passes the tail through its group buffers (whole when ranks "
+             "outnumber cores). 'never' or 'always' one way ('always': a broadcast splits, unless "
+             "ranks outnumber cores). Direct reads need every rank able to read every other's "
+             "memory (COLLX_SHM_CMA=1 and the probe passing everywhere). Where cores hand data to "
+             "each other slowly at times, reading directly is the steadier way "
+             "(benchmarks/README.md)."});
+
+const Setting<kind::Choice> kShmArena(
+    {.name = "COLLX_SHM_ARENA",
+     .component = "transport.shm",
+     .defaultValue = "memfd",
+     .range = {"memfd", "posix"},
+     .help = "Shared memory: 'memfd' (an anonymous file peers open through /proc/<pid>/fd; "
+             "nothing is ever left behind) or 'posix' (/dev/shm/collx-*, unlinked once every peer "
+             "mapped it; leftovers of killed ranks are removed by collx-run and by the next "
+             "context)."});
+
+// Reads every transport setting from `config` into `o`.
+void read(MeshOptions& o, const Config& config) {
+  o.transport = kTransport.get(config);
+  o.tcpStreams = static_cast<int>(kTcpStreams.get(config));
+  o.ifname = kIfname.get(config).value_or("");
+  o.tcpBufferBytes = static_cast<int>(kTcpBuffer.get(config));
+  o.eagerLimit = kTcpEagerLimit.get(config);
+  o.shmRingBytes = kShmRingBytes.get(config).value_or(0);
+  o.shmEagerLimit = kShmEagerLimit.get(config);
+  o.shmGroupBytes = kShmGroupBytes.get(config);
+  o.shmCma = kShmCma.get(config);
+  o.shmPosix = kShmArena.get(config) == "posix";
+  o.shmDirect = directReadsNamed(kShmDirect.get(config), kShmDirect.name());
+  o.hostId = kHostId.get(config).value_or("");
+}
+
+}  // namespace
+
+MeshOptions::MeshOptions() { read(*this, Config(Config::Environment{})); }
+
+MeshOptions MeshOptions::fromConfig(const Config& config) {
+  MeshOptions options;
+  read(options, config);
+  return options;
+}
+
+void MeshOptions::validate() const {
+  kTransport.check(transport, kTransport.name());
+  kTcpStreams.check(tcpStreams, kTcpStreams.name());
+  kTcpBuffer.check(static_cast<std::uint64_t>(tcpBufferBytes), kTcpBuffer.name());
+  kTcpEagerLimit.check(eagerLimit, kTcpEagerLimit.name());
+  if (shmRingBytes != 0) kShmRingBytes.check(shmRingBytes, kShmRingBytes.name());
+  kShmEagerLimit.check(shmEagerLimit, kShmEagerLimit.name());
+  kShmGroupBytes.check(shmGroupBytes, kShmGroupBytes.name());
+}
+
+DirectReads directReadsNamed(std::string_view word, std::string_view what) {
+  const std::string checked = kShmDirect.check(std::string(word), what);
+  const auto* names = std::begin(kDirectReadsNames);
+  return static_cast<DirectReads>(std::find(names, std::end(kDirectReadsNames), checked) - names);
+}
+
+}  // namespace collx::transport
