@@ -144,9 +144,9 @@ struct Qp {
   Conn* out = nullptr;  // connection to the responder (open once its hello was accepted)
   bool outOpen = false;
   std::uint32_t nextPsn = 0;
-  bool retryArmed = false;  // counting ack timeouts: no open connection while work waits
-  int retriesLeft = 0;
-  Clock::time_point retryDeadline;
+  bool retryArmed = false;          // counting ack timeouts: no open connection while work waits
+  int retriesLeft = 0;              // retry_cnt, again after every sign of progress
+  Clock::time_point retryDeadline;  // the next ack timeout (and connection attempt)
   int rnrLeft = 0;
   Clock::time_point resumeAt;  // after an RNR NAK: nothing is sent before
 

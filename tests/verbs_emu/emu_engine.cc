@@ -463,7 +463,9 @@ void completeHead(Engine& engine, Qp& qp, std::uint32_t byteLen) {
 void onResponse(Engine& engine, Conn& conn, const WireHeader& h,
                 const std::vector<std::uint8_t>& payload) {
   Qp& qp = *conn.qp;
-  if (qp.base.state != IBV_QPS_RTS || qp.firstUnacked >= qp.nextToSend) return;
+  if (qp.base.state != IBV_QPS_RTS) return;
+  qp.retriesLeft = qp.attr.retry_cnt;  // the responder answers: progress
+  if (qp.firstUnacked >= qp.nextToSend) return;
   SendOp& op = qp.sq[qp.firstUnacked];
   if (h.psn != op.psn) return;  // an answer to a request sent before a go-back
   if (h.type == kAck) {
@@ -700,6 +702,7 @@ void dispatch(Engine& engine, Conn& conn, const WireHeader& h,
     conn.state = State::kOpen;
     conn.qp->outOpen = true;
     conn.qp->retryArmed = false;
+    conn.qp->retriesLeft = conn.qp->attr.retry_cnt;  // progress: the count starts again
     conn.qp->nextToSend = conn.qp->firstUnacked;
   } else if (conn.state == State::kOpen && !conn.outgoing && conn.qp != nullptr &&
              (h.type == kSend || h.type == kWrite || h.type == kRead)) {
@@ -780,18 +783,23 @@ void service(Engine& engine, Qp& qp, Clock::time_point now) {
   if (qp.base.state != IBV_QPS_RTS) return;
   if (qp.retryArmed && qp.outOpen) qp.retryArmed = false;
   if (qp.retryArmed && now >= qp.retryDeadline) {
-    // An ack timeout: hardware resends and counts; here the connection is tried again.
-    if (qp.attr.timeout != 0) {
-      if (qp.retriesLeft == 0) {
-        engine.log("QP " + std::to_string(qp.base.qp_num) + ": no answer from QPN " +
-                   std::to_string(qp.attr.dest_qp_num) + ": retry count exceeded");
-        engine.failSend(qp, IBV_WC_RETRY_EXC_ERR, 0);
-        return;
+    // An ack timeout: hardware resends and counts; here the connection is tried again. While
+    // the TCP connection is up and only the hello's answer is missing, the peer's process
+    // lives (perhaps stopped, whose NIC would answer): that period does not count.
+    qp.retryDeadline = std::max(qp.retryDeadline + period(qp), now);
+    const bool processAlive = qp.out != nullptr && qp.out->state == Conn::State::kAwaitHelloAck;
+    if (!processAlive) {
+      if (qp.attr.timeout != 0) {
+        if (qp.retriesLeft == 0) {
+          engine.log("QP " + std::to_string(qp.base.qp_num) + ": no answer from QPN " +
+                     std::to_string(qp.attr.dest_qp_num) + ": retry count exceeded");
+          engine.failSend(qp, IBV_WC_RETRY_EXC_ERR, 0);
+          return;
+        }
+        --qp.retriesLeft;
       }
-      --qp.retriesLeft;
+      startConnect(engine, qp);  // also replaces a connect that hangs
     }
-    qp.retryDeadline += period(qp);
-    startConnect(engine, qp);
   }
   engine.pump(qp, now);
 }
@@ -802,11 +810,11 @@ void Engine::pump(Qp& qp, Clock::time_point now) {
   if (qp.base.state != IBV_QPS_RTS) return;
   const bool work = qp.firstUnacked < qp.sq.size();
   if (!qp.outOpen) {
-    // No connection while work waits: the ack timer runs (a dead peer, a peer not yet in
-    // RTR, a refused hello all end in IBV_WC_RETRY_EXC_ERR, as unanswered packets do).
+    // No open connection while work waits: the ack timer runs (a dead peer, a peer not yet
+    // in RTR, a refused hello all end in IBV_WC_RETRY_EXC_ERR, as unanswered packets do).
+    // The first attempt is at once, the next ones once per period (service()).
     if (work && !qp.retryArmed) {
       qp.retryArmed = true;
-      qp.retriesLeft = qp.attr.retry_cnt;
       qp.retryDeadline = now + period(qp);
       if (qp.out == nullptr) startConnect(*this, qp);
     }

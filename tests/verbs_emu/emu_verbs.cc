@@ -794,6 +794,7 @@ int ibv_modify_qp(ibv_qp* raw, ibv_qp_attr* attr, int mask) {
   } else if (current == IBV_QPS_RTR && next == IBV_QPS_RTS) {
     qp.nextPsn = a.sq_psn;
     qp.rnrLeft = a.rnr_retry;
+    qp.retriesLeft = a.retry_cnt;
   }
   a.qp_state = next;
   a.cur_qp_state = next;

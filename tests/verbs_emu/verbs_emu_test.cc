@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -172,6 +173,10 @@ struct Endpoint {
   }
   void connect(const Address& remote) {
     require(toInit() == 0, "RESET->INIT");
+    connectFromInit(remote);
+  }
+  // Receives may be posted in INIT, before the peer's address is known.
+  void connectFromInit(const Address& remote) {
     require(toRtr(remote) == 0, "INIT->RTR");
     require(toRts() == 0, "RTR->RTS");
   }
@@ -742,7 +747,6 @@ TEST(VerbsEmuWork, LargeMessages) {
   std::memset(local.data(), 0, kBytes);
   ASSERT_EQ(
       p.a.post(IBV_WR_RDMA_READ, 2, {local.sge(0, kBytes)}, 0, remote.addr(), remote.mr->rkey), 0);
-  fill(local.data() + kBytes / 2, 16, 9);  // overwritten by the READ's bytes
   const auto done = p.a.poll(2);
   ASSERT_EQ(done.size(), 2u);
   EXPECT_EQ(done[1].opcode, IBV_WC_RDMA_READ);
@@ -1401,6 +1405,397 @@ TEST(VerbsEmuReach, PsnBehindIsTakenForDuplicates) {
   ASSERT_EQ(received.size(), 1u);
   EXPECT_EQ(in.data()[0], 'Y');
   EXPECT_TRUE(p.b.drain(50ms).empty());
+}
+
+// ---- processes ----------------------------------------------------------------------------
+
+// Both directions of a pipe pair between the test and a forked child.
+class Link {
+ public:
+  Link() = default;
+  Link(int in, int out) : in_(in), out_(out) {}
+  Link(Link&& other) noexcept { *this = std::move(other); }
+  Link& operator=(Link&& other) noexcept {
+    std::swap(in_, other.in_);
+    std::swap(out_, other.out_);
+    return *this;
+  }
+  ~Link() {
+    if (in_ >= 0) ::close(in_);
+    if (out_ >= 0) ::close(out_);
+  }
+
+  template <typename T>
+  void put(const T& value) {
+    const auto* p = reinterpret_cast<const char*>(&value);
+    std::size_t left = sizeof value;
+    while (left > 0) {
+      const ssize_t n = ::write(out_, p, left);
+      require(n > 0 || errno == EINTR, "writing to the other process");
+      if (n > 0) {
+        p += n;
+        left -= static_cast<std::size_t>(n);
+      }
+    }
+  }
+  template <typename T>
+  T get(Clock::duration timeout = 30s) {
+    T value;
+    auto* p = reinterpret_cast<char*>(&value);
+    std::size_t left = sizeof value;
+    const auto deadline = Clock::now() + timeout;
+    while (left > 0) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      pollfd pfd{in_, POLLIN, 0};
+      require(ms.count() > 0 && ::poll(&pfd, 1, static_cast<int>(ms.count())) == 1,
+              "waiting for the other process");
+      const ssize_t n = ::read(in_, p, left);
+      require(n > 0 || (n < 0 && errno == EINTR), "reading from the other process");
+      if (n > 0) {
+        p += n;
+        left -= static_cast<std::size_t>(n);
+      }
+    }
+    return value;
+  }
+
+ private:
+  int in_ = -1;
+  int out_ = -1;
+};
+
+// A forked child running `body`; its exit code is body's result (an exception: 1, with the
+// message on stderr). Fork before this process opens the device: the child then opens its
+// own, as a separate process on a NIC would.
+class Child {
+ public:
+  explicit Child(const std::function<int(Link&)>& body) {
+    int down[2];
+    int up[2];
+    require(pipe2(down, O_CLOEXEC) == 0 && pipe2(up, O_CLOEXEC) == 0, "pipe2");
+    std::fflush(nullptr);
+    pid_ = fork();
+    require(pid_ >= 0, "fork");
+    if (pid_ == 0) {
+      ::close(down[1]);
+      ::close(up[0]);
+      int code = 1;
+      try {
+        Link link(down[0], up[1]);
+        code = body(link);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "child %d: %s\n", static_cast<int>(getpid()), e.what());
+      }
+      std::fflush(nullptr);
+      _exit(code);
+    }
+    ::close(down[0]);
+    ::close(up[1]);
+    link_ = Link(up[0], down[1]);
+  }
+  ~Child() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  Link& link() { return link_; }
+  pid_t pid() const { return pid_; }
+  // The exit code, 128 + the signal that killed it, or -1 when it runs on after `timeout`.
+  int wait(Clock::duration timeout = 30s) {
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      int status = 0;
+      const pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        reaped_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  Link link_;
+};
+
+// What a peer process needs: the QP's address and a buffer it may access remotely.
+struct Info {
+  Address address;
+  std::uint64_t addr;
+  std::uint32_t rkey;
+};
+
+void check(bool ok, const std::string& what) { require(ok, what); }
+
+constexpr std::size_t kRegion = 1u << 20;
+
+// The two sides of a conversation between processes. The requester SENDs 1000 bytes, writes
+// 64 KiB WITH IMMEDIATE 42 and READs 4 KiB; the responder checks every byte and answers
+// "verified" with a SEND of its own. Each learns the other's address only from `link`.
+int requester(Link& link) {
+  Endpoint e;
+  Buffer buffer(e, kRegion);
+  check(e.toInit() == 0, "RESET->INIT");
+  check(e.recv(5, {buffer.sge(0x80000, 16)}) == 0, "post_recv");
+  link.put(Info{e.address(), buffer.addr(), buffer.mr->rkey});
+  const Info peer = link.get<Info>();
+  e.connectFromInit(peer.address);
+  check(link.get<char>() == 'R', "the responder's readiness");
+  fill(buffer.data(), 1000, 22);
+  fill(buffer.data() + 4096, 65536, 23);
+  check(e.post(IBV_WR_SEND, 1, {buffer.sge(0, 1000)}) == 0, "post SEND");
+  check(e.post(IBV_WR_RDMA_WRITE_WITH_IMM, 2, {buffer.sge(4096, 65536)}, 0, peer.addr + 65536,
+               peer.rkey, htonl(42)) == 0,
+        "post WRITE WITH IMMEDIATE");
+  check(e.post(IBV_WR_RDMA_READ, 3, {buffer.sge(200000, 4096)}, 0, peer.addr, peer.rkey) == 0,
+        "post READ");
+  const auto done = e.poll(4);
+  check(done.size() == 4, "4 completions, got " + std::to_string(done.size()));
+  for (const ibv_wc& wc : done) check(wc.status == IBV_WC_SUCCESS, statusText(wc));
+  // The send queue's completions come in order; the receive (the answer, on the other
+  // direction's connection) may come before the READ's.
+  std::vector<std::uint64_t> sends;
+  for (const ibv_wc& wc : done) {
+    if (wc.opcode != IBV_WC_RECV) sends.push_back(wc.wr_id);
+  }
+  check(sends == std::vector<std::uint64_t>{1, 2, 3}, "the send queue's completion order");
+  check(filled(buffer.data() + 200000, 4096, 21), "the READ's bytes");
+  check(std::memcmp(buffer.data() + 0x80000, "verified", 8) == 0, "the responder's answer");
+  return 0;
+}
+
+int responder(Link& link) {
+  Endpoint e;
+  Buffer buffer(e, kRegion);
+  fill(buffer.data(), 4096, 21);
+  check(e.toInit() == 0, "RESET->INIT");
+  check(e.recv(1, {buffer.sge(8192, 4096)}) == 0, "post_recv");
+  check(e.recv(2, {}) == 0, "post_recv");
+  link.put(Info{e.address(), buffer.addr(), buffer.mr->rkey});
+  const Info peer = link.get<Info>();
+  e.connectFromInit(peer.address);
+  link.put('R');
+  const auto got = e.poll(2);
+  check(got.size() == 2, "2 receives, got " + std::to_string(got.size()));
+  check(got[0].wr_id == 1 && got[0].status == IBV_WC_SUCCESS && got[0].opcode == IBV_WC_RECV &&
+            got[0].byte_len == 1000 && got[0].src_qp == peer.address.qpn,
+        "the SEND's completion: " + statusText(got[0]));
+  check(filled(buffer.data() + 8192, 1000, 22), "the SEND's bytes");
+  check(got[1].wr_id == 2 && got[1].status == IBV_WC_SUCCESS &&
+            got[1].opcode == IBV_WC_RECV_RDMA_WITH_IMM && got[1].byte_len == 65536 &&
+            ntohl(got[1].imm_data) == 42,
+        "the WRITE WITH IMMEDIATE's completion: " + statusText(got[1]));
+  check(filled(buffer.data() + 65536, 65536, 23), "the WRITE's bytes");
+  std::memcpy(buffer.data() + 300000, "verified", 8);
+  check(e.post(IBV_WR_SEND, 9, {buffer.sge(300000, 8)}) == 0, "post SEND");
+  const auto sent = e.poll(1);
+  check(sent.size() == 1 && sent[0].status == IBV_WC_SUCCESS, "the answer's completion");
+  check(link.get<char>() == 'B', "the requester's goodbye");
+  return 0;
+}
+
+TEST(VerbsEmuProcesses, TwoProcessesExchangeEveryKindOfWork) {
+  Child child(responder);
+  EXPECT_EQ(requester(child.link()), 0);
+  child.link().put('B');
+  EXPECT_EQ(child.wait(), 0);
+}
+
+// The peer: connects, says ready, then waits to be stopped or killed.
+int idlePeer(Link& link) {
+  Endpoint e;
+  Buffer buffer(e, 4096);
+  check(e.toInit() == 0, "RESET->INIT");
+  for (int i = 0; i < 4; ++i) check(e.recv(i, {buffer.sge(0, 64)}) == 0, "post_recv");
+  link.put(Info{e.address(), buffer.addr(), buffer.mr->rkey});
+  const Info peer = link.get<Info>();
+  e.connectFromInit(peer.address);
+  link.put('R');
+  link.get<char>(120s);
+  return 0;
+}
+
+// This process's side of a connection to `child` (an idlePeer).
+Info connectTo(Child& child, Endpoint& e, Buffer& buffer) {
+  const Info peer = child.link().get<Info>();
+  child.link().put(Info{e.address(), buffer.addr(), buffer.mr->rkey});
+  e.connect(peer.address);
+  require(child.link().get<char>() == 'R', "the peer's readiness");
+  return peer;
+}
+
+TEST(VerbsEmuProcesses, PeerKilledIsRetryExceeded) {
+  Child child(idlePeer);
+  Endpoint e(quickRetries());
+  Buffer buffer(e, 4096);
+  connectTo(child, e, buffer);
+  ASSERT_EQ(e.post(IBV_WR_SEND, 1, {buffer.sge(0, 8)}), 0);
+  const auto done = e.poll(1);
+  ASSERT_EQ(done.size(), 1u);
+  ASSERT_EQ(done[0].status, IBV_WC_SUCCESS);  // the connection is up
+  ASSERT_EQ(::kill(child.pid(), SIGKILL), 0);
+  ASSERT_EQ(child.wait(), 128 + SIGKILL);
+  expectRetryExceeded(e, 4 * ackTimeoutOf(12));
+}
+
+TEST(VerbsEmuProcesses, StoppedThenKilledPeerWithWorkInFlight) {
+  Child child(idlePeer);
+  Endpoint e(quickRetries());
+  constexpr int kWrites = 32;
+  Buffer buffer(e, 1u << 20);
+  const Info peer = connectTo(child, e, buffer);
+  // A stopped process answers nothing; its connection stays open, so no ack timer runs
+  // (its NIC would keep answering): the writes wait.
+  ASSERT_EQ(::kill(child.pid(), SIGSTOP), 0);
+  for (int i = 0; i < kWrites; ++i) {
+    ASSERT_EQ(e.post(IBV_WR_RDMA_WRITE, i, {buffer.sge(0, 1u << 20)}, 0, peer.addr, peer.rkey), 0);
+  }
+  EXPECT_TRUE(e.drain(300ms).empty());  // far beyond 4 periods of 16.8 ms
+  ASSERT_EQ(::kill(child.pid(), SIGKILL), 0);
+  ASSERT_EQ(child.wait(), 128 + SIGKILL);
+  const auto done = e.poll(kWrites);
+  ASSERT_EQ(done.size(), static_cast<std::size_t>(kWrites));
+  EXPECT_EQ(done[0].status, IBV_WC_RETRY_EXC_ERR) << statusText(done[0]);
+  for (int i = 1; i < kWrites; ++i) {
+    EXPECT_EQ(done[i].wr_id, static_cast<std::uint64_t>(i));
+    EXPECT_EQ(done[i].status, IBV_WC_WR_FLUSH_ERR) << statusText(done[i]);
+  }
+}
+
+std::size_t entries(const char* dir) {
+  std::size_t n = 0;
+  if (DIR* d = opendir(dir); d != nullptr) {
+    while (dirent* entry = readdir(d)) n += entry->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+TEST(VerbsEmuProcesses, NothingLeftAfterTheLastContextCloses) {
+  const std::size_t fds = entries("/proc/self/fd");
+  const std::size_t threads = entries("/proc/self/task");
+  std::uint16_t port = 0;
+  {
+    Pair p;
+    Buffer local(p.a, 4096);
+    Buffer in(p.b, 4096);
+    ASSERT_EQ(p.b.recv(1, {in.sge(0, 64)}), 0);
+    ASSERT_EQ(p.a.post(IBV_WR_SEND, 1, {local.sge(0, 64)}), 0);
+    ASSERT_EQ(p.a.poll(1).size(), 1u);
+    EXPECT_GT(entries("/proc/self/task"), threads);
+    port = static_cast<std::uint16_t>(p.a.qp->qp_num >> 8);
+    ASSERT_EQ(p.a.qp.destroy(), 0);  // work of a destroyed QP's connection: nothing dangles
+  }
+  EXPECT_EQ(entries("/proc/self/fd"), fds);
+  EXPECT_EQ(entries("/proc/self/task"), threads);
+  // Nobody listens on the device's port any more (it was on this host's chosen address or
+  // loopback; neither answers).
+  for (std::uint32_t ip : {htonl(INADDR_LOOPBACK)}) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = ip;
+    to.sin_port = htons(port);
+    EXPECT_NE(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+    ::close(fd);
+  }
+}
+
+// ---- two hosts: network namespaces --------------------------------------------------------------
+
+int shell(const std::string& command) {
+  const int status = std::system((command + " >/dev/null 2>&1").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Two network namespaces joined by a veth pair, 198.51.100.201 and .202 (TEST-NET-2): two
+// hosts for the device. Removed with everything in them when this goes away.
+class TwoHosts {
+ public:
+  TwoHosts() {
+    const std::string id = std::to_string(getpid());
+    a_ = "collx-verbs-" + id + "-a";
+    b_ = "collx-verbs-" + id + "-b";
+    if (getuid() != 0) {
+      why_ = "network namespaces need root";
+      return;
+    }
+    if (shell("command -v ip") != 0) {
+      why_ = "no 'ip' command";
+      return;
+    }
+    if (shell("ip netns add " + a_) != 0) {
+      why_ = "ip netns add failed (no network namespaces here)";
+      return;
+    }
+    created_ = true;
+    const std::string va = "cxe" + id + "a";
+    const std::string vb = "cxe" + id + "b";
+    ok_ = shell("ip netns add " + b_) == 0 &&
+          shell("ip link add " + va + " netns " + a_ + " type veth peer name " + vb + " netns " +
+                b_) == 0 &&
+          shell("ip -n " + a_ + " addr add 198.51.100.201/24 dev " + va) == 0 &&
+          shell("ip -n " + b_ + " addr add 198.51.100.202/24 dev " + vb) == 0 &&
+          shell("ip -n " + a_ + " link set " + va + " up") == 0 &&
+          shell("ip -n " + b_ + " link set " + vb + " up") == 0 &&
+          shell("ip -n " + a_ + " link set lo up") == 0 &&
+          shell("ip -n " + b_ + " link set lo up") == 0;
+    if (!ok_) why_ = "setting up the veth pair failed";
+  }
+  ~TwoHosts() {
+    if (created_) {
+      shell("ip netns del " + a_);
+      shell("ip netns del " + b_);  // the veth pair goes with its namespaces
+    }
+  }
+  bool ok() const { return ok_; }
+  const std::string& why() const { return why_; }
+  // Runs `body` in a child process inside host `a` or `b`.
+  std::function<int(Link&)> in(bool hostA, std::function<int(Link&)> body) const {
+    const std::string path = "/var/run/netns/" + (hostA ? a_ : b_);
+    return [path, body](Link& link) {
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      require(fd >= 0 && setns(fd, CLONE_NEWNET) == 0, "entering " + path);
+      ::close(fd);
+      return body(link);
+    };
+  }
+
+ private:
+  std::string a_;
+  std::string b_;
+  std::string why_;
+  bool created_ = false;
+  bool ok_ = false;
+};
+
+TEST(VerbsEmuProcesses, TwoHostsInNetworkNamespaces) {
+  TwoHosts hosts;
+  if (!hosts.ok()) GTEST_SKIP() << "no simulated hosts: " << hosts.why();
+  Child a(hosts.in(true, requester));
+  Child b(hosts.in(false, responder));
+  // This process relays what the two hosts say to each other.
+  const Info infoA = a.link().get<Info>();
+  const Info infoB = b.link().get<Info>();
+  // Each device took its host's address (the veth's), not loopback.
+  const std::uint8_t ipA[4] = {198, 51, 100, 201};
+  const std::uint8_t ipB[4] = {198, 51, 100, 202};
+  EXPECT_EQ(std::memcmp(infoA.address.gid.raw + 12, ipA, 4), 0);
+  EXPECT_EQ(std::memcmp(infoB.address.gid.raw + 12, ipB, 4), 0);
+  a.link().put(infoB);
+  b.link().put(infoA);
+  a.link().put(b.link().get<char>());  // 'R'
+  EXPECT_EQ(a.wait(), 0);
+  b.link().put('B');
+  EXPECT_EQ(b.wait(), 0);
 }
 
 }  // namespace
