@@ -217,6 +217,8 @@ struct Engine {
   // ---- with mu held --------------------------------------------------------------------
   // A completion on `cq`; `solicited` counts for ibv_req_notify_cq(cq, 1).
   void complete(Cq* cq, const ibv_wc& wc, bool solicited);
+  // A work request of `qp` completes with IBV_WC_WR_FLUSH_ERR on `cq`.
+  void flushed(const Qp& qp, Cq* cq, std::uint64_t wrId, ibv_wc_opcode opcode);
   // The QP enters the error state: every outstanding work request completes with
   // IBV_WC_WR_FLUSH_ERR, its connections close.
   void enterError(Qp& qp);

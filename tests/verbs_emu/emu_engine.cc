@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -312,25 +313,22 @@ void Engine::reset(Qp& qp) {
   qp.resumeAt = {};
 }
 
+void Engine::flushed(const Qp& qp, Cq* cq, std::uint64_t wrId, ibv_wc_opcode opcode) {
+  ibv_wc wc{};
+  wc.wr_id = wrId;
+  wc.status = IBV_WC_WR_FLUSH_ERR;
+  wc.opcode = opcode;
+  wc.qp_num = qp.base.qp_num;
+  complete(cq, wc, false);
+}
+
 void Engine::enterError(Qp& qp) {
   if (qp.base.state == IBV_QPS_ERR) return;
   // Every outstanding request completes, signaled or not, in order.
   for (std::size_t i = qp.firstUnacked; i < qp.sq.size(); ++i) {
-    ibv_wc wc{};
-    wc.wr_id = qp.sq[i].wrId;
-    wc.status = IBV_WC_WR_FLUSH_ERR;
-    wc.opcode = sendOpcode(qp.sq[i].opcode);
-    wc.qp_num = qp.base.qp_num;
-    complete(qp.sendCq, wc, false);
+    flushed(qp, qp.sendCq, qp.sq[i].wrId, sendOpcode(qp.sq[i].opcode));
   }
-  for (const RecvOp& r : qp.rq) {
-    ibv_wc wc{};
-    wc.wr_id = r.wrId;
-    wc.status = IBV_WC_WR_FLUSH_ERR;
-    wc.opcode = IBV_WC_RECV;
-    wc.qp_num = qp.base.qp_num;
-    complete(qp.recvCq, wc, false);
-  }
+  for (const RecvOp& r : qp.rq) flushed(qp, qp.recvCq, r.wrId, IBV_WC_RECV);
   reset(qp);
   qp.base.state = IBV_QPS_ERR;
   qp.attr.qp_state = IBV_QPS_ERR;
@@ -986,7 +984,10 @@ Engine* acquireEngine() {
   engine->contexts = 1;
   engine->log("device emu0 at " + ipText(engine->ip) + ":" + std::to_string(engine->port));
   Engine* raw = engine.get();
-  raw->thread = std::thread([raw] { raw->run(); });
+  raw->thread = std::thread([raw] {
+    pthread_setname_np(pthread_self(), "verbs-emu-wire");  // findable in /proc/<pid>/task
+    raw->run();
+  });
   gEngine = engine.release();
   return gEngine;
 }

@@ -239,11 +239,7 @@ int postSend(ibv_qp* raw, ibv_send_wr* wr, ibv_send_wr** bad) {
     qp.nextPsn = (qp.nextPsn + 1) & kPsnMask;
     if (state == IBV_QPS_ERR) {
       // Accepted and flushed at once (how a consumer drains a QP).
-      ibv_wc wc{};
-      wc.wr_id = op.wrId;
-      wc.status = IBV_WC_WR_FLUSH_ERR;
-      wc.qp_num = qp.base.qp_num;
-      engine.complete(qp.sendCq, wc, false);
+      engine.flushed(qp, qp.sendCq, op.wrId, IBV_WC_SEND);
       continue;
     }
     qp.sq.push_back(std::move(op));
@@ -278,12 +274,7 @@ int postRecv(ibv_qp* raw, ibv_recv_wr* wr, ibv_recv_wr** bad) {
       op.sges.push_back(Sge{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey});
     }
     if (state == IBV_QPS_ERR) {
-      ibv_wc wc{};
-      wc.wr_id = op.wrId;
-      wc.status = IBV_WC_WR_FLUSH_ERR;
-      wc.opcode = IBV_WC_RECV;
-      wc.qp_num = qp.base.qp_num;
-      engine.complete(qp.recvCq, wc, false);
+      engine.flushed(qp, qp.recvCq, op.wrId, IBV_WC_RECV);
       continue;
     }
     qp.rq.push_back(std::move(op));
