@@ -30,6 +30,8 @@
 #include <utility>
 #include <vector>
 
+#include "collx/base/config.h"
+
 namespace collx::transport::ibverbs {
 
 // The exported functions collx calls (names: ibv_<name> in snake_case) and the inline ones
@@ -129,6 +131,9 @@ struct VerbsProbe {
 // (ibv_get_device_list fails with ENOSYS: no ib_uverbs) or a machine without devices: each
 // is a sentence in `unavailable` that names the library.
 VerbsProbe probeVerbs(const std::string& libraryPath);
+
+// COLLX_IBVERBS_LIBRARY in `config` ("" when unset: libibverbs.so.1), for load()/probeVerbs().
+std::string libraryPath(const Config& config);
 
 // The devices of a library, freed (ibv_free_device_list) when this goes away. Move-only.
 class DeviceList {
