@@ -20,6 +20,12 @@ constexpr std::size_t kStagingBytes = 64 * 1024;
 // Payloads at least this large are read straight into their destination, not via staging.
 constexpr std::uint64_t kDirectReadBytes = 16 * 1024;
 constexpr int kMaxIov = 64;
+// Bytes one sendmsg takes at most. While it copies, a sendmsg holds its socket, and what the
+// peer sends meanwhile on the same connection (its data, its ACKs) waits in the socket's
+// backlog until the call ends: on loopback, two ranks exchanging large messages then take
+// turns instead of moving both ways at once. Shorter writes let both directions flow
+// (benchmarks/README.md: "TCP writes of at most 256 KiB").
+constexpr std::uint64_t kWriteBytes = 256 * 1024;
 // Bytes one progress() reads from one stream before giving the other pairs a turn.
 constexpr std::uint64_t kReadBudget = 32u << 20;
 
@@ -70,7 +76,7 @@ void TcpPair::sendFrame(const Frame& frame, const std::uint8_t* payload, Transfe
 }
 
 void TcpPair::flushOut() {
-  if (streams_[0].hasOutput()) flush(streams_[0]);
+  if (!flushing_ && streams_[0].hasOutput()) flush(streams_[0]);
 }
 
 void TcpPair::push(Transfer& transfer, const Frame& ready) {
@@ -141,6 +147,11 @@ bool TcpPair::progress(const pollfd* results, std::size_t count) {
 
 bool TcpPair::flush(Stream& s) {
   bool moved = false;
+  flushing_ = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{flushing_};
   while (s.hasOutput()) {
     // Gather frames: a partly written frame first, then control, then data.
     iovec iov[kMaxIov];
@@ -169,6 +180,17 @@ bool TcpPair::flush(Stream& s) {
     if (ci == s.control.size()) {
       for (; di < s.data.size() && add(s.data[di], 1); ++di) {
       }
+    }
+    // At most kWriteBytes per sendmsg (see there).
+    std::uint64_t offered = 0;
+    for (int i = 0; i < n; ++i) {
+      if (offered + iov[i].iov_len > kWriteBytes) {
+        iov[i].iov_len = kWriteBytes - offered;
+        n = i + 1;
+        offered = kWriteBytes;
+        break;
+      }
+      offered += iov[i].iov_len;
     }
     msghdr msg{};
     msg.msg_iov = iov;
@@ -218,15 +240,24 @@ bool TcpPair::flush(Stream& s) {
       lane.pop_front();
       if (transfer != nullptr && --transfer->pending == 0) sent(*transfer);
     }
-    if (partial) {
+    if (partial && static_cast<std::uint64_t>(written) < offered) {
       s.writeBlocked = true;  // the socket took less than offered: wait for POLLOUT
       return moved;
     }
+    // Between two writes of a long message, take in what the peer sent meanwhile: in an
+    // exchange both ranks write at once, and a rank that only writes keeps the peer's
+    // window shut (and its own segments waiting in the backlog).
+    if (!receiving_ && s.open && s.hasOutput()) receive(s);
   }
   return moved;
 }
 
 bool TcpPair::receive(Stream& s) {
+  receiving_ = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{receiving_};
   Rx& rx = s.rx;
   std::uint64_t budget = kReadBudget;
   bool moved = false;

@@ -109,6 +109,8 @@ class TcpPair final : public ProtocolPair {
   std::string address_;
   std::vector<Stream> streams_;
   std::size_t nextDataStream_ = 0;
+  bool flushing_ = false;
+  bool receiving_ = false;
 };
 
 }  // namespace collx::transport::tcp
