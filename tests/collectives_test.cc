@@ -950,6 +950,42 @@ TEST(SharedMemory, NonblockingCallsEndAtTheirDeadlineOrOnAbort) {
   }
 }
 
+// A nonblocking shared-memory call waiting for a rank that closes its context ends then, with
+// an IoError naming that rank, not at its deadline (the engine's wait looks at the member it
+// waits for, as a blocking call's own wait does).
+TEST(SharedMemory, ANonblockingCallEndsWhenTheRankItWaitsForCloses) {
+  if (!test::worldsShareMemory()) {
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+  }
+  World world(2);
+  auto errors = world.run([&](int rank, Context& ctx) {
+    if (rank == 1) {
+      std::this_thread::sleep_for(200ms);
+      world.close(1);
+      return;
+    }
+    std::vector<float> v(1000);
+    AllreduceOptions o;
+    o.algorithm = "shm";
+    o.timeout = 60s;
+    const auto start = std::chrono::steady_clock::now();
+    Work w = allreduceAsync(ctx, v.data(), v.data(), v.size(), DataType::kFloat32, o);
+    try {
+      w.wait();
+    } catch (const Error& e) {
+      const auto took = std::chrono::steady_clock::now() - start;
+      const std::string what = e.what();
+      if (e.kind() != ErrorKind::kIo || e.peer() != 1 || took > 10s ||
+          what.find("rank 1") == std::string::npos) {
+        throw std::runtime_error("close: " + what);
+      }
+      return;
+    }
+    throw std::runtime_error("the call succeeded without the other rank");
+  });
+  EXPECT_EQ(test::messageOf(errors[0]), "");
+}
+
 TEST(Failures, NonblockingCallFailsItsWork) {
   World world(2);
   auto errors = world.run([&](int rank, Context& ctx) {

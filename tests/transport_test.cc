@@ -655,6 +655,8 @@ class BareGroup final : public SharedGroup {
   std::uint8_t* payload(int, std::uint64_t) const override { return nullptr; }
   void announce(std::uint64_t, const Fingerprint&) noexcept override {}
   void readFrom(int, std::uint64_t, void*, std::uint64_t, const Waiting&) override {}
+  bool expect(int, std::uint64_t) override { return false; }
+  void endExpect() noexcept override {}
 
  protected:
   std::uint32_t epochOf(int) const override { return 0; }

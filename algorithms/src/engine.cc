@@ -15,9 +15,6 @@ namespace collx::algorithms {
 namespace {
 // A waiting thread wakes at least this often to check its deadline.
 constexpr std::chrono::milliseconds kMaxPollSlice(20);
-// Naps while a shared-memory call waits: a sixteenth of the time waited so far, within
-// these bounds (a late wakeup costs at most that share of the wait).
-constexpr std::chrono::microseconds kMinNap(20), kMaxNap(1000);
 // Looks at a shared-memory member's use per pass of the progress loop.
 constexpr int kSharedLooks = 16;
 // How often a waiting collective looks whether a member of the shared-memory group runs its
@@ -575,6 +572,19 @@ int Engine::sharedPendingPeer(const Execution& execution) {
 
 void Engine::checkSharedPeers() {
   transport::SharedGroup* group = mesh_->sharedGroup();
+  if (group != nullptr && sharedRunning_ != nullptr) {
+    // The member this call waits for: gone, closed or failed ends the call now, not at its
+    // deadline (a blocking call's own waits check this; the engine's calls wait here).
+    const int member = shared_->awaited().first;
+    if (member < 0) return;
+    const Execution* running = sharedRunning_;
+    try {
+      group->checkMember(member, [running] { return callName(running->info()); });
+    } catch (const Error& e) {
+      failAll(e);
+    }
+    return;
+  }
   // Not while this rank has a shared-memory call: its next use is that call's.
   if (group == nullptr || !sharedQueue_.empty() || !claimShared()) return;
   const std::uint64_t use = group->nextUse();
@@ -610,12 +620,6 @@ void Engine::checkSharedPeers() {
   }
 }
 
-void Engine::nap(Clock::duration idle, Clock::time_point limit) {
-  auto length = std::clamp<Clock::duration>(idle / 16, kMinNap, kMaxNap);
-  const auto now = Clock::now();
-  if (now + length > limit) length = limit > now ? limit - now : Clock::duration::zero();
-  std::this_thread::sleep_for(length);
-}
 
 // Drops finished calls from the active set (driver only).
 void Engine::retire() {
@@ -667,25 +671,36 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
     const auto idle = now - lastActivity;
     const bool spinning = idle < options_.spin;
     const auto limit = std::min(target.info().deadline, until.value_or(Clock::time_point::max()));
-    // A shared-memory call waits for a member's use: poll and nap (nothing rings this
-    // thread when the member publishes).
-    // (The queue is the driver's: a blocking call on another thread may hold the runner.)
-    const bool napping =
-        !spinning && idle >= options_.spin + options_.yield && !sharedQueue_.empty();
     if (!spinning && idle < options_.spin + options_.yield) {
       std::this_thread::yield();
-    } else if (!spinning && !napping) {
+    } else if (!spinning) {
       wait = std::chrono::duration_cast<std::chrono::microseconds>(
           std::min<Clock::duration>(limit - now, kMaxPollSlice));
       if (wait.count() < 1) wait = std::chrono::microseconds(1);
     }
-    try {
-      if (mesh_->progress(wait, spinning)) lastActivity = Clock::now();
-    } catch (const Error& e) {
-      failAll(e);
-    }
-    if (napping) nap(idle, limit);
+    progressSleeping(wait, spinning, lastActivity);
   }
+}
+
+void Engine::progressSleeping(std::chrono::microseconds wait, bool tryDirect,
+                              Clock::time_point& lastActivity) {
+  // A nonblocking shared-memory call that waits for a member's use sleeps in the mesh's poll
+  // like any other call: the member's publish rings this rank's doorbell (expect()).
+  transport::SharedGroup* group = mesh_->sharedGroup();
+  bool expecting = false;
+  if (wait.count() > 0 && sharedRunning_ != nullptr && group != nullptr) {
+    const auto [member, use] = shared_->awaited();
+    if (member >= 0) {
+      expecting = group->expect(member, use);
+      if (!expecting) wait = std::chrono::microseconds(0);  // it is there already
+    }
+  }
+  try {
+    if (mesh_->progress(wait, tryDirect)) lastActivity = Clock::now();
+  } catch (const Error& e) {
+    failAll(e);
+  }
+  if (expecting) group->endExpect();
 }
 
 void Engine::progressLoop() {
@@ -725,26 +740,18 @@ void Engine::progressLoop() {
           checkSharedPeers();
         }
         // Nobody waits for these calls: no spinning. A shared-memory call's wait yields the
-        // core for a while (its members are usually there soon), then naps.
+        // core for a while (its members are usually there soon), then sleeps.
         const auto idle = now - lastActivity;
-        const bool sharedWaits = !sharedQueue_.empty();
-        const bool yielding = sharedWaits && idle < options_.spin + options_.yield;
+        const bool yielding =
+            !sharedQueue_.empty() && idle < options_.spin + options_.yield;
         std::chrono::microseconds wait(0);
-        if (!sharedWaits) {
+        if (!yielding) {
           wait = std::max(std::chrono::duration_cast<std::chrono::microseconds>(
                               std::min<Clock::duration>(earliest - now, kMaxPollSlice)),
                           std::chrono::microseconds(1));
         }
-        try {
-          if (mesh_->progress(wait)) lastActivity = Clock::now();
-        } catch (const Error& e) {
-          failAll(e);
-        }
-        if (yielding) {
-          std::this_thread::yield();
-        } else if (sharedWaits) {
-          nap(idle, earliest);
-        }
+        progressSleeping(wait, /*tryDirect=*/true, lastActivity);
+        if (yielding) std::this_thread::yield();
       }
     }
     lock.lock();

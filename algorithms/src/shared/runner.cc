@@ -196,6 +196,11 @@ void Runner::abandon() noexcept {
   state_->call.reset();
 }
 
+std::pair<int, std::uint64_t> Runner::awaited() {
+  if (!busy()) return {-1, 0};
+  return state_->call->waitingFor();
+}
+
 int Runner::waitingRank() {
   if (!busy()) return -1;
   const int m = state_->call->waitingFor().first;

@@ -46,6 +46,8 @@ class Runner {
   // group buffers)" for a timeout.
   int waitingRank();
   std::string waitingFor();
+  // The group member (index) and its use that the call waits for; {-1, 0}: none.
+  std::pair<int, std::uint64_t> awaited();
 
  private:
   struct State;

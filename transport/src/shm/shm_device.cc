@@ -322,9 +322,8 @@ std::vector<Pair*> ShmDevice::connect(const std::vector<int>& peers,
           where(peer), "rank " + std::to_string(peer) + " was not confirmed for shared memory");
     }
     const PeerView& view = it->second.view;
-    members.push_back(
-        GroupMember{peer, view.pid, view.samePid, it->second.pidfd, view.mapping, view.layout,
-                    view.cma});
+    members.push_back(GroupMember{peer, view.pid, view.samePid, it->second.pidfd, view.mapping,
+                                  view.layout, view.cma, view.bell, view.bellLength});
     pairs_.push_back(std::make_unique<ShmPair>(link_, pairOptions, *arena_->mapping(),
                                                arena_->layout(), it->second.view, sendFd_));
     pidfds_.push_back(it->second.pidfd);
@@ -337,7 +336,8 @@ std::vector<Pair*> ShmDevice::connect(const std::vector<int>& peers,
               [](const GroupMember& a, const GroupMember& b) { return a.rank < b.rank; });
     int index = 0;
     while (members[static_cast<std::size_t>(index)].rank != options_.rank) ++index;
-    group_ = std::make_unique<ShmGroup>(link_, std::move(members), index, options_.shmGroupBytes);
+    group_ = std::make_unique<ShmGroup>(link_, std::move(members), index, options_.shmGroupBytes,
+                                        sendFd_);
   }
   COLLX_DEBUG(kShm, "rank {}: {} peer(s) over shared memory", options_.rank, pairs_.size());
   return out;
@@ -353,6 +353,10 @@ bool ShmDevice::prepareToSleep() {
       sleeping.store(0, std::memory_order_relaxed);
       return false;
     }
+  }
+  if (group_ && group_->expectationMet()) {  // the use a call waits for is there
+    sleeping.store(0, std::memory_order_relaxed);
+    return false;
   }
   armed_ = true;
   return true;

@@ -31,7 +31,7 @@ void futexWake(std::uint32_t* word) {
 }  // namespace
 
 ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
-                   std::size_t bufferBytes)
+                   std::size_t bufferBytes, int bellSocket)
     : SharedGroup(
           [&] {
             std::vector<int> ranks;
@@ -40,7 +40,8 @@ ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
           }(),
           self, bufferBytes, WaitPolicy{}),
       link_(link),
-      members_(std::move(members)) {
+      members_(std::move(members)),
+      bellSocket_(bellSocket) {
   for (const auto& m : members_) {
     controls_.push_back(m.mapping->group(m.layout));
     buffers_.push_back(m.mapping->groupBuffer(m.layout, 0));
@@ -89,7 +90,56 @@ void ShmGroup::publish() {
   atomic(mine->epoch).store(static_cast<std::uint32_t>(published_), std::memory_order_release);
   // Against a sleeper's "sleepers++, then look at epoch": one of us sees the other.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (atomic(mine->sleepers).load(std::memory_order_relaxed) != 0) futexWake(&mine->epoch);
+  if (atomic(mine->sleepers).load(std::memory_order_relaxed) != 0) {
+    futexWake(&mine->epoch);
+    ringSleepers();  // and the members that sleep in their mesh's poll (expect())
+  }
+}
+
+void ShmGroup::ringSleepers() noexcept {
+  for (std::size_t m = 0; m < members_.size(); ++m) {
+    if (static_cast<int>(m) == index_) continue;
+    // As a pair's writer does (shm_pair.cc notifyPeer): the sleeper set `sleeping`, fenced,
+    // then looked at our epoch; we stored the epoch, fenced, then look at `sleeping`.
+    auto sleeping = atomic(members_[m].mapping->header()->sleeping);
+    if (sleeping.load(std::memory_order_relaxed) != 0 &&
+        sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
+      ssize_t ignored = ::sendto(bellSocket_, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL,
+                                 reinterpret_cast<const sockaddr*>(&members_[m].bell),
+                                 members_[m].bellLength);
+      (void)ignored;  // a full queue already holds a wakeup
+    }
+  }
+}
+
+bool ShmGroup::reached(int member, std::uint64_t use) const noexcept {
+  // Epochs are the low 32 bits of the use count: compare them modulo 2^32.
+  const std::uint32_t epoch = epochOf(member);
+  return static_cast<std::int32_t>(epoch - static_cast<std::uint32_t>(use)) >= 0;
+}
+
+bool ShmGroup::expect(int member, std::uint64_t use) {
+  atomic(controls_[static_cast<std::size_t>(member)]->sleepers)
+      .fetch_add(1, std::memory_order_seq_cst);
+  if (reached(member, use)) {
+    atomic(controls_[static_cast<std::size_t>(member)]->sleepers)
+        .fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  expectedMember_ = member;
+  expectedUse_ = use;
+  return true;
+}
+
+void ShmGroup::endExpect() noexcept {
+  if (expectedMember_ < 0) return;
+  atomic(controls_[static_cast<std::size_t>(expectedMember_)]->sleepers)
+      .fetch_sub(1, std::memory_order_relaxed);
+  expectedMember_ = -1;
+}
+
+bool ShmGroup::expectationMet() const noexcept {
+  return expectedMember_ >= 0 && reached(expectedMember_, expectedUse_);
 }
 
 void ShmGroup::readFrom(int member, std::uint64_t address, void* dst, std::uint64_t bytes,

@@ -2,6 +2,9 @@
 // host, over the group area of each member's arena (arena.h).
 #pragma once
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <sys/types.h>
 
 #include <atomic>
@@ -27,18 +30,29 @@ struct GroupMember {
   Layout layout;
   // This rank may read the member's memory (COLLX_SHM_CMA and the connect-time probe).
   bool cma = false;
+  // The member's doorbell (shm_device.h), rung when it sleeps in poll for this rank's uses.
+  sockaddr_un bell{};
+  socklen_t bellLength = 0;
 };
 
 class ShmGroup final : public SharedGroup {
  public:
-  // `members` in rank order, this rank's among them (index `self`).
-  ShmGroup(LinkState& link, std::vector<GroupMember> members, int self, std::size_t bufferBytes);
+  // `members` in rank order, this rank's among them (index `self`). `bellSocket`: the
+  // device's socket that rings members' doorbells.
+  ShmGroup(LinkState& link, std::vector<GroupMember> members, int self, std::size_t bufferBytes,
+           int bellSocket);
 
   void publish() override;
   void announce(std::uint64_t seq, const Fingerprint& fingerprint) noexcept override;
   std::uint8_t* payload(int member, std::uint64_t use) const override;
   void readFrom(int member, std::uint64_t address, void* dst, std::uint64_t bytes,
                 const Waiting& waiting) override;
+
+  bool expect(int member, std::uint64_t use) override;
+  void endExpect() noexcept override;
+  // Whether the use expect() waits for is published (the device asks after it set its
+  // `sleeping` flag, before it sleeps): then the mesh must not sleep.
+  bool expectationMet() const noexcept;
 
   // The mesh failed: every wait ends with this error.
   void failed(const Error& error) noexcept;
@@ -59,12 +73,18 @@ class ShmGroup final : public SharedGroup {
   [[noreturn]] void raise(ErrorKind kind, int culprit, const std::string& detail,
                           const CallNamer& name, bool failMesh);
   static std::string diedText(const GroupMember& m);
+  bool reached(int member, std::uint64_t use) const noexcept;
+  // Rings the doorbell of every member that sleeps in poll (its `sleeping` flag set).
+  void ringSleepers() noexcept;
 
   LinkState& link_;
   std::vector<GroupMember> members_;
   std::vector<GroupControl*> controls_;
   std::vector<std::uint8_t*> buffers_;  // member m's buffer 0
   std::size_t stride_ = 0;
+  int bellSocket_ = -1;
+  int expectedMember_ = -1;  // expect()'s, until endExpect()
+  std::uint64_t expectedUse_ = 0;
   std::atomic<bool> failed_{false};
   std::mutex errorMutex_;
   ErrorKind errorKind_ = ErrorKind::kIo;

@@ -133,11 +133,15 @@ class Engine {
   // Drops the shared-memory calls that ended (failed) from the queue.
   void dropEndedShared() noexcept;
   // Where a collective waits for messages: whether a member of the shared-memory group runs
-  // this sequence number through shared memory instead (a mismatch, named on both sides).
+  // this sequence number through shared memory instead (a mismatch, named on both sides);
+  // where a shared-memory call waits for a member: whether that member died, closed its
+  // context or failed.
   void checkSharedPeers();
-  // The wait between polls when nothing moved for `idle` (nothing can ring this thread when
-  // a shared-memory member publishes: it naps and looks again).
-  void nap(Clock::duration idle, Clock::time_point limit);
+  // One progress round of the mesh, sleeping up to `wait`; a shared-memory call that waits
+  // for a member's use has the member's publish ring this thread awake
+  // (SharedGroup::expect). `lastActivity` is set when anything moved.
+  void progressSleeping(std::chrono::microseconds wait, bool tryDirect,
+                        Clock::time_point& lastActivity);
   std::string sharedPending(const Execution& execution);
   int sharedPendingPeer(const Execution& execution);
   void failAll(const Error& error);

@@ -108,6 +108,16 @@ class SharedGroup {
   virtual void announce(std::uint64_t seq, const Fingerprint& fingerprint) noexcept = 0;
   // Throws the mesh's error if it failed (or abort() was called).
   void checkHealthy(const CallNamer& name) { check(-1, name, true); }
+  // Throws what a wait for `member` would find: the mesh failed (or abort() was called),
+  // the member died, closed its context or failed (failing the mesh first). For a caller
+  // that waits for the member's uses itself (the engine's nonblocking calls).
+  void checkMember(int member, const CallNamer& name) { check(member, name); }
+  // For a thread that is about to sleep in the mesh's poll while a call waits for `member`'s
+  // use `use`: false when the member published it already (do not sleep); else true, and
+  // until endExpect() the member's next publish rings this rank's doorbell, so the poll
+  // wakes. Not thread-safe: the thread that drives the mesh calls it.
+  virtual bool expect(int member, std::uint64_t use) = 0;
+  virtual void endExpect() noexcept = 0;
 
   // Whether this member can read every other member's memory (process_vm_readv permitted, or
   // members that are threads of one process).
