@@ -105,6 +105,8 @@ const AlgorithmInfo kAllgatherShm{
                        "buffers, its own block copied (unless in place)",
             .cost = "ceil(n/B) alpha_shm + P n c; direct: 2 alpha_shm + (P-1) n c_cma + n c",
             .restrictions =
-                "every rank in one shared-memory group; COLLX_SHM_DIRECT as for broadcast"}};
+                "every rank in one shared-memory group; COLLX_SHM_DIRECT as for broadcast (member "
+                "0 times the ways; when ranks outnumber cores from 1 MiB gathered, up to 4 "
+                "ranks)"}};
 
 }  // namespace collx::algorithms

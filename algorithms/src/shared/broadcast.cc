@@ -188,9 +188,9 @@ const AlgorithmInfo kBroadcastShm{
         .cost =
             "(pieces) alpha_shm + n c + (one piece) c, pipelined; (direct) 2 alpha_shm + n c_cma",
         .restrictions = "every rank in one shared-memory group; any root; COLLX_SHM_DIRECT: auto "
-                        "(the root times both ways per "
-                        "size and takes the faster, trying the other one call in 16; never when "
-                        "ranks outnumber cores), never, always; direct only where every rank can "
-                        "read every other's memory (agreed at connect)"}};
+                        "(the root times both ways per size and takes the faster, trying the "
+                        "other one call in 16; when ranks outnumber cores only from 4 MiB, up to "
+                        "4 ranks, and whole vectors), never, always; direct only where every rank "
+                        "can read every other's memory (agreed at connect)"}};
 
 }  // namespace collx::algorithms
