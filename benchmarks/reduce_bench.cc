@@ -2,10 +2,10 @@
 //
 // bytes_per_second counts every byte read and written (reduceInto reads dst and src and
 // writes dst: 3 x the buffer per call) in decimal units (1 G = 1e9): the convention of
-// ../shared/peers/limits/reduce_bw.c, the plain C loop that gives this machine's limit. Its
-// recorded figure (../shared/peers/baseline/limits.txt: 14.5 GB/s at 64 MiB) is far below what
-// it gives when run next to this benchmark (33-45 GB/s on 2026-11-21): the shared host's memory
-// bandwidth varies, so compare the two from the same minute.
+// ../shared/peers/limits/reduce_bw.c, the plain C loop that gives this machine's limit. The
+// shared host's memory bandwidth varies (the figure recorded in
+// ../shared/peers/baseline/limits.txt is well below what the loop gives on other days:
+// benchmarks/README.md), so compare the two from the same minute.
 //
 // Each case runs on every available instruction set (avx512, avx2, scalar); the label says
 // which one dispatch picks, i.e. what reduceInto() runs. Filter with --benchmark_filter, e.g.

@@ -6,7 +6,7 @@
 // on xmm after a runtime overlap check that dst == a passes (paddb, pmullw, pminub, paddd,
 // pmuludq, addps/mulps, addpd, cmpltps + blends, and even bfloat16 sum and prod); int64
 // prod/min/max and every float16 loop stay scalar (float16: a branchy conversion per element,
-// about 1.5 GB/s).
+// where the AVX2 path converts eight at a time with F16C).
 #include <cstdint>
 #include <cstring>
 

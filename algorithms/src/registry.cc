@@ -208,20 +208,20 @@ std::string table(bool shared) {
 
 std::string algorithmTablesMarkdown() { return table(false) + "\n" + table(true); }
 
-// allreduce: measured with collx-bench on loopback TCP, 2 cores, minimum of 3 runs per
-// algorithm (benchmarks/README.md has the figures): latency-bound sizes take the fewest steps
-// (recursive doubling), mid sizes the fewest steps that still split the vector
-// (halving-doubling), the largest the ring.
+// allreduce: latency-bound sizes take the fewest steps (recursive doubling), mid sizes the
+// fewest steps that still split the vector (halving-doubling), the largest the ring; the
+// bounds come from collx-bench sweeps on loopback TCP (benchmarks/README.md, "Algorithms per
+// collective").
 //
 // Every rank must pick the same row, so a row may depend on bytes only where every rank
 // measures the same bytes (selectionBytes): the vector (allreduce, broadcast, reduce), one
 // rank's block (gather, scatter, alltoall: equal blocks), the whole buffer (allgather(v),
 // reduce_scatter); gatherv, scatterv and alltoallv get one row each.
 //
-// The rooted and blockwise collectives (P = 2, 4, 8, best of 5 interleaved rounds, sizes 64 B
-// to 16 MiB): the root sending every rank its copy beats the binomial tree up to 16 KiB at
-// P <= 4 and 4 KiB at P <= 8 (one step instead of log2 P, and 2 cores do the copies either
-// way); above that binomial, scatter_allgather and chain come within 10% of one another.
+// The rooted and blockwise collectives (P = 2, 4, 8): the root sending every rank its copy
+// beats the binomial tree up to 16 KiB at P <= 4 and 4 KiB at P <= 8 (one step instead of
+// log2 P, and 2 cores do the copies either way); above that binomial, scatter_allgather and
+// chain come within 10% of one another.
 // reduce_scatter recursive_halving (log2 P steps) beats the ring up to 256 KiB at every P,
 // the ring is as fast or faster above. alltoall bruck beats pairwise for blocks up to 8 KiB
 // at P = 8 and 1 KiB at P = 4 (log2 P steps instead of P - 1); at P = 3 both take 2 steps.
@@ -235,16 +235,13 @@ const std::vector<SelectionRule>& defaultSelection() {
   static constexpr int kMax = 1 << 30;
   static const std::vector<SelectionRule> kRules = {
       // Rows naming shm apply only when every rank shares memory with the others (the
-      // selection skips them otherwise). Measured with collx-bench through collx-run on
-      // this 2-core machine, best of 2 runs per algorithm (benchmarks/README.md): shm wins
-      // everywhere but at P = 2 for allreduce from 32 KiB up to 1 MiB, where its copies
-      // through the buffers cost more than halving-doubling's single exchange of halves
-      // (64 KiB: 7.8-9.0 us against 12.7-14.2; 256 KiB 20.6-22.9 against 33.6-39.0). From 1
-      // MiB shm is as fast (1 MiB 100-134 us against 116-133) and keeps its speed in the
-      // slow periods through its direct reads (one such round: 1 MiB 100 against 533, 4 MiB
-      // 507 against 1734). (One sweep had binomial ahead of shm for broadcast at
-      // P = 8 from 64 KiB; three interleaved reruns had shm ahead from 1 MiB by 2-3x: 1 MiB
-      // 194-250 us against 490-655, 4 MiB 1067-1157 against 3162-3718.)
+      // selection skips them otherwise). shm wins everywhere but at P = 2 for allreduce
+      // from 32 KiB up to 1 MiB, where its copies through the buffers cost more than
+      // halving-doubling's single exchange of halves. From 1 MiB shm is as fast and keeps
+      // its speed in the slow periods through its direct reads. (One sweep had binomial
+      // ahead of shm for broadcast at P = 8 from 64 KiB; three interleaved reruns had shm
+      // 2-3x ahead from 1 MiB, so shm stays.) benchmarks/README.md, "Shared memory: shm
+      // against the point-to-point algorithms", has the runs.
       {Collective::kAllreduce, 2, 2, 32 * 1024, 1024 * 1024 - 1, "halving_doubling", true},
       {Collective::kAllreduce, 2, kMax, 0, kAny, "shm"},
       {Collective::kReduceScatter, 2, kMax, 0, kAny, "shm"},

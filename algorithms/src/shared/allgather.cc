@@ -19,12 +19,11 @@ namespace {
 constexpr std::uint64_t kDirectMin = 16 * 1024, kDirectOversubscribedMin = 1 << 20;
 
 // From 4 MiB gathered, blocks go into the output with non-temporal stores (copyStreaming),
-// which leave the group buffers and the input in the cache. Measured, P=2, through the group
-// buffers, against copyBytes: 256 KiB gathered 16-20 us against 16-17; 2 MiB 81-82 against
-// 80-86; 4 MiB 164-167 against 196-211; 8 MiB 349-375 against 583-767; 32 MiB 2.1-2.3 ms
-// against 4.3-7.3; 128 MiB 10.5-12.1 against 18.4-45.8; reading directly, 32 MiB 5.4-5.9
-// against 6.4-7.0. (Not so for a P=2 broadcast or allreduce: 16 MiB broadcast 1.7-2.0 ms
-// against 0.9, allreduce 3.3-3.4 against 2.5.)
+// which leave the group buffers and the input in the cache (the call does not read its
+// output again). Up to 2 MiB it makes no difference; from 4 MiB it is faster through the
+// group buffers, about twice as fast from 8 MiB, and a little faster by direct reads. (Not
+// so for a P=2 broadcast or allreduce, whose plain copies stayed faster: broadcast streams
+// only when ranks outnumber cores.)
 constexpr std::uint64_t kStreamMin = 4 << 20;
 
 Step<> inPieces(Call& c) {
@@ -78,11 +77,11 @@ Step<> allgather(Call& c) {
   const std::uint64_t block = c.p.count * c.p.elementSize;
   const std::uint64_t bytes = block * static_cast<std::uint64_t>(c.size);
   // From 16 KiB gathered: the pieces' copies out of lines a peer has just written slow down
-  // the most when the cores hand data over slowly, the direct reads of its input barely
-  // (P=2, alternating rounds, 32 KiB gathered: pieces 2.6-3.6 us and 9.1-11.5 in slow
-  // rounds, direct 3.7-4.7, auto 2.1-3.6, Open MPI 3.9-5.2; 16 KiB: auto 1.1-1.9, pieces
-  // 1.3-1.9 and 5.8, Open MPI 3.2-4.4). When ranks outnumber cores, from 1 MiB gathered
-  // (P=4 on 2 cores, 4 MiB gathered: direct 846-887 us, pieces 542-621, Open MPI 742-1171).
+  // the most when the cores hand data over slowly (3-4x), the direct reads of its input
+  // barely; in the good periods the pieces are a little faster, and auto, timing both, keeps
+  // to them then. When ranks outnumber cores, from 1 MiB gathered and up to 4 ranks: there
+  // too the pieces can win in a good period, and the direct reads keep their speed in a slow
+  // one.
   if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) return inPieces(c);
   return c.ledByMemberZero(
       transport::DirectCall::kAllgather, bytes,
@@ -106,6 +105,8 @@ const AlgorithmInfo kAllgatherShm{
                        "buffers, its own block copied (unless in place)",
             .cost = "ceil(n/B) alpha_shm + P n c; direct: 2 alpha_shm + (P-1) n c_cma + n c",
             .restrictions =
-                "every rank in one shared-memory group; COLLX_SHM_DIRECT as for broadcast"}};
+                "every rank in one shared-memory group; COLLX_SHM_DIRECT as for broadcast (member "
+                "0 times the ways; when ranks outnumber cores from 1 MiB gathered, up to 4 "
+                "ranks)"}};
 
 }  // namespace collx::algorithms

@@ -32,13 +32,12 @@
 namespace collx::algorithms::shared {
 
 namespace {
-// Measured at P = 2 (two-shot against one-shot): 4 KiB 0.86 us against 0.98-1.44, 16 KiB
-// 2.3 against 3.1-4.2, 64 KiB 7.4 against 10.9 (one-shot reduces the whole vector on
-// every rank).
+// One-shot saves two-shot's second use, but every rank reads P whole vectors and reduces
+// all of them. At P = 2 two-shot was ahead at 4 KiB already, and more so above (smaller
+// vectors were not compared).
 constexpr std::uint64_t kOneShotBytes = 4 * 1024;
 
-// Direct reads from 256 KiB, in chunks of 256 KiB (P=2, 64 MiB: 15-20 ms for chunks of 64
-// KiB up to 1 MiB alike).
+// Direct reads from 256 KiB, in chunks of 256 KiB (chunks of 64 KiB up to 1 MiB did alike).
 constexpr std::uint64_t kDirectMin = 256 * 1024, kDirectChunk = 256 * 1024;
 constexpr std::uint64_t kDirectOversubscribedMin = 32 << 20;
 
@@ -150,9 +149,9 @@ Step<> oneShot(Call& c) {
 Step<> allreduce(Call& c) {
   const std::uint64_t bytes = c.p.count * c.p.elementSize;
   if (bytes <= std::min<std::uint64_t>(kOneShotBytes, c.bufferBytes())) return oneShot(c);
-  // When ranks outnumber cores, from 32 MiB (measured on 2 cores: P=4, 64 MiB, direct reads
-  // 44-57 ms, the group buffers 21-30 in good periods and 67-80 in slow ones; P=8 never
-  // gained: 1 MiB 1.0-1.9 ms against 0.5-0.6, 16 MiB 24-25 against 10-11).
+  // When ranks outnumber cores, only from 32 MiB and up to 4 ranks: there the group buffers
+  // are about twice as fast as direct reads in the good periods and slower in the slow ones,
+  // so auto's timing has a choice to make; at P = 8 the direct reads never won.
   if (c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
     return c.ledByMemberZero(
         transport::DirectCall::kAllreduce, bytes,

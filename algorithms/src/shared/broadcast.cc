@@ -1,10 +1,10 @@
 // broadcast shm: the root copies the vector into its group buffers in pieces and publishes
 // each; the other ranks copy each piece out as soon as it is published (and publish that
 // they are done with it). The root runs up to 3 pieces ahead (4 buffers), so copying in and
-// out overlap. Two ranks: up to 256 KiB, pieces of a sixteenth (at least 4 KiB), above, of
-// B (measured: 64 KiB 5.5 us against 7.5 in eighths; 1 MiB 58 us in pieces of 256 KiB
-// against 99 in eighths and 121 in 32nds). More ranks: eighths (at least 8 KiB, at most B);
-// halves when ranks outnumber cores.
+// out overlap. Two ranks: up to 256 KiB, pieces of a sixteenth (at least 4 KiB), so that the
+// one reader starts early; above, whole buffers of B: there fewer pieces, so fewer uses, did
+// better (both beat eighths, and B beat 32nds). More ranks: eighths (at least 8 KiB, at most
+// B); halves when ranks outnumber cores.
 //   ceil(n / piece) uses; per rank: n bytes copied (root: in; others: out), concurrently.
 // From 64 KiB, when every rank can read every other's memory (SharedGroup::directReads), a
 // first use carries the root's choice (SharedGroup::chooseDirect): the pieces above, or
@@ -19,12 +19,10 @@
 //     1 + ceil(tail / B) uses; the root: the tail in; the others: head read, tail out.
 // (Reading lines the root wrote long ago, not lines it has just written into its group
 // buffers: on a VM whose cores at times hand data to each other 2-5x slower, those copies
-// keep their speed; in the good periods the pieces are 2-3x faster. Measured, P=2, in
-// alternating rounds: 4 MiB direct 315-333 us, pieces 177-182, Open MPI 320-336; 64 MiB
-// 10.9-13.0 ms, 4.6-5.5 and 11.4-13.1; and in a slow period the pieces took 29-35 ms.
-// Split, in good periods: 256 KiB 15.9-17.6 us, whole 19.7-24.0, pieces 31-40, Open MPI
-// 19.9-25.5; 1 MiB 51-54, 79-95, 54-61 and 79-95; in a slow one it took 330 us at 1 MiB,
-// as the pieces 435: auto then reads whole vectors.)
+// keep their speed; in the good periods the pieces are 2-3x faster, so auto times both.
+// Split is the fastest of the three in the good periods at the sizes it was tried at (256
+// KiB and 1 MiB); in a slow one its tail through the group buffers slows it down nearly as
+// much as the pieces, and auto then reads whole vectors.)
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -44,9 +42,9 @@ Step<> inPieces(Call& c, std::uint64_t* last = nullptr) {
   const std::uint64_t bytes = c.p.count * c.p.elementSize;
   // Two ranks: many small pieces up to 256 KiB, then whole buffers. More: eighths, fewer
   // pieces for ranks that may wait for a core to be given one. Ranks outnumbering cores:
-  // halves, as every piece may cost a reader a wait for a core (measured, 2 cores: P=4
-  // 64 KiB 8.2 us against 17.8 in eighths, 4 MiB 430 against 522; P=8 64 KiB 9.3 against
-  // 35.8). (Every rank computes the same pieces: the group agreed on oversubscribed().)
+  // halves, as every piece may cost a reader a wait for a core (halves beat eighths there,
+  // the more so the more ranks share a core). (Every rank computes the same pieces: the
+  // group agreed on oversubscribed().)
   const std::uint64_t parts = c.g.oversubscribed() ? 2 : c.size <= 2 ? 16 : 8;
   const std::uint64_t B =
       c.size <= 2 && bytes > 256 * 1024
@@ -57,8 +55,7 @@ Step<> inPieces(Call& c, std::uint64_t* last = nullptr) {
   const int root = c.p.root;
   // Ranks outnumbering cores, from 4 MiB: the pieces go into the outputs with non-temporal
   // stores (copyStreaming), which leave the group buffers in the cache that the ranks
-  // sharing a core take turns on (P=8 on 2 cores: 4 MiB 0.72-0.82 ms against 0.97-2.35, 64
-  // MiB 12.6-13.9 against 21.5-26.8; P=4 alike; P=2 slower, 16 MiB 1.7-2.0 against 0.9).
+  // sharing a core take turns on. (With a core per rank, plain copies stayed faster.)
   const bool stream = c.g.oversubscribed() && bytes >= kStreamMin;
   std::uint64_t off = 0;
   std::uint64_t use = 0;
@@ -79,10 +76,9 @@ Step<> inPieces(Call& c, std::uint64_t* last = nullptr) {
 }
 
 // Split direct reads: the bytes of the vector read directly (the rest goes through the
-// root's group buffers). Measured, P=2, fractions of the vector read directly: 64 KiB 6.6
-// us whole, 5.6 at 60%, 5.6-7.2 at 40%; 256 KiB 19.7-24.0 whole, 15.6-17.0 at 60%,
-// 15.8-16.1 at 40%; 1 MiB 79-95 whole, 58-60 at 60%, 49-52 at 40% and 25%; 4 MiB 321-332
-// whole, 204-248 at 40%, 182-186 at 25%.
+// root's group buffers): half up to 256 KiB, a quarter above. At P = 2 any head of 40-60%
+// did alike up to 256 KiB; from 1 MiB the smaller heads did better, a quarter best at 4
+// MiB; reading the whole vector directly was the slowest at every size.
 std::uint64_t headOf(std::uint64_t bytes) {
   return (bytes <= 256 * 1024 ? bytes / 2 : bytes / 4) / 64 * 64;
 }
@@ -161,13 +157,9 @@ Step<> offeringDirectReads(Call& c) {
 Step<> broadcast(Call& c) {
   const std::uint64_t bytes = c.p.count * c.p.elementSize;
   // Ranks outnumbering cores (unless always): only from 4 MiB, up to 4 ranks, and whole
-  // vectors. Below, the root's wait for every reader costs more than the pieces (P=4 on 2
-  // cores: 64 KiB 19.1-21.8 us against 8.5-11.8), and the root's timing led auto astray (1
-  // MiB 140-377 us against the pieces' 90-117). From 4 MiB, the pieces take 3-4x longer in
-  // this VM's slow periods, the direct reads do not, and auto keeps to the faster way (P=4,
-  // 5 alternating rounds, one slow: 4 MiB auto 0.70-1.22 ms, pieces 0.71-2.83, Open MPI
-  // 1.17-2.00; 64 MiB auto 11.6-24.0 ms, pieces 11.9-12.6 and 43.7-46.0, whole direct
-  // reads 21.6-23.8, Open MPI 31.9-35.3).
+  // vectors. Below, the root's wait for every reader costs more than the pieces, and the
+  // root's timing led auto astray. From 4 MiB, the pieces take 3-4x longer in this VM's
+  // slow periods, the direct reads do not, and auto keeps to the faster way.
   if (!c.mayReadDirectly(bytes, kDirectMin, kDirectOversubscribedMin)) {
     return inPieces(c);
   }
@@ -196,9 +188,9 @@ const AlgorithmInfo kBroadcastShm{
         .cost =
             "(pieces) alpha_shm + n c + (one piece) c, pipelined; (direct) 2 alpha_shm + n c_cma",
         .restrictions = "every rank in one shared-memory group; any root; COLLX_SHM_DIRECT: auto "
-                        "(the root times both ways per "
-                        "size and takes the faster, trying the other one call in 16; never when "
-                        "ranks outnumber cores), never, always; direct only where every rank can "
-                        "read every other's memory (agreed at connect)"}};
+                        "(the root times both ways per size and takes the faster, trying the "
+                        "other one call in 16; when ranks outnumber cores only from 4 MiB, up to "
+                        "4 ranks, and whole vectors), never, always; direct only where every rank "
+                        "can read every other's memory (agreed at connect)"}};
 
 }  // namespace collx::algorithms

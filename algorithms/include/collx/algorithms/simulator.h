@@ -13,8 +13,9 @@
 // It also counts, per rank, what the registry's Cost formulas predict (messages, bytes,
 // reduced elements) and the communication rounds on the critical path, and models the time
 // of the call (TimeModel). For large P it can skip the bytes (SimOptions::moveBytes) and
-// only count and time: a ring allreduce over P = 1024 at 64 MiB (5 million tasks) then takes
-// 2-4 s and under 400 MB here; the logarithmic algorithms take milliseconds.
+// only count and time: memory and time then grow with the tasks, not the bytes, so a ring
+// allreduce over P = 1024 at 64 MiB (5 million tasks) takes seconds, the logarithmic
+// algorithms milliseconds (benchmarks/README.md has the figures).
 //
 // Everything here is single-threaded and reentrant: concurrent calls share nothing.
 #pragma once
