@@ -144,7 +144,8 @@ void defineTypes(py::module_& m) {
   py::class_<PyReduceOp> op(m, "ReduceOp",
                             "A reduction: ReduceOp.SUM, PROD, MIN, MAX, AVG (the sum divided by "
                             "the number of ranks), BAND, BOR, BXOR (integers only), or "
-                            "ReduceOp.custom(fn). Collectives also take the names ('max').");
+                            "ReduceOp.custom(fn). Collectives also take the names ('max', "
+                            "torch's 'PRODUCT') and torch.distributed's ReduceOp.");
   op.def_property_readonly(
         "name", [](const PyReduceOp& o) { return o.op.name(); }, "The op's name.")
       .def_property_readonly(

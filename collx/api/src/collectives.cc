@@ -24,6 +24,16 @@ struct WorkAccess {
 
 namespace {
 
+// Who a check names when it fails (a Where, whose std::string is built only then: a call
+// that passes its checks builds none).
+struct Site {
+  int rank = -1;
+  const char* op = "";
+  int peer = -1;
+
+  operator Where() const { return Where{rank, op, peer}; }  // NOLINT(google-explicit-constructor)
+};
+
 // A Call checked against its kind and resolved into what the algorithms see: the
 // collective, its memory (in place made explicit) and its per-rank layout.
 struct Resolved {
@@ -35,7 +45,7 @@ struct Resolved {
   const ReduceOp* op = nullptr;  // the Call's, for the collectives that reduce; else nullptr
   int root = -1;
   bool inPlace = false;
-  const CollectiveOptions* options = nullptr;  // the Call's
+  const CollectiveOptions* options = nullptr;  // the Call's, or its function's (executeWith)
   // v-collectives (see ScheduleParams), and the count both sides fingerprint.
   Counts counts, displs, recvCounts, recvDispls;
   std::uint64_t fingerprintCount = 0;
@@ -60,7 +70,7 @@ detail::Runtime& runtimeOf(Context& ctx, const char* what) {
 }
 
 std::chrono::milliseconds timeoutOf(const detail::Runtime& rt, const CollectiveOptions& options,
-                                    const Where& where) {
+                                    const Site& where) {
   std::chrono::milliseconds timeout = options.timeout.value_or(rt.timeout);
   if (timeout.count() <= 0) {
     throw InvalidArgument(
@@ -69,7 +79,7 @@ std::chrono::milliseconds timeoutOf(const detail::Runtime& rt, const CollectiveO
   return timeout;
 }
 
-void checkBuffer(const void* buffer, std::uint64_t count, const char* which, const Where& where) {
+void checkBuffer(const void* buffer, std::uint64_t count, const char* which, const Site& where) {
   if (buffer == nullptr && count > 0) {
     throw InvalidArgument(where,
                           std::string(which) + " is null with a count of " + std::to_string(count));
@@ -81,8 +91,7 @@ void checkBuffer(const void* buffer, std::uint64_t count, const char* which, con
 // alike (so that all of them raise the same MismatchError, none waits for the others).
 // Returns the send count matrix (row i: what rank i sends).
 std::vector<std::uint64_t> exchangeCounts(Context& ctx, const algorithms::ScheduleParams& params,
-                                          const CollectiveOptions& callOptions,
-                                          const Where& where) {
+                                          const CollectiveOptions& callOptions, const Site& where) {
   const auto P = static_cast<std::uint64_t>(ctx.size());
   std::vector<std::uint64_t> mine(2 * P), all(2 * P * P);
   std::copy(params.counts.begin(), params.counts.end(), mine.begin());
@@ -113,7 +122,7 @@ std::vector<std::uint64_t> exchangeCounts(Context& ctx, const algorithms::Schedu
 Prepared prepare(Context& ctx, Resolved& call) {
   const char* what = algorithms::collectiveName(call.coll);
   detail::Runtime& rt = runtimeOf(ctx, what);
-  Where where{rt.rank, what, -1};
+  Site where{rt.rank, what, -1};
   const std::size_t es = dataTypeSize(call.dtype);
   if (es == 0) throw InvalidArgument(where, "unknown data type");
   // (No division: this runs on every call.)
@@ -126,7 +135,10 @@ Prepared prepare(Context& ctx, Resolved& call) {
     throw InvalidArgument(where, "root " + std::to_string(call.root) + " is outside [0, " +
                                      std::to_string(rt.size) + ")");
   }
-  if (call.op != nullptr) call.op->validate(call.dtype, where);
+  // (Only bitwise and custom ops can be refused: the others skip building a Where.)
+  if (call.op != nullptr && (call.op->isBitwise() || call.op->kind() == ReduceOpKind::kCustom)) {
+    call.op->validate(call.dtype, where);
+  }
   Prepared p;  // (one object returned on every path: no copy of it on the way out)
   algorithms::ScheduleParams& params = p.params;
   params.coll = call.coll;
@@ -209,7 +221,7 @@ Work runAsync(Context& ctx, Resolved&& call) {
 
 // ---- each kind's checks: a Call resolved for prepare() ---------------------------------
 
-void checkRoot(int root, int size, const Where& where) {
+void checkRoot(int root, int size, const Site& where) {
   if (root < 0 || root >= size) {
     throw InvalidArgument(
         where, "root " + std::to_string(root) + " is outside [0, " + std::to_string(size) + ")");
@@ -218,7 +230,7 @@ void checkRoot(int root, int size, const Where& where) {
 
 // Per-rank counts and displacements: one per rank, blocks that do not overlap.
 void checkLayout(const Counts& counts, const Counts* displs, int size, const char* what,
-                 const Where& where) {
+                 const Site& where) {
   if (static_cast<int>(counts.size()) != size) {
     throw InvalidArgument(where, std::string(what) + " has " + std::to_string(counts.size()) +
                                      " entries for " + std::to_string(size) + " ranks");
@@ -270,7 +282,7 @@ Counts uniformDispls(int size, std::uint64_t count) {
 }
 
 // A v-collective's per-rank vector, which its Call must carry.
-const Counts& required(const Counts* counts, const char* what, const Where& where) {
+const Counts& required(const Counts* counts, const char* what, const Site& where) {
   if (counts == nullptr) throw InvalidArgument(where, std::string(what) + " are missing");
   return *counts;
 }
@@ -281,7 +293,7 @@ Counts displacements(const Counts* displs, const Counts& counts) {
 }
 
 Resolved resolveAllreduce(Context& ctx, const Call& d) {
-  Where where{ctx.rank(), "allreduce", -1};
+  Site where{ctx.rank(), "allreduce", -1};
   checkBuffer(d.sendbuf, d.count, "sendbuf", where);
   checkBuffer(d.recvbuf, d.count, "recvbuf", where);
   Resolved c;
@@ -292,13 +304,12 @@ Resolved resolveAllreduce(Context& ctx, const Call& d) {
   c.dtype = d.dtype;
   c.op = &d.op;
   c.inPlace = d.sendbuf == d.recvbuf;
-  c.options = &d.options;
   c.fingerprintCount = d.count;
   return c;
 }
 
 Resolved resolveAllgather(Context& ctx, const Call& d) {
-  Where where{ctx.rank(), "allgather", -1};
+  Site where{ctx.rank(), "allgather", -1};
   checkBuffer(d.recvbuf, d.count, "recvbuf", where);
   const auto* own = static_cast<const std::uint8_t*>(d.recvbuf) +
                     d.count * dataTypeSize(d.dtype) * static_cast<std::uint64_t>(ctx.rank());
@@ -309,13 +320,12 @@ Resolved resolveAllgather(Context& ctx, const Call& d) {
   c.output = d.recvbuf;
   c.count = d.count;
   c.dtype = d.dtype;
-  c.options = &d.options;
   c.fingerprintCount = d.count;
   return c;
 }
 
 Resolved resolveBroadcast(Context& ctx, const Call& d) {
-  Where where{ctx.rank(), "broadcast", -1};
+  Site where{ctx.rank(), "broadcast", -1};
   checkBuffer(d.recvbuf, d.count, "buffer", where);
   checkRoot(d.root, ctx.size(), where);
   Resolved c;
@@ -326,20 +336,18 @@ Resolved resolveBroadcast(Context& ctx, const Call& d) {
   c.dtype = d.dtype;
   c.root = d.root;
   c.inPlace = true;
-  c.options = &d.options;
   c.fingerprintCount = d.count;
   return c;
 }
 
-Resolved resolveBarrier(const Call& d) {
+Resolved resolveBarrier() {
   Resolved c;
   c.coll = Collective::kBarrier;
-  c.options = &d.options;
   return c;
 }
 
 Resolved resolveAllgatherv(Context& ctx, const Call& d) {
-  Where where{ctx.rank(), "allgatherv", -1};
+  Site where{ctx.rank(), "allgatherv", -1};
   const Counts& recvcounts = required(d.counts, "recvcounts", where);
   Counts displs = displacements(d.displs, recvcounts);
   checkLayout(recvcounts, &displs, ctx.size(), "recvcounts", where);
@@ -361,14 +369,13 @@ Resolved resolveAllgatherv(Context& ctx, const Call& d) {
   c.dtype = d.dtype;
   c.counts = recvcounts;
   c.displs = std::move(displs);
-  c.options = &d.options;
   c.fingerprintCount = total(recvcounts);
   return c;
 }
 
 // reduce_scatter and reduce_scatterv: `recvcounts` the Call's (copied) or made for it.
 Resolved resolveReduceScatter(Context& ctx, const Call& d, Counts recvcounts) {
-  Where where{ctx.rank(), "reduce_scatter", -1};
+  Site where{ctx.rank(), "reduce_scatter", -1};
   checkLayout(recvcounts, nullptr, ctx.size(), "recvcounts", where);
   checkBuffer(d.sendbuf, total(recvcounts), "sendbuf", where);
   checkBuffer(d.recvbuf, recvcounts[ctx.rank()], "recvbuf", where);
@@ -387,12 +394,11 @@ Resolved resolveReduceScatter(Context& ctx, const Call& d, Counts recvcounts) {
   c.displs = prefixSums(recvcounts);
   c.fingerprintCount = total(recvcounts);
   c.counts = std::move(recvcounts);
-  c.options = &d.options;
   return c;
 }
 
 Resolved resolveReduce(Context& ctx, const Call& d) {
-  Where where{ctx.rank(), "reduce", -1};
+  Site where{ctx.rank(), "reduce", -1};
   checkRoot(d.root, ctx.size(), where);
   checkBuffer(d.sendbuf, d.count, "sendbuf", where);
   if (ctx.rank() == d.root) checkBuffer(d.recvbuf, d.count, "recvbuf", where);
@@ -405,7 +411,6 @@ Resolved resolveReduce(Context& ctx, const Call& d) {
   c.op = &d.op;
   c.root = d.root;
   c.inPlace = ctx.rank() == d.root && d.sendbuf == d.recvbuf;
-  c.options = &d.options;
   c.fingerprintCount = d.count;
   return c;
 }
@@ -414,7 +419,7 @@ Resolved resolveReduce(Context& ctx, const Call& d) {
 Resolved resolveGather(Context& ctx, const Call& d, Collective coll, Counts recvcounts,
                        Counts displs) {
   const char* what = algorithms::collectiveName(coll);
-  Where where{ctx.rank(), what, -1};
+  Site where{ctx.rank(), what, -1};
   checkRoot(d.root, ctx.size(), where);
   const int root = d.root;
   const bool isRoot = ctx.rank() == root;
@@ -424,7 +429,6 @@ Resolved resolveGather(Context& ctx, const Call& d, Collective coll, Counts recv
   c.root = root;
   c.dtype = d.dtype;
   c.count = d.count;
-  c.options = &d.options;
   c.output = d.recvbuf;
   c.input = d.sendbuf;
   if (isRoot) {
@@ -453,7 +457,7 @@ Resolved resolveGather(Context& ctx, const Call& d, Collective coll, Counts recv
 Resolved resolveScatter(Context& ctx, const Call& d, Collective coll, Counts sendcounts,
                         Counts displs) {
   const char* what = algorithms::collectiveName(coll);
-  Where where{ctx.rank(), what, -1};
+  Site where{ctx.rank(), what, -1};
   checkRoot(d.root, ctx.size(), where);
   const int root = d.root;
   const bool isRoot = ctx.rank() == root;
@@ -463,7 +467,6 @@ Resolved resolveScatter(Context& ctx, const Call& d, Collective coll, Counts sen
   c.root = root;
   c.dtype = d.dtype;
   c.count = d.count;
-  c.options = &d.options;
   c.input = d.sendbuf;
   c.output = d.recvbuf;
   if (isRoot) {
@@ -494,7 +497,7 @@ Resolved resolveScatter(Context& ctx, const Call& d, Collective coll, Counts sen
 Resolved resolveAlltoall(Context& ctx, const Call& d, Collective coll, Counts sendcounts,
                          Counts sdispls, Counts recvcounts, Counts rdispls, std::uint64_t count) {
   const char* what = algorithms::collectiveName(coll);
-  Where where{ctx.rank(), what, -1};
+  Site where{ctx.rank(), what, -1};
   checkLayout(sendcounts, &sdispls, ctx.size(), "sendcounts", where);
   checkLayout(recvcounts, &rdispls, ctx.size(), "recvcounts", where);
   checkBuffer(d.sendbuf, total(sendcounts), "sendbuf", where);
@@ -520,13 +523,12 @@ Resolved resolveAlltoall(Context& ctx, const Call& d, Collective coll, Counts se
   c.displs = std::move(sdispls);
   c.recvCounts = std::move(recvcounts);
   c.recvDispls = std::move(rdispls);
-  c.options = &d.options;
   c.fingerprintCount = coll == Collective::kAlltoall ? count : 0;
   return c;
 }
 
 // Every collective kind's Call, checked and resolved (send and recv take prepareP2P).
-Resolved resolve(Context& ctx, const Call& d) {
+Resolved resolveKind(Context& ctx, const Call& d) {
   const int P = ctx.size();
   switch (d.kind) {
     case CallKind::kAllreduce:
@@ -543,12 +545,12 @@ Resolved resolve(Context& ctx, const Call& d) {
       return resolveReduceScatter(ctx, d, uniform(P, d.count));
     case CallKind::kReduceScatterv:
       return resolveReduceScatter(
-          ctx, d, required(d.counts, "recvcounts", Where{ctx.rank(), "reduce_scatter", -1}));
+          ctx, d, required(d.counts, "recvcounts", Site{ctx.rank(), "reduce_scatter", -1}));
     case CallKind::kGather:
       return resolveGather(ctx, d, Collective::kGather, uniform(P, d.count),
                            uniformDispls(P, d.count));
     case CallKind::kGatherv: {
-      Where where{ctx.rank(), "gatherv", -1};
+      Site where{ctx.rank(), "gatherv", -1};
       const Counts& recvcounts = required(d.counts, "recvcounts", where);
       return resolveGather(ctx, d, Collective::kGatherv, recvcounts,
                            displacements(d.displs, recvcounts));
@@ -557,7 +559,7 @@ Resolved resolve(Context& ctx, const Call& d) {
       return resolveScatter(ctx, d, Collective::kScatter, uniform(P, d.count),
                             uniformDispls(P, d.count));
     case CallKind::kScatterv: {
-      Where where{ctx.rank(), "scatterv", -1};
+      Site where{ctx.rank(), "scatterv", -1};
       const Counts& sendcounts = required(d.counts, "sendcounts", where);
       return resolveScatter(ctx, d, Collective::kScatterv, sendcounts,
                             displacements(d.displs, sendcounts));
@@ -567,7 +569,7 @@ Resolved resolve(Context& ctx, const Call& d) {
                              uniformDispls(P, d.count), uniform(P, d.count),
                              uniformDispls(P, d.count), d.count);
     case CallKind::kAlltoallv: {
-      Where where{ctx.rank(), "alltoallv", -1};
+      Site where{ctx.rank(), "alltoallv", -1};
       const Counts& sendcounts = required(d.counts, "sendcounts", where);
       const Counts& recvcounts = required(d.recvCounts, "recvcounts", where);
       return resolveAlltoall(ctx, d, Collective::kAlltoallv, sendcounts,
@@ -575,7 +577,7 @@ Resolved resolve(Context& ctx, const Call& d) {
                              displacements(d.recvDispls, recvcounts), 0);
     }
     case CallKind::kBarrier:
-      return resolveBarrier(d);
+      return resolveBarrier();
     case CallKind::kSend:
     case CallKind::kRecv:
       break;
@@ -584,13 +586,21 @@ Resolved resolve(Context& ctx, const Call& d) {
                         "unknown call kind " + std::to_string(static_cast<int>(d.kind)));
 }
 
+// `options`: the Call's own, or those of the collectives.h function that built it (which
+// leaves the Call's default: no copy of them on the way).
+Resolved resolve(Context& ctx, const Call& d, const CollectiveOptions& options) {
+  Resolved r = resolveKind(ctx, d);
+  r.options = &options;
+  return r;
+}
+
 // Point to point: one transfer, its key the user's tag.
-Prepared prepareP2P(Context& ctx, const Call& d) {
+Prepared prepareP2P(Context& ctx, const Call& d, const CollectiveOptions& options) {
   const bool sending = d.kind == CallKind::kSend;
   const char* what = sending ? "send" : "recv";
   const void* buffer = sending ? d.sendbuf : d.recvbuf;
   detail::Runtime& rt = runtimeOf(ctx, what);
-  Where where{rt.rank, what, d.peer};
+  Site where{rt.rank, what, d.peer};
   checkBuffer(buffer, d.count, "buffer", where);
   if (d.peer < 0 || d.peer >= rt.size) {
     throw InvalidArgument(where, "peer " + std::to_string(d.peer) + " is outside [0, " +
@@ -614,88 +624,100 @@ Prepared prepareP2P(Context& ctx, const Call& d) {
   p.info.fingerprint = transport::Fingerprint{static_cast<std::uint8_t>(Collective::kSendRecv),
                                               static_cast<std::uint8_t>(d.dtype), 0, -1, d.count};
   p.info.dtype = d.dtype;
-  p.info.timeout = timeoutOf(rt, d.options, where);
+  p.info.timeout = timeoutOf(rt, options, where);
   p.info.deadline = algorithms::Clock::now() + p.info.timeout;
   return p;
 }
 
 bool pointToPoint(const Call& d) { return d.kind == CallKind::kSend || d.kind == CallKind::kRecv; }
 
-// The descriptions the functions of collectives.h build: the fields every kind shares.
+void executeWith(Context& ctx, const Call& call, const CollectiveOptions& options) {
+  if (pointToPoint(call)) {
+    Prepared p = prepareP2P(ctx, call, options);
+    ctx.runtime()->engine->run(std::move(p.schedule), p.bindings, std::move(p.info));
+    return;
+  }
+  runBlocking(ctx, resolve(ctx, call, options));
+}
+
+Work startWith(Context& ctx, const Call& call, const CollectiveOptions& options) {
+  if (pointToPoint(call)) {
+    Prepared p = prepareP2P(ctx, call, options);
+    auto e = ctx.runtime()->engine->start(std::move(p.schedule), p.bindings, std::move(p.info));
+    return WorkAccess::make(ctx.runtime(), std::move(e));
+  }
+  return runAsync(ctx, resolve(ctx, call, options));
+}
+
+// The Calls the functions of collectives.h build (their options go beside: executeWith).
 Call describe(CallKind kind, const void* sendbuf, void* recvbuf, std::uint64_t count,
-              DataType dtype, const CollectiveOptions& options) {
+              DataType dtype) {
   Call c;
   c.kind = kind;
   c.sendbuf = sendbuf;
   c.recvbuf = recvbuf;
   c.count = count;
   c.dtype = dtype;
-  c.options = options;
   return c;
 }
 
 Call reduction(CallKind kind, const void* sendbuf, void* recvbuf, std::uint64_t count,
                DataType dtype, int root, const AllreduceOptions& options) {
-  Call c = describe(kind, sendbuf, recvbuf, count, dtype, options);
+  Call c = describe(kind, sendbuf, recvbuf, count, dtype);
   c.op = options.op;
   c.root = root;
   return c;
 }
 
 Call rooted(CallKind kind, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
-            int root, const CollectiveOptions& options) {
-  Call c = describe(kind, sendbuf, recvbuf, count, dtype, options);
+            int root) {
+  Call c = describe(kind, sendbuf, recvbuf, count, dtype);
   c.root = root;
   return c;
 }
 
 Call pointToPointCall(CallKind kind, const void* sendbuf, void* recvbuf, std::uint64_t count,
-                      DataType dtype, int peer, std::uint64_t tag,
-                      const CollectiveOptions& options) {
-  Call c = describe(kind, sendbuf, recvbuf, count, dtype, options);
+                      DataType dtype, int peer, std::uint64_t tag) {
+  Call c = describe(kind, sendbuf, recvbuf, count, dtype);
   c.peer = peer;
   c.tag = tag;
   return c;
 }
 
 Call allgathervCall(const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
-                    const Counts& recvcounts, const Counts& displs, DataType dtype,
-                    const CollectiveOptions& options) {
-  Call c = describe(CallKind::kAllgatherv, sendbuf, recvbuf, sendcount, dtype, options);
+                    const Counts& recvcounts, const Counts& displs, DataType dtype) {
+  Call c = describe(CallKind::kAllgatherv, sendbuf, recvbuf, sendcount, dtype);
   c.counts = &recvcounts;
   c.displs = &displs;
   return c;
 }
 
 Call reduceScattervCall(const void* sendbuf, void* recvbuf, const Counts& recvcounts,
-                        DataType dtype, const ReduceOptions& options) {
+                        DataType dtype, const ReduceOptions& options) {  // (for its op)
   Call c = reduction(CallKind::kReduceScatterv, sendbuf, recvbuf, 0, dtype, 0, options);
   c.counts = &recvcounts;
   return c;
 }
 
 Call gathervCall(const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
-                 const Counts& recvcounts, const Counts& displs, DataType dtype, int root,
-                 const CollectiveOptions& options) {
-  Call c = rooted(CallKind::kGatherv, sendbuf, recvbuf, sendcount, dtype, root, options);
+                 const Counts& recvcounts, const Counts& displs, DataType dtype, int root) {
+  Call c = rooted(CallKind::kGatherv, sendbuf, recvbuf, sendcount, dtype, root);
   c.counts = &recvcounts;
   c.displs = &displs;
   return c;
 }
 
 Call scattervCall(const void* sendbuf, const Counts& sendcounts, const Counts& displs,
-                  void* recvbuf, std::uint64_t recvcount, DataType dtype, int root,
-                  const CollectiveOptions& options) {
-  Call c = rooted(CallKind::kScatterv, sendbuf, recvbuf, recvcount, dtype, root, options);
+                  void* recvbuf, std::uint64_t recvcount, DataType dtype, int root) {
+  Call c = rooted(CallKind::kScatterv, sendbuf, recvbuf, recvcount, dtype, root);
   c.counts = &sendcounts;
   c.displs = &displs;
   return c;
 }
 
 Call alltoallvCall(const void* sendbuf, const Counts& sendcounts, const Counts& sdispls,
-                   void* recvbuf, const Counts& recvcounts, const Counts& rdispls, DataType dtype,
-                   const CollectiveOptions& options) {
-  Call c = describe(CallKind::kAlltoallv, sendbuf, recvbuf, 0, dtype, options);
+                   void* recvbuf, const Counts& recvcounts, const Counts& rdispls, DataType dtype) {
+  Call c = describe(CallKind::kAlltoallv, sendbuf, recvbuf, 0, dtype);
   c.counts = &sendcounts;
   c.displs = &sdispls;
   c.recvCounts = &recvcounts;
@@ -743,23 +765,9 @@ const char* callKindName(CallKind kind) noexcept {
   return "unknown";
 }
 
-void execute(Context& ctx, const Call& call) {
-  if (pointToPoint(call)) {
-    Prepared p = prepareP2P(ctx, call);
-    ctx.runtime()->engine->run(std::move(p.schedule), p.bindings, std::move(p.info));
-    return;
-  }
-  runBlocking(ctx, resolve(ctx, call));
-}
+void execute(Context& ctx, const Call& call) { executeWith(ctx, call, call.options); }
 
-Work start(Context& ctx, const Call& call) {
-  if (pointToPoint(call)) {
-    Prepared p = prepareP2P(ctx, call);
-    auto e = ctx.runtime()->engine->start(std::move(p.schedule), p.bindings, std::move(p.info));
-    return WorkAccess::make(ctx.runtime(), std::move(e));
-  }
-  return runAsync(ctx, resolve(ctx, call));
-}
+Work start(Context& ctx, const Call& call) { return startWith(ctx, call, call.options); }
 
 bool Work::wait(std::optional<std::chrono::milliseconds> timeout) {
   if (!valid()) throw InvalidArgument(Where{-1, "Work::wait", -1}, "an empty Work");
@@ -785,161 +793,172 @@ bool Work::test() {
 
 void allreduce(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                DataType dtype, const AllreduceOptions& options) {
-  execute(ctx, reduction(CallKind::kAllreduce, sendbuf, recvbuf, count, dtype, 0, options));
+  executeWith(ctx, reduction(CallKind::kAllreduce, sendbuf, recvbuf, count, dtype, 0, options),
+              options);
 }
 Work allreduceAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                     DataType dtype, const AllreduceOptions& options) {
-  return start(ctx, reduction(CallKind::kAllreduce, sendbuf, recvbuf, count, dtype, 0, options));
+  return startWith(ctx, reduction(CallKind::kAllreduce, sendbuf, recvbuf, count, dtype, 0, options),
+                   options);
 }
 
 void allgather(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                DataType dtype, const CollectiveOptions& options) {
-  execute(ctx, describe(CallKind::kAllgather, sendbuf, recvbuf, count, dtype, options));
+  executeWith(ctx, describe(CallKind::kAllgather, sendbuf, recvbuf, count, dtype), options);
 }
 Work allgatherAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                     DataType dtype, const CollectiveOptions& options) {
-  return start(ctx, describe(CallKind::kAllgather, sendbuf, recvbuf, count, dtype, options));
+  return startWith(ctx, describe(CallKind::kAllgather, sendbuf, recvbuf, count, dtype), options);
 }
 
 void allgatherv(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
                 const Counts& recvcounts, const Counts& displs, DataType dtype,
                 const CollectiveOptions& options) {
-  execute(ctx, allgathervCall(sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, options));
+  executeWith(ctx, allgathervCall(sendbuf, sendcount, recvbuf, recvcounts, displs, dtype), options);
 }
 Work allgathervAsync(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
                      const Counts& recvcounts, const Counts& displs, DataType dtype,
                      const CollectiveOptions& options) {
-  return start(ctx,
-               allgathervCall(sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, options));
+  return startWith(ctx, allgathervCall(sendbuf, sendcount, recvbuf, recvcounts, displs, dtype),
+                   options);
 }
 
 void reduceScatter(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t recvcount,
                    DataType dtype, const ReduceOptions& options) {
-  execute(ctx, reduction(CallKind::kReduceScatter, sendbuf, recvbuf, recvcount, dtype, 0, options));
+  executeWith(ctx,
+              reduction(CallKind::kReduceScatter, sendbuf, recvbuf, recvcount, dtype, 0, options),
+              options);
 }
 Work reduceScatterAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t recvcount,
                         DataType dtype, const ReduceOptions& options) {
-  return start(ctx,
-               reduction(CallKind::kReduceScatter, sendbuf, recvbuf, recvcount, dtype, 0, options));
+  return startWith(
+      ctx, reduction(CallKind::kReduceScatter, sendbuf, recvbuf, recvcount, dtype, 0, options),
+      options);
 }
 
 void reduceScatterv(Context& ctx, const void* sendbuf, void* recvbuf, const Counts& recvcounts,
                     DataType dtype, const ReduceOptions& options) {
-  execute(ctx, reduceScattervCall(sendbuf, recvbuf, recvcounts, dtype, options));
+  executeWith(ctx, reduceScattervCall(sendbuf, recvbuf, recvcounts, dtype, options), options);
 }
 Work reduceScattervAsync(Context& ctx, const void* sendbuf, void* recvbuf, const Counts& recvcounts,
                          DataType dtype, const ReduceOptions& options) {
-  return start(ctx, reduceScattervCall(sendbuf, recvbuf, recvcounts, dtype, options));
+  return startWith(ctx, reduceScattervCall(sendbuf, recvbuf, recvcounts, dtype, options), options);
 }
 
 void reduce(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
             int root, const ReduceOptions& options) {
-  execute(ctx, reduction(CallKind::kReduce, sendbuf, recvbuf, count, dtype, root, options));
+  executeWith(ctx, reduction(CallKind::kReduce, sendbuf, recvbuf, count, dtype, root, options),
+              options);
 }
 Work reduceAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                  DataType dtype, int root, const ReduceOptions& options) {
-  return start(ctx, reduction(CallKind::kReduce, sendbuf, recvbuf, count, dtype, root, options));
+  return startWith(ctx, reduction(CallKind::kReduce, sendbuf, recvbuf, count, dtype, root, options),
+                   options);
 }
 
 void gather(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
             int root, const CollectiveOptions& options) {
-  execute(ctx, rooted(CallKind::kGather, sendbuf, recvbuf, count, dtype, root, options));
+  executeWith(ctx, rooted(CallKind::kGather, sendbuf, recvbuf, count, dtype, root), options);
 }
 Work gatherAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                  DataType dtype, int root, const CollectiveOptions& options) {
-  return start(ctx, rooted(CallKind::kGather, sendbuf, recvbuf, count, dtype, root, options));
+  return startWith(ctx, rooted(CallKind::kGather, sendbuf, recvbuf, count, dtype, root), options);
 }
 
 void gatherv(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
              const Counts& recvcounts, const Counts& displs, DataType dtype, int root,
              const CollectiveOptions& options) {
-  execute(ctx, gathervCall(sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, root, options));
+  executeWith(ctx, gathervCall(sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, root),
+              options);
 }
 Work gathervAsync(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
                   const Counts& recvcounts, const Counts& displs, DataType dtype, int root,
                   const CollectiveOptions& options) {
-  return start(ctx,
-               gathervCall(sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, root, options));
+  return startWith(ctx, gathervCall(sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, root),
+                   options);
 }
 
 void scatter(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
              int root, const CollectiveOptions& options) {
-  execute(ctx, rooted(CallKind::kScatter, sendbuf, recvbuf, count, dtype, root, options));
+  executeWith(ctx, rooted(CallKind::kScatter, sendbuf, recvbuf, count, dtype, root), options);
 }
 Work scatterAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                   DataType dtype, int root, const CollectiveOptions& options) {
-  return start(ctx, rooted(CallKind::kScatter, sendbuf, recvbuf, count, dtype, root, options));
+  return startWith(ctx, rooted(CallKind::kScatter, sendbuf, recvbuf, count, dtype, root), options);
 }
 
 void scatterv(Context& ctx, const void* sendbuf, const Counts& sendcounts, const Counts& displs,
               void* recvbuf, std::uint64_t recvcount, DataType dtype, int root,
               const CollectiveOptions& options) {
-  execute(ctx, scattervCall(sendbuf, sendcounts, displs, recvbuf, recvcount, dtype, root, options));
+  executeWith(ctx, scattervCall(sendbuf, sendcounts, displs, recvbuf, recvcount, dtype, root),
+              options);
 }
 Work scattervAsync(Context& ctx, const void* sendbuf, const Counts& sendcounts,
                    const Counts& displs, void* recvbuf, std::uint64_t recvcount, DataType dtype,
                    int root, const CollectiveOptions& options) {
-  return start(ctx,
-               scattervCall(sendbuf, sendcounts, displs, recvbuf, recvcount, dtype, root, options));
+  return startWith(ctx, scattervCall(sendbuf, sendcounts, displs, recvbuf, recvcount, dtype, root),
+                   options);
 }
 
 void alltoall(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
               const CollectiveOptions& options) {
-  execute(ctx, describe(CallKind::kAlltoall, sendbuf, recvbuf, count, dtype, options));
+  executeWith(ctx, describe(CallKind::kAlltoall, sendbuf, recvbuf, count, dtype), options);
 }
 Work alltoallAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                    DataType dtype, const CollectiveOptions& options) {
-  return start(ctx, describe(CallKind::kAlltoall, sendbuf, recvbuf, count, dtype, options));
+  return startWith(ctx, describe(CallKind::kAlltoall, sendbuf, recvbuf, count, dtype), options);
 }
 
 void alltoallv(Context& ctx, const void* sendbuf, const Counts& sendcounts, const Counts& sdispls,
                void* recvbuf, const Counts& recvcounts, const Counts& rdispls, DataType dtype,
                const CollectiveOptions& options) {
-  execute(ctx, alltoallvCall(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype,
-                             options));
+  executeWith(ctx, alltoallvCall(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype),
+              options);
 }
 Work alltoallvAsync(Context& ctx, const void* sendbuf, const Counts& sendcounts,
                     const Counts& sdispls, void* recvbuf, const Counts& recvcounts,
                     const Counts& rdispls, DataType dtype, const CollectiveOptions& options) {
-  return start(ctx, alltoallvCall(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype,
-                                  options));
+  return startWith(ctx,
+                   alltoallvCall(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype),
+                   options);
 }
 
 void broadcast(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int root,
                const CollectiveOptions& options) {
-  execute(ctx, rooted(CallKind::kBroadcast, nullptr, buffer, count, dtype, root, options));
+  executeWith(ctx, rooted(CallKind::kBroadcast, nullptr, buffer, count, dtype, root), options);
 }
 Work broadcastAsync(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int root,
                     const CollectiveOptions& options) {
-  return start(ctx, rooted(CallKind::kBroadcast, nullptr, buffer, count, dtype, root, options));
+  return startWith(ctx, rooted(CallKind::kBroadcast, nullptr, buffer, count, dtype, root), options);
 }
 
 void barrier(Context& ctx, const CollectiveOptions& options) {
-  execute(ctx, describe(CallKind::kBarrier, nullptr, nullptr, 0, DataType::kUint8, options));
+  executeWith(ctx, describe(CallKind::kBarrier, nullptr, nullptr, 0, DataType::kUint8), options);
 }
 Work barrierAsync(Context& ctx, const CollectiveOptions& options) {
-  return start(ctx, describe(CallKind::kBarrier, nullptr, nullptr, 0, DataType::kUint8, options));
+  return startWith(ctx, describe(CallKind::kBarrier, nullptr, nullptr, 0, DataType::kUint8),
+                   options);
 }
 
 void send(Context& ctx, const void* buffer, std::uint64_t count, DataType dtype, int peer,
           std::uint64_t tag, const CollectiveOptions& options) {
-  execute(ctx,
-          pointToPointCall(CallKind::kSend, buffer, nullptr, count, dtype, peer, tag, options));
+  executeWith(ctx, pointToPointCall(CallKind::kSend, buffer, nullptr, count, dtype, peer, tag),
+              options);
 }
 void recv(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int peer,
           std::uint64_t tag, const CollectiveOptions& options) {
-  execute(ctx,
-          pointToPointCall(CallKind::kRecv, nullptr, buffer, count, dtype, peer, tag, options));
+  executeWith(ctx, pointToPointCall(CallKind::kRecv, nullptr, buffer, count, dtype, peer, tag),
+              options);
 }
 Work sendAsync(Context& ctx, const void* buffer, std::uint64_t count, DataType dtype, int peer,
                std::uint64_t tag, const CollectiveOptions& options) {
-  return start(
-      ctx, pointToPointCall(CallKind::kSend, buffer, nullptr, count, dtype, peer, tag, options));
+  return startWith(ctx, pointToPointCall(CallKind::kSend, buffer, nullptr, count, dtype, peer, tag),
+                   options);
 }
 Work recvAsync(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int peer,
                std::uint64_t tag, const CollectiveOptions& options) {
-  return start(
-      ctx, pointToPointCall(CallKind::kRecv, nullptr, buffer, count, dtype, peer, tag, options));
+  return startWith(ctx, pointToPointCall(CallKind::kRecv, nullptr, buffer, count, dtype, peer, tag),
+                   options);
 }
 
 }  // namespace collx
