@@ -450,6 +450,174 @@ TEST(Validation, BadArgumentsAreInvalidArgumentNamingRankAndCall) {
   for (int r = 0; r < 2; ++r) EXPECT_EQ(test::messageOf(errors[r]), "") << "rank " << r;
 }
 
+// ---- calls as descriptions (call.h) --------------------------------------------------
+
+// Every kind through execute() and start() with a Call filled by hand, as the bindings fill it,
+// against the same call through its function of collectives.h.
+TEST(Descriptions, EveryKindMatchesItsFunction) {
+  constexpr int P = 3;
+  World& world = test::worldOf(P);
+  std::vector<std::string> wrong(P);
+  world.runOk([&](int rank, Context& ctx) {
+    const std::uint64_t n = 4;
+    std::vector<std::int32_t> in(n * P);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<std::int32_t>(rank * 100 + i);
+    Counts counts{1, 2, 3}, displs{0, 1, 3}, sizes(P, n), offsets{0, n, 2 * n};
+    const auto I32 = DataType::kInt32;
+    struct Case {
+      CallKind kind;
+      std::function<void(std::int32_t*)> function;  // the same call through collectives.h
+      std::function<void(Call&, std::int32_t*)> fill;
+    };
+    AllreduceOptions maxOp;
+    maxOp.op = ReduceOpKind::kMax;
+    const std::vector<Case> cases = {
+        {CallKind::kAllreduce,
+         [&](std::int32_t* out) { allreduce(ctx, in.data(), out, n, I32, maxOp); },
+         [&](Call& c, std::int32_t* out) {
+           c.sendbuf = in.data(), c.recvbuf = out, c.count = n, c.op = ReduceOpKind::kMax;
+         }},
+        {CallKind::kReduce, [&](std::int32_t* out) { reduce(ctx, in.data(), out, n, I32, 1); },
+         [&](Call& c, std::int32_t* out) {
+           c.sendbuf = in.data(), c.recvbuf = out, c.count = n, c.root = 1;
+         }},
+        {CallKind::kBroadcast,
+         [&](std::int32_t* out) {
+           std::copy(in.begin(), in.begin() + n, out);
+           broadcast(ctx, out, n, I32, 2);
+         },
+         [&](Call& c, std::int32_t* out) {
+           std::copy(in.begin(), in.begin() + n, out);
+           c.recvbuf = out, c.count = n, c.root = 2;
+         }},
+        {CallKind::kAllgather, [&](std::int32_t* out) { allgather(ctx, in.data(), out, n, I32); },
+         [&](Call& c, std::int32_t* out) { c.sendbuf = in.data(), c.recvbuf = out, c.count = n; }},
+        {CallKind::kAllgatherv,
+         [&](std::int32_t* out) {
+           allgatherv(ctx, in.data(), counts[rank], out, counts, displs, I32);
+         },
+         [&](Call& c, std::int32_t* out) {
+           c.sendbuf = in.data(), c.recvbuf = out, c.count = counts[rank];
+           c.counts = &counts, c.displs = &displs;
+         }},
+        {CallKind::kReduceScatter,
+         [&](std::int32_t* out) { reduceScatter(ctx, in.data(), out, n, I32); },
+         [&](Call& c, std::int32_t* out) { c.sendbuf = in.data(), c.recvbuf = out, c.count = n; }},
+        {CallKind::kReduceScatterv,
+         [&](std::int32_t* out) { reduceScatterv(ctx, in.data(), out, counts, I32); },
+         [&](Call& c, std::int32_t* out) {
+           c.sendbuf = in.data(), c.recvbuf = out, c.counts = &counts;
+         }},
+        {CallKind::kGather, [&](std::int32_t* out) { gather(ctx, in.data(), out, n, I32, 0); },
+         [&](Call& c, std::int32_t* out) { c.sendbuf = in.data(), c.recvbuf = out, c.count = n; }},
+        {CallKind::kGatherv,
+         [&](std::int32_t* out) {
+           gatherv(ctx, in.data(), counts[rank], out, counts, displs, I32, 1);
+         },
+         [&](Call& c, std::int32_t* out) {
+           c.sendbuf = in.data(), c.recvbuf = out, c.count = counts[rank], c.root = 1;
+           c.counts = &counts;  // packed: `displs` are its prefix sums
+         }},
+        {CallKind::kScatter, [&](std::int32_t* out) { scatter(ctx, in.data(), out, n, I32, 2); },
+         [&](Call& c, std::int32_t* out) {
+           c.sendbuf = in.data(), c.recvbuf = out, c.count = n, c.root = 2;
+         }},
+        {CallKind::kScatterv,
+         [&](std::int32_t* out) {
+           scatterv(ctx, in.data(), counts, displs, out, counts[rank], I32, 0);
+         },
+         [&](Call& c, std::int32_t* out) {
+           c.sendbuf = in.data(), c.recvbuf = out, c.count = counts[rank];
+           c.counts = &counts, c.displs = &displs;
+         }},
+        {CallKind::kAlltoall, [&](std::int32_t* out) { alltoall(ctx, in.data(), out, n, I32); },
+         [&](Call& c, std::int32_t* out) { c.sendbuf = in.data(), c.recvbuf = out, c.count = n; }},
+        {CallKind::kAlltoallv,
+         [&](std::int32_t* out) {
+           alltoallv(ctx, in.data(), sizes, offsets, out, sizes, offsets, I32);
+         },
+         [&](Call& c, std::int32_t* out) {
+           // No displacements: the blocks packed in rank order, as `offsets` says.
+           c.sendbuf = in.data(), c.recvbuf = out, c.counts = &sizes, c.recvCounts = &sizes;
+         }},
+        {CallKind::kBarrier, [&](std::int32_t*) { barrier(ctx); }, [&](Call&, std::int32_t*) {}},
+        {CallKind::kSend,
+         [&](std::int32_t* out) {
+           // A ring: send to the next rank, receive from the previous one.
+           Work w = recvAsync(ctx, out, n, I32, (rank + P - 1) % P, 9);
+           send(ctx, in.data(), n, I32, (rank + 1) % P, 9);
+           w.wait();
+         },
+         [&](Call& c, std::int32_t* out) {
+           Call r;
+           r.kind = CallKind::kRecv, r.recvbuf = out, r.count = n, r.dtype = I32;
+           r.peer = (rank + P - 1) % P, r.tag = 9;
+           Work w = start(ctx, r);
+           c.sendbuf = in.data(), c.count = n, c.peer = (rank + 1) % P, c.tag = 9;
+           execute(ctx, c);
+           w.wait();
+           c.kind = CallKind::kBarrier;  // done: what the caller runs next is a barrier
+         }},
+    };
+    for (const Case& k : cases) {
+      for (bool async : {false, true}) {
+        std::vector<std::int32_t> expected(n * P * 2, -1), got(n * P * 2, -1);
+        k.function(expected.data());
+        Call c;
+        c.kind = k.kind;
+        c.dtype = I32;
+        k.fill(c, got.data());
+        if (async) {
+          start(ctx, c).wait();
+        } else {
+          execute(ctx, c);
+        }
+        if (got != expected) {
+          wrong[rank] += std::string(callKindName(k.kind)) + (async ? " (start) " : " (execute) ");
+        }
+      }
+    }
+  });
+  for (int r = 0; r < P; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
+}
+
+TEST(Descriptions, MissingVectorsAndUnknownKindsAreInvalidArguments) {
+  World& world = test::worldOf(2);
+  std::vector<std::string> messages(2);
+  world.runOk([&](int rank, Context& ctx) {
+    float x[4] = {};
+    auto message = [&](const Call& c) -> std::string {
+      try {
+        execute(ctx, c);
+      } catch (const InvalidArgument& e) {
+        return e.what();
+      }
+      return "accepted";
+    };
+    Call c;
+    c.kind = CallKind::kAllgatherv;
+    c.sendbuf = x, c.recvbuf = x, c.count = 1, c.dtype = DataType::kFloat32;
+    messages[rank] = message(c);
+    Counts counts{1, 1};
+    c.kind = CallKind::kAlltoallv;
+    c.counts = &counts, c.displs = &counts;
+    messages[rank] += " | " + message(c);
+    c.kind = static_cast<CallKind>(200);
+    messages[rank] += " | " + message(c);
+    allreduce(ctx, x, x, 4, DataType::kFloat32);  // nothing was sent: the context still works
+  });
+  for (int r = 0; r < 2; ++r) {
+    const std::string& m = messages[r];
+    EXPECT_NE(m.find("rank " + std::to_string(r) + ": allgatherv: recvcounts are missing"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("alltoallv: recvcounts are missing"), std::string::npos) << m;
+    EXPECT_NE(m.find("unknown call kind 200"), std::string::npos) << m;
+  }
+  EXPECT_STREQ(callKindName(CallKind::kReduceScatterv), "reduce_scatterv");
+  EXPECT_STREQ(callKindName(static_cast<CallKind>(200)), "unknown");
+}
+
 // ---- failures: each test forms its own world, which the failure poisons ----------------
 
 // A mismatch raises MismatchError on both sides: in the mismatched call itself on a rank

@@ -14,62 +14,45 @@ std::string shapeText(const std::vector<py::ssize_t>& v) {
   return out + (v.size() == 1 ? ",)" : ")");
 }
 
-// A struct-module format (what numpy, array.array and memoryview export) as a collx type and
-// a readable name. Byte-order prefixes other than native little endian leave no collx type.
-std::optional<DataType> typeOfFormat(std::string_view format, std::size_t itemSize,
-                                     std::string& name) {
-  bool nonNative = false;
+// The name numpy gives a struct-module format (what numpy, array.array and memoryview export):
+// "float32", "bool", "uint16", "complex64". Byte-order prefixes other than native little
+// endian make a name with no collx type ("big-endian float32").
+std::string nameOfFormat(std::string_view format, std::size_t itemSize, bool& native) {
+  native = true;
   if (!format.empty() && (format[0] == '@' || format[0] == '=' || format[0] == '<')) {
     format.remove_prefix(1);
   } else if (!format.empty() && (format[0] == '>' || format[0] == '!')) {
-    nonNative = true;
+    native = false;
     format.remove_prefix(1);
   }
-  std::optional<DataType> type;
+  const std::string bits = std::to_string(itemSize * 8);
+  std::string name;
   if (format == "b") {
-    type = DataType::kInt8, name = "int8";
+    name = "int8";
   } else if (format == "B" || format == "c") {
-    type = DataType::kUint8, name = "uint8";
+    name = "uint8";
   } else if (format == "?") {
-    type = DataType::kUint8, name = "bool";
+    name = "bool";
   } else if (format == "e") {
-    type = DataType::kFloat16, name = "float16";
+    name = "float16";
   } else if (format == "f") {
-    type = DataType::kFloat32, name = "float32";
+    name = "float32";
   } else if (format == "d") {
-    type = DataType::kFloat64, name = "float64";
-  } else if (format == "i" || format == "l" || format == "q" || format == "n") {
-    if (itemSize == 4) type = DataType::kInt32, name = "int32";
-    if (itemSize == 8) type = DataType::kInt64, name = "int64";
-  } else if (format == "h") {
-    name = "int16";
-  } else if (format == "H") {
-    name = "uint16";
-  } else if (format == "I" || format == "L" || format == "Q" || format == "N") {
-    name = "uint" + std::to_string(itemSize * 8);
+    name = "float64";
+  } else if (format == "h" || format == "i" || format == "l" || format == "q" || format == "n") {
+    name = "int" + bits;
+  } else if (format == "H" || format == "I" || format == "L" || format == "Q" || format == "N") {
+    name = "uint" + bits;
   } else if (format == "Zf") {
     name = "complex64";
   } else if (format == "Zd") {
     name = "complex128";
   } else if (format == "g") {
     name = "longdouble";
+  } else {
+    name = "format '" + std::string(format) + "'";
   }
-  if (name.empty()) name = "format '" + std::string(format) + "'";
-  if (nonNative) {
-    name = "big-endian " + name;
-    type.reset();
-  }
-  return type;
-}
-
-std::optional<DataType> typeOfTorch(const std::string& dtype, std::string& name) {
-  // str(torch.float32) == "torch.float32"
-  name = dtype.rfind("torch.", 0) == 0 ? dtype.substr(6) : dtype;
-  if (name == "bool") return DataType::kUint8;
-  std::optional<DataType> type = parseDataType(name);
-  if (type && name != dataTypeName(*type)) type.reset();  // only the exact names
-  if (!type) name = "torch." + name;
-  return type;
+  return native ? name : "big-endian " + name;
 }
 
 bool looksLikeTensor(py::handle object) {
@@ -84,6 +67,11 @@ Buffer::~Buffer() {
   if (view_ && view_->obj != nullptr) PyBuffer_Release(view_.get());
 }
 
+void Buffer::abandon() noexcept {
+  object_.release();
+  static_cast<void>(view_.release());
+}
+
 Buffer Buffer::acquire(py::handle object, bool writable, const char* role, const Where& where) {
   Buffer b;
   b.object_ = py::reinterpret_borrow<py::object>(object);
@@ -96,7 +84,9 @@ Buffer Buffer::acquire(py::handle object, bool writable, const char* role, const
     const Py_buffer& v = *b.view_;
     b.itemSize_ = static_cast<std::size_t>(v.itemsize);
     b.format_ = v.format ? v.format : "B";
-    b.dtype_ = typeOfFormat(b.format_, b.itemSize_, b.typeName_);
+    bool native = true;
+    b.typeName_ = nameOfFormat(b.format_, b.itemSize_, native);
+    if (native) b.type_ = bindings::findElementType(b.typeName_);
     if (v.shape != nullptr) b.shape_.assign(v.shape, v.shape + v.ndim);
     if (!PyBuffer_IsContiguous(&v, 'C')) {
       std::vector<py::ssize_t> strides;
@@ -126,7 +116,11 @@ Buffer Buffer::acquire(py::handle object, bool writable, const char* role, const
                                std::string(py::str(py::type::handle_of(object).attr("__name__")))));
   }
   b.torch_ = true;
-  b.dtype_ = typeOfTorch(py::str(object.attr("dtype")), b.typeName_);
+  // str(torch.float32) == "torch.float32": torch names its types as numpy does.
+  const std::string dtype = py::str(object.attr("dtype"));
+  const std::string name = dtype.rfind("torch.", 0) == 0 ? dtype.substr(6) : dtype;
+  b.type_ = bindings::findElementType(name);
+  b.typeName_ = b.type_ != nullptr ? name : dtype;
   for (py::handle d : object.attr("shape")) b.shape_.push_back(d.cast<py::ssize_t>());
   const std::string device = py::str(object.attr("device").attr("type"));
   if (device != "cpu") {
@@ -156,8 +150,8 @@ py::object Buffer::allocateLike(const std::vector<py::ssize_t>& shape) const {
   return numpy.attr("empty")(dims, dtype);
 }
 
-Typed typeOf(const Buffer& buffer, std::optional<DataType> override, bool reduces, const char* role,
-             const Where& where) {
+Typed typeOf(const Buffer& buffer, std::optional<DataType> override, const ReduceOp* op,
+             const char* role, const Where& where) {
   Typed t;
   if (override) {
     const std::size_t size = dataTypeSize(*override);
@@ -168,23 +162,19 @@ Typed typeOf(const Buffer& buffer, std::optional<DataType> override, bool reduce
     }
     t.dtype = *override;
     t.count = buffer.bytes() / size;
+    t.type = bindings::findElementType(dataTypeName(*override));
     return t;
   }
-  if (buffer.dataType()) {
-    t.dtype = *buffer.dataType();
-    t.count = buffer.bytes() / dataTypeSize(t.dtype);
-    return t;
-  }
-  if (reduces) {
-    throw InvalidArgument(where, std::string(role) + " holds " + buffer.typeName() +
-                                     " elements, which collx cannot reduce (it reduces int8, "
-                                     "uint8, int32, int64, float16, bfloat16, float32 and "
-                                     "float64; for bfloat16 stored as uint16, pass "
-                                     "dtype=collx.bfloat16)");
-  }
-  t.dtype = DataType::kUint8;
-  t.count = buffer.bytes();
-  t.scale = buffer.itemSize();
+  // (numpy has no bfloat16: such arrays are often uint16.)
+  const char* hint = buffer.typeName() == "uint16"
+                         ? "; for bfloat16 stored as uint16, pass dtype=collx.bfloat16"
+                         : "";
+  const bindings::Units units = bindings::unitsOf(buffer.elementType(), buffer.itemSize(), op,
+                                                  buffer.typeName(), role, where, hint);
+  t.dtype = units.dtype;
+  t.count = buffer.bytes() / dataTypeSize(units.dtype);
+  t.scale = units.perElement;
+  t.type = buffer.elementType();
   return t;
 }
 

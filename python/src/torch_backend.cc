@@ -5,18 +5,22 @@
 //
 // ProcessGroupCollx is a c10d::ProcessGroup over one collx::Context, which joins through the
 // c10d::Store torch's rendezvous made (C10dStore adapts it to collx's Store), so torch's
-// TCPStore or FileStore serves collx too. Every op starts a collx nonblocking call on the
-// caller's thread (ranks issue them in the same order, as torch requires) and returns a
-// WorkCollx: wait() drives the call on the waiting thread (no hand-off for a blocking
-// torch call); getFuture() hands the wait to the group's completion thread, which completes
-// the future (DistributedDataParallel's path). Ops whose torch arguments are lists of tensors
-// go through one flat buffer and copy in or out around the call.
+// TCPStore or FileStore serves collx too. Every op turns its tensors into a collx::Call and
+// runs it (small ones) or starts it on the caller's thread (ranks issue them in the same
+// order, as torch requires), and returns a WorkCollx: wait() drives the call on the waiting
+// thread (no hand-off for a blocking torch call); getFuture() hands the wait to the group's
+// completion thread, which completes the future (DistributedDataParallel's path). Ops whose
+// torch arguments are lists of tensors go through one flat buffer and copy in or out around
+// the call. Types and ops map onto collx as in the module (shared/mapping.h), and a dropped
+// handle's tensors stay alive as there (shared/in_flight.h).
 //
 // This is the only file that includes torch's headers (they cost ~1 minute to compile).
 #include <ATen/ATen.h>
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
+#include <torch/csrc/utils/tensor_dtypes.h>
 
+#include <array>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -30,6 +34,8 @@
 
 #include "collx/collx.h"
 #include "collx/settings.h"
+#include "shared/in_flight.h"
+#include "shared/mapping.h"
 
 namespace collx::torch_backend {
 
@@ -158,8 +164,8 @@ class C10dStore final : public rendezvous::Store {
 
 // ---- the completion thread -------------------------------------------------------------
 
-// Runs tasks in order on one thread: waits that complete futures, and the calls whose Work
-// torch dropped before they ended (their tensors stay alive until they do).
+// Runs tasks in order on one thread: the waits that complete futures (torch needs a thread to
+// mark them complete; the tensors of a dropped Work are the group's InFlight's business).
 class Completer {
  public:
   Completer() : queue_(std::make_shared<Queue>()) {}
@@ -217,7 +223,8 @@ class Completer {
 
 // ---- work ----------------------------------------------------------------------------------
 
-// What a call borrows: collx reads and writes these tensors' memory until it ends.
+// What a call borrows: collx reads and writes these tensors' memory until it ends (after the
+// Work was dropped: held by the group's InFlight).
 struct Pending {
   Work work;
   std::exception_ptr error;  // of a call that ran on the caller's thread
@@ -228,23 +235,19 @@ struct Pending {
 class WorkCollx final : public c10d::Work {
  public:
   WorkCollx(int rank, c10d::OpType type, std::shared_ptr<Pending> pending,
-            std::vector<at::Tensor> outputs, std::shared_ptr<Completer> completer, int source)
+            std::vector<at::Tensor> outputs, std::shared_ptr<Completer> completer,
+            std::shared_ptr<bindings::InFlight> inFlight, int source)
       : c10d::Work(rank, type),
         pending_(std::move(pending)),
         outputs_(std::move(outputs)),
         completer_(std::move(completer)),
+        inFlight_(std::move(inFlight)),
         source_(source) {}
 
   ~WorkCollx() override {
     if (ended_.load()) return;
-    // torch dropped the handle of a call in flight: keep its tensors until it ends.
-    completer_->post([pending = pending_] {
-      try {
-        pending->work.wait();
-      } catch (...) {
-        // Nobody is left to tell; the context keeps the error for its next call.
-      }
-    });
+    // torch dropped the handle of a call in flight: its tensors stay until it ends.
+    inFlight_->adopt(pending_->work, pending_);
   }
 
   bool isCompleted() override {
@@ -353,6 +356,7 @@ class WorkCollx final : public c10d::Work {
   std::shared_ptr<Pending> pending_;
   std::vector<at::Tensor> outputs_;
   std::shared_ptr<Completer> completer_;
+  std::shared_ptr<bindings::InFlight> inFlight_;
   int source_;
   std::mutex endMutex_;
   std::atomic<bool> ended_{false};
@@ -363,38 +367,46 @@ class WorkCollx final : public c10d::Work {
 
 // ---- tensors ---------------------------------------------------------------------------
 
-// A contiguous CPU tensor as collx sees it: a type and an element count. Complex tensors
-// reduce (sum, avg) as pairs of reals; tensors of a type collx has no name for move as
-// bytes when nothing is reduced.
+// A contiguous CPU tensor as collx sees it: a type, a count of its elements, and how many of
+// those one of the tensor's elements takes (shared/mapping.h: 1; 2 for complex reduced as
+// pairs of reals; the item size for types collx has no name for, moved as bytes).
 struct Flat {
   void* data = nullptr;
   std::uint64_t count = 0;
   DataType dtype = DataType::kUint8;
+  std::uint64_t perElement = 1;
 };
 
-std::optional<DataType> collxType(at::ScalarType type) {
-  switch (type) {
-    case at::kChar:
-      return DataType::kInt8;
-    case at::kByte:
-    case at::kBool:
-      return DataType::kUint8;
-    case at::kInt:
-      return DataType::kInt32;
-    case at::kLong:
-      return DataType::kInt64;
-    case at::kHalf:
-      return DataType::kFloat16;
-    case at::kBFloat16:
-      return DataType::kBfloat16;
-    case at::kFloat:
-      return DataType::kFloat32;
-    case at::kDouble:
-      return DataType::kFloat64;
-    default:
-      return std::nullopt;
-  }
+// torch's own name for a type ("float32", "bool"), which is numpy's too: the module finds a
+// tensor's type by that name as well.
+std::string torchName(at::ScalarType type) { return torch::utils::getDtypeNames(type).first; }
+
+// The element type of a torch type (nullptr: one collx has no name for), looked up by its
+// name once per type.
+const bindings::ElementType* elementTypeOf(at::ScalarType type) {
+  constexpr auto kTypes = static_cast<std::size_t>(at::ScalarType::NumOptions);
+  static const std::array<const bindings::ElementType*, kTypes> table = [] {
+    std::array<const bindings::ElementType*, kTypes> t{};
+    for (std::size_t i = 0; i < kTypes; ++i) {
+      try {
+        t[i] = bindings::findElementType(torchName(static_cast<at::ScalarType>(i)));
+      } catch (const std::exception&) {
+        // a type torch has no name for
+      }
+    }
+    return t;
+  }();
+  const auto i = static_cast<std::size_t>(type);
+  return i < kTypes ? table[i] : nullptr;
 }
+
+// torch's RedOpType order, which shared/mapping.h's table follows.
+static_assert(c10d::ReduceOp::SUM == 0 && c10d::ReduceOp::AVG == 1 &&
+                  c10d::ReduceOp::PRODUCT == 2 && c10d::ReduceOp::MIN == 3 &&
+                  c10d::ReduceOp::MAX == 4 && c10d::ReduceOp::BAND == 5 &&
+                  c10d::ReduceOp::BOR == 6 && c10d::ReduceOp::BXOR == 7 &&
+                  c10d::ReduceOp::PREMUL_SUM == bindings::kTorchPremulSum,
+              "bindings::kTorchOps lists torch's RedOpType in its order");
 
 void checkTensor(const at::Tensor& t, const char* role, const Where& where) {
   if (!t.defined()) throw InvalidArgument(where, std::string(role) + " is undefined");
@@ -416,55 +428,27 @@ void checkTensor(const at::Tensor& t, const char* role, const Where& where) {
 Flat flatOf(const at::Tensor& t, const char* role, const Where& where,
             std::optional<c10d::ReduceOp::RedOpType> op = std::nullopt) {
   checkTensor(t, role, where);
+  const bindings::ElementType* type = elementTypeOf(t.scalar_type());
+  std::optional<ReduceOp> reduction;
+  if (op) reduction = bindings::torchOp(*op, where);
+  // The type's name for unitsOf's refusal (as the module names it), which a type with a collx
+  // type never needs.
+  const std::string name = type != nullptr && type->dtype ? std::string()
+                           : type != nullptr              ? torchName(t.scalar_type())
+                                                          : "torch." + torchName(t.scalar_type());
+  const bindings::Units units = bindings::unitsOf(
+      type, t.element_size(), reduction ? &*reduction : nullptr, name, role, where);
   Flat f;
   f.data = t.data_ptr();
-  std::optional<DataType> type = collxType(t.scalar_type());
-  if (type) {
-    f.dtype = *type;
-    f.count = static_cast<std::uint64_t>(t.numel());
-    return f;
-  }
-  const bool complex =
-      t.scalar_type() == at::kComplexFloat || t.scalar_type() == at::kComplexDouble;
-  if (op && complex && (*op == c10d::ReduceOp::SUM || *op == c10d::ReduceOp::AVG)) {
-    f.dtype = t.scalar_type() == at::kComplexFloat ? DataType::kFloat32 : DataType::kFloat64;
-    f.count = static_cast<std::uint64_t>(t.numel()) * 2;
-    return f;
-  }
-  if (op) {
-    throw InvalidArgument(where, std::string(role) + " is " +
-                                     std::string(c10::toString(t.scalar_type())) +
-                                     ", which collx cannot reduce with this op");
-  }
-  f.dtype = DataType::kUint8;
-  f.count = static_cast<std::uint64_t>(t.nbytes());
+  f.dtype = units.dtype;
+  f.count = static_cast<std::uint64_t>(t.nbytes()) / dataTypeSize(units.dtype);
+  f.perElement = units.perElement;
   return f;
 }
 
+// The collx op of a reduction of `type` (bool's sum and prod as or and and).
 ReduceOp reduceOpOf(const c10d::ReduceOp& op, at::ScalarType type, const Where& where) {
-  const bool boolean = type == at::kBool;
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      return boolean ? ReduceOpKind::kBor : ReduceOpKind::kSum;  // as gloo: logical or
-    case c10d::ReduceOp::PRODUCT:
-      return boolean ? ReduceOpKind::kBand : ReduceOpKind::kProd;
-    case c10d::ReduceOp::MIN:
-      return ReduceOpKind::kMin;
-    case c10d::ReduceOp::MAX:
-      return ReduceOpKind::kMax;
-    case c10d::ReduceOp::AVG:
-      if (boolean) throw InvalidArgument(where, "ReduceOp.AVG of bool tensors");
-      return ReduceOpKind::kAvg;
-    case c10d::ReduceOp::BAND:
-      return ReduceOpKind::kBand;
-    case c10d::ReduceOp::BOR:
-      return ReduceOpKind::kBor;
-    case c10d::ReduceOp::BXOR:
-      return ReduceOpKind::kBxor;
-    default:
-      throw InvalidArgument(where, "ReduceOp " + std::to_string(static_cast<int>(op.op_)) +
-                                       " (PREMUL_SUM) is not supported by the collx backend");
-  }
+  return bindings::opFor(bindings::torchOp(op.op_, where), elementTypeOf(type), where);
 }
 
 // The tensors of a list as one contiguous run of memory, if they already are one (e.g.
@@ -534,13 +518,16 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
   }
 
   ~ProcessGroupCollx() override {
-    // Finishing the pending waits (each bounded by its call's deadline) may run futures'
-    // callbacks written in Python: never hold the GIL while joining their thread.
+    // Waiting for the dropped calls and finishing the pending waits (each bounded by its
+    // call's deadline) may run futures' callbacks written in Python: never hold the GIL while
+    // joining their thread.
     if (Py_IsInitialized() && PyGILState_Check()) {
       py::gil_scoped_release release;
+      inFlight_->drain();
       completer_.reset();
       context_.reset();
     } else {
+      inFlight_->drain();
       completer_.reset();
       context_.reset();
     }
@@ -555,13 +542,10 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     const at::Tensor& t = single(tensors, where);
     if (opts.rootTensor != 0) throw InvalidArgument(where, "rootTensor must be 0");
     Flat f = flatOf(t, "the tensor", where);
-    CollectiveOptions o = options(opts.timeout);
-    const int root = static_cast<int>(opts.rootRank);
-    return launch(c10d::OpType::BROADCAST, tensors, {t}, [&](bool async) -> Work {
-      if (async) return broadcastAsync(*context_, f.data, f.count, f.dtype, root, o);
-      collx::broadcast(*context_, f.data, f.count, f.dtype, root, o);
-      return {};
-    });
+    Call c = describe(CallKind::kBroadcast, opts.timeout, f);
+    c.recvbuf = f.data;
+    c.root = static_cast<int>(opts.rootRank);
+    return launch(c10d::OpType::BROADCAST, tensors, {t}, c);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
@@ -569,14 +553,10 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     Where where = here("allreduce");
     const at::Tensor& t = single(tensors, where);
     Flat f = flatOf(t, "the tensor", where, opts.reduceOp.op_);
-    AllreduceOptions o;
-    static_cast<CollectiveOptions&>(o) = options(opts.timeout);
-    o.op = reduceOpOf(opts.reduceOp, t.scalar_type(), where);
-    return launch(c10d::OpType::ALLREDUCE, tensors, {t}, [&](bool async) -> Work {
-      if (async) return allreduceAsync(*context_, f.data, f.data, f.count, f.dtype, o);
-      collx::allreduce(*context_, f.data, f.data, f.count, f.dtype, o);
-      return {};
-    });
+    Call c = describe(CallKind::kAllreduce, opts.timeout, f);
+    c.sendbuf = c.recvbuf = f.data;
+    c.op = reduceOpOf(opts.reduceOp, t.scalar_type(), where);
+    return launch(c10d::OpType::ALLREDUCE, tensors, {t}, c);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
@@ -591,18 +571,12 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     }
     at::Tensor flat = packed(tensors);
     Flat f = flatOf(flat, "the tensors", where, opts.reduceOp.op_);
-    AllreduceOptions o;
-    static_cast<CollectiveOptions&>(o) = options(opts.timeout);
-    o.op = reduceOpOf(opts.reduceOp, flat.scalar_type(), where);
+    Call c = describe(CallKind::kAllreduce, opts.timeout, f);
+    c.sendbuf = c.recvbuf = f.data;
+    c.op = reduceOpOf(opts.reduceOp, flat.scalar_type(), where);
     std::vector<at::Tensor> outputs = tensors;
-    return launch(
-        c10d::OpType::ALLREDUCE_COALESCED, tensors, {flat},
-        [&](bool async) -> Work {
-          if (async) return allreduceAsync(*context_, f.data, f.data, f.count, f.dtype, o);
-          collx::allreduce(*context_, f.data, f.data, f.count, f.dtype, o);
-          return {};
-        },
-        [flat, outputs]() mutable { unpack(flat, outputs); });
+    return launch(c10d::OpType::ALLREDUCE_COALESCED, tensors, {flat}, c,
+                  [flat, outputs]() mutable { unpack(flat, outputs); });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
@@ -611,15 +585,11 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     const at::Tensor& t = single(tensors, where);
     if (opts.rootTensor != 0) throw InvalidArgument(where, "rootTensor must be 0");
     Flat f = flatOf(t, "the tensor", where, opts.reduceOp.op_);
-    ReduceOptions o;
-    static_cast<CollectiveOptions&>(o) = options(opts.timeout);
-    o.op = reduceOpOf(opts.reduceOp, t.scalar_type(), where);
-    const int root = static_cast<int>(opts.rootRank);
-    return launch(c10d::OpType::REDUCE, tensors, {t}, [&](bool async) -> Work {
-      if (async) return reduceAsync(*context_, f.data, f.data, f.count, f.dtype, root, o);
-      collx::reduce(*context_, f.data, f.data, f.count, f.dtype, root, o);
-      return {};
-    });
+    Call c = describe(CallKind::kReduce, opts.timeout, f);
+    c.sendbuf = c.recvbuf = f.data;
+    c.op = reduceOpOf(opts.reduceOp, t.scalar_type(), where);
+    c.root = static_cast<int>(opts.rootRank);
+    return launch(c10d::OpType::REDUCE, tensors, {t}, c);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -633,37 +603,18 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     Flat fin = flatOf(in, "the input", where);
     at::Tensor flat = receiver(list);
     Flat fout = flatOf(flat, "the output", where);
-    CollectiveOptions o = options(opts.timeout);
-    auto [counts, equal] = countsOf(list, fin, in);
+    auto [counts, equal] = countsOf(list, fin);
     if (counts[rank_] != fin.count) {
       throw InvalidArgument(where, "output " + std::to_string(rank_) + " holds " +
                                        std::to_string(list[rank_].numel()) +
                                        " elements, the input " + std::to_string(in.numel()));
     }
-    auto finalize = [flat, list]() mutable { unpack(flat, list); };
-    if (equal) {
-      return launch(
-          c10d::OpType::ALLGATHER, list, {in, flat},
-          [&](bool async) -> Work {
-            if (async)
-              return allgatherAsync(*context_, fin.data, fout.data, fin.count, fin.dtype, o);
-            collx::allgather(*context_, fin.data, fout.data, fin.count, fin.dtype, o);
-            return {};
-          },
-          finalize);
-    }
-    Counts displs = prefix(counts);
-    return launch(
-        c10d::OpType::ALLGATHER, list, {in, flat},
-        [&](bool async) -> Work {
-          if (async)
-            return allgathervAsync(*context_, fin.data, fin.count, fout.data, counts, displs,
-                                   fin.dtype, o);
-          collx::allgatherv(*context_, fin.data, fin.count, fout.data, counts, displs, fin.dtype,
-                            o);
-          return {};
-        },
-        finalize);
+    Call c = describe(equal ? CallKind::kAllgather : CallKind::kAllgatherv, opts.timeout, fin);
+    c.sendbuf = fin.data;
+    c.recvbuf = fout.data;
+    c.counts = &counts;  // (allgatherv's blocks packed in rank order: no displacements)
+    return launch(c10d::OpType::ALLGATHER, list, {in, flat}, c,
+                  [flat, list]() mutable { unpack(flat, list); });
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
@@ -677,13 +628,10 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
                                        " elements, not " + std::to_string(size_) + " x the " +
                                        std::to_string(input.numel()) + " of the input");
     }
-    CollectiveOptions o = options(opts.timeout);
-    return launch(
-        c10d::OpType::_ALLGATHER_BASE, {output}, {input, output}, [&](bool async) -> Work {
-          if (async) return allgatherAsync(*context_, fin.data, fout.data, fin.count, fin.dtype, o);
-          collx::allgather(*context_, fin.data, fout.data, fin.count, fin.dtype, o);
-          return {};
-        });
+    Call c = describe(CallKind::kAllgather, opts.timeout, fin);
+    c.sendbuf = fin.data;
+    c.recvbuf = fout.data;
+    return launch(c10d::OpType::_ALLGATHER_BASE, {output}, {input, output}, c);
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -694,17 +642,15 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     const int root = static_cast<int>(opts.rootRank);
     checkRoot(root, where);
     Flat fin = flatOf(in, "the input", where);
-    CollectiveOptions o = options(opts.timeout);
+    Call c = describe(CallKind::kGather, opts.timeout, fin);
+    c.sendbuf = fin.data;
+    c.root = root;
     if (rank_ != root) {
       if (!outputs.empty() && !outputs[0].empty()) {
         throw InvalidArgument(
             where, "only the root (rank " + std::to_string(root) + ") takes output tensors");
       }
-      return launch(c10d::OpType::GATHER, {}, {in}, [&](bool async) -> Work {
-        if (async) return gatherAsync(*context_, fin.data, nullptr, fin.count, fin.dtype, root, o);
-        collx::gather(*context_, fin.data, nullptr, fin.count, fin.dtype, root, o);
-        return {};
-      });
+      return launch(c10d::OpType::GATHER, {}, {in}, c);
     }
     if (outputs.size() != 1) throw InvalidArgument(where, "expected one list of output tensors");
     std::vector<at::Tensor> list = outputs[0];
@@ -716,16 +662,9 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
       }
     }
     at::Tensor flat = receiver(list);
-    Flat fout = flatOf(flat, "the output", where);
-    return launch(
-        c10d::OpType::GATHER, list, {in, flat},
-        [&](bool async) -> Work {
-          if (async)
-            return gatherAsync(*context_, fin.data, fout.data, fin.count, fin.dtype, root, o);
-          collx::gather(*context_, fin.data, fout.data, fin.count, fin.dtype, root, o);
-          return {};
-        },
-        [flat, list]() mutable { unpack(flat, list); });
+    c.recvbuf = flatOf(flat, "the output", where).data;
+    return launch(c10d::OpType::GATHER, list, {in, flat}, c,
+                  [flat, list]() mutable { unpack(flat, list); });
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
@@ -736,18 +675,15 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     const int root = static_cast<int>(opts.rootRank);
     checkRoot(root, where);
     Flat fout = flatOf(out, "the output", where);
-    CollectiveOptions o = options(opts.timeout);
+    Call c = describe(CallKind::kScatter, opts.timeout, fout);
+    c.recvbuf = fout.data;
+    c.root = root;
     if (rank_ != root) {
       if (!inputs.empty() && !inputs[0].empty()) {
         throw InvalidArgument(
             where, "only the root (rank " + std::to_string(root) + ") takes input tensors");
       }
-      return launch(c10d::OpType::SCATTER, {out}, {out}, [&](bool async) -> Work {
-        if (async)
-          return scatterAsync(*context_, nullptr, fout.data, fout.count, fout.dtype, root, o);
-        collx::scatter(*context_, nullptr, fout.data, fout.count, fout.dtype, root, o);
-        return {};
-      });
+      return launch(c10d::OpType::SCATTER, {out}, {out}, c);
     }
     if (inputs.size() != 1) throw InvalidArgument(where, "expected one list of input tensors");
     std::vector<at::Tensor> list = inputs[0];
@@ -759,13 +695,8 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
       }
     }
     at::Tensor flat = packed(list);
-    Flat fin = flatOf(flat, "the input", where);
-    return launch(c10d::OpType::SCATTER, {out}, {out, flat}, [&](bool async) -> Work {
-      if (async)
-        return scatterAsync(*context_, fin.data, fout.data, fout.count, fout.dtype, root, o);
-      collx::scatter(*context_, fin.data, fout.data, fout.count, fout.dtype, root, o);
-      return {};
-    });
+    c.sendbuf = flatOf(flat, "the input", where).data;
+    return launch(c10d::OpType::SCATTER, {out}, {out, flat}, c);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -779,28 +710,19 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     at::Tensor flat = packed(list);
     Flat fin = flatOf(flat, "the input", where, opts.reduceOp.op_);
     Flat fout = flatOf(out, "the output", where, opts.reduceOp.op_);
-    ReduceOptions o;
-    static_cast<CollectiveOptions&>(o) = options(opts.timeout);
-    o.op = reduceOpOf(opts.reduceOp, out.scalar_type(), where);
-    auto [counts, equal] = countsOf(list, fin, flat);
+    auto [counts, equal] = countsOf(list, fin);
     if (counts[rank_] != fout.count) {
       throw InvalidArgument(where, "input " + std::to_string(rank_) + " holds " +
                                        std::to_string(list[rank_].numel()) +
                                        " elements, the output " + std::to_string(out.numel()));
     }
-    if (equal) {
-      return launch(c10d::OpType::REDUCE_SCATTER, {out}, {out, flat}, [&](bool async) -> Work {
-        if (async)
-          return reduceScatterAsync(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
-        collx::reduceScatter(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
-        return {};
-      });
-    }
-    return launch(c10d::OpType::REDUCE_SCATTER, {out}, {out, flat}, [&](bool async) -> Work {
-      if (async) return reduceScattervAsync(*context_, fin.data, fout.data, counts, fout.dtype, o);
-      collx::reduceScatterv(*context_, fin.data, fout.data, counts, fout.dtype, o);
-      return {};
-    });
+    Call c =
+        describe(equal ? CallKind::kReduceScatter : CallKind::kReduceScatterv, opts.timeout, fout);
+    c.sendbuf = fin.data;
+    c.recvbuf = fout.data;
+    c.counts = &counts;
+    c.op = reduceOpOf(opts.reduceOp, out.scalar_type(), where);
+    return launch(c10d::OpType::REDUCE_SCATTER, {out}, {out, flat}, c);
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
@@ -814,16 +736,11 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
                                        " elements, not " + std::to_string(size_) + " x the " +
                                        std::to_string(output.numel()) + " of the output");
     }
-    ReduceOptions o;
-    static_cast<CollectiveOptions&>(o) = options(opts.timeout);
-    o.op = reduceOpOf(opts.reduceOp, output.scalar_type(), where);
-    return launch(
-        c10d::OpType::_REDUCE_SCATTER_BASE, {output}, {input, output}, [&](bool async) -> Work {
-          if (async)
-            return reduceScatterAsync(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
-          collx::reduceScatter(*context_, fin.data, fout.data, fout.count, fout.dtype, o);
-          return {};
-        });
+    Call c = describe(CallKind::kReduceScatter, opts.timeout, fout);
+    c.sendbuf = fin.data;
+    c.recvbuf = fout.data;
+    c.op = reduceOpOf(opts.reduceOp, output.scalar_type(), where);
+    return launch(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, {input, output}, c);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -834,7 +751,6 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     Flat fin = flatOf(input, "the input", where);
     Flat fout = flatOf(output, "the output", where);
     checkSameType(input, output, where);
-    CollectiveOptions o = options(opts.timeout);
     const auto P = static_cast<std::uint64_t>(size_);
     if (outputSplits.empty() && inputSplits.empty()) {
       if (fin.count % P != 0 || fout.count != fin.count) {
@@ -844,25 +760,20 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
                                          ") must hold equal numbers of elements, divisible by " +
                                          std::to_string(size_));
       }
-      return launch(
-          c10d::OpType::ALLTOALL_BASE, {output}, {input, output}, [&](bool async) -> Work {
-            if (async)
-              return alltoallAsync(*context_, fin.data, fout.data, fin.count / P, fin.dtype, o);
-            collx::alltoall(*context_, fin.data, fout.data, fin.count / P, fin.dtype, o);
-            return {};
-          });
+      Call c = describe(CallKind::kAlltoall, opts.timeout, fin);
+      c.sendbuf = fin.data;
+      c.recvbuf = fout.data;
+      c.count = fin.count / P;
+      return launch(c10d::OpType::ALLTOALL_BASE, {output}, {input, output}, c);
     }
-    Counts sendCounts = splitCounts(input, fin, inputSplits, "input", where);
-    Counts recvCounts = splitCounts(output, fout, outputSplits, "output", where);
-    Counts sendDispls = prefix(sendCounts), recvDispls = prefix(recvCounts);
-    return launch(c10d::OpType::ALLTOALL_BASE, {output}, {input, output}, [&](bool async) -> Work {
-      if (async)
-        return alltoallvAsync(*context_, fin.data, sendCounts, sendDispls, fout.data, recvCounts,
-                              recvDispls, fin.dtype, o);
-      collx::alltoallv(*context_, fin.data, sendCounts, sendDispls, fout.data, recvCounts,
-                       recvDispls, fin.dtype, o);
-      return {};
-    });
+    const Counts sendCounts = splitCounts(input, fin, inputSplits, "input", where);
+    const Counts recvCounts = splitCounts(output, fout, outputSplits, "output", where);
+    Call c = describe(CallKind::kAlltoallv, opts.timeout, fin);
+    c.sendbuf = fin.data;
+    c.recvbuf = fout.data;
+    c.counts = &sendCounts;  // (the blocks packed in rank order: no displacements)
+    c.recvCounts = &recvCounts;
+    return launch(c10d::OpType::ALLTOALL_BASE, {output}, {input, output}, c);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
@@ -876,62 +787,42 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     at::Tensor flat = receiver(outputs);
     Flat fin = flatOf(in, "the input", where);
     Flat fout = flatOf(flat, "the output", where);
-    Counts sendCounts, recvCounts;
-    for (int i = 0; i < size_; ++i) {
-      sendCounts.push_back(unitsOf(inputs[i], fin, in));
-      recvCounts.push_back(unitsOf(outputs[i], fin, in));
-    }
-    Counts sendDispls = prefix(sendCounts), recvDispls = prefix(recvCounts);
-    CollectiveOptions o = options(opts.timeout);
+    const Counts sendCounts = countsOf(inputs, fin).first;
+    const Counts recvCounts = countsOf(outputs, fin).first;
+    Call c = describe(CallKind::kAlltoallv, opts.timeout, fin);
+    c.sendbuf = fin.data;
+    c.recvbuf = fout.data;
+    c.counts = &sendCounts;  // (the blocks packed in rank order: no displacements)
+    c.recvCounts = &recvCounts;
     std::vector<at::Tensor> list = outputs;
-    return launch(
-        c10d::OpType::ALLTOALL, list, {in, flat},
-        [&](bool async) -> Work {
-          if (async)
-            return alltoallvAsync(*context_, fin.data, sendCounts, sendDispls, fout.data,
-                                  recvCounts, recvDispls, fin.dtype, o);
-          collx::alltoallv(*context_, fin.data, sendCounts, sendDispls, fout.data, recvCounts,
-                           recvDispls, fin.dtype, o);
-          return {};
-        },
-        [flat, list]() mutable { unpack(flat, list); });
+    return launch(c10d::OpType::ALLTOALL, list, {in, flat}, c,
+                  [flat, list]() mutable { unpack(flat, list); });
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
-    CollectiveOptions o = options(opts.timeout);
-    return launch(c10d::OpType::BARRIER, {}, {}, [&](bool async) -> Work {
-      if (async) return barrierAsync(*context_, o);
-      collx::barrier(*context_, o);
-      return {};
-    });
+    return launch(c10d::OpType::BARRIER, {}, {}, describe(CallKind::kBarrier, opts.timeout, {}));
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     Where where = here("send");
     const at::Tensor& t = single(tensors, where);
     Flat f = flatOf(t, "the tensor", where);
-    CollectiveOptions o;
-    return launch(c10d::OpType::SEND, tensors, {t}, [&](bool async) -> Work {
-      if (async) return sendAsync(*context_, f.data, f.count, f.dtype, dst, tagOf(tag, where), o);
-      collx::send(*context_, f.data, f.count, f.dtype, dst, tagOf(tag, where), o);
-      return {};
-    });
+    Call c = describe(CallKind::kSend, c10d::kUnsetTimeout, f);
+    c.sendbuf = f.data;
+    c.peer = dst;
+    c.tag = tagOf(tag, where);
+    return launch(c10d::OpType::SEND, tensors, {t}, c);
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     Where where = here("recv");
     const at::Tensor& t = single(tensors, where);
     Flat f = flatOf(t, "the tensor", where);
-    CollectiveOptions o;
-    return launch(
-        c10d::OpType::RECV, tensors, {t},
-        [&](bool async) -> Work {
-          if (async)
-            return recvAsync(*context_, f.data, f.count, f.dtype, src, tagOf(tag, where), o);
-          collx::recv(*context_, f.data, f.count, f.dtype, src, tagOf(tag, where), o);
-          return {};
-        },
-        {}, src);
+    Call c = describe(CallKind::kRecv, c10d::kUnsetTimeout, f);
+    c.recvbuf = f.data;
+    c.peer = src;
+    c.tag = tagOf(tag, where);
+    return launch(c10d::OpType::RECV, tensors, {t}, c, {}, src);
   }
 
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
@@ -943,10 +834,15 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
  private:
   Where here(const char* what) const { return Where{rank_, what, -1}; }
 
-  static CollectiveOptions options(milliseconds timeout) {
-    CollectiveOptions o;
-    if (timeout.count() > 0) o.timeout = timeout;  // kUnsetTimeout (-1): the group's
-    return o;
+  // A call of `kind` over elements `f` (its count and type), with the op's timeout (torch's
+  // kUnsetTimeout, -1: the group's).
+  static Call describe(CallKind kind, milliseconds timeout, const Flat& f) {
+    Call c;
+    c.kind = kind;
+    c.count = f.count;
+    c.dtype = f.dtype;
+    if (timeout.count() > 0) c.options.timeout = timeout;
+    return c;
   }
 
   static std::uint64_t tagOf(int tag, const Where& where) {
@@ -1002,32 +898,18 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
   // Per-rank element counts of a list in the units `flat` moves (`flat` is a tensor of the
   // list's type seen by flatOf: elements, pairs of reals, or bytes), and whether they are
   // all equal.
-  static std::pair<Counts, bool> countsOf(const std::vector<at::Tensor>& list, const Flat& flat,
-                                          const at::Tensor& like) {
+  static std::pair<Counts, bool> countsOf(const std::vector<at::Tensor>& list, const Flat& flat) {
     Counts counts;
     bool equal = true;
     for (const auto& t : list) {
-      counts.push_back(unitsOf(t, flat, like));
+      counts.push_back(unitsOf(t, flat));
       equal = equal && counts.back() == counts.front();
     }
     return {counts, equal};
   }
 
-  static std::uint64_t unitsOf(const at::Tensor& t, const Flat& flat, const at::Tensor& like) {
-    const auto n = static_cast<std::uint64_t>(t.numel());
-    if (collxType(like.scalar_type())) return n;
-    if (flat.dtype == DataType::kUint8) return n * static_cast<std::uint64_t>(t.element_size());
-    return n * 2;  // complex as pairs of reals
-  }
-
-  static Counts prefix(const Counts& counts) {
-    Counts out;
-    std::uint64_t at = 0;
-    for (auto c : counts) {
-      out.push_back(at);
-      at += c;
-    }
-    return out;
+  static std::uint64_t unitsOf(const at::Tensor& t, const Flat& flat) {
+    return static_cast<std::uint64_t>(t.numel()) * flat.perElement;
   }
 
   // all_to_all_single's split sizes (rows of dim 0) as element counts; empty: equal rows.
@@ -1073,10 +955,10 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
   // (three context switches per call where ranks outnumber cores). Its Work is complete
   // when returned (its error, if any, is raised by wait()). Larger calls and point to point
   // (whose peer may need this rank's next op first) run in the background.
-  template <class Call>
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                        std::vector<at::Tensor> keep, Call&& call,
+                                        std::vector<at::Tensor> keep, const Call& call,
                                         std::function<void()> finalize = {}, int source = -1) {
+    inFlight_->sweep();  // releases the tensors of dropped calls that have ended
     std::uint64_t bytes = 0;
     for (const auto& t : keep) bytes = std::max<std::uint64_t>(bytes, t.nbytes());
     const bool pointToPoint = type == c10d::OpType::SEND || type == c10d::OpType::RECV;
@@ -1086,17 +968,17 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     pending->finalize = std::move(finalize);
     try {
       if (!eager) {
-        pending->work = call(true);
+        pending->work = collx::start(*context_, call);
         return c10::make_intrusive<WorkCollx>(rank_, type, std::move(pending), std::move(outputs),
-                                              completer_, source);
+                                              completer_, inFlight_, source);
       }
-      call(false);
+      collx::execute(*context_, call);
     } catch (const Error&) {
       // Raised by wait(), whichever way the call went (torch waits at once when blocking).
       pending->error = std::current_exception();
     }
     auto work = c10::make_intrusive<WorkCollx>(rank_, type, std::move(pending), std::move(outputs),
-                                               completer_, source);
+                                               completer_, inFlight_, source);
     work->completeNow();
     return work;
   }
@@ -1104,6 +986,7 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
   std::uint64_t eagerBytes_ = 0;
   std::shared_ptr<Context> context_;
   std::shared_ptr<Completer> completer_;
+  std::shared_ptr<bindings::InFlight> inFlight_ = std::make_shared<bindings::InFlight>();
 };
 
 }  // namespace collx::torch_backend
@@ -1130,4 +1013,31 @@ PYBIND11_MODULE(_collx_torch, m) {
       .def_property_readonly(
           "transports", [](ProcessGroupCollx& pg) { return pg.context().transports(); },
           "The collx transport to each rank ('self', 'tcp').");
+  // For the tests (test_torch_backend.py compares it with collx._collx._mapping): how the
+  // backend moves `tensor` and, with `op`, reduces it.
+  m.def(
+      "_mapping",
+      [](const at::Tensor& tensor, py::object op) {
+        using namespace collx;
+        const Where where{-1, "mapping", -1};
+        if (op.is_none()) {
+          const torch_backend::Flat f = torch_backend::flatOf(tensor, "the array", where);
+          return py::make_tuple(dataTypeName(f.dtype), f.perElement, py::none());
+        }
+        // dist.ReduceOp.SUM is a ReduceOp; dist.ReduceOp.PREMUL_SUM a bare RedOpType.
+        c10d::ReduceOp reduceOp;
+        if (py::isinstance<c10d::ReduceOp>(op)) {
+          reduceOp = op.cast<c10d::ReduceOp>();
+        } else {
+          reduceOp.op_ = static_cast<c10d::ReduceOp::RedOpType>(op.cast<int>());
+        }
+        const torch_backend::Flat f =
+            torch_backend::flatOf(tensor, "the array", where, reduceOp.op_);
+        return py::make_tuple(
+            dataTypeName(f.dtype), f.perElement,
+            torch_backend::reduceOpOf(reduceOp, tensor.scalar_type(), where).name());
+      },
+      py::arg("tensor"), py::arg("op") = py::none(),
+      "_mapping(tensor, op=None)\n\nFor the tests: (collx type, units per element, op applied) "
+      "of a call that moves tensor and, with op, reduces it; raises what such a call would.");
 }

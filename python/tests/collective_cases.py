@@ -10,14 +10,16 @@ MOVING = ["broadcast", "allgather", "allgatherv", "gather", "gatherv", "scatter"
           "alltoall", "alltoallv", "sendrecv"]
 
 # numpy types, bfloat16 as uint16 arrays tagged dtype=collx.bfloat16, torch tensors, and
-# types collx has no name for (moved as bytes; reductions refuse them).
+# types that move as bytes (uint16: collx has no name for it; complex64 where nothing reduces).
 TYPED = ["int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64",
          "torch.bfloat16", "torch.float32", "torch.int64"]
 UNTYPED = ["uint16", "complex64"]
 
+# bool reduces as uint8 (sum and prod as or and and), complex as pairs of reals (sum and avg),
+# as in the torch backend (python/src/shared/mapping.h).
 CASES = ([(c, t) for c in REDUCING for t in TYPED] +
-         [(c, t) for c in MOVING for t in TYPED + UNTYPED] + [("barrier", "none"),
-                                                              ("allreduce", "bool")])
+         [(c, t) for c in MOVING for t in TYPED + UNTYPED] +
+         [("barrier", "none"), ("allreduce", "bool"), ("allreduce", "complex64")])
 
 N = 5  # elements per rank's block
 

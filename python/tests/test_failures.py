@@ -93,3 +93,8 @@ def test_dropped_async_work_keeps_its_arrays_until_done(ranks):
     for r in (0, 1):
         d = outcome(results, r)
         assert d.get("ok") is True, d
+    d = outcome(results, 0)
+    assert d["alive_while_running"] is True, d  # the dropped call's array is still borrowed
+    assert d["memory_untouched"] is True, d  # ... so nothing else got its memory
+    assert d["released_after"] is True, d  # and it is let go once the call ended
+    assert outcome(results, 1)["peer_result"] is True

@@ -153,6 +153,37 @@ def test_ops(ctx):
     assert collx.ReduceOp.SUM == collx.ReduceOp.SUM and collx.ReduceOp.SUM != custom
 
 
+def test_types_and_ops_map_as_in_the_torch_backend(ctx):
+    # (collx type, units per element, op applied): python/src/shared/mapping.h, which the
+    # torch backend reads too (test_torch_backend compares the two on every torch type).
+    mapping = collx._collx._mapping
+    assert mapping(np.zeros(2, np.complex64), "sum") == ("float32", 2, "sum")
+    assert mapping(np.zeros(2, np.complex128), "avg") == ("float64", 2, "avg")
+    assert mapping(np.zeros(2, np.complex64)) == ("uint8", 8, None)  # moved as bytes
+    assert mapping(np.zeros(2, bool), "sum") == ("uint8", 1, "bor")
+    assert mapping(np.zeros(2, bool), "PRODUCT") == ("uint8", 1, "band")
+    assert mapping(np.zeros(2, np.int32), "ReduceOp.MAX") == ("int32", 1, "max")
+    with pytest.raises(collx.InvalidArgument, match="complex64 elements, which collx cannot "
+                                                    "reduce with max"):
+        ctx.allreduce(np.zeros(2, np.complex64), op="max")
+    with pytest.raises(collx.InvalidArgument, match="avg of bool"):
+        ctx.allreduce(np.zeros(2, bool), op="avg")
+    z = np.array([1 + 2j, 3 - 4j], np.complex64)
+    assert ctx.allreduce(z.copy(), op="avg").tolist() == z.tolist()
+
+
+def test_torch_reduce_ops_are_accepted(ctx):
+    torch = pytest.importorskip("torch", reason="python3-torch is not installed")
+    import torch.distributed as dist
+
+    x = np.arange(3, dtype=np.int32)
+    assert ctx.allreduce(x.copy(), op=dist.ReduceOp.MAX).tolist() == x.tolist()
+    assert collx._collx._mapping(torch.zeros(2, dtype=torch.bool), dist.ReduceOp.PRODUCT) == (
+        "uint8", 1, "band")
+    with pytest.raises(collx.InvalidArgument, match="PREMUL_SUM"):
+        ctx.allreduce(x, op=dist.ReduceOp.PREMUL_SUM)
+
+
 def test_options(ctx):
     x = np.ones(4, np.float32)
     ctx.allreduce(x, timeout=datetime.timedelta(seconds=5), algorithm="ring")

@@ -104,6 +104,42 @@ def test_backend_is_documented_and_registered():
     assert issubclass(backend.ProcessGroupCollx, dist.ProcessGroup)
 
 
+def test_dtype_and_op_mapping_is_the_modules():
+    """The backend (from a tensor's ScalarType and a c10d ReduceOp) and the module (from a
+    tensor's dtype name and a dist.ReduceOp object) map every torch type and op alike: one
+    table (python/src/shared/mapping.h), reached two ways."""
+    import torch.distributed as dist
+
+    from collx import _collx, _collx_torch
+
+    def mapped(f, tensor, op):
+        try:
+            return f(tensor, op)
+        except collx.Error as e:
+            return type(e).__name__, str(e)
+
+    types = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+             torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+             torch.complex128]
+    ops = [None] + [getattr(dist.ReduceOp, name) for name in (
+        "SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR", "PREMUL_SUM")]
+    table = {}
+    for dtype in types:
+        for op in ops:
+            t = torch.zeros(2, dtype=dtype)
+            table[dtype, op] = mapped(_collx_torch._mapping, t, op)
+            assert mapped(_collx._mapping, t, op) == table[dtype, op], (dtype, op)
+    S = dist.ReduceOp
+    assert table[torch.bool, S.SUM] == ("uint8", 1, "bor")
+    assert table[torch.bool, S.AVG][0] == "InvalidArgument"
+    assert table[torch.complex64, S.SUM] == ("float32", 2, "sum")
+    assert table[torch.complex128, S.MAX][0] == "InvalidArgument"
+    assert table[torch.int16, None] == ("uint8", 2, None)
+    assert table[torch.int16, S.SUM][0] == "InvalidArgument"
+    assert table[torch.bfloat16, S.MIN] == ("bfloat16", 1, "min")
+    assert "PREMUL_SUM" in table[torch.float32, S.PREMUL_SUM][1]
+
+
 # A torch script as torchrun would run it: nothing but torchrun's variables, and collx's own
 # context (COLLX_STORE) beside torch's group (its TCPStore at MASTER_ADDR:MASTER_PORT).
 TORCHRUN_SCRIPT = """

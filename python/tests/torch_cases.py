@@ -11,5 +11,5 @@ OPS = ["all_gather", "all_gather_uneven", "all_gather_into_tensor", "reduce_scat
 
 CASES = (["all_reduce-%s" % t for t in ALL_REDUCE_TYPES] +
          ["%s-%s" % (op, t) for op in OPS for t in TYPES] +
-         ["all_reduce-complex64", "barrier", "async_work", "future", "non_contiguous",
-          "unsupported_dtype_moves_as_bytes"])
+         ["all_reduce-complex64", "barrier", "async_work", "dropped_work", "future",
+          "non_contiguous", "unsupported_dtype_moves_as_bytes"])

@@ -5,6 +5,7 @@
 
 #include "collx/base/config.h"
 #include "collx/base/log.h"
+#include "collx/call.h"
 #include "runtime.h"
 
 namespace collx {
@@ -23,17 +24,28 @@ struct WorkAccess {
 
 namespace {
 
-struct Call {
+// Who a check names when it fails (a Where, whose std::string is built only then: a call
+// that passes its checks builds none).
+struct Site {
+  int rank = -1;
+  const char* op = "";
+  int peer = -1;
+
+  operator Where() const { return Where{rank, op, peer}; }  // NOLINT(google-explicit-constructor)
+};
+
+// A Call checked against its kind and resolved into what the algorithms see: the
+// collective, its memory (in place made explicit) and its per-rank layout.
+struct Resolved {
   Collective coll;
   const void* input = nullptr;
   void* output = nullptr;
   std::uint64_t count = 0;
   DataType dtype = DataType::kUint8;
-  ReduceOp op;
-  bool reduces = false;
+  const ReduceOp* op = nullptr;  // the Call's, for the collectives that reduce; else nullptr
   int root = -1;
   bool inPlace = false;
-  const CollectiveOptions* options = nullptr;
+  const CollectiveOptions* options = nullptr;  // the Call's, or its function's (executeWith)
   // v-collectives (see ScheduleParams), and the count both sides fingerprint.
   Counts counts, displs, recvCounts, recvDispls;
   std::uint64_t fingerprintCount = 0;
@@ -58,7 +70,7 @@ detail::Runtime& runtimeOf(Context& ctx, const char* what) {
 }
 
 std::chrono::milliseconds timeoutOf(const detail::Runtime& rt, const CollectiveOptions& options,
-                                    const Where& where) {
+                                    const Site& where) {
   std::chrono::milliseconds timeout = options.timeout.value_or(rt.timeout);
   if (timeout.count() <= 0) {
     throw InvalidArgument(
@@ -67,7 +79,7 @@ std::chrono::milliseconds timeoutOf(const detail::Runtime& rt, const CollectiveO
   return timeout;
 }
 
-void checkBuffer(const void* buffer, std::uint64_t count, const char* which, const Where& where) {
+void checkBuffer(const void* buffer, std::uint64_t count, const char* which, const Site& where) {
   if (buffer == nullptr && count > 0) {
     throw InvalidArgument(where,
                           std::string(which) + " is null with a count of " + std::to_string(count));
@@ -79,8 +91,7 @@ void checkBuffer(const void* buffer, std::uint64_t count, const char* which, con
 // alike (so that all of them raise the same MismatchError, none waits for the others).
 // Returns the send count matrix (row i: what rank i sends).
 std::vector<std::uint64_t> exchangeCounts(Context& ctx, const algorithms::ScheduleParams& params,
-                                          const CollectiveOptions& callOptions,
-                                          const Where& where) {
+                                          const CollectiveOptions& callOptions, const Site& where) {
   const auto P = static_cast<std::uint64_t>(ctx.size());
   std::vector<std::uint64_t> mine(2 * P), all(2 * P * P);
   std::copy(params.counts.begin(), params.counts.end(), mine.begin());
@@ -108,10 +119,10 @@ std::vector<std::uint64_t> exchangeCounts(Context& ctx, const algorithms::Schedu
   return matrix;
 }
 
-Prepared prepare(Context& ctx, Call& call) {
+Prepared prepare(Context& ctx, Resolved& call) {
   const char* what = algorithms::collectiveName(call.coll);
   detail::Runtime& rt = runtimeOf(ctx, what);
-  Where where{rt.rank, what, -1};
+  Site where{rt.rank, what, -1};
   const std::size_t es = dataTypeSize(call.dtype);
   if (es == 0) throw InvalidArgument(where, "unknown data type");
   // (No division: this runs on every call.)
@@ -124,7 +135,10 @@ Prepared prepare(Context& ctx, Call& call) {
     throw InvalidArgument(where, "root " + std::to_string(call.root) + " is outside [0, " +
                                      std::to_string(rt.size) + ")");
   }
-  if (call.reduces) call.op.validate(call.dtype, where);
+  // (Only bitwise and custom ops can be refused: the others skip building a Where.)
+  if (call.op != nullptr && (call.op->isBitwise() || call.op->kind() == ReduceOpKind::kCustom)) {
+    call.op->validate(call.dtype, where);
+  }
   Prepared p;  // (one object returned on every path: no copy of it on the way out)
   algorithms::ScheduleParams& params = p.params;
   params.coll = call.coll;
@@ -132,20 +146,20 @@ Prepared prepare(Context& ctx, Call& call) {
   params.size = rt.size;
   params.count = call.count;
   params.elementSize = es;
-  params.op = call.reduces ? call.op.kind() : ReduceOpKind::kSum;
+  params.op = call.op != nullptr ? call.op->kind() : ReduceOpKind::kSum;
   params.inPlace = call.inPlace;
   params.root = call.root;
   params.chunkBytes = rt.chunkBytes;
-  params.commutative = !call.reduces || call.op.commutative();
-  // (The call is this one's: its per-rank vectors move, not copied. alltoallv bruck's counts
-  // exchange reads them from the params.)
+  params.commutative = call.op == nullptr || call.op->commutative();
+  // (The resolved call is this one's: its per-rank vectors move, not copied. alltoallv bruck's
+  // counts exchange reads them from the params.)
   params.counts = std::move(call.counts);
   params.displs = std::move(call.displs);
   params.recvCounts = std::move(call.recvCounts);
   params.recvDispls = std::move(call.recvDispls);
   if (rt.hosts > 1) params.hostOf = rt.hostOf;
-  const algorithms::Choice choice = algorithms::select(params, rt.policy, call.options->algorithm,
-                                                       call.reduces ? &call.op : nullptr);
+  const algorithms::Choice choice =
+      algorithms::select(params, rt.policy, call.options->algorithm, call.op);
   const algorithms::AlgorithmInfo& algorithm = *choice.algorithm;
   COLLX_DEBUG(kAlgo, "rank {}: {} of {} bytes over {} ranks: {} (from {})", rt.rank, what,
               algorithms::selectionBytes(params), rt.size, algorithm.name, choice.source);
@@ -170,10 +184,10 @@ Prepared prepare(Context& ctx, Call& call) {
   p.info.key = transport::MessageKey{seq, 0, transport::Space::kCollective};
   p.info.fingerprint = transport::Fingerprint{
       static_cast<std::uint8_t>(call.coll), static_cast<std::uint8_t>(call.dtype),
-      static_cast<std::uint8_t>(call.reduces ? call.op.kind() : ReduceOpKind::kSum), call.root,
-      call.fingerprintCount};
+      static_cast<std::uint8_t>(call.op != nullptr ? call.op->kind() : ReduceOpKind::kSum),
+      call.root, call.fingerprintCount};
   p.info.dtype = call.dtype;
-  p.info.op = call.op;
+  if (call.op != nullptr) p.info.op = *call.op;
   // Members of the shared-memory group waiting for this rank in a shm call of this seq can
   // tell it runs another collective.
   if (rt.group != nullptr) rt.group->announce(seq, p.info.fingerprint);
@@ -185,7 +199,7 @@ Prepared prepare(Context& ctx, Call& call) {
   return p;
 }
 
-void runBlocking(Context& ctx, Call&& call) {
+void runBlocking(Context& ctx, Resolved&& call) {
   Prepared p = prepare(ctx, call);
   if (p.selectOnly) return;
   detail::Runtime& rt = *ctx.runtime();
@@ -196,7 +210,7 @@ void runBlocking(Context& ctx, Call&& call) {
   rt.engine->run(std::move(p.schedule), p.bindings, std::move(p.info));
 }
 
-Work runAsync(Context& ctx, Call&& call) {
+Work runAsync(Context& ctx, Resolved&& call) {
   Prepared p = prepare(ctx, call);
   if (p.selectOnly) return Work{};
   if (p.shared) p.schedule = ctx.runtime()->schedule(*p.shared, p.params);
@@ -205,72 +219,9 @@ Work runAsync(Context& ctx, Call&& call) {
   return WorkAccess::make(ctx.runtime(), std::move(execution));
 }
 
-Call allreduceCall(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
-                   DataType dtype, const AllreduceOptions& options) {
-  Where where{ctx.rank(), "allreduce", -1};
-  checkBuffer(sendbuf, count, "sendbuf", where);
-  checkBuffer(recvbuf, count, "recvbuf", where);
-  Call c;
-  c.coll = Collective::kAllreduce;
-  c.input = sendbuf;
-  c.output = recvbuf;
-  c.count = count;
-  c.dtype = dtype;
-  c.op = options.op;
-  c.reduces = true;
-  c.inPlace = sendbuf == recvbuf;
-  c.options = &options;
-  c.fingerprintCount = count;
-  return c;
-}
+// ---- each kind's checks: a Call resolved for prepare() ---------------------------------
 
-Call allgatherCall(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
-                   DataType dtype, const CollectiveOptions& options) {
-  Where where{ctx.rank(), "allgather", -1};
-  checkBuffer(recvbuf, count, "recvbuf", where);
-  const auto* own = static_cast<const std::uint8_t*>(recvbuf) +
-                    count * dataTypeSize(dtype) * static_cast<std::uint64_t>(ctx.rank());
-  Call c;
-  c.coll = Collective::kAllgather;
-  c.inPlace = sendbuf == nullptr || sendbuf == own;
-  c.input = c.inPlace ? own : sendbuf;
-  c.output = recvbuf;
-  c.count = count;
-  c.dtype = dtype;
-  c.options = &options;
-  c.fingerprintCount = count;
-  return c;
-}
-
-Call broadcastCall(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int root,
-                   const CollectiveOptions& options) {
-  Where where{ctx.rank(), "broadcast", -1};
-  checkBuffer(buffer, count, "buffer", where);
-  if (root < 0 || root >= ctx.size()) {
-    throw InvalidArgument(where, "root " + std::to_string(root) + " is outside [0, " +
-                                     std::to_string(ctx.size()) + ")");
-  }
-  Call c;
-  c.coll = Collective::kBroadcast;
-  c.input = buffer;
-  c.output = buffer;
-  c.count = count;
-  c.dtype = dtype;
-  c.root = root;
-  c.inPlace = true;
-  c.options = &options;
-  c.fingerprintCount = count;
-  return c;
-}
-
-Call barrierCall(const CollectiveOptions& options) {
-  Call c;
-  c.coll = Collective::kBarrier;
-  c.options = &options;
-  return c;
-}
-
-void checkRoot(int root, int size, const Where& where) {
+void checkRoot(int root, int size, const Site& where) {
   if (root < 0 || root >= size) {
     throw InvalidArgument(
         where, "root " + std::to_string(root) + " is outside [0, " + std::to_string(size) + ")");
@@ -279,7 +230,7 @@ void checkRoot(int root, int size, const Where& where) {
 
 // Per-rank counts and displacements: one per rank, blocks that do not overlap.
 void checkLayout(const Counts& counts, const Counts* displs, int size, const char* what,
-                 const Where& where) {
+                 const Site& where) {
   if (static_cast<int>(counts.size()) != size) {
     throw InvalidArgument(where, std::string(what) + " has " + std::to_string(counts.size()) +
                                      " entries for " + std::to_string(size) + " ranks");
@@ -320,194 +271,6 @@ std::uint64_t total(const Counts& counts) {
   return sum;
 }
 
-Call allgathervCall(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
-                    const Counts& recvcounts, const Counts& displs, DataType dtype,
-                    const CollectiveOptions& options) {
-  Where where{ctx.rank(), "allgatherv", -1};
-  checkLayout(recvcounts, &displs, ctx.size(), "recvcounts", where);
-  if (sendcount != recvcounts[ctx.rank()]) {
-    throw InvalidArgument(where, "sendcount " + std::to_string(sendcount) +
-                                     " differs from recvcounts[" + std::to_string(ctx.rank()) +
-                                     "] = " + std::to_string(recvcounts[ctx.rank()]));
-  }
-  checkBuffer(recvbuf, total(recvcounts), "recvbuf", where);
-  const auto* own =
-      static_cast<const std::uint8_t*>(recvbuf) + displs[ctx.rank()] * dataTypeSize(dtype);
-  Call c;
-  c.coll = Collective::kAllgatherv;
-  c.inPlace = sendbuf == nullptr || sendbuf == own;
-  if (!c.inPlace) checkBuffer(sendbuf, sendcount, "sendbuf", where);
-  c.input = c.inPlace ? own : sendbuf;
-  c.output = recvbuf;
-  c.count = sendcount;
-  c.dtype = dtype;
-  c.counts = recvcounts;
-  c.displs = displs;
-  c.options = &options;
-  c.fingerprintCount = total(recvcounts);
-  return c;
-}
-
-Call reduceScatterCall(Context& ctx, const void* sendbuf, void* recvbuf, const Counts& recvcounts,
-                       DataType dtype, const ReduceOptions& options) {
-  Where where{ctx.rank(), "reduce_scatter", -1};
-  checkLayout(recvcounts, nullptr, ctx.size(), "recvcounts", where);
-  checkBuffer(sendbuf, total(recvcounts), "sendbuf", where);
-  checkBuffer(recvbuf, recvcounts[ctx.rank()], "recvbuf", where);
-  if (sendbuf == recvbuf && total(recvcounts) > 0) {
-    throw InvalidArgument(where,
-                          "sendbuf and recvbuf are the same buffer: reduce_scatter "
-                          "works out of place");
-  }
-  Call c;
-  c.coll = Collective::kReduceScatter;
-  c.input = sendbuf;
-  c.output = recvbuf;
-  c.count = recvcounts[ctx.rank()];
-  c.dtype = dtype;
-  c.op = options.op;
-  c.reduces = true;
-  c.counts = recvcounts;
-  c.displs = prefixSums(recvcounts);
-  c.options = &options;
-  c.fingerprintCount = total(recvcounts);
-  return c;
-}
-
-Call reduceCall(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
-                DataType dtype, int root, const ReduceOptions& options) {
-  Where where{ctx.rank(), "reduce", -1};
-  checkRoot(root, ctx.size(), where);
-  checkBuffer(sendbuf, count, "sendbuf", where);
-  if (ctx.rank() == root) checkBuffer(recvbuf, count, "recvbuf", where);
-  Call c;
-  c.coll = Collective::kReduce;
-  c.input = sendbuf;
-  c.output = recvbuf;
-  c.count = count;
-  c.dtype = dtype;
-  c.op = options.op;
-  c.reduces = true;
-  c.root = root;
-  c.inPlace = ctx.rank() == root && sendbuf == recvbuf;
-  c.options = &options;
-  c.fingerprintCount = count;
-  return c;
-}
-
-Call gatherCall(Context& ctx, Collective coll, const void* sendbuf, std::uint64_t sendcount,
-                void* recvbuf, const Counts& recvcounts, const Counts& displs, DataType dtype,
-                int root, const CollectiveOptions& options) {
-  const char* what = algorithms::collectiveName(coll);
-  Where where{ctx.rank(), what, -1};
-  checkRoot(root, ctx.size(), where);
-  const bool isRoot = ctx.rank() == root;
-  const std::size_t es = dataTypeSize(dtype);
-  Call c;
-  c.coll = coll;
-  c.root = root;
-  c.dtype = dtype;
-  c.count = sendcount;
-  c.options = &options;
-  c.output = recvbuf;
-  c.input = sendbuf;
-  if (isRoot) {
-    checkLayout(recvcounts, &displs, ctx.size(), "recvcounts", where);
-    checkBuffer(recvbuf, total(recvcounts), "recvbuf", where);
-    if (sendbuf == nullptr) {  // in place: the root's block is already in recvbuf
-      c.inPlace = true;
-      c.input = static_cast<const std::uint8_t*>(recvbuf) + displs[root] * es;
-      c.count = recvcounts[root];
-    } else if (sendcount != recvcounts[root]) {
-      throw InvalidArgument(where, "sendcount " + std::to_string(sendcount) +
-                                       " differs from recvcounts[" + std::to_string(root) +
-                                       "] = " + std::to_string(recvcounts[root]));
-    }
-    c.counts = recvcounts;
-    c.displs = displs;
-  } else if (static_cast<int>(recvcounts.size()) == ctx.size()) {
-    c.counts = recvcounts;  // the binomial algorithm forwards its subtree's blocks
-  }
-  if (!c.inPlace) checkBuffer(sendbuf, c.count, "sendbuf", where);
-  c.fingerprintCount = coll == Collective::kGather ? sendcount : 0;
-  return c;
-}
-
-Call scatterCall(Context& ctx, Collective coll, const void* sendbuf, const Counts& sendcounts,
-                 const Counts& displs, void* recvbuf, std::uint64_t recvcount, DataType dtype,
-                 int root, const CollectiveOptions& options) {
-  const char* what = algorithms::collectiveName(coll);
-  Where where{ctx.rank(), what, -1};
-  checkRoot(root, ctx.size(), where);
-  const bool isRoot = ctx.rank() == root;
-  const std::size_t es = dataTypeSize(dtype);
-  Call c;
-  c.coll = coll;
-  c.root = root;
-  c.dtype = dtype;
-  c.count = recvcount;
-  c.options = &options;
-  c.input = sendbuf;
-  c.output = recvbuf;
-  if (isRoot) {
-    checkLayout(sendcounts, &displs, ctx.size(), "sendcounts", where);
-    checkBuffer(sendbuf, total(sendcounts), "sendbuf", where);
-    if (recvbuf == nullptr) {  // in place: the root's block stays in sendbuf
-      c.inPlace = true;
-      c.output =
-          const_cast<std::uint8_t*>(static_cast<const std::uint8_t*>(sendbuf)) + displs[root] * es;
-      c.count = sendcounts[root];
-    } else if (recvcount != sendcounts[root]) {
-      throw InvalidArgument(where, "recvcount " + std::to_string(recvcount) +
-                                       " differs from sendcounts[" + std::to_string(root) +
-                                       "] = " + std::to_string(sendcounts[root]));
-    }
-    c.counts = sendcounts;
-    c.displs = displs;
-  } else if (static_cast<int>(sendcounts.size()) == ctx.size()) {
-    c.counts = sendcounts;  // the binomial algorithm forwards its subtree's blocks
-  }
-  if (!c.inPlace) checkBuffer(recvbuf, c.count, "recvbuf", where);
-  c.fingerprintCount = coll == Collective::kScatter ? recvcount : 0;
-  return c;
-}
-
-Call alltoallCall(Context& ctx, Collective coll, const void* sendbuf, const Counts& sendcounts,
-                  const Counts& sdispls, void* recvbuf, const Counts& recvcounts,
-                  const Counts& rdispls, DataType dtype, const CollectiveOptions& options,
-                  std::uint64_t count) {
-  const char* what = algorithms::collectiveName(coll);
-  Where where{ctx.rank(), what, -1};
-  checkLayout(sendcounts, &sdispls, ctx.size(), "sendcounts", where);
-  checkLayout(recvcounts, &rdispls, ctx.size(), "recvcounts", where);
-  checkBuffer(sendbuf, total(sendcounts), "sendbuf", where);
-  checkBuffer(recvbuf, total(recvcounts), "recvbuf", where);
-  if (sendbuf == recvbuf && total(sendcounts) > 0) {
-    throw InvalidArgument(where, std::string("sendbuf and recvbuf are the same buffer: ") + what +
-                                     " works out of place");
-  }
-  const int self = ctx.rank();
-  if (sendcounts[self] != recvcounts[self]) {
-    throw InvalidArgument(
-        where, "sendcounts[" + std::to_string(self) + "] = " + std::to_string(sendcounts[self]) +
-                   " differs from recvcounts[" + std::to_string(self) + "] = " +
-                   std::to_string(recvcounts[self]) + " (the block this rank sends itself)");
-  }
-  Call c;
-  c.coll = coll;
-  c.input = sendbuf;
-  c.output = recvbuf;
-  c.count = count;
-  c.dtype = dtype;
-  c.counts = sendcounts;
-  c.displs = sdispls;
-  c.recvCounts = recvcounts;
-  c.recvDispls = rdispls;
-  c.options = &options;
-  c.fingerprintCount = coll == Collective::kAlltoall ? count : 0;
-  return c;
-}
-
 Counts uniform(int size, std::uint64_t count) {
   return Counts(static_cast<std::size_t>(size), count);
 }
@@ -518,23 +281,337 @@ Counts uniformDispls(int size, std::uint64_t count) {
   return out;
 }
 
-// Point to point: one transfer, its key the user's tag.
-Prepared prepareP2P(Context& ctx, bool sending, const void* buffer, std::uint64_t count,
-                    DataType dtype, int peer, std::uint64_t tag, const CollectiveOptions& options) {
-  const char* what = sending ? "send" : "recv";
-  detail::Runtime& rt = runtimeOf(ctx, what);
-  Where where{rt.rank, what, peer};
-  checkBuffer(buffer, count, "buffer", where);
-  if (peer < 0 || peer >= rt.size) {
-    throw InvalidArgument(
-        where, "peer " + std::to_string(peer) + " is outside [0, " + std::to_string(rt.size) + ")");
+// A v-collective's per-rank vector, which its Call must carry.
+const Counts& required(const Counts* counts, const char* what, const Site& where) {
+  if (counts == nullptr) throw InvalidArgument(where, std::string(what) + " are missing");
+  return *counts;
+}
+
+// A v-collective's displacements: the Call's, or (nullptr) its blocks packed in rank order.
+Counts displacements(const Counts* displs, const Counts& counts) {
+  return displs != nullptr ? *displs : prefixSums(counts);
+}
+
+Resolved resolveAllreduce(Context& ctx, const Call& d) {
+  Site where{ctx.rank(), "allreduce", -1};
+  checkBuffer(d.sendbuf, d.count, "sendbuf", where);
+  checkBuffer(d.recvbuf, d.count, "recvbuf", where);
+  Resolved c;
+  c.coll = Collective::kAllreduce;
+  c.input = d.sendbuf;
+  c.output = d.recvbuf;
+  c.count = d.count;
+  c.dtype = d.dtype;
+  c.op = &d.op;
+  c.inPlace = d.sendbuf == d.recvbuf;
+  c.fingerprintCount = d.count;
+  return c;
+}
+
+Resolved resolveAllgather(Context& ctx, const Call& d) {
+  Site where{ctx.rank(), "allgather", -1};
+  checkBuffer(d.recvbuf, d.count, "recvbuf", where);
+  const auto* own = static_cast<const std::uint8_t*>(d.recvbuf) +
+                    d.count * dataTypeSize(d.dtype) * static_cast<std::uint64_t>(ctx.rank());
+  Resolved c;
+  c.coll = Collective::kAllgather;
+  c.inPlace = d.sendbuf == nullptr || d.sendbuf == own;
+  c.input = c.inPlace ? own : d.sendbuf;
+  c.output = d.recvbuf;
+  c.count = d.count;
+  c.dtype = d.dtype;
+  c.fingerprintCount = d.count;
+  return c;
+}
+
+Resolved resolveBroadcast(Context& ctx, const Call& d) {
+  Site where{ctx.rank(), "broadcast", -1};
+  checkBuffer(d.recvbuf, d.count, "buffer", where);
+  checkRoot(d.root, ctx.size(), where);
+  Resolved c;
+  c.coll = Collective::kBroadcast;
+  c.input = d.recvbuf;
+  c.output = d.recvbuf;
+  c.count = d.count;
+  c.dtype = d.dtype;
+  c.root = d.root;
+  c.inPlace = true;
+  c.fingerprintCount = d.count;
+  return c;
+}
+
+Resolved resolveBarrier() {
+  Resolved c;
+  c.coll = Collective::kBarrier;
+  return c;
+}
+
+Resolved resolveAllgatherv(Context& ctx, const Call& d) {
+  Site where{ctx.rank(), "allgatherv", -1};
+  const Counts& recvcounts = required(d.counts, "recvcounts", where);
+  Counts displs = displacements(d.displs, recvcounts);
+  checkLayout(recvcounts, &displs, ctx.size(), "recvcounts", where);
+  if (d.count != recvcounts[ctx.rank()]) {
+    throw InvalidArgument(where, "sendcount " + std::to_string(d.count) +
+                                     " differs from recvcounts[" + std::to_string(ctx.rank()) +
+                                     "] = " + std::to_string(recvcounts[ctx.rank()]));
   }
-  const std::uint64_t bytes = count * dataTypeSize(dtype);
-  auto schedule = std::make_shared<algorithms::Schedule>(sending ? "send" : "recv");
+  checkBuffer(d.recvbuf, total(recvcounts), "recvbuf", where);
+  const auto* own =
+      static_cast<const std::uint8_t*>(d.recvbuf) + displs[ctx.rank()] * dataTypeSize(d.dtype);
+  Resolved c;
+  c.coll = Collective::kAllgatherv;
+  c.inPlace = d.sendbuf == nullptr || d.sendbuf == own;
+  if (!c.inPlace) checkBuffer(d.sendbuf, d.count, "sendbuf", where);
+  c.input = c.inPlace ? own : d.sendbuf;
+  c.output = d.recvbuf;
+  c.count = d.count;
+  c.dtype = d.dtype;
+  c.counts = recvcounts;
+  c.displs = std::move(displs);
+  c.fingerprintCount = total(recvcounts);
+  return c;
+}
+
+// reduce_scatter and reduce_scatterv: `recvcounts` the Call's (copied) or made for it.
+Resolved resolveReduceScatter(Context& ctx, const Call& d, Counts recvcounts) {
+  Site where{ctx.rank(), "reduce_scatter", -1};
+  checkLayout(recvcounts, nullptr, ctx.size(), "recvcounts", where);
+  checkBuffer(d.sendbuf, total(recvcounts), "sendbuf", where);
+  checkBuffer(d.recvbuf, recvcounts[ctx.rank()], "recvbuf", where);
+  if (d.sendbuf == d.recvbuf && total(recvcounts) > 0) {
+    throw InvalidArgument(where,
+                          "sendbuf and recvbuf are the same buffer: reduce_scatter "
+                          "works out of place");
+  }
+  Resolved c;
+  c.coll = Collective::kReduceScatter;
+  c.input = d.sendbuf;
+  c.output = d.recvbuf;
+  c.count = recvcounts[ctx.rank()];
+  c.dtype = d.dtype;
+  c.op = &d.op;
+  c.displs = prefixSums(recvcounts);
+  c.fingerprintCount = total(recvcounts);
+  c.counts = std::move(recvcounts);
+  return c;
+}
+
+Resolved resolveReduce(Context& ctx, const Call& d) {
+  Site where{ctx.rank(), "reduce", -1};
+  checkRoot(d.root, ctx.size(), where);
+  checkBuffer(d.sendbuf, d.count, "sendbuf", where);
+  if (ctx.rank() == d.root) checkBuffer(d.recvbuf, d.count, "recvbuf", where);
+  Resolved c;
+  c.coll = Collective::kReduce;
+  c.input = d.sendbuf;
+  c.output = d.recvbuf;
+  c.count = d.count;
+  c.dtype = d.dtype;
+  c.op = &d.op;
+  c.root = d.root;
+  c.inPlace = ctx.rank() == d.root && d.sendbuf == d.recvbuf;
+  c.fingerprintCount = d.count;
+  return c;
+}
+
+// gather and gatherv: `recvcounts` and `displs` the Call's (copied) or made for it.
+Resolved resolveGather(Context& ctx, const Call& d, Collective coll, Counts recvcounts,
+                       Counts displs) {
+  const char* what = algorithms::collectiveName(coll);
+  Site where{ctx.rank(), what, -1};
+  checkRoot(d.root, ctx.size(), where);
+  const int root = d.root;
+  const bool isRoot = ctx.rank() == root;
+  const std::size_t es = dataTypeSize(d.dtype);
+  Resolved c;
+  c.coll = coll;
+  c.root = root;
+  c.dtype = d.dtype;
+  c.count = d.count;
+  c.output = d.recvbuf;
+  c.input = d.sendbuf;
+  if (isRoot) {
+    checkLayout(recvcounts, &displs, ctx.size(), "recvcounts", where);
+    checkBuffer(d.recvbuf, total(recvcounts), "recvbuf", where);
+    if (d.sendbuf == nullptr) {  // in place: the root's block is already in recvbuf
+      c.inPlace = true;
+      c.input = static_cast<const std::uint8_t*>(d.recvbuf) + displs[root] * es;
+      c.count = recvcounts[root];
+    } else if (d.count != recvcounts[root]) {
+      throw InvalidArgument(where, "sendcount " + std::to_string(d.count) +
+                                       " differs from recvcounts[" + std::to_string(root) +
+                                       "] = " + std::to_string(recvcounts[root]));
+    }
+    c.counts = std::move(recvcounts);
+    c.displs = std::move(displs);
+  } else if (static_cast<int>(recvcounts.size()) == ctx.size()) {
+    c.counts = std::move(recvcounts);  // the binomial algorithm forwards its subtree's blocks
+  }
+  if (!c.inPlace) checkBuffer(d.sendbuf, c.count, "sendbuf", where);
+  c.fingerprintCount = coll == Collective::kGather ? d.count : 0;
+  return c;
+}
+
+// scatter and scatterv: `sendcounts` and `displs` the Call's (copied) or made for it.
+Resolved resolveScatter(Context& ctx, const Call& d, Collective coll, Counts sendcounts,
+                        Counts displs) {
+  const char* what = algorithms::collectiveName(coll);
+  Site where{ctx.rank(), what, -1};
+  checkRoot(d.root, ctx.size(), where);
+  const int root = d.root;
+  const bool isRoot = ctx.rank() == root;
+  const std::size_t es = dataTypeSize(d.dtype);
+  Resolved c;
+  c.coll = coll;
+  c.root = root;
+  c.dtype = d.dtype;
+  c.count = d.count;
+  c.input = d.sendbuf;
+  c.output = d.recvbuf;
+  if (isRoot) {
+    checkLayout(sendcounts, &displs, ctx.size(), "sendcounts", where);
+    checkBuffer(d.sendbuf, total(sendcounts), "sendbuf", where);
+    if (d.recvbuf == nullptr) {  // in place: the root's block stays in sendbuf
+      c.inPlace = true;
+      c.output = const_cast<std::uint8_t*>(static_cast<const std::uint8_t*>(d.sendbuf)) +
+                 displs[root] * es;
+      c.count = sendcounts[root];
+    } else if (d.count != sendcounts[root]) {
+      throw InvalidArgument(where, "recvcount " + std::to_string(d.count) +
+                                       " differs from sendcounts[" + std::to_string(root) +
+                                       "] = " + std::to_string(sendcounts[root]));
+    }
+    c.counts = std::move(sendcounts);
+    c.displs = std::move(displs);
+  } else if (static_cast<int>(sendcounts.size()) == ctx.size()) {
+    c.counts = std::move(sendcounts);  // the binomial algorithm forwards its subtree's blocks
+  }
+  if (!c.inPlace) checkBuffer(d.recvbuf, c.count, "recvbuf", where);
+  c.fingerprintCount = coll == Collective::kScatter ? d.count : 0;
+  return c;
+}
+
+// alltoall and alltoallv: the per-peer vectors the Call's (copied) or made for it; `count`
+// the equal count of alltoall (0 for alltoallv).
+Resolved resolveAlltoall(Context& ctx, const Call& d, Collective coll, Counts sendcounts,
+                         Counts sdispls, Counts recvcounts, Counts rdispls, std::uint64_t count) {
+  const char* what = algorithms::collectiveName(coll);
+  Site where{ctx.rank(), what, -1};
+  checkLayout(sendcounts, &sdispls, ctx.size(), "sendcounts", where);
+  checkLayout(recvcounts, &rdispls, ctx.size(), "recvcounts", where);
+  checkBuffer(d.sendbuf, total(sendcounts), "sendbuf", where);
+  checkBuffer(d.recvbuf, total(recvcounts), "recvbuf", where);
+  if (d.sendbuf == d.recvbuf && total(sendcounts) > 0) {
+    throw InvalidArgument(where, std::string("sendbuf and recvbuf are the same buffer: ") + what +
+                                     " works out of place");
+  }
+  const int self = ctx.rank();
+  if (sendcounts[self] != recvcounts[self]) {
+    throw InvalidArgument(
+        where, "sendcounts[" + std::to_string(self) + "] = " + std::to_string(sendcounts[self]) +
+                   " differs from recvcounts[" + std::to_string(self) + "] = " +
+                   std::to_string(recvcounts[self]) + " (the block this rank sends itself)");
+  }
+  Resolved c;
+  c.coll = coll;
+  c.input = d.sendbuf;
+  c.output = d.recvbuf;
+  c.count = count;
+  c.dtype = d.dtype;
+  c.counts = std::move(sendcounts);
+  c.displs = std::move(sdispls);
+  c.recvCounts = std::move(recvcounts);
+  c.recvDispls = std::move(rdispls);
+  c.fingerprintCount = coll == Collective::kAlltoall ? count : 0;
+  return c;
+}
+
+// Every collective kind's Call, checked and resolved (send and recv take prepareP2P).
+Resolved resolveKind(Context& ctx, const Call& d) {
+  const int P = ctx.size();
+  switch (d.kind) {
+    case CallKind::kAllreduce:
+      return resolveAllreduce(ctx, d);
+    case CallKind::kReduce:
+      return resolveReduce(ctx, d);
+    case CallKind::kBroadcast:
+      return resolveBroadcast(ctx, d);
+    case CallKind::kAllgather:
+      return resolveAllgather(ctx, d);
+    case CallKind::kAllgatherv:
+      return resolveAllgatherv(ctx, d);
+    case CallKind::kReduceScatter:
+      return resolveReduceScatter(ctx, d, uniform(P, d.count));
+    case CallKind::kReduceScatterv:
+      return resolveReduceScatter(
+          ctx, d, required(d.counts, "recvcounts", Site{ctx.rank(), "reduce_scatter", -1}));
+    case CallKind::kGather:
+      return resolveGather(ctx, d, Collective::kGather, uniform(P, d.count),
+                           uniformDispls(P, d.count));
+    case CallKind::kGatherv: {
+      Site where{ctx.rank(), "gatherv", -1};
+      const Counts& recvcounts = required(d.counts, "recvcounts", where);
+      return resolveGather(ctx, d, Collective::kGatherv, recvcounts,
+                           displacements(d.displs, recvcounts));
+    }
+    case CallKind::kScatter:
+      return resolveScatter(ctx, d, Collective::kScatter, uniform(P, d.count),
+                            uniformDispls(P, d.count));
+    case CallKind::kScatterv: {
+      Site where{ctx.rank(), "scatterv", -1};
+      const Counts& sendcounts = required(d.counts, "sendcounts", where);
+      return resolveScatter(ctx, d, Collective::kScatterv, sendcounts,
+                            displacements(d.displs, sendcounts));
+    }
+    case CallKind::kAlltoall:
+      return resolveAlltoall(ctx, d, Collective::kAlltoall, uniform(P, d.count),
+                             uniformDispls(P, d.count), uniform(P, d.count),
+                             uniformDispls(P, d.count), d.count);
+    case CallKind::kAlltoallv: {
+      Site where{ctx.rank(), "alltoallv", -1};
+      const Counts& sendcounts = required(d.counts, "sendcounts", where);
+      const Counts& recvcounts = required(d.recvCounts, "recvcounts", where);
+      return resolveAlltoall(ctx, d, Collective::kAlltoallv, sendcounts,
+                             displacements(d.displs, sendcounts), recvcounts,
+                             displacements(d.recvDispls, recvcounts), 0);
+    }
+    case CallKind::kBarrier:
+      return resolveBarrier();
+    case CallKind::kSend:
+    case CallKind::kRecv:
+      break;
+  }
+  throw InvalidArgument(Where{ctx.rank(), "call", -1},
+                        "unknown call kind " + std::to_string(static_cast<int>(d.kind)));
+}
+
+// `options`: the Call's own, or those of the collectives.h function that built it (which
+// leaves the Call's default: no copy of them on the way).
+Resolved resolve(Context& ctx, const Call& d, const CollectiveOptions& options) {
+  Resolved r = resolveKind(ctx, d);
+  r.options = &options;
+  return r;
+}
+
+// Point to point: one transfer, its key the user's tag.
+Prepared prepareP2P(Context& ctx, const Call& d, const CollectiveOptions& options) {
+  const bool sending = d.kind == CallKind::kSend;
+  const char* what = sending ? "send" : "recv";
+  const void* buffer = sending ? d.sendbuf : d.recvbuf;
+  detail::Runtime& rt = runtimeOf(ctx, what);
+  Site where{rt.rank, what, d.peer};
+  checkBuffer(buffer, d.count, "buffer", where);
+  if (d.peer < 0 || d.peer >= rt.size) {
+    throw InvalidArgument(where, "peer " + std::to_string(d.peer) + " is outside [0, " +
+                                     std::to_string(rt.size) + ")");
+  }
+  const std::uint64_t bytes = d.count * dataTypeSize(d.dtype);
+  auto schedule = std::make_shared<algorithms::Schedule>(what);
   if (sending) {
-    schedule->send(peer, 0, algorithms::input(), bytes);
+    schedule->send(d.peer, 0, algorithms::input(), bytes);
   } else {
-    schedule->recv(peer, 0, algorithms::output(), bytes);
+    schedule->recv(d.peer, 0, algorithms::output(), bytes);
   }
   schedule->finalize();
   Prepared p;
@@ -542,17 +619,155 @@ Prepared prepareP2P(Context& ctx, bool sending, const void* buffer, std::uint64_
   p.bindings.input = buffer;
   p.bindings.output = const_cast<void*>(buffer);
   p.info.collective = what;
-  p.info.peer = peer;
-  p.info.key = transport::MessageKey{tag, 0, transport::Space::kPointToPoint};
+  p.info.peer = d.peer;
+  p.info.key = transport::MessageKey{d.tag, 0, transport::Space::kPointToPoint};
   p.info.fingerprint = transport::Fingerprint{static_cast<std::uint8_t>(Collective::kSendRecv),
-                                              static_cast<std::uint8_t>(dtype), 0, -1, count};
-  p.info.dtype = dtype;
+                                              static_cast<std::uint8_t>(d.dtype), 0, -1, d.count};
+  p.info.dtype = d.dtype;
   p.info.timeout = timeoutOf(rt, options, where);
   p.info.deadline = algorithms::Clock::now() + p.info.timeout;
   return p;
 }
 
+bool pointToPoint(const Call& d) { return d.kind == CallKind::kSend || d.kind == CallKind::kRecv; }
+
+void executeWith(Context& ctx, const Call& call, const CollectiveOptions& options) {
+  if (pointToPoint(call)) {
+    Prepared p = prepareP2P(ctx, call, options);
+    ctx.runtime()->engine->run(std::move(p.schedule), p.bindings, std::move(p.info));
+    return;
+  }
+  runBlocking(ctx, resolve(ctx, call, options));
+}
+
+Work startWith(Context& ctx, const Call& call, const CollectiveOptions& options) {
+  if (pointToPoint(call)) {
+    Prepared p = prepareP2P(ctx, call, options);
+    auto e = ctx.runtime()->engine->start(std::move(p.schedule), p.bindings, std::move(p.info));
+    return WorkAccess::make(ctx.runtime(), std::move(e));
+  }
+  return runAsync(ctx, resolve(ctx, call, options));
+}
+
+// The Calls the functions of collectives.h build (their options go beside: executeWith).
+Call describe(CallKind kind, const void* sendbuf, void* recvbuf, std::uint64_t count,
+              DataType dtype) {
+  Call c;
+  c.kind = kind;
+  c.sendbuf = sendbuf;
+  c.recvbuf = recvbuf;
+  c.count = count;
+  c.dtype = dtype;
+  return c;
+}
+
+Call reduction(CallKind kind, const void* sendbuf, void* recvbuf, std::uint64_t count,
+               DataType dtype, int root, const AllreduceOptions& options) {
+  Call c = describe(kind, sendbuf, recvbuf, count, dtype);
+  c.op = options.op;
+  c.root = root;
+  return c;
+}
+
+Call rooted(CallKind kind, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
+            int root) {
+  Call c = describe(kind, sendbuf, recvbuf, count, dtype);
+  c.root = root;
+  return c;
+}
+
+Call pointToPointCall(CallKind kind, const void* sendbuf, void* recvbuf, std::uint64_t count,
+                      DataType dtype, int peer, std::uint64_t tag) {
+  Call c = describe(kind, sendbuf, recvbuf, count, dtype);
+  c.peer = peer;
+  c.tag = tag;
+  return c;
+}
+
+Call allgathervCall(const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
+                    const Counts& recvcounts, const Counts& displs, DataType dtype) {
+  Call c = describe(CallKind::kAllgatherv, sendbuf, recvbuf, sendcount, dtype);
+  c.counts = &recvcounts;
+  c.displs = &displs;
+  return c;
+}
+
+Call reduceScattervCall(const void* sendbuf, void* recvbuf, const Counts& recvcounts,
+                        DataType dtype, const ReduceOptions& options) {  // (for its op)
+  Call c = reduction(CallKind::kReduceScatterv, sendbuf, recvbuf, 0, dtype, 0, options);
+  c.counts = &recvcounts;
+  return c;
+}
+
+Call gathervCall(const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
+                 const Counts& recvcounts, const Counts& displs, DataType dtype, int root) {
+  Call c = rooted(CallKind::kGatherv, sendbuf, recvbuf, sendcount, dtype, root);
+  c.counts = &recvcounts;
+  c.displs = &displs;
+  return c;
+}
+
+Call scattervCall(const void* sendbuf, const Counts& sendcounts, const Counts& displs,
+                  void* recvbuf, std::uint64_t recvcount, DataType dtype, int root) {
+  Call c = rooted(CallKind::kScatterv, sendbuf, recvbuf, recvcount, dtype, root);
+  c.counts = &sendcounts;
+  c.displs = &displs;
+  return c;
+}
+
+Call alltoallvCall(const void* sendbuf, const Counts& sendcounts, const Counts& sdispls,
+                   void* recvbuf, const Counts& recvcounts, const Counts& rdispls, DataType dtype) {
+  Call c = describe(CallKind::kAlltoallv, sendbuf, recvbuf, 0, dtype);
+  c.counts = &sendcounts;
+  c.displs = &sdispls;
+  c.recvCounts = &recvcounts;
+  c.recvDispls = &rdispls;
+  return c;
+}
+
 }  // namespace
+
+const char* callKindName(CallKind kind) noexcept {
+  switch (kind) {
+    case CallKind::kAllreduce:
+      return "allreduce";
+    case CallKind::kReduce:
+      return "reduce";
+    case CallKind::kBroadcast:
+      return "broadcast";
+    case CallKind::kAllgather:
+      return "allgather";
+    case CallKind::kAllgatherv:
+      return "allgatherv";
+    case CallKind::kReduceScatter:
+      return "reduce_scatter";
+    case CallKind::kReduceScatterv:
+      return "reduce_scatterv";
+    case CallKind::kGather:
+      return "gather";
+    case CallKind::kGatherv:
+      return "gatherv";
+    case CallKind::kScatter:
+      return "scatter";
+    case CallKind::kScatterv:
+      return "scatterv";
+    case CallKind::kAlltoall:
+      return "alltoall";
+    case CallKind::kAlltoallv:
+      return "alltoallv";
+    case CallKind::kBarrier:
+      return "barrier";
+    case CallKind::kSend:
+      return "send";
+    case CallKind::kRecv:
+      return "recv";
+  }
+  return "unknown";
+}
+
+void execute(Context& ctx, const Call& call) { executeWith(ctx, call, call.options); }
+
+Work start(Context& ctx, const Call& call) { return startWith(ctx, call, call.options); }
 
 bool Work::wait(std::optional<std::chrono::milliseconds> timeout) {
   if (!valid()) throw InvalidArgument(Where{-1, "Work::wait", -1}, "an empty Work");
@@ -574,188 +789,176 @@ bool Work::test() {
   }
 }
 
+// ---- the functions of collectives.h: each builds its Call ------------------------------
+
 void allreduce(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                DataType dtype, const AllreduceOptions& options) {
-  runBlocking(ctx, allreduceCall(ctx, sendbuf, recvbuf, count, dtype, options));
+  executeWith(ctx, reduction(CallKind::kAllreduce, sendbuf, recvbuf, count, dtype, 0, options),
+              options);
 }
-
 Work allreduceAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                     DataType dtype, const AllreduceOptions& options) {
-  return runAsync(ctx, allreduceCall(ctx, sendbuf, recvbuf, count, dtype, options));
+  return startWith(ctx, reduction(CallKind::kAllreduce, sendbuf, recvbuf, count, dtype, 0, options),
+                   options);
 }
 
 void allgather(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                DataType dtype, const CollectiveOptions& options) {
-  runBlocking(ctx, allgatherCall(ctx, sendbuf, recvbuf, count, dtype, options));
+  executeWith(ctx, describe(CallKind::kAllgather, sendbuf, recvbuf, count, dtype), options);
 }
-
 Work allgatherAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                     DataType dtype, const CollectiveOptions& options) {
-  return runAsync(ctx, allgatherCall(ctx, sendbuf, recvbuf, count, dtype, options));
+  return startWith(ctx, describe(CallKind::kAllgather, sendbuf, recvbuf, count, dtype), options);
 }
-
-void broadcast(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int root,
-               const CollectiveOptions& options) {
-  runBlocking(ctx, broadcastCall(ctx, buffer, count, dtype, root, options));
-}
-
-Work broadcastAsync(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int root,
-                    const CollectiveOptions& options) {
-  return runAsync(ctx, broadcastCall(ctx, buffer, count, dtype, root, options));
-}
-
-void barrier(Context& ctx, const CollectiveOptions& options) {
-  runBlocking(ctx, barrierCall(options));
-}
-
-Work barrierAsync(Context& ctx, const CollectiveOptions& options) {
-  return runAsync(ctx, barrierCall(options));
-}
-
-void send(Context& ctx, const void* buffer, std::uint64_t count, DataType dtype, int peer,
-          std::uint64_t tag, const CollectiveOptions& options) {
-  Prepared p = prepareP2P(ctx, true, buffer, count, dtype, peer, tag, options);
-  ctx.runtime()->engine->run(std::move(p.schedule), p.bindings, std::move(p.info));
-}
-
-void recv(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int peer,
-          std::uint64_t tag, const CollectiveOptions& options) {
-  Prepared p = prepareP2P(ctx, false, buffer, count, dtype, peer, tag, options);
-  ctx.runtime()->engine->run(std::move(p.schedule), p.bindings, std::move(p.info));
-}
-
-Work sendAsync(Context& ctx, const void* buffer, std::uint64_t count, DataType dtype, int peer,
-               std::uint64_t tag, const CollectiveOptions& options) {
-  Prepared p = prepareP2P(ctx, true, buffer, count, dtype, peer, tag, options);
-  auto e = ctx.runtime()->engine->start(std::move(p.schedule), p.bindings, std::move(p.info));
-  return WorkAccess::make(ctx.runtime(), std::move(e));
-}
-
-Work recvAsync(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int peer,
-               std::uint64_t tag, const CollectiveOptions& options) {
-  Prepared p = prepareP2P(ctx, false, buffer, count, dtype, peer, tag, options);
-  auto e = ctx.runtime()->engine->start(std::move(p.schedule), p.bindings, std::move(p.info));
-  return WorkAccess::make(ctx.runtime(), std::move(e));
-}
-
-}  // namespace collx
-
-namespace collx {
 
 void allgatherv(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
                 const Counts& recvcounts, const Counts& displs, DataType dtype,
                 const CollectiveOptions& options) {
-  runBlocking(ctx,
-              allgathervCall(ctx, sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, options));
+  executeWith(ctx, allgathervCall(sendbuf, sendcount, recvbuf, recvcounts, displs, dtype), options);
 }
 Work allgathervAsync(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
                      const Counts& recvcounts, const Counts& displs, DataType dtype,
                      const CollectiveOptions& options) {
-  return runAsync(
-      ctx, allgathervCall(ctx, sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, options));
+  return startWith(ctx, allgathervCall(sendbuf, sendcount, recvbuf, recvcounts, displs, dtype),
+                   options);
 }
 
 void reduceScatter(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t recvcount,
                    DataType dtype, const ReduceOptions& options) {
-  runBlocking(ctx, reduceScatterCall(ctx, sendbuf, recvbuf, uniform(ctx.size(), recvcount), dtype,
-                                     options));
+  executeWith(ctx,
+              reduction(CallKind::kReduceScatter, sendbuf, recvbuf, recvcount, dtype, 0, options),
+              options);
 }
 Work reduceScatterAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t recvcount,
                         DataType dtype, const ReduceOptions& options) {
-  return runAsync(ctx, reduceScatterCall(ctx, sendbuf, recvbuf, uniform(ctx.size(), recvcount),
-                                         dtype, options));
+  return startWith(
+      ctx, reduction(CallKind::kReduceScatter, sendbuf, recvbuf, recvcount, dtype, 0, options),
+      options);
 }
+
 void reduceScatterv(Context& ctx, const void* sendbuf, void* recvbuf, const Counts& recvcounts,
                     DataType dtype, const ReduceOptions& options) {
-  runBlocking(ctx, reduceScatterCall(ctx, sendbuf, recvbuf, recvcounts, dtype, options));
+  executeWith(ctx, reduceScattervCall(sendbuf, recvbuf, recvcounts, dtype, options), options);
 }
 Work reduceScattervAsync(Context& ctx, const void* sendbuf, void* recvbuf, const Counts& recvcounts,
                          DataType dtype, const ReduceOptions& options) {
-  return runAsync(ctx, reduceScatterCall(ctx, sendbuf, recvbuf, recvcounts, dtype, options));
+  return startWith(ctx, reduceScattervCall(sendbuf, recvbuf, recvcounts, dtype, options), options);
 }
 
 void reduce(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
             int root, const ReduceOptions& options) {
-  runBlocking(ctx, reduceCall(ctx, sendbuf, recvbuf, count, dtype, root, options));
+  executeWith(ctx, reduction(CallKind::kReduce, sendbuf, recvbuf, count, dtype, root, options),
+              options);
 }
 Work reduceAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                  DataType dtype, int root, const ReduceOptions& options) {
-  return runAsync(ctx, reduceCall(ctx, sendbuf, recvbuf, count, dtype, root, options));
+  return startWith(ctx, reduction(CallKind::kReduce, sendbuf, recvbuf, count, dtype, root, options),
+                   options);
 }
 
 void gather(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
             int root, const CollectiveOptions& options) {
-  runBlocking(
-      ctx, gatherCall(ctx, Collective::kGather, sendbuf, count, recvbuf, uniform(ctx.size(), count),
-                      uniformDispls(ctx.size(), count), dtype, root, options));
+  executeWith(ctx, rooted(CallKind::kGather, sendbuf, recvbuf, count, dtype, root), options);
 }
 Work gatherAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                  DataType dtype, int root, const CollectiveOptions& options) {
-  return runAsync(
-      ctx, gatherCall(ctx, Collective::kGather, sendbuf, count, recvbuf, uniform(ctx.size(), count),
-                      uniformDispls(ctx.size(), count), dtype, root, options));
+  return startWith(ctx, rooted(CallKind::kGather, sendbuf, recvbuf, count, dtype, root), options);
 }
+
 void gatherv(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
              const Counts& recvcounts, const Counts& displs, DataType dtype, int root,
              const CollectiveOptions& options) {
-  runBlocking(ctx, gatherCall(ctx, Collective::kGatherv, sendbuf, sendcount, recvbuf, recvcounts,
-                              displs, dtype, root, options));
+  executeWith(ctx, gathervCall(sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, root),
+              options);
 }
 Work gathervAsync(Context& ctx, const void* sendbuf, std::uint64_t sendcount, void* recvbuf,
                   const Counts& recvcounts, const Counts& displs, DataType dtype, int root,
                   const CollectiveOptions& options) {
-  return runAsync(ctx, gatherCall(ctx, Collective::kGatherv, sendbuf, sendcount, recvbuf,
-                                  recvcounts, displs, dtype, root, options));
+  return startWith(ctx, gathervCall(sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, root),
+                   options);
 }
 
 void scatter(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
              int root, const CollectiveOptions& options) {
-  runBlocking(ctx,
-              scatterCall(ctx, Collective::kScatter, sendbuf, uniform(ctx.size(), count),
-                          uniformDispls(ctx.size(), count), recvbuf, count, dtype, root, options));
+  executeWith(ctx, rooted(CallKind::kScatter, sendbuf, recvbuf, count, dtype, root), options);
 }
 Work scatterAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                   DataType dtype, int root, const CollectiveOptions& options) {
-  return runAsync(
-      ctx, scatterCall(ctx, Collective::kScatter, sendbuf, uniform(ctx.size(), count),
-                       uniformDispls(ctx.size(), count), recvbuf, count, dtype, root, options));
+  return startWith(ctx, rooted(CallKind::kScatter, sendbuf, recvbuf, count, dtype, root), options);
 }
+
 void scatterv(Context& ctx, const void* sendbuf, const Counts& sendcounts, const Counts& displs,
               void* recvbuf, std::uint64_t recvcount, DataType dtype, int root,
               const CollectiveOptions& options) {
-  runBlocking(ctx, scatterCall(ctx, Collective::kScatterv, sendbuf, sendcounts, displs, recvbuf,
-                               recvcount, dtype, root, options));
+  executeWith(ctx, scattervCall(sendbuf, sendcounts, displs, recvbuf, recvcount, dtype, root),
+              options);
 }
 Work scattervAsync(Context& ctx, const void* sendbuf, const Counts& sendcounts,
                    const Counts& displs, void* recvbuf, std::uint64_t recvcount, DataType dtype,
                    int root, const CollectiveOptions& options) {
-  return runAsync(ctx, scatterCall(ctx, Collective::kScatterv, sendbuf, sendcounts, displs, recvbuf,
-                                   recvcount, dtype, root, options));
+  return startWith(ctx, scattervCall(sendbuf, sendcounts, displs, recvbuf, recvcount, dtype, root),
+                   options);
 }
 
 void alltoall(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count, DataType dtype,
               const CollectiveOptions& options) {
-  Counts c = uniform(ctx.size(), count), d = uniformDispls(ctx.size(), count);
-  runBlocking(ctx, alltoallCall(ctx, Collective::kAlltoall, sendbuf, c, d, recvbuf, c, d, dtype,
-                                options, count));
+  executeWith(ctx, describe(CallKind::kAlltoall, sendbuf, recvbuf, count, dtype), options);
 }
 Work alltoallAsync(Context& ctx, const void* sendbuf, void* recvbuf, std::uint64_t count,
                    DataType dtype, const CollectiveOptions& options) {
-  Counts c = uniform(ctx.size(), count), d = uniformDispls(ctx.size(), count);
-  return runAsync(ctx, alltoallCall(ctx, Collective::kAlltoall, sendbuf, c, d, recvbuf, c, d, dtype,
-                                    options, count));
+  return startWith(ctx, describe(CallKind::kAlltoall, sendbuf, recvbuf, count, dtype), options);
 }
+
 void alltoallv(Context& ctx, const void* sendbuf, const Counts& sendcounts, const Counts& sdispls,
                void* recvbuf, const Counts& recvcounts, const Counts& rdispls, DataType dtype,
                const CollectiveOptions& options) {
-  runBlocking(ctx, alltoallCall(ctx, Collective::kAlltoallv, sendbuf, sendcounts, sdispls, recvbuf,
-                                recvcounts, rdispls, dtype, options, 0));
+  executeWith(ctx, alltoallvCall(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype),
+              options);
 }
 Work alltoallvAsync(Context& ctx, const void* sendbuf, const Counts& sendcounts,
                     const Counts& sdispls, void* recvbuf, const Counts& recvcounts,
                     const Counts& rdispls, DataType dtype, const CollectiveOptions& options) {
-  return runAsync(ctx, alltoallCall(ctx, Collective::kAlltoallv, sendbuf, sendcounts, sdispls,
-                                    recvbuf, recvcounts, rdispls, dtype, options, 0));
+  return startWith(ctx,
+                   alltoallvCall(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype),
+                   options);
+}
+
+void broadcast(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int root,
+               const CollectiveOptions& options) {
+  executeWith(ctx, rooted(CallKind::kBroadcast, nullptr, buffer, count, dtype, root), options);
+}
+Work broadcastAsync(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int root,
+                    const CollectiveOptions& options) {
+  return startWith(ctx, rooted(CallKind::kBroadcast, nullptr, buffer, count, dtype, root), options);
+}
+
+void barrier(Context& ctx, const CollectiveOptions& options) {
+  executeWith(ctx, describe(CallKind::kBarrier, nullptr, nullptr, 0, DataType::kUint8), options);
+}
+Work barrierAsync(Context& ctx, const CollectiveOptions& options) {
+  return startWith(ctx, describe(CallKind::kBarrier, nullptr, nullptr, 0, DataType::kUint8),
+                   options);
+}
+
+void send(Context& ctx, const void* buffer, std::uint64_t count, DataType dtype, int peer,
+          std::uint64_t tag, const CollectiveOptions& options) {
+  executeWith(ctx, pointToPointCall(CallKind::kSend, buffer, nullptr, count, dtype, peer, tag),
+              options);
+}
+void recv(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int peer,
+          std::uint64_t tag, const CollectiveOptions& options) {
+  executeWith(ctx, pointToPointCall(CallKind::kRecv, nullptr, buffer, count, dtype, peer, tag),
+              options);
+}
+Work sendAsync(Context& ctx, const void* buffer, std::uint64_t count, DataType dtype, int peer,
+               std::uint64_t tag, const CollectiveOptions& options) {
+  return startWith(ctx, pointToPointCall(CallKind::kSend, buffer, nullptr, count, dtype, peer, tag),
+                   options);
+}
+Work recvAsync(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int peer,
+               std::uint64_t tag, const CollectiveOptions& options) {
+  return startWith(ctx, pointToPointCall(CallKind::kRecv, nullptr, buffer, count, dtype, peer, tag),
+                   options);
 }
 
 }  // namespace collx

@@ -250,6 +250,20 @@ def run_case(coll, dtype):
         ctx.allreduce(y, op="prod")
         expect(x.view(np.uint8).tolist() == [1, 1, 0, 1], "bool sum: %s" % x.view(np.uint8))
         expect(y.view(np.uint8).tolist() == [0, 1, 0, 0], "bool prod: %s" % y.view(np.uint8))
+    elif dtype == "complex64":  # sum and avg as pairs of reals; other ops refused
+        mine = encode(values(R, N, 1), dtype)
+        everyone = [encode(values(r, N, 1), dtype) for r in range(P)]
+        x = mine.copy()
+        ctx.allreduce(x)
+        expect(np.array_equal(x, np.sum(everyone, axis=0)), "complex sum: %s" % x)
+        w = ctx.allreduce(mine.copy(), np.empty_like(mine), op="avg", async_op=True)
+        got = w.result()
+        expect(np.allclose(got, np.mean(everyone, axis=0), rtol=1e-6), "complex avg: %s" % got)
+        try:
+            ctx.allreduce(mine.copy(), op="max")
+            expect(False, "a complex max was accepted")
+        except collx.InvalidArgument as e:
+            expect("complex64" in str(e) and "max" in str(e), "unclear refusal: %s" % e)
     elif coll in ("allreduce", "reduce", "reduce_scatter", "reduce_scatterv"):
         reducing(coll, dtype)
     else:

@@ -4,12 +4,14 @@ file store): does what the scenario says and writes what it saw to argv[1] as JS
 
     failures.py OUT SCENARIO
 """
+import gc
 import json
 import os
 import signal
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -104,12 +106,41 @@ try:
         ctx.allreduce(np.ones(4, np.float32), op=collx.ReduceOp.custom(bad, "bad"))
         result["ok"] = True
     elif scenario == "dropped_work":
-        # Works dropped before they end: their arrays stay borrowed until the calls end.
+        # A Work dropped while its call runs: the array stays borrowed (alive, its memory not
+        # freed and reused under the call) until the call ends, then the context lets it go.
+        n = 1 << 18  # 1 MiB: it cannot all travel before the peer joins
+        flag = os.path.join(os.path.dirname(os.path.abspath(out)), "dropped_work.flag")
+        if R == 0:
+            x = np.full(n, 1.0, np.float32)
+            ref = weakref.ref(x)
+            ctx.allreduce(x, async_op=True)  # the Work dropped at once
+            del x
+            gc.collect()
+            result["alive_while_running"] = ref() is not None
+            junk = [np.full(n, -5.0, np.float32) for _ in range(4)]  # where freed memory goes
+            open(flag, "w").close()  # the peer joins the call only now
+        else:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(flag) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            x = np.full(n, 2.0, np.float32)
+            ctx.allreduce(x)
+            result["peer_result"] = bool((x == 3.0).all())
+        ctx.barrier()
+        if R == 0:
+            # Every use of the context releases what the dropped calls that ended held.
+            deadline = time.monotonic() + 30
+            while ref() is not None and time.monotonic() < deadline:
+                time.sleep(0.01)
+                ctx.rank
+            result["released_after"] = ref() is None
+            result["memory_untouched"] = all(bool((j == -5.0).all()) for j in junk)
+        # Many dropped at once, then a call that must see the context work.
         for i in range(20):
             ctx.allreduce(np.full(1 << 14, float(R), np.float32), async_op=True)
-        x = np.ones(4, np.float32)
-        ctx.allreduce(x)
-        result["ok"] = bool((x == ctx.size).all())
+        y = np.ones(4, np.float32)
+        ctx.allreduce(y)
+        result["ok"] = bool((y == ctx.size).all())
     else:
         raise SystemExit("unknown scenario " + scenario)
     result.setdefault("ok", True)

@@ -7,9 +7,12 @@ wrong} to argv[1].
     torch_backend.py OUT INIT_METHOD RANK WORLD_SIZE [--smoke] [--no-ddp]
 """
 import copy
+import gc
 import json
 import sys
+import time
 import traceback
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -265,6 +268,41 @@ def ddp_case():
             raise Mismatch("rank %d ended with other parameters than rank %d" % (r, R))
 
 
+def dropped_work_case():
+    """A handle dropped while its call runs: the group keeps the tensor (alive, its memory not
+    freed and reused under the call) until the call ends, then lets it go."""
+    n = 1 << 18  # 1 MiB: past COLLX_TORCH_EAGER_BYTES, so the call runs in the background
+    if R == 0:
+        x = torch.full((n,), 1.0)
+        ref = weakref.ref(x)
+        dist.all_reduce(x, async_op=True)  # the handle dropped at once
+        del x
+        gc.collect()
+        if ref() is None:
+            raise Mismatch("the tensor of a dropped call in flight was freed")
+        junk = [torch.full((n,), -5.0) for _ in range(4)]  # where freed memory would go
+        dist.barrier(group=GLOO)  # the peers join the call only now
+    else:
+        dist.barrier(group=GLOO)
+        x = torch.full((n,), float(R + 1))
+        dist.all_reduce(x)
+        same("the peer of a dropped call", x, torch.full((n,), P * (P + 1) / 2))
+    # Every call of the group releases what the dropped calls that ended held: within a few
+    # calls after the dropped one (all ranks loop alike, rank 0 says when to stop).
+    for _ in range(500):
+        dist.barrier()
+        held = torch.tensor([int(R == 0 and ref() is not None)])
+        dist.all_reduce(held, group=GLOO)
+        if held.item() == 0:
+            break
+        time.sleep(0.01)
+    else:
+        raise Mismatch("the tensor of a dropped call was still held long after it ended")
+    if R == 0:
+        for j in junk:
+            same("memory beside a dropped call's tensor", j, torch.full((n,), -5.0))
+
+
 def run(case):
     if case.startswith("all_reduce-"):
         dtype = case.split("-", 1)[1]
@@ -298,6 +336,8 @@ def run(case):
         same("future value", value[0], gloo_all_reduce(data(R, 64, "float32", 5),
                                                          dist.ReduceOp.SUM))
         same("chained future", chained.wait(), value[0] * 2)
+    elif case == "dropped_work":
+        dropped_work_case()
     elif case == "non_contiguous":
         t = torch.zeros(4, 3).t()
         try:

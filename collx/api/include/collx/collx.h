@@ -8,6 +8,7 @@
 #include "collx/base/setting.h"
 #include "collx/base/version.h"
 #include "collx/bootstrap.h"
+#include "collx/call.h"
 #include "collx/collectives.h"
 #include "collx/context.h"
 #include "collx/rendezvous/file_store.h"
