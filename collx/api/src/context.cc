@@ -250,6 +250,28 @@ void Context::connect(const ContextOptions& options) {
     }
   }
   mesh.hostId = hostId_;
+
+  // Spinning while waiting (and TCP's short writes) pay off when this rank has a core to
+  // itself: when this host's
+  // ranks do not outnumber the CPUs that their affinity masks allow together (a
+  // container's cpuset may allow far fewer than the host has online; when a rank did not
+  // say, every online CPU counts).
+  int local = 0;
+  std::set<int> cpus;
+  bool known = true;
+  for (const PeerInfo& peer : peers_) {
+    if (peer.hostname != peers_[rank_].hostname || peer.bootId != peers_[rank_].bootId) continue;
+    ++local;
+    known = addCpuList(peer.cpus, cpus) && known;
+  }
+  const auto cores = known ? cpus.size() : std::max(1u, std::thread::hardware_concurrency());
+  outnumbered_ = static_cast<std::size_t>(local) > cores;
+  COLLX_DEBUG(kShm, "rank {}: {} ranks on this host, {} CPUs{}", rank_, local, cores,
+              known ? "" : " (online; some rank did not say which it may use)");
+  // Ranks that run at once on their own cores exchange both ways at once: short writes let
+  // both directions of a connection move (tcp_pair.cc, kWriteBytes). Ranks that take turns
+  // on cores write more per turn instead.
+  mesh.tcpShortWrites = !outnumbered_;
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   auto transports = std::make_unique<transport::Mesh>(mesh);
 
@@ -268,22 +290,6 @@ void Context::connect(const ContextOptions& options) {
   for (const auto& blob : blobs) addresses.push_back(rendezvous::toString(blob));
   transports->connect(addresses, deadline);
 
-  // Spinning while waiting pays off when this rank has a core to itself: when this host's
-  // ranks do not outnumber the CPUs that their affinity masks allow together (a
-  // container's cpuset may allow far fewer than the host has online; when a rank did not
-  // say, every online CPU counts).
-  int local = 0;
-  std::set<int> cpus;
-  bool known = true;
-  for (const PeerInfo& peer : peers_) {
-    if (peer.hostname != peers_[rank_].hostname || peer.bootId != peers_[rank_].bootId) continue;
-    ++local;
-    known = addCpuList(peer.cpus, cpus) && known;
-  }
-  const auto cores = known ? cpus.size() : std::max(1u, std::thread::hardware_concurrency());
-  outnumbered_ = static_cast<std::size_t>(local) > cores;
-  COLLX_DEBUG(kShm, "rank {}: {} ranks on this host, {} CPUs{}", rank_, local, cores,
-              known ? "" : " (online; some rank did not say which it may use)");
   const algorithms::EngineOptions engine = algorithms::engineOptions(config, outnumbered_);
   runtime_ = std::make_shared<detail::Runtime>();
   runtime_->engine = std::make_unique<algorithms::Engine>(std::move(transports), engine);

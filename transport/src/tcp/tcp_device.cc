@@ -403,6 +403,7 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
   for (std::size_t i = 0; i < peers.size(); ++i) {
     TcpPairOptions pairOptions;
     pairOptions.limits.eagerLimit = eagerLimits[i];
+    pairOptions.shortWrites = options_.tcpShortWrites;
     for (int fd : fds[i]) configureSocket(fd, options_.tcpBufferBytes);
     pairs_.push_back(std::make_unique<TcpPair>(peers[i], link_, fds[i], pairOptions, addresses[i]));
     out.push_back(pairs_.back().get());

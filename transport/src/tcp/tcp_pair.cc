@@ -20,10 +20,12 @@ constexpr std::size_t kStagingBytes = 64 * 1024;
 // Payloads at least this large are read straight into their destination, not via staging.
 constexpr std::uint64_t kDirectReadBytes = 16 * 1024;
 constexpr int kMaxIov = 64;
-// Bytes one sendmsg takes at most. While it copies, a sendmsg holds its socket, and what the
-// peer sends meanwhile on the same connection (its data, its ACKs) waits in the socket's
-// backlog until the call ends: on loopback, two ranks exchanging large messages then take
-// turns instead of moving both ways at once. Shorter writes let both directions flow
+// Bytes one sendmsg takes at most, when both ends of a connection run at once (each rank has
+// a core: TcpPairOptions::shortWrites). While it copies, a sendmsg holds its socket, and
+// what the peer sends meanwhile on the same connection (its data, its ACKs) waits in the
+// socket's backlog until the call ends: on loopback, two ranks exchanging large messages
+// then take turns instead of moving both ways at once. Shorter writes let both directions
+// flow. Ranks that take turns on cores gain nothing from it and pay the extra calls
 // (benchmarks/README.md: "TCP writes of at most 256 KiB").
 constexpr std::uint64_t kWriteBytes = 256 * 1024;
 // Bytes one progress() reads from one stream before giving the other pairs a turn.
@@ -181,13 +183,14 @@ bool TcpPair::flush(Stream& s) {
       for (; di < s.data.size() && add(s.data[di], 1); ++di) {
       }
     }
-    // At most kWriteBytes per sendmsg (see there).
+    // At most kWriteBytes per sendmsg (see there), when short writes are on.
+    const std::uint64_t most = options_.shortWrites ? kWriteBytes : ~std::uint64_t{0};
     std::uint64_t offered = 0;
     for (int i = 0; i < n; ++i) {
-      if (offered + iov[i].iov_len > kWriteBytes) {
-        iov[i].iov_len = kWriteBytes - offered;
+      if (offered + iov[i].iov_len > most) {
+        iov[i].iov_len = most - offered;
         n = i + 1;
-        offered = kWriteBytes;
+        offered = most;
         break;
       }
       offered += iov[i].iov_len;

@@ -32,6 +32,8 @@ struct TcpPairOptions {
   // The limits both ends agreed on at connect (the smaller of each side's eager limit).
   ProtocolPair::Limits limits;
   std::uint64_t dataFrameBytes = 1u << 20;
+  // Each sendmsg writes at most kWriteBytes (tcp_pair.cc) and reads between writes.
+  bool shortWrites = true;
 };
 
 class TcpPair final : public ProtocolPair {

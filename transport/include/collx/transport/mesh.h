@@ -59,6 +59,10 @@ struct MeshOptions {
   // the buffers up to net.ipv4.tcp_wmem / tcp_rmem as bandwidth needs (setting a size turns
   // autotuning off and is capped by net.core.wmem_max / rmem_max).
   int tcpBufferBytes;
+  // Whether this rank has a core to itself (its host's ranks do not outnumber their CPUs),
+  // so that the peers of a connection send at the same time: then each sendmsg writes at
+  // most 256 KiB (tcp_pair.cc). Not a setting: the API layer decides it from the join.
+  bool tcpShortWrites = true;
   // Shared memory: bytes per ring (a power of two; 0: from the world size), the largest
   // message copied through the ring eagerly, whether large messages may be copied straight
   // from the sender's memory (CMA), a named /dev/shm arena instead of a memfd, and an
