@@ -21,9 +21,11 @@ const Setting<kind::Choice> kTransport(
     {.name = "COLLX_TRANSPORT",
      .component = "transport",
      .defaultValue = "auto",
-     .range = {"auto", "tcp", "shm"},
+     .range = {"auto", "tcp", "shm", "ibverbs"},
      .help = "Transport for every peer: 'auto' (the best per pair: self, then shm between ranks "
-             "on one host, then tcp), 'tcp' or 'shm' (every peer must then be on this host)."});
+             "on one host, then ibverbs between hosts whose ranks both have a usable RDMA port, "
+             "then tcp), 'tcp', 'shm' (every peer must then be on this host) or 'ibverbs' (an "
+             "Unsupported error, saying why, where no RDMA port is usable)."});
 
 const Setting<kind::Integer> kTcpStreams(
     {.name = "COLLX_TCP_STREAMS",
@@ -128,6 +130,48 @@ const Setting<kind::Choice> kShmArena(
              "mapped it; leftovers of killed ranks are removed by collx-run and by the next "
              "context)."});
 
+const AutoSetting<kind::String> kIbverbsLibrary(
+    {.name = "COLLX_IBVERBS_LIBRARY",
+     .component = "transport.ibverbs",
+     .automatic = "libibverbs.so.1 (rdma-core)",
+     .help = "The verbs library to load instead of rdma-core's libibverbs, e.g. the userspace "
+             "test device tests/verbs_emu builds (libcollx_verbs_emu.so)."});
+
+const AutoSetting<kind::String> kIbHca(
+    {.name = "COLLX_IB_HCA",
+     .component = "transport.ibverbs",
+     .automatic = "the first ACTIVE port with an address peers can reach",
+     .help = "RDMA devices and ports to use, as NCCL_IB_HCA: 'mlx5_0:1', a list 'mlx5_0,mlx5_1' "
+             "(names match as prefixes; '=' first: exact names), or '^mlx5_2' to exclude. "
+             "collx-info lists the devices and ports here."});
+
+const AutoSetting<kind::Integer> kIbGidIndex(
+    {.name = "COLLX_IB_GID_INDEX",
+     .component = "transport.ibverbs",
+     .automatic = "RoCE: the first RoCE v2 GID of an IPv4 address, else of an IPv6 one; "
+                  "InfiniBand: none (LID)",
+     .range = {0, 255},
+     .help = "RoCE: the index of the GID (this host's address on the RDMA port) to use."});
+
+const Setting<kind::Bytes> kIbEagerLimit(
+    {.name = "COLLX_IB_EAGER_LIMIT",
+     .component = "transport.ibverbs",
+     .defaultValue = 16 * 1024,
+     .range = {0, 1u << 20},
+     .help = "RDMA: largest message sent at once (a SEND into a receive buffer the peer posted "
+             "ahead; a pair uses the smaller of its ends' limits); larger ones wait until the "
+             "receiver is ready and land in its buffer by RDMA WRITE WITH IMMEDIATE. Each peer "
+             "costs 2 x 32 buffers of this size plus 72 bytes."});
+
+const Setting<kind::Bytes> kIbMrCache(
+    {.name = "COLLX_IB_MR_CACHE",
+     .component = "transport.ibverbs",
+     .defaultValue = std::uint64_t{1} << 30,
+     .range = {0, std::uint64_t{1} << 50},
+     .help = "RDMA: bytes of user buffers kept registered (pinned) between calls; the least "
+             "recently used go first. 0 registers a buffer for each message and releases it "
+             "after."});
+
 // Reads every transport setting from `config` into `o`.
 void read(MeshOptions& o, const Config& config) {
   o.transport = kTransport.get(config);
@@ -142,6 +186,13 @@ void read(MeshOptions& o, const Config& config) {
   o.shmPosix = kShmArena.get(config) == "posix";
   o.shmDirect = directReadsNamed(kShmDirect.get(config), kShmDirect.name());
   o.hostId = kHostId.get(config).value_or("");
+  o.ibverbsLibrary = kIbverbsLibrary.get(config).value_or("");
+  o.ibHca = kIbHca.get(config).value_or("");
+  o.ibGidIndex = kIbGidIndex.get(config).has_value()
+                     ? std::optional<int>(static_cast<int>(*kIbGidIndex.get(config)))
+                     : std::nullopt;
+  o.ibEagerLimit = kIbEagerLimit.get(config);
+  o.ibMrCacheBytes = kIbMrCache.get(config);
 }
 
 }  // namespace
@@ -162,6 +213,9 @@ void MeshOptions::validate() const {
   if (shmRingBytes != 0) kShmRingBytes.check(shmRingBytes, kShmRingBytes.name());
   kShmEagerLimit.check(shmEagerLimit, kShmEagerLimit.name());
   kShmGroupBytes.check(shmGroupBytes, kShmGroupBytes.name());
+  if (ibGidIndex) kIbGidIndex.check(*ibGidIndex, kIbGidIndex.name());
+  kIbEagerLimit.check(ibEagerLimit, kIbEagerLimit.name());
+  kIbMrCache.check(ibMrCacheBytes, kIbMrCache.name());
 }
 
 DirectReads directReadsNamed(std::string_view word, std::string_view what) {

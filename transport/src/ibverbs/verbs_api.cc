@@ -7,17 +7,13 @@
 
 #include "collx/base/log.h"
 #include "collx/base/setting.h"
+#include "collx/transport/mesh.h"
 
 namespace collx::transport::ibverbs {
 
-const AutoSetting<kind::String> kLibrary(
-    {.name = "COLLX_IBVERBS_LIBRARY",
-     .component = "transport.ibverbs",
-     .automatic = "libibverbs.so.1 (rdma-core)",
-     .help = "The verbs library to load instead of rdma-core's libibverbs, e.g. the userspace "
-             "test device tests/verbs_emu builds (libcollx_verbs_emu.so)."});
-
-std::string libraryPath(const Config& config) { return kLibrary.get(config).value_or(""); }
+std::string libraryPath(const Config& config) {
+  return MeshOptions::fromConfig(config).ibverbsLibrary;
+}
 namespace {
 
 // The versions <infiniband/verbs.h> binds each entry point to (rdma-core's libibverbs.map:

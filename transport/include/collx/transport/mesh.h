@@ -46,8 +46,9 @@ struct MeshOptions {
   std::string jobId = "default";
   std::int64_t generation = 0;
   Describer describer;
-  // "auto" (the best transport per peer: self, shm within a host, tcp) or a transport name
-  // that every pair must use ("tcp", "shm").
+  // "auto" (the best transport per peer: self, shm within a host, ibverbs between hosts
+  // that both have a usable RDMA port, tcp) or a transport name that every pair must use
+  // ("tcp", "shm", "ibverbs").
   std::string transport;
   // TCP: streams per peer, the interface to use ("" = the one that routes to routeHost),
   // the size up to which messages are sent eagerly.
@@ -78,6 +79,14 @@ struct MeshOptions {
   // applies it once every rank agreed that they all can).
   DirectReads shmDirect;
   std::string hostId;
+  // RDMA verbs: the library to load ("" = libibverbs.so.1), the devices and ports allowed
+  // (COLLX_IB_HCA's syntax), the GID index (none: chosen), the eager limit, the bytes of user
+  // buffers kept registered.
+  std::string ibverbsLibrary;
+  std::string ibHca;
+  std::optional<int> ibGidIndex;
+  std::uint64_t ibEagerLimit;
+  std::uint64_t ibMrCacheBytes;
 };
 
 // COLLX_SHM_DIRECT's word `word` (given in code, named `what` in errors) as DirectReads.
