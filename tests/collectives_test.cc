@@ -72,7 +72,7 @@ TEST_P(AllreduceTest, MatchesTheSerialReference) {
   const int P = GetParam().size;
   COLLX_NEED_FILES_FOR(P);
   if (GetParam().algorithm == "shm" && !test::worldsShareMemory()) {
-    GTEST_SKIP() << "allreduce shm needs ranks that share memory; this copy runs over tcp";
+    GTEST_SKIP() << "allreduce shm needs ranks that share memory; this copy runs over tcp or ibverbs";
   }
   World& world = test::worldOf(P);
   int combination = 0;
@@ -667,7 +667,7 @@ TEST(Failures, AllreduceAgainstBroadcastIsAMismatchOnBothSides) {
 // engine runs the shm call; the waiting rank sees the other's use of the group buffers).
 TEST(Failures, SharedMemoryCallAgainstAMessageCallIsAMismatchOnBothSides) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   for (bool nonblocking : {false, true}) {
     SCOPED_TRACE(nonblocking ? "nonblocking" : "blocking");
@@ -828,7 +828,7 @@ void orderSensitiveInputs(int P, std::uint64_t count, std::vector<std::vector<fl
 // every root, with other calls in between.
 TEST(SharedMemory, BroadcastsReadFromTheRootOrInPiecesGiveTheRootsBytes) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   forEachDirectWay([&](const char* direct, int P, World& world) {
     // (From 4 MiB, ranks outnumbering cores write the pieces with non-temporal stores.)
@@ -868,7 +868,7 @@ TEST(SharedMemory, BroadcastsReadFromTheRootOrInPiecesGiveTheRootsBytes) {
 // each way gives every rank every block, in place or not, with other calls in between.
 TEST(SharedMemory, AllgathersReadDirectlyOrInPiecesGiveEveryRanksBlock) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   forEachDirectWay([&](const char* direct, int P, World& world) {
     const std::uint64_t around16K = 16384 / static_cast<std::uint64_t>(P);  // gathered
@@ -915,7 +915,7 @@ TEST(SharedMemory, AllgathersReadDirectlyOrInPiecesGiveEveryRanksBlock) {
 
 TEST(SharedMemory, ReductionsAreBitIdenticalToTheRankOrderSum) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   for (int P : {2, 3, 5}) {
     World& world = test::worldOf(P);
@@ -959,7 +959,7 @@ TEST(SharedMemory, ReductionsAreBitIdenticalToTheRankOrderSum) {
 // again (auto: the group buffers first, then direct reads, then the faster).
 TEST(SharedMemory, AllreducesReadDirectlyOrInRoundsAreBitIdenticalToTheRankOrderSum) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   forEachDirectWay([&](const char* direct, int P, World& world) {
     for (std::uint64_t count : {std::uint64_t{65537}, std::uint64_t{300001}}) {
@@ -992,7 +992,7 @@ TEST(SharedMemory, AllreducesReadDirectlyOrInRoundsAreBitIdenticalToTheRankOrder
 // in (the last first here), and before any is waited for.
 TEST(SharedMemory, NonblockingCallsRunInIssueOrderWithEverythingElse) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   for (int P : {2, 3, 5}) {
     World& world = test::worldOf(P);
@@ -1072,7 +1072,7 @@ TEST(SharedMemory, NonblockingCallsRunInIssueOrderWithEverythingElse) {
 // once. Neither holds up the caller meanwhile.
 TEST(SharedMemory, NonblockingCallsEndAtTheirDeadlineOrOnAbort) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   for (bool abortIt : {false, true}) {
     World world(2);
@@ -1123,7 +1123,7 @@ TEST(SharedMemory, NonblockingCallsEndAtTheirDeadlineOrOnAbort) {
 // waits for, as a blocking call's own wait does).
 TEST(SharedMemory, ANonblockingCallEndsWhenTheRankItWaitsForCloses) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp";
+    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   World world(2);
   auto errors = world.run([&](int rank, Context& ctx) {

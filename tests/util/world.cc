@@ -33,7 +33,8 @@ std::uint64_t streamsPerPeer() {
 
 bool worldsShareMemory() {
   const char* transport = std::getenv("COLLX_TRANSPORT");
-  return transport == nullptr || std::string(transport) != "tcp";
+  return transport == nullptr || std::string(transport) == "auto" ||
+         std::string(transport) == "shm";
 }
 
 std::vector<std::string> algorithmsOf(algorithms::Collective coll) {

@@ -59,9 +59,10 @@ inline constexpr int kFullSweepMaxSize = 16;
 
 // The registry's algorithms of one collective: suites cover what is added there unchanged.
 // The shared-memory ones (AlgorithmInfo::shared) only where worlds share memory: not in the
-// "tcp:" copies of the suites (COLLX_TRANSPORT=tcp), whose ranks cannot run them.
+// "tcp:" and "ibverbs:" copies of the suites (COLLX_TRANSPORT=tcp or ibverbs), whose ranks
+// cannot run them.
 std::vector<std::string> algorithmsOf(algorithms::Collective coll);
-// Whether thread-rank worlds of this process share memory (COLLX_TRANSPORT is not tcp).
+// Whether thread-rank worlds of this process share memory (COLLX_TRANSPORT is auto or shm).
 bool worldsShareMemory();
 
 // One world per size, shared by the tests of this process.

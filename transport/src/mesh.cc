@@ -11,6 +11,9 @@
 #include "self_device.h"
 #include "shm/shm_device.h"
 #include "tcp/tcp_device.h"
+#ifdef COLLX_HAVE_IBVERBS
+#include "ibverbs/ib_device.h"
+#endif
 
 namespace collx::transport {
 
@@ -68,7 +71,7 @@ Mesh::Mesh(const MeshOptions& options) : options_(options) {
   }
   const std::string& forced = options_.transport;
   devices_.push_back(std::make_unique<SelfDevice>(options_.rank, link_));
-  if (forced != "tcp" && options_.size > 1) {
+  if ((forced == "auto" || forced == "shm") && options_.size > 1) {
     try {
       devices_.push_back(std::make_unique<shm::ShmDevice>(link_, options_));
     } catch (const IoError& e) {
@@ -77,7 +80,29 @@ Mesh::Mesh(const MeshOptions& options) : options_(options) {
       COLLX_WARN(kShm, "rank {}: no shared-memory transport: {}", options_.rank, e.what());
     }
   }
-  if (forced != "shm") devices_.push_back(std::make_unique<tcp::TcpDevice>(link_, options_));
+  if ((forced == "auto" || forced == "ibverbs") && options_.size > 1) {
+#ifdef COLLX_HAVE_IBVERBS
+    try {
+      devices_.push_back(std::make_unique<ibverbs::IbDevice>(link_, options_));
+    } catch (const Unsupported& e) {
+      // No RDMA port here: peers on other hosts reach this rank over tcp.
+      if (forced == "ibverbs") throw;
+      COLLX_DEBUG(kIbverbs, "rank {}: no ibverbs transport: {}", options_.rank, e.what());
+    } catch (const IoError& e) {
+      if (forced == "ibverbs") throw;
+      COLLX_WARN(kIbverbs, "rank {}: no ibverbs transport: {}", options_.rank, e.what());
+    }
+#else
+    if (forced == "ibverbs") {
+      throw Unsupported(Where{options_.rank, "transport", -1},
+                        "COLLX_TRANSPORT=ibverbs: this collx was built without RDMA verbs "
+                        "support (libibverbs-dev was missing or COLLX_WITH_IBVERBS=OFF)");
+    }
+#endif
+  }
+  if (forced == "auto" || forced == "tcp") {
+    devices_.push_back(std::make_unique<tcp::TcpDevice>(link_, options_));
+  }
   pairs_.assign(static_cast<std::size_t>(options_.size), nullptr);
   transportNames_.assign(static_cast<std::size_t>(options_.size), "");
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
