@@ -102,6 +102,9 @@ TEST(Settings, CollxInfoAndTheTypoCheckListEveryDeclaration) {
         << setting->name();
   }
   EXPECT_NE(r.out.find("COLLX_TIMOUT (did you mean COLLX_TIMEOUT?)"), std::string::npos);
+  // The section on RDMA verbs, in every build (one without libibverbs-dev says so there;
+  // ib_port_test checks its contents).
+  EXPECT_NE(r.out.find("\nRDMA verbs (ibverbs transport):\n  "), std::string::npos) << r.out;
   // Every declared variable set: none of them is "unknown".
   std::map<std::string, std::string> every;
   for (const SettingInfo* setting : settings()) {

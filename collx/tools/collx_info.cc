@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,8 @@
 #include "collx/algorithms/registry.h"
 #include "collx/algorithms/selection.h"
 #include "collx/collx.h"
+#include "collx/transport/ibverbs_info.h"
+#include "collx/transport/mesh.h"
 
 namespace {
 
@@ -17,7 +20,8 @@ constexpr const char* kAbout =
     R"(Prints the collx version, the transports and optional parts of this build, and every
 setting: each COLLX_* variable with the component that reads it, its type and accepted
 values, its default, the value in effect in this environment and where it comes from, and
-what it does; then the algorithm selection table in effect.
+what it does; then the algorithm selection table in effect, and what RDMA verbs offer here:
+the verbs library, every device and port, and the port collx would use (or why none).
 )";
 
 // Every declared setting, by the component that reads it: name, type and accepted values,
@@ -57,6 +61,25 @@ void printSettings(const collx::Config& config) {
                              (setting->isSet(config) ? " (environment)" : "");
     std::cout << "    " << collx::cli::wrap(line, 8, 96) << "\n";
     std::cout << "        " << collx::cli::wrap(setting->help(), 8, 96) << "\n";
+  }
+}
+
+// What RDMA verbs offer here, with the settings a context would use (COLLX_IBVERBS_LIBRARY,
+// COLLX_IB_HCA, COLLX_IB_GID_INDEX): the library, devices, ports and the port collx would use,
+// or why ibverbs is not usable.
+void printVerbs(const collx::Config& config) {
+  std::cout << "\nRDMA verbs (ibverbs transport):\n";
+  std::string text;
+  try {
+    text = collx::transport::describeIbverbs(collx::transport::MeshOptions::fromConfig(config));
+  } catch (const collx::Error& e) {
+    text = "cannot read the transport's settings: " + e.detail() + "\n";
+  }
+  std::istringstream verbs(text);
+  for (std::string line; std::getline(verbs, line);) {
+    const std::size_t depth = line.find_first_not_of(' ');
+    if (depth == std::string::npos) continue;
+    std::cout << std::string(2 + depth, ' ') << collx::cli::wrap(line, 6 + depth, 96) << "\n";
   }
 }
 
@@ -100,6 +123,7 @@ void printInfo() {
                   shared ? "; only when every rank shares memory" : "");
     }
   }
+  printVerbs(config);
   std::vector<std::string> unknown = config.unknownVariables();
   if (!unknown.empty()) {
     std::cout << "\nunknown COLLX_* variables in the environment (ignored):\n";

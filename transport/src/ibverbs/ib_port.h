@@ -12,6 +12,7 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,8 +31,8 @@ struct GidInfo {
 };
 
 struct PortInfo {
-  std::string device;    // ibv_get_device_name
-  int deviceIndex = 0;   // in the library's device list
+  std::string device;   // ibv_get_device_name
+  int deviceIndex = 0;  // in the library's device list
   std::uint8_t port = 1;
   ibv_port_state state = IBV_PORT_NOP;
   std::uint8_t linkLayer = IBV_LINK_LAYER_UNSPECIFIED;  // IBV_LINK_LAYER_INFINIBAND / _ETHERNET
@@ -49,6 +50,7 @@ struct HcaFilter {
   bool exclude = false;
   bool exact = false;
   std::vector<std::pair<std::string, int>> entries;  // (name, port); port 0: any port
+  std::string spec;                                  // the text parsed (trimmed), for messages
 
   // Throws InvalidArgument naming COLLX_IB_HCA and the bad part (an empty name, a port that
   // is not a number in 1..255).
@@ -57,7 +59,9 @@ struct HcaFilter {
 };
 
 // Every port of every device of `library`, in the library's order (each device is opened and
-// closed again). A device that cannot be opened yields one entry with its error.
+// closed again). A device that cannot be opened yields one entry with its error (and port 0:
+// the device as a whole). A library whose device list fails yields nothing: probeVerbs()
+// says why. Never throws for what the library reports.
 std::vector<PortInfo> listPorts(const std::shared_ptr<const VerbsLibrary>& library);
 
 struct PortChoice {
@@ -70,6 +74,7 @@ struct PortChoice {
   std::uint32_t maxMessage = 0;
   int gidIndex = -1;  // -1: InfiniBand addressed by LID (no GRH)
   ibv_gid gid{};
+  std::string gidType;  // GidInfo::type of gidIndex ("" when none or unknown)
 
   // "mlx5_0:1 (RoCE v2 GID 3 ::ffff:10.0.0.1, MTU 1024)": for logs and describe().
   std::string describe() const;
@@ -81,6 +86,14 @@ struct PortChoice {
 // why no port qualifies (none listed, all excluded by COLLX_IB_HCA, each one's reason).
 PortChoice choosePort(const std::vector<PortInfo>& ports, const HcaFilter& filter,
                       std::optional<int> gidIndex);
+
+// The type of GID `index` of `device`:`port` ("RoCE v2", "IB/RoCE v1", or "" when unknown):
+// the word in <classDir>/<device>/ports/<port>/gid_attrs/types/<index> when that file can
+// be read; for a device that <classDir> does not list (a userspace device), "RoCE v2" when
+// `gid` is an IPv4-mapped or global IPv6 address, else "". classDir: /sys/class/infiniband
+// (tests pass a tree of their own).
+std::string gidType(const std::string& classDir, const std::string& device, int port, int index,
+                    const ibv_gid& gid);
 
 // collx-info's section on RDMA verbs: the library loaded (or why none), every device and port
 // (state, link layer, MTU, LID, GIDs with their types), the port collx would use with the
