@@ -492,7 +492,8 @@ void IbPair::failedCompletion(const ibv_wc& wc) {
                      " (status " + std::to_string(static_cast<int>(wc.status)) + ", vendor error " +
                      std::to_string(wc.vendor_err) + ")";
   if (retried) {
-    text += "; " + rankName() + " does not answer (its process died, or its host or port is down)";
+    text += "; " + rankName() + " died or was killed, or its host or port is down (its queue pair "
+            "does not answer)";
   }
   fail(text);
 }
