@@ -128,8 +128,7 @@ void exchangeRing(std::vector<std::unique_ptr<Mesh>>& meshes, std::uint64_t byte
   ASSERT_TRUE(driveAll(meshes, all)) << bytes << " bytes";
   for (Done* d : all) EXPECT_EQ(d->error, "");
   for (int r = 0; r < size; ++r) {
-    EXPECT_EQ(std::memcmp(in[r].data(), out[(r + size - 1) % size].data(), bytes), 0)
-        << "rank " << r << ", " << bytes << " bytes";
+    EXPECT_EQ(in[r], out[(r + size - 1) % size]) << "rank " << r << ", " << bytes << " bytes";
   }
 }
 
