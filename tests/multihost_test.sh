@@ -2,13 +2,16 @@
 # Several hosts simulated on this machine: each "host" is a network namespace with a veth
 # pair to a bridge (198.51.100.0/24, TEST-NET-2), and its ranks run inside `unshare --uts
 # --mount` with a hostname of their own and a /dev/shm of their own (a tmpfs), so that collx
-# sees hosts with different identities: shared memory within a host, TCP between hosts.
+# sees hosts with different identities: shared memory within a host, TCP (and, with
+# VERBS_EMU, RDMA verbs on the userspace verbs device) between hosts.
 # One collx-run per host (--nnodes N --node-rank I --master-addr <host 0>), 2 ranks each,
 # runs collx-bench: the hierarchical allreduce, broadcast and allgather, the defaults, and
 # a run with named /dev/shm arenas. Every run must report N hosts, shm and tcp peers and no
 # wrong element; afterwards no namespace, link, process or /dev/shm file may be left.
 #
 # usage: multihost_test.sh BIN_DIR [HOSTS]     (root; ctest runs it with label "process")
+#   VERBS_EMU=<libcollx_verbs_emu.so>   also runs with RDMA verbs between the hosts, on the
+#               userspace verbs device (tests/verbs_emu), and shared memory within
 #   MEASURE=1   instead of the checks: allreduce ring against hierarchical at 4 B, 64 KiB,
 #               4 MiB and 64 MiB (RATE=1gbit also limits each host's link with tbf)
 # Exit codes: 0 passed, 1 failed, 77 skipped (not root, no ip/unshare/namespaces, or the
@@ -127,7 +130,7 @@ run_bench() {
   return "$first"
 }
 
-# Checks a run's output on host 0: N hosts, P ranks, shm and tcp peers, #wrong 0 on every
+# Checks a run's output on host 0: N hosts, P ranks, shm and $XPORT (tcp) peers, #wrong 0 on every
 # size, the algorithm column, and empty /dev/shm on every host.
 check_run() {
   local name=$1 algo=$2
@@ -136,8 +139,8 @@ check_run() {
   grep -q "P=$P on $HOSTS host(s)" "$out" || fail "$name: not P=$P on $HOSTS hosts: $(head -3 "$out")"
   local transports
   transports=$(grep "^# transports seen from rank 0:" "$out") || fail "$name: no transports line"
-  [[ $transports == *":shm"* && $transports == *":tcp"* ]] ||
-    fail "$name: rank 0 should see shm and tcp peers: $transports"
+  [[ $transports == *":shm"* && $transports == *":$XPORT"* ]] ||
+    fail "$name: rank 0 should see shm and $XPORT peers: $transports"
   local rows
   rows=$(grep -E '^ +[0-9]+ ' "$out")
   [ -n "$rows" ] || fail "$name: no results in $out"
@@ -163,6 +166,7 @@ $(cat "$WORK/$name.1" 2>/dev/null)"
 }
 
 export ENV_EXTRA=""
+XPORT=tcp
 if [ "${MEASURE:-0}" = 1 ]; then
   say "$HOSTS hosts x $RANKS ranks, links: ${RATE:-veth, unlimited}"
   for algo in ring hierarchical; do
@@ -183,6 +187,18 @@ else
   bench allreduce-posix-arenas -c allreduce -a hierarchical --in-place --sizes 4,65536 -w 1 -n 3
   check_run allreduce-posix-arenas hierarchical
   ENV_EXTRA=""
+  if [ -n "${VERBS_EMU:-}" ]; then
+    # RDMA verbs between the hosts, on the userspace verbs device (each host's device has
+    # its eth0 address as GID, its wire runs over the bridge), shared memory within.
+    ENV_EXTRA="COLLX_IBVERBS_LIBRARY=$VERBS_EMU"
+    XPORT=ibverbs
+    bench allreduce-ibverbs-hierarchical -c allreduce -a hierarchical --sizes "$SIZES" -w 1 -n 3
+    check_run allreduce-ibverbs-hierarchical hierarchical
+    bench allgather-ibverbs-ring -c allgather -a ring --sizes "$SIZES" -w 1 -n 3
+    check_run allgather-ibverbs-ring ring
+    ENV_EXTRA=""
+    XPORT=tcp
+  fi
 fi
 
 # Nothing of this run may be left behind.
