@@ -12,6 +12,7 @@
 
 #include "collx/base/error.h"
 #include "collx/transport/mesh.h"
+#include "ibverbs/verbs_api.h"
 
 namespace collx::transport {
 namespace {
@@ -330,6 +331,14 @@ TEST(Ibverbs, AWaitingRankSleepsAndIsWokenByItsPeer) {
   // Woken by the completion channel, not by the end of its 200 ms wait.
   EXPECT_LT(Clock::now() - start, 150ms);
 }
+
+// Every verbs object of every test was destroyed, in order, on every path (the device refuses
+// destroys out of order: a PD with MRs or QPs, a CQ with QPs or unacknowledged events, ...).
+class NothingLeaked : public ::testing::Environment {
+ public:
+  void TearDown() override { EXPECT_EQ(ibverbs::destroyFailures(), 0u); }
+};
+const auto* const kNothingLeaked = ::testing::AddGlobalTestEnvironment(new NothingLeaked);
 
 }  // namespace
 }  // namespace collx::transport

@@ -295,6 +295,22 @@ TEST(LauncherTest, CollectivesSweepInProcesses) {
   }
 }
 
+#ifdef COLLX_VERBS_EMU_PATH
+// The same over RDMA verbs, on the userspace verbs device: every rank's peers are ibverbs.
+TEST(LauncherTest, CollectivesSweepInProcessesOverIbverbs) {
+  auto env = cleanEnv();
+  env["COLLX_TRANSPORT"] = "ibverbs";
+  env["COLLX_IBVERBS_LIBRARY"] = COLLX_VERBS_EMU_PATH;
+  for (int P : {2, 3, 8}) {
+    RunResult r = test::run({launcher(), "-n", std::to_string(P), "--timeout", "120s", "--",
+                             test::binDir() + "/collx-test-worker", "sweep", "70001"},
+                            env, 180s);
+    EXPECT_EQ(r.code, 0) << "P=" << P << "\n" << r.err;
+    EXPECT_EQ(lines(r.out).size(), static_cast<std::size_t>(P)) << r.out;
+  }
+}
+#endif
+
 TEST(LauncherTest, AlgorithmFromTheEnvironmentIsUsedAndUnknownOnesRefused) {
   auto env = cleanEnv();
   env["COLLX_ALLREDUCE_ALGO"] = "halving_doubling";

@@ -21,6 +21,7 @@ constexpr std::uint64_t kMinSlotPayload = 1024;
 constexpr std::size_t kHeaderBytes = 16;
 constexpr std::size_t kFrameOffset = kHeaderBytes;
 constexpr std::size_t kPayloadOffset = kHeaderBytes + sizeof(Frame);
+constexpr std::uint32_t kInlineBytes = 128;
 
 // wr_id: tag (8 bits), the pair's epoch (8 bits), a value (32 bits).
 constexpr std::uint64_t kTagRecv = 1;
@@ -93,8 +94,16 @@ IbPair::IbPair(int peer, LinkState& link, std::shared_ptr<const VerbsLibrary> li
   init.cap.max_recv_wr = static_cast<std::uint32_t>(slotCount_);
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
+  // Frames without payload (80 bytes with the header) go inline where the device allows:
+  // the NIC takes them with the work request instead of reading the slot afterwards.
+  init.cap.max_inline_data = kInlineBytes;
   ibv_qp* raw = api_.createQp(pd, &init);
+  if (raw == nullptr) {
+    init.cap.max_inline_data = 0;  // a device without inline sends of that size
+    raw = api_.createQp(pd, &init);
+  }
   if (raw == nullptr) fail(std::string("ibv_create_qp failed: ") + std::strerror(errno));
+  maxInline_ = init.cap.max_inline_data;
   qp_ = QueuePair(library_, raw, api_.destroyQp, "queue pair");
   moveTo(IBV_QPS_INIT);
 
@@ -226,8 +235,7 @@ std::string IbPair::waitingFor() const {
 
 // ---- sending ------------------------------------------------------------------------------
 
-void IbPair::postSend(std::size_t slot, std::uint32_t bytes, bool inlined) {
-  (void)inlined;
+void IbPair::postSend(std::size_t slot, std::uint32_t bytes) {
   ibv_sge sge{};
   sge.addr = reinterpret_cast<std::uintptr_t>(sendSlot(slot));
   sge.length = bytes;
@@ -237,7 +245,7 @@ void IbPair::postSend(std::size_t slot, std::uint32_t bytes, bool inlined) {
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = IBV_WR_SEND;
-  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.send_flags = IBV_SEND_SIGNALED | (bytes <= maxInline_ ? IBV_SEND_INLINE : 0);
   ibv_send_wr* bad = nullptr;
   if (int rc = VerbsApi::postSend(qp_.get(), &wr, &bad); rc != 0) {
     fail(std::string("ibv_post_send (SEND) failed: ") + std::strerror(rc));
@@ -263,7 +271,7 @@ void IbPair::sendHello() {
   std::memcpy(sendSlot(slot), &header, sizeof(header));
   std::memcpy(sendSlot(slot) + kHeaderBytes, &hello, sizeof(hello));
   --credit_;
-  postSend(slot, kHeaderBytes + sizeof(hello), false);
+  postSend(slot, kHeaderBytes + sizeof(hello));
   helloOut_ = HelloState::kSent;
 }
 
@@ -340,7 +348,7 @@ bool IbPair::postOne(Out& out) {
   std::memcpy(at + kFrameOffset, &out.frame, sizeof(Frame));
   if (out.payloadLength > 0) std::memcpy(at + kPayloadOffset, out.payload, out.payloadLength);
   --credit_;
-  postSend(slot, static_cast<std::uint32_t>(kPayloadOffset + out.payloadLength), false);
+  postSend(slot, static_cast<std::uint32_t>(kPayloadOffset + out.payloadLength));
   return true;
 }
 
@@ -371,7 +379,7 @@ void IbPair::sendCreditOnly() {
   header.magic = kHeaderMagic;
   owed_ = 0;
   std::memcpy(sendSlot(slot), &header, sizeof(header));
-  postSend(slot, kHeaderBytes, false);  // a spare slot of the peer's: no credit
+  postSend(slot, kHeaderBytes);  // a spare slot of the peer's: no credit
 }
 
 void IbPair::push(Transfer& transfer, const Frame& ready) {

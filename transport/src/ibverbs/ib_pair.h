@@ -164,7 +164,8 @@ class IbPair final : public ProtocolPair {
   std::uint64_t wrId(std::uint64_t tag, std::uint32_t value) const;
   void postRecv(std::size_t slot);
   // Posts a SEND of `bytes` from send slot `slot`; throws IoError.
-  void postSend(std::size_t slot, std::uint32_t bytes, bool inlined);
+  // (inline when it fits the queue pair's max_inline_data).
+  void postSend(std::size_t slot, std::uint32_t bytes);
   bool postOne(Out& out);
   void sendHello();
   void sendCreditOnly();
@@ -184,6 +185,7 @@ class IbPair final : public ProtocolPair {
   IbPairOptions options_;
   QueuePair qp_;
   std::uint32_t psn_ = 0;
+  std::uint32_t maxInline_ = 0;
   PortAddress peerPort_;
   QpAddress peerQp_;
   std::uint8_t epoch_ = 0;  // wr_ids of an earlier reset are ignored

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -160,7 +161,14 @@ VerbsProbe probeVerbs(const std::string& libraryPath) {
   return probe;
 }
 
+namespace {
+std::atomic<std::uint64_t> gDestroyFailures{0};
+}
+
+std::uint64_t destroyFailures() noexcept { return gDestroyFailures.load(); }
+
 void logDestroyFailure(const char* what, int error) noexcept {
+  gDestroyFailures.fetch_add(1);
   COLLX_WARN(kIbverbs, "destroying the {} failed: {}; it is leaked", what, errnoText(error));
 }
 
