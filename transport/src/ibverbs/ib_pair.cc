@@ -489,8 +489,7 @@ void IbPair::failedCompletion(const ibv_wc& wc) {
     resetQp();
     return;
   }
-  if (wc.status == IBV_WC_WR_FLUSH_ERR) return;  // after the error that stopped the QP
-  if (closing() && retried) {
+  if (closing() && (retried || wc.status == IBV_WC_WR_FLUSH_ERR)) {
     // The peer said goodbye and its queue pair is gone: no failure unless work was left.
     peerGone_ = true;
     peerClosed();
@@ -499,7 +498,11 @@ void IbPair::failedCompletion(const ibv_wc& wc) {
   std::string text = std::string(opName(wc)) + " failed: " + api_.wcStatusStr(wc.status) +
                      " (status " + std::to_string(static_cast<int>(wc.status)) + ", vendor error " +
                      std::to_string(wc.vendor_err) + ")";
-  if (retried) {
+  if (wc.status == IBV_WC_WR_FLUSH_ERR) {
+    // Nothing failed here first: the queue pair went to the error state under this work (a
+    // protection or access error the peer's side raised).
+    text += "; the queue pair to " + rankName() + " went to the error state";
+  } else if (retried) {
     text += "; " + rankName() + " died or was killed, or its host or port is down (its queue pair "
             "does not answer)";
   }
