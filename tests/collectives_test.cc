@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <random>
@@ -714,6 +715,35 @@ TEST(Failures, WrongDtypeIsAMismatchOnBothSides) {
         allreduce(ctx, v.data(), v.data(), 64, rank == 0 ? DataType::kFloat32 : DataType::kInt32);
       },
       "float32x64", "int32x64");
+}
+
+// A rank that waits sleeps (in the transport's poll: a doorbell, a socket, a completion
+// channel) instead of spinning: a receive that waits a second for its message costs the
+// process a small part of a core, over each transport the copies of this suite run.
+TEST(Waiting, ARankThatWaitsASecondUsesLittleCpu) {
+  World world(2);
+  auto cpu = [] {
+    timespec t{};
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
+  };
+  std::chrono::nanoseconds used{};
+  world.runOk([&](int rank, Context& ctx) {
+    std::int64_t value = 0;
+    if (rank == 1) {
+      std::this_thread::sleep_for(1000ms);
+      value = 42;
+      send(ctx, &value, 1, DataType::kInt64, 0, 3);
+      return;
+    }
+    const auto before = cpu();
+    recv(ctx, &value, 1, DataType::kInt64, 1, 3);
+    used = cpu() - before;
+    if (value != 42) throw std::runtime_error("received " + std::to_string(value));
+  });
+  EXPECT_LT(used, 150ms) << "the process used "
+                         << std::chrono::duration_cast<std::chrono::milliseconds>(used).count()
+                         << " ms of CPU while rank 0 waited 1 s";
 }
 
 TEST(Failures, TimeoutNamesThePeerAndPoisonsTheContext) {
