@@ -96,7 +96,8 @@ Mesh::Mesh(const MeshOptions& options) : options_(options) {
     if (forced == "ibverbs") {
       throw Unsupported(Where{options_.rank, "transport", -1},
                         "COLLX_TRANSPORT=ibverbs: this collx was built without RDMA verbs "
-                        "support (libibverbs-dev was missing or COLLX_WITH_IBVERBS=OFF)");
+                        "support (libibverbs-dev was missing when it was built, or verbs were "
+                        "turned off)");
     }
 #endif
   }
