@@ -68,6 +68,10 @@ struct Mr {
   ibv_mr base;
   Pd* pd = nullptr;
   int access = 0;
+  // The physical frame of each page of [firstPage, ...) when it was registered (README:
+  // "Stale registrations"); empty when pagemap gives no frames (the check is off).
+  std::uintptr_t firstPage = 0;
+  std::vector<std::uint64_t> frames;
 };
 
 struct Channel {
@@ -200,6 +204,7 @@ struct Engine {
   std::uint16_t port = 0;
   int listenFd = -1;
   int wakeFd = -1;
+  int pagemapFd = -1;  // /proc/self/pagemap, for the frames of registered pages (-1: none)
   std::thread thread;
   bool stop = false;
   bool debug = false;
@@ -235,6 +240,16 @@ struct Engine {
   }
   void log(const std::string& line) const;
 };
+
+// The physical frame numbers of `pages` pages from `firstPage` (0 for a page not present), read
+// from /proc/self/pagemap. False when they cannot be read, or read as 0 although present (the
+// kernel hides frames from a process without CAP_SYS_ADMIN).
+bool readFrames(int pagemapFd, std::uintptr_t firstPage, std::size_t pages,
+                std::vector<std::uint64_t>* frames);
+
+// Whether [addr, addr + length) of `mr` still lies in the pages it was registered over; a
+// mismatch says so on stderr ("stale memory registration"). True when the check is off.
+bool framesUnchanged(const Engine& engine, const Mr& mr, std::uint64_t addr, std::uint64_t length);
 
 // Acquires the process's engine (starts it for the first context); null with errno set and
 // the reason on stderr when it cannot listen.

@@ -193,14 +193,65 @@ void Engine::wake() noexcept {
   [[maybe_unused]] const auto n = ::write(wakeFd, &one, sizeof one);
 }
 
+bool readFrames(int pagemapFd, std::uintptr_t firstPage, std::size_t pages,
+                std::vector<std::uint64_t>* frames) {
+  if (pagemapFd < 0) return false;
+  static const std::uintptr_t kPage = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  frames->resize(pages);
+  const std::size_t bytes = pages * sizeof(std::uint64_t);
+  const off_t at = static_cast<off_t>(firstPage / kPage * sizeof(std::uint64_t));
+  std::size_t have = 0;
+  while (have < bytes) {
+    const ssize_t n = pread(pagemapFd, reinterpret_cast<char*>(frames->data()) + have, bytes - have,
+                            at + static_cast<off_t>(have));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    have += static_cast<std::size_t>(n);
+  }
+  // Bit 63: present; bits 0-54: the frame (0 without CAP_SYS_ADMIN).
+  for (std::uint64_t& entry : *frames) {
+    const bool present = (entry >> 63) & 1;
+    entry &= (std::uint64_t{1} << 55) - 1;
+    if (present && entry == 0) return false;
+    if (!present) entry = 0;
+  }
+  return true;
+}
+
+bool framesUnchanged(const Engine& engine, const Mr& mr, std::uint64_t addr, std::uint64_t length) {
+  if (mr.frames.empty() || length == 0) return true;
+  static const std::uint64_t kPage = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  const std::uint64_t first = addr / kPage * kPage;
+  const std::size_t skip = (first - mr.firstPage) / kPage;
+  const std::size_t pages = (addr + length - first + kPage - 1) / kPage;
+  std::vector<std::uint64_t> now;
+  if (!readFrames(engine.pagemapFd, first, pages, &now)) return true;  // cannot tell
+  for (std::size_t i = 0; i < pages; ++i) {
+    if (now[i] == mr.frames[skip + i]) continue;
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "collx_verbs_emu: stale memory registration: an access to [0x%llx, +%llu) "
+                  "through MR lkey 0x%x rkey 0x%x: its page 0x%llx was frame 0x%llx when "
+                  "registered and is %s now (unmapped, or mapped again, since ibv_reg_mr)\n",
+                  static_cast<unsigned long long>(addr), static_cast<unsigned long long>(length),
+                  mr.base.lkey, mr.base.rkey, static_cast<unsigned long long>(first + i * kPage),
+                  static_cast<unsigned long long>(mr.frames[skip + i]),
+                  now[i] == 0 ? "not present" : "another frame");
+    std::fputs(line, stderr);
+    return false;
+  }
+  return true;
+}
+
 namespace {
 
 // ---- memory ---------------------------------------------------------------------------------
 
 // The registered region that holds [addr, addr + length) under `key` in `pd` with every bit
-// of `access`, or null: what hardware checks before it touches memory.
-Mr* findMr(const std::unordered_map<std::uint32_t, Mr*>& keys, std::uint32_t key, const Pd* pd,
-           std::uint64_t addr, std::uint64_t length, int access) {
+// of `access`, over the pages it was registered on, or null: what hardware checks before it
+// touches memory.
+Mr* findMr(const Engine& engine, const std::unordered_map<std::uint32_t, Mr*>& keys,
+           std::uint32_t key, const Pd* pd, std::uint64_t addr, std::uint64_t length, int access) {
   const auto it = keys.find(key);
   if (it == keys.end()) return nullptr;
   Mr* mr = it->second;
@@ -209,6 +260,7 @@ Mr* findMr(const std::unordered_map<std::uint32_t, Mr*>& keys, std::uint32_t key
   if (addr < start || length > mr->base.length || addr - start > mr->base.length - length) {
     return nullptr;
   }
+  if (!framesUnchanged(engine, *mr, addr, length)) return nullptr;
   return mr;
 }
 
@@ -224,7 +276,7 @@ ibv_wc_status gather(const Engine& engine, const Qp& qp, const SendOp& op,
   std::size_t at = offset;
   for (const Sge& s : op.sges) {
     if (s.length == 0) continue;
-    if (findMr(engine.byLkey, s.lkey, qp.pd, s.addr, s.length, 0) == nullptr) {
+    if (findMr(engine, engine.byLkey, s.lkey, qp.pd, s.addr, s.length, 0) == nullptr) {
       return IBV_WC_LOC_PROT_ERR;
     }
     std::memcpy(out.data() + at, reinterpret_cast<const void*>(s.addr), s.length);
@@ -243,8 +295,8 @@ ibv_wc_status scatter(const Engine& engine, const Qp& qp, const std::vector<Sge>
   for (const Sge& s : sges) {
     if (left == 0) break;
     const std::uint64_t n = std::min<std::uint64_t>(left, s.length);
-    if (n != 0 &&
-        findMr(engine.byLkey, s.lkey, qp.pd, s.addr, n, IBV_ACCESS_LOCAL_WRITE) == nullptr) {
+    if (n != 0 && findMr(engine, engine.byLkey, s.lkey, qp.pd, s.addr, n, IBV_ACCESS_LOCAL_WRITE) ==
+                      nullptr) {
       return IBV_WC_LOC_PROT_ERR;
     }
     left -= n;
@@ -582,7 +634,7 @@ void rnr(Engine& engine, Conn& conn, Qp& qp, std::uint32_t psn) {
 bool remoteAccessOk(const Engine& engine, const Qp& qp, const WireHeader& h, int access) {
   if ((static_cast<int>(qp.attr.qp_access_flags) & access) != access) return false;
   if (h.length == 0) return true;
-  return findMr(engine.byRkey, h.rkey, qp.pd, h.addr, h.length, access) != nullptr;
+  return findMr(engine, engine.byRkey, h.rkey, qp.pd, h.addr, h.length, access) != nullptr;
 }
 
 void onRequest(Engine& engine, Conn& conn, const WireHeader& h,
@@ -981,6 +1033,8 @@ Engine* acquireEngine() {
     errno = error;
     return nullptr;
   }
+  // Frames of registered pages (README: "Stale registrations"); without it the check is off.
+  engine->pagemapFd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   engine->contexts = 1;
   engine->log("device emu0 at " + ipText(engine->ip) + ":" + std::to_string(engine->port));
   Engine* raw = engine.get();
@@ -1004,6 +1058,7 @@ void releaseEngine(Engine* engine) {
   engine->thread.join();
   ::close(engine->listenFd);
   ::close(engine->wakeFd);
+  if (engine->pagemapFd >= 0) ::close(engine->pagemapFd);
   delete engine;
   gEngine = nullptr;
 }

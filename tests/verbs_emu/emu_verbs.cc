@@ -528,6 +528,17 @@ ibv_mr* ibv_reg_mr(ibv_pd* raw, void* addr, std::size_t length, int access) {
     return nullptr;
   }
   Engine& engine = *pd->context->engine;
+  // A real registration pins the pages, writable ones faulted in for writing (FOLL_WRITE: a
+  // private page shared copy-on-write gets its own copy first): their frames are what the
+  // device will access from now on, whatever the process maps there later.
+  if (madvise(reinterpret_cast<void*>(first), end - first, MADV_POPULATE_WRITE) != 0) {
+    madvise(reinterpret_cast<void*>(first), end - first, MADV_POPULATE_READ);
+  }
+  mr->firstPage = first;
+  if (!readFrames(engine.pagemapFd, first, residency.size(), &mr->frames) ||
+      std::find(mr->frames.begin(), mr->frames.end(), 0) != mr->frames.end()) {
+    mr->frames.clear();  // no frames to compare (not root; memory that cannot be populated)
+  }
   std::lock_guard lock(engine.mu);
   // Keys: an index and an 8-bit generation, as hardware keys carry a variant byte; the rkey
   // differs from the lkey (it does on some providers), so a mix-up fails here.

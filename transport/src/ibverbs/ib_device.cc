@@ -81,7 +81,7 @@ IbDevice::IbDevice(LinkState& link, const MeshOptions& options) : link_(link), o
                         need(api.createCq(context_.get(), cqe, nullptr, channel_.get(), 0),
                              "ibv_create_cq"),
                         api.destroyCq, "completion queue");
-  registrations_ = std::make_unique<Registrations>(library_, pd_.get());
+  registrations_ = std::make_unique<Registrations>(library_, pd_.get(), options.ibMrCacheBytes);
 
   IbPairOptions pairOptions;
   pairOptions.eagerLimit = options.ibEagerLimit;
