@@ -27,20 +27,14 @@
 #include "ibverbs/memory_monitor.h"
 #include "ibverbs/registrations.h"
 #include "ibverbs/verbs_api.h"
+#include "util/meshes.h"
 
 namespace collx::transport {
 namespace {
 
 using namespace std::chrono_literals;
 
-struct Done final : Request {
-  std::atomic<bool> finished{false};
-  std::string error;
-  void onComplete(const Error* e) override {
-    if (e != nullptr) error = e->what();
-    finished = true;
-  }
-};
+using test::Done;
 
 MeshOptions optionsFor(int rank, int size, std::string transport = "ibverbs") {
   MeshOptions o;
@@ -57,30 +51,12 @@ MeshOptions optionsFor(int rank, int size, std::string transport = "ibverbs") {
 using Tweak = std::function<void(MeshOptions&)>;
 
 std::vector<std::unique_ptr<Mesh>> connectAll(int size, const Tweak& tweak = nullptr) {
-  std::vector<std::unique_ptr<Mesh>> meshes;
-  std::vector<std::string> addresses;
+  std::vector<MeshOptions> options;
   for (int r = 0; r < size; ++r) {
-    MeshOptions o = optionsFor(r, size);
-    if (tweak) tweak(o);
-    meshes.push_back(std::make_unique<Mesh>(o));
-    addresses.push_back(meshes.back()->address());
+    options.push_back(optionsFor(r, size));
+    if (tweak) tweak(options.back());
   }
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(size);
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        meshes[r]->connect(addresses, Clock::now() + 20s);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < size; ++r) {
-    if (!errors[r].empty()) throw std::runtime_error("rank " + std::to_string(r) + ": " + errors[r]);
-  }
-  return meshes;
+  return test::connectMeshes(options);
 }
 
 bool driveAll(std::vector<std::unique_ptr<Mesh>>& meshes, const std::vector<Done*>& requests,

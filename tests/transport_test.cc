@@ -23,21 +23,14 @@
 #include "collx/transport/mesh.h"
 #include "collx/transport/shared_group.h"
 #include "collx/transport/shm_segments.h"
+#include "util/meshes.h"
 
 namespace collx::transport {
 namespace {
 
 using namespace std::chrono_literals;
 
-// A request that records its completion.
-struct Done final : Request {
-  std::atomic<bool> finished{false};
-  std::string error;
-  void onComplete(const Error* e) override {
-    if (e != nullptr) error = e->what();
-    finished = true;
-  }
-};
+using test::Done;
 
 MeshOptions optionsFor(int rank, int size, int streams = 1, std::string routeHost = "127.0.0.1",
                        std::string transport = "tcp") {
@@ -60,32 +53,12 @@ std::vector<std::unique_ptr<Mesh>> connectAll(
     int size, int streams, std::string routeHost = "127.0.0.1",
     const std::function<void(std::vector<std::string>&)>& beforeConnect = nullptr,
     const std::string& transport = "tcp", const Tweak& tweak = nullptr) {
-  std::vector<std::unique_ptr<Mesh>> meshes;
-  std::vector<std::string> addresses;
+  std::vector<MeshOptions> options;
   for (int r = 0; r < size; ++r) {
-    MeshOptions o = optionsFor(r, size, streams, routeHost, transport);
-    if (tweak) tweak(o);
-    meshes.push_back(std::make_unique<Mesh>(o));
-    addresses.push_back(meshes.back()->address());
+    options.push_back(optionsFor(r, size, streams, routeHost, transport));
+    if (tweak) tweak(options.back());
   }
-  if (beforeConnect) beforeConnect(addresses);
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(size);
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        meshes[r]->connect(addresses, Clock::now() + 20s);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < size; ++r) {
-    if (!errors[r].empty())
-      throw std::runtime_error("rank " + std::to_string(r) + ": " + errors[r]);
-  }
-  return meshes;
+  return test::connectMeshes(options, beforeConnect);
 }
 
 // Drives every mesh from one thread until every request finished (or 20 s).

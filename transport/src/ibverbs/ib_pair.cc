@@ -254,12 +254,9 @@ void IbPair::postSend(std::size_t slot, std::uint32_t bytes) {
 }
 
 void IbPair::sendHello() {
-  const std::uint32_t slot = freeSendSlots_.back();
-  freeSendSlots_.pop_back();
+  std::uint32_t slot = 0;
+  std::uint8_t* at = takeSlot(Kind::kHello, &slot);
   helloSlot_ = slot;
-  Header header;
-  header.kind = Kind::kHello;
-  header.magic = kHeaderMagic;
   Hello hello;
   hello.job = options_.jobHash;
   hello.generation = options_.generation;
@@ -268,11 +265,23 @@ void IbPair::sendHello() {
   hello.slots = static_cast<std::uint32_t>(options_.slots);
   hello.eagerLimit = options_.eagerLimit;
   hello.slotPayload = slotBytes_ - kPayloadOffset;
-  std::memcpy(sendSlot(slot), &header, sizeof(header));
-  std::memcpy(sendSlot(slot) + kHeaderBytes, &hello, sizeof(hello));
+  std::memcpy(at + kHeaderBytes, &hello, sizeof(hello));
   --credit_;
   postSend(slot, kHeaderBytes + sizeof(hello));
   helloOut_ = HelloState::kSent;
+}
+
+std::uint8_t* IbPair::takeSlot(Kind kind, std::uint32_t* slot) {
+  *slot = freeSendSlots_.back();
+  freeSendSlots_.pop_back();
+  Header header;
+  header.slots = static_cast<std::uint32_t>(owed_);  // the slots reposted so far go back
+  header.kind = kind;
+  header.magic = kHeaderMagic;
+  owed_ = 0;
+  std::uint8_t* at = sendSlot(*slot);
+  std::memcpy(at, &header, sizeof(header));
+  return at;
 }
 
 void IbPair::onHello(const std::uint8_t* bytes, std::uint32_t length) {
@@ -335,16 +344,9 @@ bool IbPair::postOne(Out& out) {
     return true;
   }
   if (freeSendSlots_.empty()) return false;
-  const std::uint32_t slot = freeSendSlots_.back();
-  freeSendSlots_.pop_back();
-  Header header;
-  header.slots = static_cast<std::uint32_t>(owed_);
-  header.kind = Kind::kFrame;
-  header.magic = kHeaderMagic;
-  owed_ = 0;
+  std::uint32_t slot = 0;
+  std::uint8_t* at = takeSlot(Kind::kFrame, &slot);
   out.frame.credit = takeCredit();
-  std::uint8_t* at = sendSlot(slot);
-  std::memcpy(at, &header, sizeof(header));
   std::memcpy(at + kFrameOffset, &out.frame, sizeof(Frame));
   if (out.payloadLength > 0) std::memcpy(at + kPayloadOffset, out.payload, out.payloadLength);
   --credit_;
@@ -371,14 +373,8 @@ void IbPair::flushOut() {
 
 void IbPair::sendCreditOnly() {
   if (freeSendSlots_.empty() || sendsOut_ >= static_cast<int>(2 * slotCount_)) return;
-  const std::uint32_t slot = freeSendSlots_.back();
-  freeSendSlots_.pop_back();
-  Header header;
-  header.slots = static_cast<std::uint32_t>(owed_);
-  header.kind = Kind::kCredit;
-  header.magic = kHeaderMagic;
-  owed_ = 0;
-  std::memcpy(sendSlot(slot), &header, sizeof(header));
+  std::uint32_t slot = 0;
+  takeSlot(Kind::kCredit, &slot);
   postSend(slot, kHeaderBytes);  // a spare slot of the peer's: no credit
 }
 

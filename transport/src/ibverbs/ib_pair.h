@@ -167,6 +167,8 @@ class IbPair final : public ProtocolPair {
   // (inline when it fits the queue pair's max_inline_data).
   void postSend(std::size_t slot, std::uint32_t bytes);
   bool postOne(Out& out);
+  // Takes a free send slot and writes the header (returning the slots owed) into it.
+  std::uint8_t* takeSlot(Kind kind, std::uint32_t* slot);
   void sendHello();
   void sendCreditOnly();
   void resetQp();
