@@ -150,6 +150,24 @@ TEST_P(IbverbsSizes, RingExchangesArriveWhole) {
 INSTANTIATE_TEST_SUITE_P(Ibverbs, IbverbsSizes,
                          ::testing::Combine(::testing::Values(2, 3, 4, 8), ::testing::Bool()));
 
+TEST(Ibverbs, InfiniBandPortsAreAddressedByLid) {
+  // The device as an InfiniBand port (COLLX_VERBS_EMU_LINK=ib): a LID, no RoCE GID; queue
+  // pairs reach each other by LID without a GRH (the device refuses one).
+  ::setenv("COLLX_VERBS_EMU_LINK", "ib", 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("COLLX_VERBS_EMU_LINK"); }
+  } unset;
+  auto meshes = connectAll(3);
+  EXPECT_EQ(meshes[0]->transportNames()[1], "ibverbs");
+  const std::string address = meshes[0]->address();
+  // "ibverbs=<lid>-<mtu>-<global>-...": a LID, MTU 4096 (5), no GRH.
+  const auto at = address.find("ibverbs=");
+  ASSERT_NE(at, std::string::npos) << address;
+  EXPECT_GT(std::stoi(address.substr(at + 8, address.find('-', at) - at - 8)), 0) << address;
+  EXPECT_NE(address.find("-5-0-", at), std::string::npos) << address;
+  for (std::uint64_t bytes : {100ull, 300000ull}) exchangeRing(meshes, bytes, false);
+}
+
 TEST(Ibverbs, ManySmallMessagesBeforeTheirReceivesUseCreditNotRnr) {
   // 500 eager messages, far more than the 32 slots, all before any receive is posted: the
   // sender waits for slots the receiver hands back, and every message arrives in order.

@@ -241,6 +241,16 @@ struct Engine {
   void log(const std::string& line) const;
 };
 
+// The link layer the device presents: Ethernet (RoCE v2, addressed by GID) by default,
+// InfiniBand (addressed by LID) with COLLX_VERBS_EMU_LINK=ib.
+bool infiniband();
+// A port's LID in InfiniBand mode: the low 16 bits of its IPv4 address (the wire reaches a
+// LID at that address with the upper 16 bits of this host's: one /16 subnet).
+std::uint16_t lidOf(std::uint32_t ip);
+// The IPv4 address (network order) whose wire reaches the port `ah` addresses: the GID's
+// address (RoCE), or the LID's (InfiniBand without a GRH).
+std::uint32_t addressOf(const Engine& engine, const ibv_ah_attr& ah);
+
 // The physical frame numbers of `pages` pages from `firstPage` (0 for a page not present), read
 // from /proc/self/pagemap. False when they cannot be read, or read as 0 although present (the
 // kernel hides frames from a process without CAP_SYS_ADMIN).

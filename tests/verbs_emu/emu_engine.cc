@@ -128,6 +128,25 @@ std::uint32_t gidIp(const ibv_gid& gid) {
   return ip;
 }
 
+}  // namespace
+
+bool infiniband() {
+  const char* link = std::getenv("COLLX_VERBS_EMU_LINK");
+  return link != nullptr && std::strcmp(link, "ib") == 0;
+}
+
+std::uint16_t lidOf(std::uint32_t ip) {
+  const std::uint16_t lid = static_cast<std::uint16_t>(ntohl(ip) & 0xffff);
+  return lid != 0 ? lid : 1;
+}
+
+std::uint32_t addressOf(const Engine& engine, const ibv_ah_attr& ah) {
+  if (!infiniband() || ah.is_global) return gidIp(ah.grh.dgid);
+  return htonl((ntohl(engine.ip) & 0xffff0000u) | ah.dlid);
+}
+
+namespace {
+
 // (a - b) mod 2^24, as a signed distance: > 0 when a is ahead of b.
 int psnDistance(std::uint32_t a, std::uint32_t b) {
   const std::uint32_t d = (a - b) & kPsnMask;
@@ -410,7 +429,7 @@ namespace {
 
 void startConnect(Engine& engine, Qp& qp) {
   if (qp.out != nullptr) closeConn(*qp.out);
-  const std::uint32_t ip = gidIp(qp.attr.ah_attr.grh.dgid);
+  const std::uint32_t ip = addressOf(engine, qp.attr.ah_attr);
   const std::uint16_t port = static_cast<std::uint16_t>(qp.attr.dest_qp_num >> 8);
   const std::string peer = ipText(ip) + ":" + std::to_string(port);
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -582,7 +601,7 @@ void onHello(Engine& engine, Conn& conn, const WireHeader& h) {
   } else if (qp->base.state != IBV_QPS_RTR && qp->base.state != IBV_QPS_RTS) {
     verdict = kNotReady;
   } else if (qp->attr.dest_qp_num != h.qpnA ||
-             gidIp(qp->attr.ah_attr.grh.dgid) != static_cast<std::uint32_t>(h.addr)) {
+             addressOf(engine, qp->attr.ah_attr) != static_cast<std::uint32_t>(h.addr)) {
     verdict = kWrongPeer;
   } else if (psnDistance(h.psn, qp->expectedPsn) > 0) {
     verdict = kPsnAhead;

@@ -154,7 +154,12 @@ int checkValues(const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_AV) {
     // RoCE: every packet carries a GRH; the source GID is entry 0, the only one.
     const ibv_ah_attr& ah = a.ah_attr;
-    if (!ah.is_global || ah.grh.sgid_index != 0 || !ipv4Mapped(ah.grh.dgid)) return EINVAL;
+    if (infiniband()) {
+      // InfiniBand: a LID within the subnet; the emulated wire needs no GRH (and takes none).
+      if (ah.is_global || ah.dlid == 0 || ah.dlid >= 0xc000) return EINVAL;
+    } else if (!ah.is_global || ah.grh.sgid_index != 0 || !ipv4Mapped(ah.grh.dgid)) {
+      return EINVAL;
+    }
     if (ah.port_num != 0 && ah.port_num != 1) return EINVAL;
   }
   if ((mask & IBV_QP_ALT_PATH)) return EINVAL;  // the kernel bans alternate paths on RoCE
@@ -448,7 +453,6 @@ int ibv_query_device(ibv_context* raw, ibv_device_attr* a) {
 }
 
 int ibv_query_port(ibv_context* raw, std::uint8_t port, _compat_ibv_port_attr* a) {
-  (void)raw;
   if (port != 1) return EINVAL;
   std::memset(a, 0, sizeof(*a));
   a->state = IBV_PORT_ACTIVE;
@@ -463,6 +467,12 @@ int ibv_query_port(ibv_context* raw, std::uint8_t port, _compat_ibv_port_attr* a
   a->active_speed = 32;  // EDR
   a->phys_state = 5;     // LinkUp
   a->link_layer = IBV_LINK_LAYER_ETHERNET;
+  if (infiniband()) {
+    a->lid = lidOf(contextOf(raw)->engine->ip);
+    a->sm_lid = 1;
+    a->active_mtu = IBV_MTU_4096;
+    a->link_layer = IBV_LINK_LAYER_INFINIBAND;
+  }
   return 0;
 }
 
@@ -471,11 +481,19 @@ int ibv_query_gid(ibv_context* raw, std::uint8_t port, int index, ibv_gid* gid) 
     errno = EINVAL;
     return -1;
   }
-  // RoCE v2 GID of an IPv4 address: ::ffff:a.b.c.d.
+  // RoCE v2 GID of an IPv4 address: ::ffff:a.b.c.d. InfiniBand: the default subnet prefix
+  // fe80::/64 and a port GUID made of the address.
   std::memset(gid->raw, 0, sizeof gid->raw);
-  gid->raw[10] = 0xff;
-  gid->raw[11] = 0xff;
   const std::uint32_t ip = contextOf(raw)->engine->ip;
+  if (infiniband()) {
+    gid->raw[0] = 0xfe;
+    gid->raw[1] = 0x80;
+    gid->raw[8] = 0x02;
+    gid->raw[9] = 0xc9;
+  } else {
+    gid->raw[10] = 0xff;
+    gid->raw[11] = 0xff;
+  }
   std::memcpy(gid->raw + 12, &ip, 4);
   return 0;
 }

@@ -518,6 +518,36 @@ TEST(VerbsEmuStates, AnyStateGoesToErrorAndToReset) {
   }
 }
 
+TEST(VerbsEmuStates, InfiniBandPortsTakeALidAndNoGrh) {
+  ::setenv("COLLX_VERBS_EMU_LINK", "ib", 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("COLLX_VERBS_EMU_LINK"); }
+  } unset;
+  Endpoint e;
+  ibv_port_attr port{};
+  ASSERT_EQ(e.api().queryPort(e.context.get(), 1, &port), 0);
+  EXPECT_EQ(port.link_layer, IBV_LINK_LAYER_INFINIBAND);
+  EXPECT_NE(port.lid, 0);
+  EXPECT_EQ(port.active_mtu, IBV_MTU_4096);
+  ibv_gid gid{};
+  ASSERT_EQ(e.api().queryGid(e.context.get(), 1, 0, &gid), 0);
+  EXPECT_EQ(gid.raw[0], 0xfe);  // link-local: fe80::/64
+  EXPECT_EQ(gid.raw[1], 0x80);
+  ASSERT_EQ(e.toInit(), 0);
+  const Address self = e.address();
+  const auto rtr = [&](const std::function<void(ibv_qp_attr&)>& change) {
+    ibv_qp_attr a = e.rtrAttr(self);
+    a.ah_attr.is_global = 0;
+    a.ah_attr.dlid = port.lid;
+    change(a);
+    return e.api().modifyQp(e.qp.get(), &a, kRtrMask);
+  };
+  EXPECT_EQ(rtr([](ibv_qp_attr& a) { a.ah_attr.is_global = 1; }), EINVAL);  // no GRH here
+  EXPECT_EQ(rtr([](ibv_qp_attr& a) { a.ah_attr.dlid = 0; }), EINVAL);
+  EXPECT_EQ(rtr([](ibv_qp_attr& a) { a.ah_attr.dlid = 0xc001; }), EINVAL);  // multicast
+  EXPECT_EQ(rtr([](ibv_qp_attr&) {}), 0);
+}
+
 TEST(VerbsEmuStates, ValuesAreChecked) {
   Endpoint e;
   const Address self = e.address();
