@@ -141,8 +141,8 @@ TEST_P(IbverbsSizes, RingExchangesArriveWhole) {
   const auto [size, receivesFirst] = GetParam();
   auto meshes = connectAll(size);
   // 0, eager (up to 4096), announced (one write, several writes of the 1 MiB pieces below).
-  for (std::uint64_t bytes : {0ull, 1ull, 4095ull, 4096ull, 4097ull, 65536ull, 1ull << 20,
-                              (5ull << 20) + 3}) {
+  for (std::uint64_t bytes :
+       {0ull, 1ull, 4095ull, 4096ull, 4097ull, 65536ull, 1ull << 20, (5ull << 20) + 3}) {
     exchangeRing(meshes, bytes, receivesFirst);
   }
 }

@@ -53,7 +53,8 @@ inline std::vector<std::unique_ptr<transport::Mesh>> connectMeshes(
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < size; ++r) {
-    if (!errors[r].empty()) throw std::runtime_error("rank " + std::to_string(r) + ": " + errors[r]);
+    if (!errors[r].empty())
+      throw std::runtime_error("rank " + std::to_string(r) + ": " + errors[r]);
   }
   return meshes;
 }

@@ -161,7 +161,8 @@ const Setting<kind::Bytes> kIbEagerLimit(
      .help = "RDMA: largest message sent at once (a SEND into a receive buffer the peer posted "
              "ahead; a pair uses the smaller of its ends' limits); larger ones wait until the "
              "receiver is ready and land in its buffer by RDMA WRITE WITH IMMEDIATE. Each peer "
-             "costs 2 x 34 buffers of this size plus 80 bytes (at least 1 KiB each)."});
+             "costs 2 x 34 buffers (18 beyond 64 ranks, 10 beyond 512) of this size plus 80 bytes "
+             "(at least 1 KiB each)."});
 
 const Setting<kind::Bytes> kIbMrCache(
     {.name = "COLLX_IB_MR_CACHE",

@@ -15,10 +15,13 @@ namespace collx::transport::ibverbs {
 
 namespace {
 
-constexpr int kSlots = 32;
 constexpr int kBatch = 32;
+
+// Credited receive slots per peer: fewer in large jobs, where every rank holds 2 x (slots + 2)
+// slots for each of its peers (the same on every rank: both ends count on it).
+int slotsFor(int size) { return size <= 64 ? 32 : size <= 512 ? 16 : 8; }
 // Work requests per queue pair, for the completion queue's size (ib_pair.cc's caps).
-constexpr int kCqePerPair = 3 * (kSlots + IbPair::kSpareSlots) + 4;
+int cqePerPair(int slots) { return 3 * (slots + IbPair::kSpareSlots) + 4; }
 
 std::string hex(const std::uint8_t* bytes, std::size_t n) {
   static const char* const kDigits = "0123456789abcdef";
@@ -45,7 +48,8 @@ bool unhex(const std::string& text, std::uint8_t* bytes, std::size_t n) {
 IbDevice::IbDevice(LinkState& link, const MeshOptions& options) : link_(link), options_(options) {
   const Where where{options.rank, "ibverbs", -1};
   VerbsProbe probe = probeVerbs(options.ibverbsLibrary);
-  if (!probe.usable()) throw Unsupported(where, "RDMA verbs are not usable here: " + probe.unavailable);
+  if (!probe.usable())
+    throw Unsupported(where, "RDMA verbs are not usable here: " + probe.unavailable);
   library_ = probe.library;
   const VerbsApi& api = library_->api();
   port_ = choosePort(listPorts(library_), HcaFilter::parse(options.ibHca), options.ibGidIndex);
@@ -56,36 +60,38 @@ IbDevice::IbDevice(LinkState& link, const MeshOptions& options) : link_(link), o
   }
   auto need = [&](auto* raw, const char* what) {
     if (raw == nullptr) {
-      throw IoError(where, std::string(what) + " on " + port_.device + " failed: " +
-                               std::strerror(errno));
+      throw IoError(where,
+                    std::string(what) + " on " + port_.device + " failed: " + std::strerror(errno));
     }
     return raw;
   };
   context_ = Context(library_, need(api.openDevice(list[port_.deviceIndex]), "ibv_open_device"),
                      api.closeDevice, "device context");
-  pd_ = ProtectionDomain(library_, need(api.allocPd(context_.get()), "ibv_alloc_pd"),
-                         api.deallocPd, "protection domain");
+  pd_ = ProtectionDomain(library_, need(api.allocPd(context_.get()), "ibv_alloc_pd"), api.deallocPd,
+                         "protection domain");
   channel_ = CompletionChannel(
       library_, need(api.createCompChannel(context_.get()), "ibv_create_comp_channel"),
       api.destroyCompChannel, "completion channel");
   const int flags = ::fcntl(channel_->fd, F_GETFL);
   if (flags < 0 || ::fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
-    throw IoError(where, std::string("fcntl on the completion channel failed: ") +
-                             std::strerror(errno));
+    throw IoError(where,
+                  std::string("fcntl on the completion channel failed: ") + std::strerror(errno));
   }
   ibv_device_attr attr{};
   int maxCqe = 65536;
   if (api.queryDevice(context_.get(), &attr) == 0 && attr.max_cqe > 0) maxCqe = attr.max_cqe;
-  const int cqe = std::min(maxCqe, std::max(1, options.size - 1) * kCqePerPair);
-  cq_ = CompletionQueue(library_,
-                        need(api.createCq(context_.get(), cqe, nullptr, channel_.get(), 0),
-                             "ibv_create_cq"),
-                        api.destroyCq, "completion queue");
+  const int slots = slotsFor(options.size);
+  const int cqe = static_cast<int>(std::min<std::int64_t>(
+      maxCqe, std::int64_t{std::max(1, options.size - 1)} * cqePerPair(slots)));
+  cq_ = CompletionQueue(
+      library_,
+      need(api.createCq(context_.get(), cqe, nullptr, channel_.get(), 0), "ibv_create_cq"),
+      api.destroyCq, "completion queue");
   registrations_ = std::make_unique<Registrations>(library_, pd_.get(), options.ibMrCacheBytes);
 
   IbPairOptions pairOptions;
   pairOptions.eagerLimit = options.ibEagerLimit;
-  pairOptions.slots = kSlots;
+  pairOptions.slots = slots;
   pairOptions.maxWrite = static_cast<std::uint32_t>(
       std::min<std::uint64_t>(port_.maxMessage > 0 ? port_.maxMessage : 1u << 30, 1u << 30));
   pairOptions.jobHash = jobHash(options.jobId, options.generation);
@@ -128,7 +134,8 @@ bool IbDevice::parse(const std::string& text, Published* out) {
   if (slash == std::string::npos) return false;
   unsigned lid = 0, mtu = 0, global = 0;
   char gid[33] = {};
-  if (std::sscanf(text.c_str(), "%u-%u-%u-%32[0-9a-f]", &lid, &mtu, &global, gid) != 4) return false;
+  if (std::sscanf(text.c_str(), "%u-%u-%u-%32[0-9a-f]", &lid, &mtu, &global, gid) != 4)
+    return false;
   if (mtu < IBV_MTU_256 || mtu > IBV_MTU_4096 || lid > 0xffff) return false;
   out->port.lid = static_cast<std::uint16_t>(lid);
   out->port.mtu = static_cast<ibv_mtu>(mtu);
@@ -141,8 +148,8 @@ bool IbDevice::parse(const std::string& text, Published* out) {
     if (end == std::string::npos) end = text.size();
     unsigned long qpn = 0, psn = 0;
     if (std::sscanf(text.substr(at, end - at).c_str(), "%lu.%lu", &qpn, &psn) != 2) return false;
-    out->qps.push_back(QpAddress{static_cast<std::uint32_t>(qpn),
-                                 static_cast<std::uint32_t>(psn & 0xffffff)});
+    out->qps.push_back(
+        QpAddress{static_cast<std::uint32_t>(qpn), static_cast<std::uint32_t>(psn & 0xffffff)});
     at = end + 1;
   }
   return true;
@@ -216,9 +223,9 @@ int IbDevice::pollOnce() {
   ibv_wc wc[kBatch];
   const int n = VerbsApi::pollCq(cq_.get(), kBatch, wc);
   if (n < 0) {
-    throw IoError(Where{options_.rank, "ibverbs", -1},
-                  "ibv_poll_cq failed (" + std::to_string(n) + "): the completion queue of " +
-                      port_.device + " overflowed or broke");
+    throw IoError(Where{options_.rank, "ibverbs", -1}, "ibv_poll_cq failed (" + std::to_string(n) +
+                                                           "): the completion queue of " +
+                                                           port_.device + " overflowed or broke");
   }
   for (int i = 0; i < n; ++i) dispatch(wc[i]);
   return n;

@@ -80,7 +80,7 @@ class IbDevice final : public Device {
   std::vector<IbPair*> active_;  // the connected pairs
   std::string address_;
   bool armed_ = false;
-  unsigned unacked_ = 0;  // channel events not yet acknowledged
+  unsigned unacked_ = 0;       // channel events not yet acknowledged
   std::vector<ibv_wc> stash_;  // polled while preparing to sleep, handled by progress()
 };
 

@@ -13,7 +13,7 @@ namespace collx::transport::ibverbs {
 
 namespace {
 
-constexpr std::uint16_t kHeaderMagic = 0x4942;  // "IB"
+constexpr std::uint16_t kHeaderMagic = 0x4942;     // "IB"
 constexpr std::uint32_t kHelloMagic = 0x434c5849;  // "CLXI"
 constexpr std::uint32_t kHelloVersion = 1;
 // A slot holds at least this much payload: an ERROR's text, a HELLO.
@@ -34,9 +34,9 @@ std::uint8_t epochOf(std::uint64_t wrId) { return static_cast<std::uint8_t>(wrId
 std::uint32_t valueOf(std::uint64_t wrId) { return static_cast<std::uint32_t>(wrId); }
 
 // Queue-pair attributes (the kernel's rules for RC: ib_modify_qp_is_ok).
-constexpr std::uint8_t kTimeout = 14;     // 4.096 us * 2^14 = 67 ms per try
-constexpr std::uint8_t kRetryCount = 7;   // a silent peer: an error after about 0.5 s
-constexpr std::uint8_t kRnrRetry = 7;     // credit prevents RNR; 7 retries forever
+constexpr std::uint8_t kTimeout = 14;      // 4.096 us * 2^14 = 67 ms per try
+constexpr std::uint8_t kRetryCount = 7;    // a silent peer: an error after about 0.5 s
+constexpr std::uint8_t kRnrRetry = 7;      // credit prevents RNR; 7 retries forever
 constexpr std::uint8_t kMinRnrTimer = 12;  // 0.64 ms
 
 struct Hello {
@@ -59,10 +59,14 @@ std::uint32_t randomPsn() {
 
 const char* opName(const ibv_wc& wc) {
   switch (tagOf(wc.wr_id)) {
-    case kTagRecv: return "receive";
-    case kTagSend: return "SEND";
-    case kTagPush: return "RDMA WRITE WITH IMMEDIATE";
-    case kTagProbe: return "RDMA WRITE (liveness probe)";
+    case kTagRecv:
+      return "receive";
+    case kTagSend:
+      return "SEND";
+    case kTagPush:
+      return "RDMA WRITE WITH IMMEDIATE";
+    case kTagProbe:
+      return "RDMA WRITE (liveness probe)";
   }
   return "work request";
 }
@@ -107,16 +111,7 @@ IbPair::IbPair(int peer, LinkState& link, std::shared_ptr<const VerbsLibrary> li
   qp_ = QueuePair(library_, raw, api_.destroyQp, "queue pair");
   moveTo(IBV_QPS_INIT);
 
-  recvBytes_ = std::make_unique<std::uint8_t[]>(slotCount_ * slotBytes_);
-  sendBytes_ = std::make_unique<std::uint8_t[]>(slotCount_ * slotBytes_);
-  for (auto* bytes : {recvBytes_.get(), sendBytes_.get()}) {
-    ibv_mr* mr = api_.regMr(pd, bytes, slotCount_ * slotBytes_, IBV_ACCESS_LOCAL_WRITE);
-    if (mr == nullptr) fail(std::string("ibv_reg_mr of the slots failed: ") + std::strerror(errno));
-    (bytes == recvBytes_.get() ? recvMr_ : sendMr_) =
-        MemoryRegion(library_, mr, api_.deregMr, "memory region");
-  }
-  for (std::size_t i = slotCount_; i-- > 0;) freeSendSlots_.push_back(static_cast<std::uint32_t>(i));
-  credit_ = options_.slots;
+  pd_ = pd;
 }
 
 IbPair::~IbPair() {
@@ -203,9 +198,25 @@ void IbPair::postRecv(std::size_t slot) {
   }
 }
 
+void IbPair::allocateSlots() {
+  // Only for peers this device connects (the slots cost 2 x (slots + 2) x slotBytes_).
+  recvBytes_ = std::make_unique<std::uint8_t[]>(slotCount_ * slotBytes_);
+  sendBytes_ = std::make_unique<std::uint8_t[]>(slotCount_ * slotBytes_);
+  for (auto* bytes : {recvBytes_.get(), sendBytes_.get()}) {
+    ibv_mr* mr = api_.regMr(pd_, bytes, slotCount_ * slotBytes_, IBV_ACCESS_LOCAL_WRITE);
+    if (mr == nullptr) fail(std::string("ibv_reg_mr of the slots failed: ") + std::strerror(errno));
+    (bytes == recvBytes_.get() ? recvMr_ : sendMr_) =
+        MemoryRegion(library_, mr, api_.deregMr, "memory region");
+  }
+  for (std::size_t i = slotCount_; i-- > 0;)
+    freeSendSlots_.push_back(static_cast<std::uint32_t>(i));
+  credit_ = options_.slots;
+}
+
 void IbPair::start(const PortAddress& peerPort, const QpAddress& peerQp) {
   peerPort_ = peerPort;
   peerQp_ = peerQp;
+  if (!recvBytes_) allocateSlots();
   for (std::size_t i = 0; i < slotCount_; ++i) postRecv(i);
   moveTo(IBV_QPS_RTR);
   moveTo(IBV_QPS_RTS);
@@ -220,7 +231,8 @@ void IbPair::resetQp() {
   moveTo(IBV_QPS_RESET);
   moveTo(IBV_QPS_INIT);
   freeSendSlots_.clear();
-  for (std::size_t i = slotCount_; i-- > 0;) freeSendSlots_.push_back(static_cast<std::uint32_t>(i));
+  for (std::size_t i = slotCount_; i-- > 0;)
+    freeSendSlots_.push_back(static_cast<std::uint32_t>(i));
   sendsOut_ = 0;
   credit_ = options_.slots;
   owed_ = 0;
@@ -286,7 +298,8 @@ std::uint8_t* IbPair::takeSlot(Kind kind, std::uint32_t* slot) {
 
 void IbPair::onHello(const std::uint8_t* bytes, std::uint32_t length) {
   Hello hello;
-  if (length < kHeaderBytes + sizeof(hello)) fail("a HELLO of " + std::to_string(length) + " bytes");
+  if (length < kHeaderBytes + sizeof(hello))
+    fail("a HELLO of " + std::to_string(length) + " bytes");
   std::memcpy(&hello, bytes + kHeaderBytes, sizeof(hello));
   if (hello.magic != kHelloMagic || hello.version != kHelloVersion) {
     fail("its HELLO is not collx's (version " + std::to_string(hello.version) + ")");
@@ -383,7 +396,8 @@ void IbPair::push(Transfer& transfer, const Frame& ready) {
   Push p;
   p.transfer = &transfer;
   p.handle = registrations_.acquire(transfer.bytes(), transfer.length(), &why);
-  if (!p.handle) fail(why + " (the buffer of a send of " + std::to_string(transfer.length()) + " bytes)");
+  if (!p.handle)
+    fail(why + " (the buffer of a send of " + std::to_string(transfer.length()) + " bytes)");
   const std::uint64_t length = transfer.length();
   const std::uint64_t piece = options_.maxWrite;
   p.pieces = static_cast<std::uint32_t>((length + piece - 1) / piece);
@@ -499,7 +513,8 @@ void IbPair::failedCompletion(const ibv_wc& wc) {
     // protection or access error the peer's side raised).
     text += "; the queue pair to " + rankName() + " went to the error state";
   } else if (retried) {
-    text += "; " + rankName() + " died or was killed, or its host or port is down (its queue pair "
+    text += "; " + rankName() +
+            " died or was killed, or its host or port is down (its queue pair "
             "does not answer)";
   }
   fail(text);
@@ -546,7 +561,8 @@ void IbPair::onReceive(const ibv_wc& wc) {
       protocolError("a SEND of unknown kind " + std::to_string(static_cast<int>(header.kind)));
   }
   if (!helloIn_) protocolError("a frame before the HELLO");
-  if (wc.byte_len < kPayloadOffset) fail("a frame SEND of " + std::to_string(wc.byte_len) + " bytes");
+  if (wc.byte_len < kPayloadOffset)
+    fail("a frame SEND of " + std::to_string(wc.byte_len) + " bytes");
   Frame frame;
   std::memcpy(&frame, bytes + kFrameOffset, sizeof(Frame));
   const std::uint64_t carried = wc.byte_len - kPayloadOffset;
@@ -608,8 +624,8 @@ void IbPair::sendError(ErrorKind kind, const std::string& text, int culprit) noe
     // so the string may go away after this call).
     std::string body(1, static_cast<char>(kind));
     body += text;
-    body.resize(std::min<std::size_t>(body.size(), std::min<std::uint64_t>(
-                                                       peerSlotPayload_, slotBytes_ - kPayloadOffset)));
+    body.resize(std::min<std::size_t>(
+        body.size(), std::min<std::uint64_t>(peerSlotPayload_, slotBytes_ - kPayloadOffset)));
     if (credit_ < 1 || freeSendSlots_.empty()) return;
     out_.clear();  // nothing else matters now
     Frame error;

@@ -73,7 +73,8 @@ class IbPair final : public ProtocolPair {
   // Extra receive slots for credit-only messages.
   static constexpr int kSpareSlots = 2;
 
-  // Creates the queue pair (in INIT) and registers the slots. Throws IoError.
+  // Creates the queue pair (in INIT); start() allocates and registers the slots. Throws
+  // IoError.
   IbPair(int peer, LinkState& link, std::shared_ptr<const VerbsLibrary> library,
          const PortChoice& port, ibv_pd* pd, ibv_cq* cq, Registrations& registrations,
          const IbPairOptions& options);
@@ -162,6 +163,7 @@ class IbPair final : public ProtocolPair {
   std::uint8_t* recvSlot(std::size_t i) const { return recvBytes_.get() + i * slotBytes_; }
   std::uint8_t* sendSlot(std::size_t i) const { return sendBytes_.get() + i * slotBytes_; }
   std::uint64_t wrId(std::uint64_t tag, std::uint32_t value) const;
+  void allocateSlots();
   void postRecv(std::size_t slot);
   // Posts a SEND of `bytes` from send slot `slot`; throws IoError.
   // (inline when it fits the queue pair's max_inline_data).
@@ -183,6 +185,7 @@ class IbPair final : public ProtocolPair {
   const VerbsApi& api_;
   PortChoice port_;
   ibv_cq* cq_;
+  ibv_pd* pd_ = nullptr;
   Registrations& registrations_;
   IbPairOptions options_;
   QueuePair qp_;
