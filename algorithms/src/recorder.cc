@@ -1,0 +1,172 @@
+#include "collx/algorithms/recorder.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace collx::algorithms {
+
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+constexpr int kReadTries = 3;
+
+std::uint64_t pack32(std::uint32_t high, std::uint32_t low) {
+  return std::uint64_t{high} << 32 | low;
+}
+std::uint32_t high32(std::uint64_t w) { return static_cast<std::uint32_t>(w >> 32); }
+std::uint32_t low32(std::uint64_t w) { return static_cast<std::uint32_t>(w); }
+
+// kPacked's bytes, from the lowest: coll, dtype, op, space, state, errorKind, waitKind.
+std::uint64_t withByte(std::uint64_t w, int at, std::uint8_t value) {
+  const int shift = 8 * at;
+  return (w & ~(std::uint64_t{0xff} << shift)) | std::uint64_t{value} << shift;
+}
+std::uint8_t byteOf(std::uint64_t w, int at) { return static_cast<std::uint8_t>(w >> (8 * at)); }
+enum PackedByte : int { kColl, kDtype, kOp, kSpace, kState, kErrorKind, kWaitKind };
+
+}  // namespace
+
+Recorder::Recorder(std::size_t capacity)
+    : entries_(new Entry[std::bit_ceil(std::max<std::size_t>(capacity, 1))]),
+      mask_(std::bit_ceil(std::max<std::size_t>(capacity, 1)) - 1) {}
+
+void Recorder::beginWrite(Entry& e) noexcept {
+  e.w[kVersion].fetch_add(1, kRelaxed);  // odd: readers retry
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+void Recorder::endWrite(Entry& e) noexcept { e.w[kVersion].fetch_add(1, std::memory_order_release); }
+
+Recorder::Entry* Recorder::owned(std::uint64_t id) noexcept {
+  Entry& e = entries_[id & mask_];
+  return e.w[kId].load(kRelaxed) == id ? &e : nullptr;
+}
+
+std::uint64_t Recorder::admit(const Call& call, CallState state) noexcept {
+  const std::uint64_t id = next_.fetch_add(1, kRelaxed) + 1;
+  Entry& e = entries_[id & mask_];
+  std::uint64_t packed = 0;
+  packed = withByte(packed, kColl, call.fingerprint.coll);
+  packed = withByte(packed, kDtype, call.fingerprint.dtype);
+  packed = withByte(packed, kOp, call.fingerprint.op);
+  packed = withByte(packed, kSpace, static_cast<std::uint8_t>(call.space));
+  packed = withByte(packed, kState, static_cast<std::uint8_t>(state));
+  beginWrite(e);
+  e.w[kId].store(id, kRelaxed);
+  e.w[kSeq].store(call.seq, kRelaxed);
+  e.w[kPacked].store(packed, kRelaxed);
+  e.w[kRootPeer].store(pack32(static_cast<std::uint32_t>(call.fingerprint.root),
+                              static_cast<std::uint32_t>(call.peer)),
+                       kRelaxed);
+  e.w[kCount].store(call.fingerprint.count, kRelaxed);
+  e.w[kAlgorithm].store(reinterpret_cast<std::uintptr_t>(call.algorithm), kRelaxed);
+  e.w[kAdmitted].store(static_cast<std::uint64_t>(call.admittedNs), kRelaxed);
+  e.w[kTimes].store(pack32(call.timeoutMs, 0), kRelaxed);
+  e.w[kRunning].store(state == CallState::kRunning ? static_cast<std::uint64_t>(call.admittedNs)
+                                                   : 0,
+                      kRelaxed);
+  endWrite(e);
+  return id;
+}
+
+void Recorder::running(std::uint64_t id, std::int64_t nowNs) noexcept {
+  Entry* e = owned(id);
+  if (e == nullptr) return;
+  beginWrite(*e);
+  e->w[kPacked].store(withByte(e->w[kPacked].load(kRelaxed), kState,
+                               static_cast<std::uint8_t>(CallState::kRunning)),
+                      kRelaxed);
+  e->w[kRunning].store(static_cast<std::uint64_t>(nowNs), kRelaxed);
+  endWrite(*e);
+}
+
+void Recorder::waiting(std::uint64_t id, WaitKind kind, int peer, std::uint32_t step,
+                       std::uint32_t steps, std::uint64_t bytes, std::int64_t sinceNs) noexcept {
+  Entry* e = owned(id);
+  if (e == nullptr) return;
+  beginWrite(*e);
+  e->w[kPacked].store(
+      withByte(e->w[kPacked].load(kRelaxed), kWaitKind, static_cast<std::uint8_t>(kind)), kRelaxed);
+  e->w[kWaitPeer].store(static_cast<std::uint32_t>(peer), kRelaxed);
+  e->w[kSteps].store(pack32(step, steps), kRelaxed);
+  e->w[kWaitBytes].store(bytes, kRelaxed);
+  e->w[kWaitSince].store(static_cast<std::uint64_t>(sinceNs), kRelaxed);
+  endWrite(*e);
+}
+
+void Recorder::end(std::uint64_t id, bool failed, std::uint8_t errorKind,
+                   std::uint32_t endedUs) noexcept {
+  Entry* e = owned(id);
+  if (e == nullptr) return;
+  beginWrite(*e);
+  std::uint64_t packed = e->w[kPacked].load(kRelaxed);
+  packed = withByte(packed, kState,
+                    static_cast<std::uint8_t>(failed ? CallState::kFailed : CallState::kCompleted));
+  packed = withByte(packed, kErrorKind, failed ? errorKind : 0);
+  packed = withByte(packed, kWaitKind, static_cast<std::uint8_t>(WaitKind::kNone));
+  e->w[kPacked].store(packed, kRelaxed);
+  e->w[kTimes].store(pack32(high32(e->w[kTimes].load(kRelaxed)), endedUs), kRelaxed);
+  endWrite(*e);
+}
+
+bool Recorder::read(const Entry& e, CallRecord* out) {
+  for (int attempt = 0; attempt < kReadTries; ++attempt) {
+    const std::uint64_t before = e.w[kVersion].load(std::memory_order_acquire);
+    if (before & 1) continue;
+    std::array<std::uint64_t, kWords> w;
+    for (int i = 0; i < kWords; ++i) w[i] = e.w[i].load(kRelaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e.w[kVersion].load(kRelaxed) != before) continue;
+    if (w[kId] == 0) return false;  // never written
+    CallRecord r;
+    r.id = w[kId];
+    r.seq = w[kSeq];
+    r.fingerprint.coll = byteOf(w[kPacked], kColl);
+    r.fingerprint.dtype = byteOf(w[kPacked], kDtype);
+    r.fingerprint.op = byteOf(w[kPacked], kOp);
+    r.space = static_cast<transport::Space>(byteOf(w[kPacked], kSpace));
+    r.state = static_cast<CallState>(byteOf(w[kPacked], kState));
+    r.errorKind = byteOf(w[kPacked], kErrorKind);
+    r.waitKind = static_cast<WaitKind>(byteOf(w[kPacked], kWaitKind));
+    r.fingerprint.root = static_cast<std::int32_t>(high32(w[kRootPeer]));
+    r.peer = static_cast<std::int32_t>(low32(w[kRootPeer]));
+    r.fingerprint.count = w[kCount];
+    r.algorithm = reinterpret_cast<const char*>(static_cast<std::uintptr_t>(w[kAlgorithm]));
+    r.admittedNs = static_cast<std::int64_t>(w[kAdmitted]);
+    r.timeoutMs = high32(w[kTimes]);
+    r.endedUs = low32(w[kTimes]);
+    r.runningNs = static_cast<std::int64_t>(w[kRunning]);
+    if (r.waitKind != WaitKind::kNone) {
+      r.waitPeer = static_cast<std::int32_t>(static_cast<std::uint32_t>(w[kWaitPeer]));
+      r.step = high32(w[kSteps]);
+      r.steps = low32(w[kSteps]);
+      r.waitBytes = w[kWaitBytes];
+      r.waitSinceNs = static_cast<std::int64_t>(w[kWaitSince]);
+    }
+    *out = r;
+    return true;
+  }
+  return false;  // written all the while: left out
+}
+
+bool Recorder::find(std::uint64_t id, CallRecord* out) const {
+  if (id == 0) return false;
+  CallRecord r;
+  if (!read(entries_[id & mask_], &r) || r.id != id) return false;
+  *out = r;
+  return true;
+}
+
+std::vector<CallRecord> Recorder::snapshot() const {
+  std::vector<CallRecord> out;
+  const std::uint64_t last = next_.load(std::memory_order_acquire);
+  const std::uint64_t first = last > mask_ ? last - mask_ : 1;
+  out.reserve(static_cast<std::size_t>(last - first + 1));
+  for (std::uint64_t id = first; id <= last; ++id) {
+    CallRecord r;
+    if (read(entries_[id & mask_], &r) && r.id == id) out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace collx::algorithms

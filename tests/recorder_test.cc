@@ -1,0 +1,153 @@
+// The flight recorder's ring (algorithms/recorder.h): what a call's entry holds through its
+// life, the ring wrapping, and readers racing a writer without ever seeing a torn entry.
+#include "collx/algorithms/recorder.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+namespace collx::algorithms {
+namespace {
+
+Recorder::Call callFor(std::uint64_t n) {
+  Recorder::Call c;
+  c.seq = n * 3;
+  c.fingerprint.coll = static_cast<std::uint8_t>(n % 7 + 1);
+  c.fingerprint.dtype = static_cast<std::uint8_t>(n % 5);
+  c.fingerprint.op = static_cast<std::uint8_t>(n % 3);
+  c.fingerprint.root = static_cast<std::int32_t>(n % 11) - 1;
+  c.fingerprint.count = n * 7;
+  c.algorithm = n % 2 ? "ring" : "halving_doubling";
+  c.peer = static_cast<int>(n % 13) - 1;
+  c.admittedNs = static_cast<std::int64_t>(n * 1000);
+  c.timeoutMs = static_cast<std::uint32_t>(n % 60000);
+  return c;
+}
+
+TEST(Recorder, CapacityIsAPowerOfTwo) {
+  EXPECT_EQ(Recorder(1000).capacity(), 1024u);
+  EXPECT_EQ(Recorder(1024).capacity(), 1024u);
+  EXPECT_EQ(Recorder(0).capacity(), 1u);
+  EXPECT_EQ(Recorder(3).capacity(), 4u);
+}
+
+TEST(Recorder, AnEntryFollowsItsCallFromQueuedToEnd) {
+  Recorder r(8);
+  EXPECT_TRUE(r.snapshot().empty());
+  const std::uint64_t id = r.admit(callFor(5), CallState::kQueued);
+  EXPECT_EQ(id, 1u);
+  CallRecord c;
+  ASSERT_TRUE(r.find(id, &c));
+  EXPECT_EQ(c.state, CallState::kQueued);
+  EXPECT_EQ(c.seq, 15u);
+  EXPECT_EQ(c.fingerprint, callFor(5).fingerprint);
+  EXPECT_STREQ(c.algorithm, "ring");
+  EXPECT_EQ(c.peer, 4);
+  EXPECT_EQ(c.admittedNs, 5000);
+  EXPECT_EQ(c.timeoutMs, 5u);
+  EXPECT_EQ(c.runningNs, 0);
+  EXPECT_EQ(c.waitKind, WaitKind::kNone);
+
+  r.running(id, 7000);
+  r.waiting(id, WaitKind::kRecv, 4, 3, 14, 1u << 20, 9000);
+  ASSERT_TRUE(r.find(id, &c));
+  EXPECT_EQ(c.state, CallState::kRunning);
+  EXPECT_EQ(c.runningNs, 7000);
+  EXPECT_EQ(c.waitKind, WaitKind::kRecv);
+  EXPECT_EQ(c.waitPeer, 4);
+  EXPECT_EQ(c.step, 3u);
+  EXPECT_EQ(c.steps, 14u);
+  EXPECT_EQ(c.waitBytes, 1u << 20);
+  EXPECT_EQ(c.waitSinceNs, 9000);
+
+  r.end(id, true, 2, 123456);
+  ASSERT_TRUE(r.find(id, &c));
+  EXPECT_EQ(c.state, CallState::kFailed);
+  EXPECT_EQ(c.errorKind, 2);
+  EXPECT_EQ(c.endedUs, 123456u);
+  EXPECT_EQ(c.waitKind, WaitKind::kNone);  // it waits for nothing any more
+  EXPECT_EQ(c.timeoutMs, 5u);
+
+  const std::uint64_t second = r.admit(callFor(6), CallState::kRunning);
+  r.end(second, false, 0, 10);
+  ASSERT_TRUE(r.find(second, &c));
+  EXPECT_EQ(c.state, CallState::kCompleted);
+  EXPECT_EQ(c.runningNs, 6000);  // ran at once
+  EXPECT_EQ(c.errorKind, 0);
+  ASSERT_EQ(r.snapshot().size(), 2u);
+  EXPECT_EQ(r.snapshot()[0].id, 1u);
+  EXPECT_EQ(r.snapshot()[1].id, 2u);
+}
+
+TEST(Recorder, TheRingKeepsTheLastCallsAndIgnoresWritesForOverwrittenOnes) {
+  Recorder r(4);
+  for (std::uint64_t n = 1; n <= 10; ++n) r.admit(callFor(n), CallState::kRunning);
+  const auto calls = r.snapshot();
+  ASSERT_EQ(calls.size(), 4u);
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].id, 7 + i);
+    EXPECT_EQ(calls[i].seq, (7 + i) * 3);
+  }
+  CallRecord c;
+  EXPECT_FALSE(r.find(3, &c));
+  EXPECT_FALSE(r.find(0, &c));
+  EXPECT_FALSE(r.find(11, &c));
+  // Call 3's entry now holds call 7: a late end of call 3 changes nothing.
+  r.end(3, true, 1, 99);
+  ASSERT_TRUE(r.find(7, &c));
+  EXPECT_EQ(c.state, CallState::kRunning);
+  EXPECT_EQ(c.endedUs, 0u);
+  EXPECT_EQ(r.admitted(), 10u);
+}
+
+TEST(Recorder, ReadersNeverSeeATornEntry) {
+  // One writer runs calls through every state while readers copy the ring: every entry a
+  // reader gets is one call's own (its fields all derive from its id).
+  Recorder r(16);
+  constexpr std::uint64_t kCalls = 200000;
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (std::uint64_t n = 1; n <= kCalls; ++n) {
+      const std::uint64_t id = r.admit(callFor(n), CallState::kQueued);
+      r.running(id, static_cast<std::int64_t>(n * 1000 + 1));
+      r.waiting(id, WaitKind::kSend, static_cast<int>(n % 17), static_cast<std::uint32_t>(n % 100),
+                100, n * 5, static_cast<std::int64_t>(n * 1000 + 2));
+      r.end(id, n % 9 == 0, static_cast<std::uint8_t>(n % 9 == 0 ? 1 : 0),
+            static_cast<std::uint32_t>(n));
+    }
+    done = true;
+  });
+  std::atomic<std::uint64_t> seen{0};
+  std::atomic<int> torn{0};
+  auto reader = [&] {
+    while (!done) {
+      for (const CallRecord& c : r.snapshot()) {
+        const Recorder::Call expected = callFor(c.id);
+        bool ok = c.seq == expected.seq && c.fingerprint == expected.fingerprint &&
+                  c.peer == expected.peer && c.admittedNs == expected.admittedNs &&
+                  std::string(c.algorithm) == expected.algorithm;
+        if (c.state != CallState::kQueued) ok = ok && c.runningNs == c.admittedNs + 1;
+        if (c.waitKind != WaitKind::kNone) {
+          ok = ok && c.waitPeer == static_cast<int>(c.id % 17) && c.waitBytes == c.id * 5 &&
+               c.step == c.id % 100 && c.waitSinceNs == c.admittedNs + 2;
+        }
+        if (c.state == CallState::kCompleted || c.state == CallState::kFailed) {
+          ok = ok && c.endedUs == c.id && (c.state == CallState::kFailed) == (c.id % 9 == 0);
+        }
+        if (!ok) ++torn;
+        ++seen;
+      }
+    }
+  };
+  std::thread a(reader), b(reader);
+  writer.join();
+  a.join();
+  b.join();
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_GT(seen.load(), 0u);
+  EXPECT_EQ(r.snapshot().size(), 16u);
+}
+
+}  // namespace
+}  // namespace collx::algorithms
