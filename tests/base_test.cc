@@ -11,6 +11,7 @@
 #include "collx/base/check.h"
 #include "collx/base/config.h"
 #include "collx/base/copy.h"
+#include "collx/base/hex.h"
 #include "collx/base/data_type.h"
 #include "collx/base/error.h"
 #include "collx/base/log.h"
@@ -407,4 +408,17 @@ TEST(VersionTest, BuildFeaturesAreListed) {
 }
 
 }  // namespace
+TEST(Hex, BytesRoundTripAndBadTextIsRefused) {
+  const std::uint8_t bytes[] = {0x00, 0x0a, 0xff, 0x7f};
+  EXPECT_EQ(hexBytes(bytes, 4), "000aff7f");
+  EXPECT_EQ(hexBytes(bytes, 4, " "), "00 0a ff 7f");
+  EXPECT_EQ(hexBytes(bytes, 0), "");
+  std::uint8_t back[4] = {};
+  ASSERT_TRUE(parseHexBytes("000AFF7f", back, 4));
+  EXPECT_EQ(std::memcmp(back, bytes, 4), 0);
+  EXPECT_FALSE(parseHexBytes("000aff7", back, 4));    // too short
+  EXPECT_FALSE(parseHexBytes("000aff7f00", back, 4));  // too long
+  EXPECT_FALSE(parseHexBytes("000agf7f", back, 4));    // not a digit
+}
+
 }  // namespace collx

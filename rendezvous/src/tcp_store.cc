@@ -9,6 +9,7 @@
 #include <cctype>
 #include <thread>
 
+#include "collx/base/hex.h"
 #include "collx/base/log.h"
 #include "socket_io.h"
 #include "tcp_store_protocol.h"
@@ -23,15 +24,11 @@ namespace {
 constexpr std::chrono::milliseconds kReplySlack(5000);
 
 std::string printable(const std::uint8_t* data, std::size_t size) {
-  std::string hex, text;
-  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text;
   for (std::size_t i = 0; i < size; ++i) {
-    if (i > 0) hex += ' ';
-    hex += kHex[data[i] >> 4];
-    hex += kHex[data[i] & 15];
     text += std::isprint(data[i]) ? static_cast<char>(data[i]) : '.';
   }
-  return hex + " '" + text + "'";
+  return hexBytes(data, size, " ") + " '" + text + "'";
 }
 
 std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "collx/base/hex.h"
 #include "collx/base/log.h"
 #include "collx/rendezvous/tcp_store.h"
 #include "tcp_store_protocol.h"
@@ -37,17 +38,6 @@ struct Waiter {
   std::string registeredKey;  // the missing key under which it is parked
   asio::steady_timer timer;
 };
-
-std::string hexPrefix(const std::uint8_t* data, std::size_t size) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < size; ++i) {
-    if (i > 0) out += ' ';
-    out += kHex[data[i] >> 4];
-    out += kHex[data[i] & 15];
-  }
-  return out;
-}
 
 std::vector<std::uint8_t> errorReply(ErrorKind kind, std::string_view message) {
   proto::Writer w;
@@ -143,7 +133,7 @@ class Session : public std::enable_shared_from_this<Session> {
       COLLX_WARN(kRdzv,
                  "store server: closing connection from {}: it is not a collx store client "
                  "(first bytes: {})",
-                 peer_, hexPrefix(hello_.data(), hello_.size()));
+                 peer_, hexBytes(hello_.data(), hello_.size(), " "));
       close();
       return;
     }

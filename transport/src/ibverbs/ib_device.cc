@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "collx/base/hex.h"
 #include "collx/base/log.h"
 
 namespace collx::transport::ibverbs {
@@ -22,26 +23,6 @@ constexpr int kBatch = 32;
 int slotsFor(int size) { return size <= 64 ? 32 : size <= 512 ? 16 : 8; }
 // Work requests per queue pair, for the completion queue's size (ib_pair.cc's caps).
 int cqePerPair(int slots) { return 3 * (slots + IbPair::kSpareSlots) + 4; }
-
-std::string hex(const std::uint8_t* bytes, std::size_t n) {
-  static const char* const kDigits = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < n; ++i) {
-    out += kDigits[bytes[i] >> 4];
-    out += kDigits[bytes[i] & 15];
-  }
-  return out;
-}
-
-bool unhex(const std::string& text, std::uint8_t* bytes, std::size_t n) {
-  if (text.size() != 2 * n) return false;
-  for (std::size_t i = 0; i < n; ++i) {
-    unsigned value = 0;
-    if (std::sscanf(text.c_str() + 2 * i, "%2x", &value) != 1) return false;
-    bytes[i] = static_cast<std::uint8_t>(value);
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -100,7 +81,7 @@ IbDevice::IbDevice(LinkState& link, const MeshOptions& options) : link_(link), o
 
   // The address: "<lid>-<mtu>-<global>-<gid>/<qpn>.<psn>,..." by rank (self: 0.0).
   address_ = std::to_string(port_.lid) + "-" + std::to_string(static_cast<int>(port_.activeMtu)) +
-             "-" + (port_.gidIndex >= 0 ? "1" : "0") + "-" + hex(port_.gid.raw, 16) + "/";
+             "-" + (port_.gidIndex >= 0 ? "1" : "0") + "-" + hexBytes(port_.gid.raw, 16) + "/";
   for (int peer = 0; peer < options.size; ++peer) {
     if (peer != options.rank) {
       pairs_[peer] = std::make_unique<IbPair>(peer, link_, library_, port_, pd_.get(), cq_.get(),
@@ -140,7 +121,7 @@ bool IbDevice::parse(const std::string& text, Published* out) {
   out->port.lid = static_cast<std::uint16_t>(lid);
   out->port.mtu = static_cast<ibv_mtu>(mtu);
   out->port.global = global != 0;
-  if (!unhex(gid, out->port.gid.raw, 16)) return false;
+  if (!parseHexBytes(gid, out->port.gid.raw, 16)) return false;
   out->qps.clear();
   std::size_t at = slash + 1;
   while (at <= text.size()) {

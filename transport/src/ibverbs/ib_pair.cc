@@ -116,7 +116,7 @@ IbPair::IbPair(int peer, LinkState& link, std::shared_ptr<const VerbsLibrary> li
 
 IbPair::~IbPair() {
   for (Push& p : pushes_) registrations_.release(p.handle);
-  for (auto& [id, landing] : landings_) registrations_.release(landing.handle);
+  for (Landing& landing : landings_) registrations_.release(landing.handle);
   qp_ = QueuePair();  // before the slots' registrations and memory
 }
 
@@ -435,7 +435,10 @@ void IbPair::describeRecv(const Transfer& transfer, Frame& ready) {
   }
   ready.address = reinterpret_cast<std::uintptr_t>(transfer.bytes());
   ready.offset = landing.handle.rkey();
-  landings_[transfer.id] = landing;
+  landing.id = transfer.id;
+  const std::size_t at = landingIndex(transfer.id);
+  if (at >= landings_.size()) landings_.resize(at + 1);
+  landings_[at] = landing;
 }
 
 // ---- completions --------------------------------------------------------------------------
@@ -527,15 +530,16 @@ void IbPair::onReceive(const ibv_wc& wc) {
     const std::uint32_t xfer = ntohl(wc.imm_data);
     postRecv(slot);
     ++owed_;
-    auto it = landings_.find(xfer);
-    if (it == landings_.end()) {
+    const std::size_t at = landingIndex(xfer);
+    if (at >= landings_.size() || landings_[at].id != xfer || xfer == 0) {
       protocolError(std::to_string(wc.byte_len) + " bytes written for unknown transfer " +
                     std::to_string(xfer));
     }
-    it->second.landed += wc.byte_len;
-    if (it->second.landed >= it->second.length) {
-      registrations_.release(it->second.handle);
-      landings_.erase(it);
+    Landing& landing = landings_[at];
+    landing.landed += wc.byte_len;
+    if (landing.landed >= landing.length) {
+      registrations_.release(landing.handle);
+      landing = Landing{};
     }
     dataLanded(xfer, wc.byte_len);
     return;
@@ -652,7 +656,7 @@ void IbPair::dropQueued() noexcept {
   for (Push& p : pushes_) registrations_.release(p.handle);
   pushes_.clear();
   freePushes_.clear();
-  for (auto& [id, landing] : landings_) registrations_.release(landing.handle);
+  for (Landing& landing : landings_) registrations_.release(landing.handle);
   landings_.clear();
 }
 

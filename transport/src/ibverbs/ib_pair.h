@@ -35,7 +35,6 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "ibverbs/ib_port.h"
@@ -155,6 +154,7 @@ class IbPair final : public ProtocolPair {
   };
   // A receive whose READY went out: its registration and the bytes landed so far.
   struct Landing {
+    std::uint32_t id = 0;  // the receive's transfer id (0: free)
     Registrations::Handle handle;
     std::uint64_t length = 0;
     std::uint64_t landed = 0;
@@ -214,7 +214,10 @@ class IbPair final : public ProtocolPair {
   std::deque<Out> out_;
   std::vector<Push> pushes_;
   std::vector<std::uint32_t> freePushes_;
-  std::unordered_map<std::uint32_t, Landing> landings_;  // by receive transfer id
+  // By the index part of the receive's transfer id (transfers are reused, so this stays
+  // small and allocates nothing once warm).
+  std::vector<Landing> landings_;
+  static std::size_t landingIndex(std::uint32_t xfer) { return transferIndex(xfer); }
 
   bool higher_ = false;  // this rank sends HELLO first
   bool helloIn_ = false;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "collx/base/log.h"
@@ -129,6 +130,10 @@ bool MemoryMonitor::add(Watch& watch, int* error) noexcept {
     *error = ECHILD;
     return false;
   }
+  if (broken_) {
+    *error = EIO;
+    return false;
+  }
   uffdio_register reg{};
   reg.range.start = watch.start;
   reg.range.len = watch.end - watch.start;
@@ -238,11 +243,22 @@ void MemoryMonitor::drain() noexcept {
 void MemoryMonitor::run() noexcept {
   pollfd fds[2] = {{uffd_, POLLIN, 0}, {stopFd_, POLLIN, 0}};
   for (;;) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
+    const int ready = ::poll(fds, 2, -1);  // ends with stopFd_ (the destructor)
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0 || (fds[0].revents & (POLLERR | POLLNVAL)) != 0) {
+      // Nobody would read the events any more, and a thread that unmaps watched memory
+      // would wait for that forever: end every watch (its entries are never used again)
+      // and refuse new ones.
+      const int error = ready < 0 ? errno : EIO;
+      std::lock_guard lock(mu_);
+      drain();
+      broken_ = true;
+      changed(0, UINTPTR_MAX);
+      COLLX_WARN(kIbverbs, "the memory monitor stopped ({}): registrations are no longer cached",
+                 std::strerror(error));
       return;
     }
-    if (fds[1].revents != 0 || (fds[0].revents & (POLLERR | POLLNVAL)) != 0) return;
+    if (fds[1].revents != 0) return;
     // The lock first: a thread the kernel holds for an event goes on once the event is read,
     // and must find its effect applied (see the header).
     std::lock_guard lock(mu_);

@@ -105,6 +105,7 @@ class MemoryMonitor {
   int stopFd_;
   pid_t pid_;
   Watch* watches_ = nullptr;  // active watches, a doubly linked list
+  bool broken_ = false;       // the thread stopped reading events: add() refuses (mu_)
   std::unique_ptr<std::thread> thread_;
 };
 

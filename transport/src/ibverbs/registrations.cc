@@ -265,7 +265,9 @@ void Registrations::evictLocked(Chain& out) noexcept {
 }
 
 void Registrations::reap() noexcept {
-  if (monitor_ == nullptr) return;
+  // Nothing invalidated (the common case): no lock taken. A flag raised after this look is
+  // seen by the next acquire() or release(); the entry is never handed out meanwhile.
+  if (monitor_ == nullptr || !anyDead_.load(std::memory_order_acquire)) return;
   Chain gone;
   {
     std::lock_guard lock(monitor_->mutex());
@@ -277,6 +279,7 @@ void Registrations::reap() noexcept {
       }
       e = older;
     }
+    anyDead_.store(dead_.head != nullptr, std::memory_order_relaxed);
   }
   destroy(gone);
 }
@@ -300,6 +303,7 @@ void Registrations::watched(Watch& watch) noexcept {
   if (e.state == Entry::State::kCached || e.state == Entry::State::kRegistering) {
     e.state = Entry::State::kInvalid;
     dead_.pushFront(e);
+    anyDead_.store(true, std::memory_order_release);
     count(&AtomicCounters::invalidations);
   }
 }

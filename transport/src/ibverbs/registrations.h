@@ -115,8 +115,9 @@ class Registrations final : private Watch::Watcher {
   std::shared_ptr<MemoryMonitor> monitor_;  // null: nothing is cached
   std::list<Entry> entries_;                // every entry (changed by this cache's thread only)
   // With the monitor's mutex held:
-  Chain lru_;   // cached entries, most recently used first
-  Chain dead_;  // invalidated entries, until deregistered
+  Chain lru_;                         // cached entries, most recently used first
+  Chain dead_;                        // invalidated entries, until deregistered
+  std::atomic<bool> anyDead_{false};  // dead_ is not empty (set under the monitor's mutex)
   std::uint64_t cachedBytes_ = 0;
   AtomicCounters counters_;
   std::vector<int> explained_;  // errno values already logged (explainUncached)

@@ -9,7 +9,7 @@ namespace collx::transport {
 
 namespace {
 
-constexpr std::uint32_t kIndexBits = 24;
+constexpr std::uint32_t kIndexBits = ProtocolPair::kTransferIndexBits;
 constexpr std::uint32_t kIndexMask = (1u << kIndexBits) - 1;
 // An ERROR frame's text is bounded: anything longer is a corrupt stream.
 constexpr std::uint64_t kMaxErrorText = 64 * 1024;

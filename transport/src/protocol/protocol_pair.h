@@ -90,6 +90,13 @@ class ProtocolPair : public Pair {
   std::size_t inFlight() const noexcept { return live_; }
   bool dead() const noexcept { return dead_; }
 
+  // A transfer id's index part (ids are index + 1 in the low 24 bits, a generation above;
+  // indexes are reused): media that keep something per transfer index a vector with it.
+  static constexpr std::uint32_t kTransferIndexBits = 24;
+  static std::size_t transferIndex(std::uint32_t id) noexcept {
+    return id & ((1u << kTransferIndexBits) - 1);
+  }
+
  protected:
   // An EAGER message or an RTS that came before its receive, or a READY before its send.
   struct Unexpected;
