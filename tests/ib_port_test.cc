@@ -19,6 +19,8 @@
 namespace collx::transport::ibverbs {
 namespace {
 
+using test::ScopedEnv;
+
 // ---- COLLX_IB_HCA ---------------------------------------------------------------------------
 
 TEST(HcaFilter, EmptyAllowsEveryPort) {
@@ -136,20 +138,6 @@ TEST(GidType, UserspaceDevicesByTheirAddress) {
 }
 
 // ---- the ports of the userspace device ------------------------------------------------------
-
-// Sets an environment variable for the scope (the device reads its own when opened).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    EXPECT_EQ(setenv(name, value, 1), 0);
-  }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
 
 std::shared_ptr<const VerbsLibrary> emulator() {
   std::string why;

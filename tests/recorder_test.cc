@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <string>
 #include <thread>
 
 namespace collx::algorithms {
@@ -61,7 +63,7 @@ TEST(Recorder, AnEntryFollowsItsCallFromQueuedToEnd) {
   EXPECT_EQ(c.waitBytes, 1u << 20);
   EXPECT_EQ(c.waitSinceNs, 9000);
 
-  r.end(id, true, 2, 123456);
+  r.end(id, true, 2, 5000 + std::int64_t{123456} * 1000);  // admitted at 5000 ns
   ASSERT_TRUE(r.find(id, &c));
   EXPECT_EQ(c.state, CallState::kFailed);
   EXPECT_EQ(c.errorKind, 2);
@@ -70,14 +72,35 @@ TEST(Recorder, AnEntryFollowsItsCallFromQueuedToEnd) {
   EXPECT_EQ(c.timeoutMs, 5u);
 
   const std::uint64_t second = r.admit(callFor(6), CallState::kRunning);
-  r.end(second, false, 0, 10);
+  r.end(second, false, 0, 6000 + 10000);
   ASSERT_TRUE(r.find(second, &c));
   EXPECT_EQ(c.state, CallState::kCompleted);
   EXPECT_EQ(c.runningNs, 6000);  // ran at once
   EXPECT_EQ(c.errorKind, 0);
+  EXPECT_EQ(c.endedUs, 10u);
   ASSERT_EQ(r.snapshot().size(), 2u);
   EXPECT_EQ(r.snapshot()[0].id, 1u);
   EXPECT_EQ(r.snapshot()[1].id, 2u);
+}
+
+TEST(Recorder, KeepsTheLastFailuresText) {
+  Recorder r(4);
+  EXPECT_EQ(r.failureOf(1), "");
+  for (std::uint64_t id = 1; id <= 10; ++id) r.noteFailure(id, "failure " + std::to_string(id));
+  EXPECT_EQ(r.failureOf(10), "failure 10");
+  EXPECT_EQ(r.failureOf(3), "failure 3");
+  EXPECT_EQ(r.failureOf(2), "");  // only the last eight are kept
+  EXPECT_EQ(r.failureOf(0), "");
+}
+
+TEST(Recorder, CoarseClockIsTheSteadyClock) {
+  const auto before = std::chrono::steady_clock::now().time_since_epoch();
+  const std::int64_t coarse = Recorder::coarseNowNs();
+  const auto after = std::chrono::steady_clock::now().time_since_epoch();
+  // Within the coarse clock's resolution (a tick of at most 10 ms) of the precise one.
+  EXPECT_GE(coarse,
+            std::chrono::duration_cast<std::chrono::nanoseconds>(before).count() - 10'000'000);
+  EXPECT_LE(coarse, std::chrono::duration_cast<std::chrono::nanoseconds>(after).count());
 }
 
 TEST(Recorder, TheRingKeepsTheLastCallsAndIgnoresWritesForOverwrittenOnes) {
@@ -94,7 +117,7 @@ TEST(Recorder, TheRingKeepsTheLastCallsAndIgnoresWritesForOverwrittenOnes) {
   EXPECT_FALSE(r.find(0, &c));
   EXPECT_FALSE(r.find(11, &c));
   // Call 3's entry now holds call 7: a late end of call 3 changes nothing.
-  r.end(3, true, 1, 99);
+  r.end(3, true, 1, 99000);
   ASSERT_TRUE(r.find(7, &c));
   EXPECT_EQ(c.state, CallState::kRunning);
   EXPECT_EQ(c.endedUs, 0u);
@@ -114,7 +137,7 @@ TEST(Recorder, ReadersNeverSeeATornEntry) {
       r.waiting(id, WaitKind::kSend, static_cast<int>(n % 17), static_cast<std::uint32_t>(n % 100),
                 100, n * 5, static_cast<std::int64_t>(n * 1000 + 2));
       r.end(id, n % 9 == 0, static_cast<std::uint8_t>(n % 9 == 0 ? 1 : 0),
-            static_cast<std::uint32_t>(n));
+            static_cast<std::int64_t>(n * 1000 + n * 1000));  // n us after admission
     }
     done = true;
   });

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "collx/algorithms/reduce.h"
@@ -20,6 +21,14 @@ constexpr int kSharedLooks = 16;
 // How often a waiting collective looks whether a member of the shared-memory group runs its
 // call through shared memory (checkSharedPeers).
 constexpr std::chrono::milliseconds kPeerCheckPeriod(10);
+// How often the flight recorder learns what sleeping calls wait for, and how old a call is
+// before it does (a call that waits less is not worth a note).
+constexpr std::chrono::milliseconds kNotePeriod(50);
+constexpr std::chrono::milliseconds kNoteAfter(1);
+
+std::int64_t nanosOf(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 }  // namespace
 
@@ -136,11 +145,34 @@ class Execution {
     try {
       throwError(cause.kind(), Where{engine_.rank(), callName(info_), cause.peer()},
                  cause.detail());
-    } catch (...) {
+    } catch (const Error& e) {
       error_ = std::current_exception();
+      Engine::recordEnded(info_, &e);
     }
     ready_.clear();
     finish();
+  }
+
+  // What this call waits for, to the flight recorder: the posted transfer of the lowest step
+  // (a receive before a send), or the group member a shared-memory call waits for.
+  void noteWait(std::int64_t nowNs) const {
+    const auto& tasks = schedule_->tasks();
+    const Task* first = nullptr;
+    std::uint32_t steps = 0;
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      const Task& t = tasks[i];
+      if (t.kind != TaskKind::kSend && t.kind != TaskKind::kRecv) continue;
+      steps = std::max(steps, t.step + 1);
+      if (!requests_[i].posted || requests_[i].completed) continue;
+      if (first == nullptr || t.step < first->step ||
+          (t.step == first->step && t.kind == TaskKind::kRecv)) {
+        first = &t;
+      }
+    }
+    if (first == nullptr) return;
+    info_.recorder->waiting(info_.recordId,
+                            first->kind == TaskKind::kSend ? WaitKind::kSend : WaitKind::kRecv,
+                            first->peer, first->step, steps, first->bytes, nowNs);
   }
 
   // The peers and steps this call still waits for, for a timeout message.
@@ -224,7 +256,10 @@ class Execution {
     if (++completed_ == schedule_->tasks().size()) finish();
   }
 
-  void finish() { finished_.store(true, std::memory_order_release); }
+  void finish() {
+    if (!error_) Engine::recordEnded(info_, nullptr);
+    finished_.store(true, std::memory_order_release);
+  }
 
   friend class Engine;
   Engine& engine_;
@@ -250,6 +285,8 @@ class Execution {
 Engine::Engine(std::unique_ptr<transport::Mesh> mesh, const EngineOptions& options)
     : mesh_(std::move(mesh)),
       options_(options),
+      recorder_(options.traceBuffer > 0 ? std::make_shared<Recorder>(options.traceBuffer)
+                                        : nullptr),
       shared_(std::make_unique<shared::Runner>(mesh_->sharedGroup())) {
   if (transport::SharedGroup* group = mesh_->sharedGroup()) {
     // A shared-memory wait that fails fails the mesh as the driving thread would: not while
@@ -362,6 +399,7 @@ class Engine::DriveLock {
 void Engine::run(std::shared_ptr<const Schedule> schedule, const Bindings& bindings,
                  CallInfo info) {
   if (info.deadline == Clock::time_point::max()) info.deadline = Clock::now() + info.timeout;
+  recordAdmitted(info, CallState::kRunning);
   auto execution = std::make_shared<Execution>(*this, std::move(schedule), bindings,
                                                std::move(info), /*async=*/false);
   {
@@ -375,8 +413,7 @@ void Engine::run(std::shared_ptr<const Schedule> schedule, const Bindings& bindi
   if (execution->error()) std::rethrow_exception(execution->error());
 }
 
-bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings,
-                       const CallInfo& info) {
+bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, CallInfo& info) {
   if (asyncInFlight_.load() > 0 || !claimShared()) return false;
   blockingCaller_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   struct Release {
@@ -386,8 +423,64 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings,
       engine.releaseShared();
     }
   } release{*this};
-  shared_->start(params, bindings, info, /*blocking=*/true);
+  recordAdmitted(info, CallState::kRunning);
+  try {
+    shared_->start(params, bindings, info, /*blocking=*/true);
+  } catch (const Error& e) {
+    recordEnded(info, &e);
+    throw;
+  }
+  recordEnded(info, nullptr);
   return true;
+}
+
+void Engine::recordAdmitted(CallInfo& info, CallState state) noexcept {
+  if (!recorder_ || !info.record) return;
+  Recorder::Call call;
+  call.seq = info.key.seq;
+  call.space = info.key.space;
+  call.fingerprint = info.fingerprint;
+  call.algorithm = info.algorithm != nullptr ? info.algorithm : info.collective;
+  call.peer = info.peer;
+  // A call with a deadline read the clock already; a shared-memory call reads none unless it
+  // waits: the coarse clock then (no system call).
+  call.admittedNs = info.deadline == Clock::time_point::max()
+                        ? Recorder::coarseNowNs()
+                        : nanosOf(info.deadline - info.timeout);
+  call.timeoutMs = static_cast<std::uint32_t>(
+      std::clamp<std::int64_t>(info.timeout.count(), 0, std::numeric_limits<std::uint32_t>::max()));
+  info.recorder = recorder_.get();
+  info.recordId = recorder_->admit(call, state);
+}
+
+void Engine::recordEnded(const CallInfo& info, const Error* error) {
+  if (info.recorder == nullptr) return;
+  if (error != nullptr) info.recorder->noteFailure(info.recordId, error->what());
+  info.recorder->end(info.recordId, error != nullptr,
+                     error != nullptr ? static_cast<std::uint8_t>(error->kind()) : 0,
+                     Recorder::coarseNowNs());
+}
+
+void Engine::noteWaits(Clock::time_point now) {
+  if (!recorder_ || now < nextNote_) return;
+  nextNote_ = now + kNotePeriod;
+  const std::int64_t nowNs = nanosOf(now);
+  for (const auto& e : active_) {
+    const CallInfo& info = e->info();
+    if (e->finished() || info.recorder == nullptr ||
+        now - (info.deadline - info.timeout) < kNoteAfter) {
+      continue;
+    }
+    if (!e->shared()) {
+      e->noteWait(nowNs);
+    } else if (sharedRunning_ == e.get()) {  // else queued behind an earlier one
+      const auto [member, use] = shared_->awaited();
+      if (member >= 0) {
+        info.recorder->waiting(info.recordId, WaitKind::kShared,
+                               mesh_->sharedGroup()->rankOf(member), 0, 0, use, nowNs);
+      }
+    }
+  }
 }
 
 bool Engine::claimShared() noexcept {
@@ -403,6 +496,7 @@ void Engine::releaseShared() noexcept {
 std::shared_ptr<Execution> Engine::start(std::shared_ptr<const Schedule> schedule,
                                          const Bindings& bindings, CallInfo info) {
   if (info.deadline == Clock::time_point::max()) info.deadline = Clock::now() + info.timeout;
+  recordAdmitted(info, CallState::kQueued);
   auto execution = std::make_shared<Execution>(*this, std::move(schedule), bindings,
                                                std::move(info), /*async=*/true);
   asyncInFlight_.fetch_add(1);
@@ -498,6 +592,10 @@ void Engine::admit() {
 }
 
 void Engine::activate(std::shared_ptr<Execution> execution) {
+  const CallInfo& info = execution->info();
+  if (execution->async() && info.recorder != nullptr) {
+    info.recorder->running(info.recordId, Recorder::coarseNowNs());
+  }
   registerActive(*execution);
   if (execution->shared()) sharedQueue_.push_back(execution.get());
   active_.push_back(std::move(execution));
@@ -620,7 +718,6 @@ void Engine::checkSharedPeers() {
   }
 }
 
-
 // Drops finished calls from the active set (driver only).
 void Engine::retire() {
   auto finished = [&](const std::shared_ptr<Execution>& e) {
@@ -677,6 +774,7 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
       wait = std::chrono::duration_cast<std::chrono::microseconds>(
           std::min<Clock::duration>(limit - now, kMaxPollSlice));
       if (wait.count() < 1) wait = std::chrono::microseconds(1);
+      noteWaits(now);
     }
     progressSleeping(wait, spinning, lastActivity);
   }
@@ -742,13 +840,13 @@ void Engine::progressLoop() {
         // Nobody waits for these calls: no spinning. A shared-memory call's wait yields the
         // core for a while (its members are usually there soon), then sleeps.
         const auto idle = now - lastActivity;
-        const bool yielding =
-            !sharedQueue_.empty() && idle < options_.spin + options_.yield;
+        const bool yielding = !sharedQueue_.empty() && idle < options_.spin + options_.yield;
         std::chrono::microseconds wait(0);
         if (!yielding) {
           wait = std::max(std::chrono::duration_cast<std::chrono::microseconds>(
                               std::min<Clock::duration>(earliest - now, kMaxPollSlice)),
                           std::chrono::microseconds(1));
+          noteWaits(now);
         }
         progressSleeping(wait, /*tryDirect=*/true, lastActivity);
         if (yielding) std::this_thread::yield();

@@ -35,7 +35,9 @@ void Recorder::beginWrite(Entry& e) noexcept {
   std::atomic_thread_fence(std::memory_order_release);
 }
 
-void Recorder::endWrite(Entry& e) noexcept { e.w[kVersion].fetch_add(1, std::memory_order_release); }
+void Recorder::endWrite(Entry& e) noexcept {
+  e.w[kVersion].fetch_add(1, std::memory_order_release);
+}
 
 Recorder::Entry* Recorder::owned(std::uint64_t id) noexcept {
   Entry& e = entries_[id & mask_];
@@ -62,9 +64,8 @@ std::uint64_t Recorder::admit(const Call& call, CallState state) noexcept {
   e.w[kAlgorithm].store(reinterpret_cast<std::uintptr_t>(call.algorithm), kRelaxed);
   e.w[kAdmitted].store(static_cast<std::uint64_t>(call.admittedNs), kRelaxed);
   e.w[kTimes].store(pack32(call.timeoutMs, 0), kRelaxed);
-  e.w[kRunning].store(state == CallState::kRunning ? static_cast<std::uint64_t>(call.admittedNs)
-                                                   : 0,
-                      kRelaxed);
+  e.w[kRunning].store(
+      state == CallState::kRunning ? static_cast<std::uint64_t>(call.admittedNs) : 0, kRelaxed);
   endWrite(e);
   return id;
 }
@@ -84,9 +85,16 @@ void Recorder::waiting(std::uint64_t id, WaitKind kind, int peer, std::uint32_t 
                        std::uint32_t steps, std::uint64_t bytes, std::int64_t sinceNs) noexcept {
   Entry* e = owned(id);
   if (e == nullptr) return;
+  // Still the same wait (noted again while it lasts): it keeps the time it began.
+  const std::uint64_t packed = e->w[kPacked].load(kRelaxed);
+  if (byteOf(packed, kWaitKind) == static_cast<std::uint8_t>(kind) &&
+      e->w[kWaitPeer].load(kRelaxed) == static_cast<std::uint32_t>(peer) &&
+      e->w[kSteps].load(kRelaxed) == pack32(step, steps) &&
+      e->w[kWaitBytes].load(kRelaxed) == bytes) {
+    return;
+  }
   beginWrite(*e);
-  e->w[kPacked].store(
-      withByte(e->w[kPacked].load(kRelaxed), kWaitKind, static_cast<std::uint8_t>(kind)), kRelaxed);
+  e->w[kPacked].store(withByte(packed, kWaitKind, static_cast<std::uint8_t>(kind)), kRelaxed);
   e->w[kWaitPeer].store(static_cast<std::uint32_t>(peer), kRelaxed);
   e->w[kSteps].store(pack32(step, steps), kRelaxed);
   e->w[kWaitBytes].store(bytes, kRelaxed);
@@ -95,9 +103,12 @@ void Recorder::waiting(std::uint64_t id, WaitKind kind, int peer, std::uint32_t 
 }
 
 void Recorder::end(std::uint64_t id, bool failed, std::uint8_t errorKind,
-                   std::uint32_t endedUs) noexcept {
+                   std::int64_t nowNs) noexcept {
   Entry* e = owned(id);
   if (e == nullptr) return;
+  const auto admitted = static_cast<std::int64_t>(e->w[kAdmitted].load(kRelaxed));
+  const std::int64_t us = nowNs > admitted ? (nowNs - admitted) / 1000 : 0;
+  const auto endedUs = static_cast<std::uint32_t>(std::min<std::int64_t>(us, UINT32_MAX));
   beginWrite(*e);
   std::uint64_t packed = e->w[kPacked].load(kRelaxed);
   packed = withByte(packed, kState,
@@ -107,6 +118,19 @@ void Recorder::end(std::uint64_t id, bool failed, std::uint8_t errorKind,
   e->w[kPacked].store(packed, kRelaxed);
   e->w[kTimes].store(pack32(high32(e->w[kTimes].load(kRelaxed)), endedUs), kRelaxed);
   endWrite(*e);
+}
+
+void Recorder::noteFailure(std::uint64_t id, std::string what) {
+  std::lock_guard<std::mutex> lock(failuresMutex_);
+  failures_[failuresNext_++ % kFailuresKept] = {id, std::move(what)};
+}
+
+std::string Recorder::failureOf(std::uint64_t id) const {
+  std::lock_guard<std::mutex> lock(failuresMutex_);
+  for (const auto& [noted, what] : failures_) {
+    if (noted == id && id != 0) return what;
+  }
+  return {};
 }
 
 bool Recorder::read(const Entry& e, CallRecord* out) {

@@ -39,6 +39,15 @@ const Setting<kind::Integer> kYieldUs(
              "between polls, before it sleeps: a peer's answer that comes after the spin then "
              "costs no wakeup."});
 
+const Setting<kind::Integer> kTraceBuffer(
+    {.name = "COLLX_TRACE_BUFFER",
+     .component = "algorithms.engine",
+     .defaultValue = 1024,
+     .range = {0, 1 << 20},
+     .help = "Calls each context's flight recorder keeps (rounded up to a power of two): what "
+             "each is, its state and what it waits for (Context::flightRecord, the hang "
+             "report). 0 turns the recorder off, and with it the hang report."});
+
 std::vector<std::string> algorithmsOf(Collective coll) {
   std::vector<std::string> names;
   for (const AlgorithmInfo& info : algorithmRegistry()) {
@@ -99,6 +108,7 @@ EngineOptions engineOptions(const Config& config, bool outnumbered) {
   options.spin =
       std::chrono::microseconds(kSpinUs.get(config).value_or(outnumbered ? 0 : kSpinWithCoreUs));
   options.yield = std::chrono::microseconds(kYieldUs.get(config));
+  options.traceBuffer = static_cast<std::size_t>(kTraceBuffer.get(config));
   return options;
 }
 

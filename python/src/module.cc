@@ -5,8 +5,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace collx::python {
 
@@ -45,6 +48,55 @@ py::tuple mapping(py::handle array, py::handle op) {
   const Typed t = typeOf(buffer, std::nullopt, &pyOp.op, "the array", where);
   return py::make_tuple(dataTypeName(t.dtype), t.scale,
                         bindings::opFor(pyOp.op, t.type, where).name());
+}
+
+py::object epochSeconds(const std::optional<FlightEntry::Time>& t) {
+  if (!t) return py::none();
+  return py::float_(std::chrono::duration<double>(t->time_since_epoch()).count());
+}
+
+py::list flightRecord(PyContext& s) {
+  Context& c = s.ctx("flight_record");
+  std::vector<FlightEntry> calls;
+  {
+    py::gil_scoped_release release;
+    calls = c.flightRecord();
+  }
+  py::list out;
+  for (const FlightEntry& e : calls) {
+    py::dict d;
+    d["id"] = e.id;
+    d["seq"] = e.seq;
+    d["collective"] = e.collective;
+    d["name"] = e.name;
+    d["algorithm"] = e.algorithm;
+    d["dtype"] = dataTypeName(e.dtype);
+    d["op"] = e.op;
+    d["count"] = e.count;
+    d["root"] = e.root;
+    d["peer"] = e.peer;
+    d["transports"] = e.transports;
+    d["state"] = callStateName(e.state);
+    d["waiting_for"] = e.waitingFor;
+    d["waiting_what"] = e.waitingWhat;
+    d["step"] = e.step;
+    d["steps"] = e.steps;
+    d["waiting_bytes"] = e.waitingBytes;
+    d["started"] = epochSeconds(e.started);
+    d["running"] = epochSeconds(e.running);
+    d["waiting_since"] = epochSeconds(e.waitingSince);
+    d["ended"] = epochSeconds(e.ended);
+    d["duration_ms"] =
+        e.ended ? py::object(py::float_(
+                      std::chrono::duration<double, std::milli>(*e.ended - e.started).count()))
+                : py::object(py::none());
+    d["timeout_ms"] = e.timeout.count();
+    d["error"] = e.error ? py::object(py::str(errorKindName(*e.error))) : py::object(py::none());
+    d["error_text"] = e.errorText;
+    d["describe"] = e.describe();
+    out.append(d);
+  }
+  return out;
 }
 
 }  // namespace
@@ -100,6 +152,14 @@ PYBIND11_MODULE(_collx, m) {
             return out;
           },
           "Every rank's join record (rank, hostname, pid, local_rank), indexed by rank.")
+      .def("flight_record", &flightRecord,
+           "The flight recorder: this context's last calls (COLLX_TRACE_BUFFER of them), oldest "
+           "first, each a dict: id, seq, collective (bool), name, algorithm, dtype, op, count, "
+           "root, peer, transports, state ('queued', 'running', 'waiting', 'completed', "
+           "'failed'), waiting_for, waiting_what, step, steps, waiting_bytes, started, "
+           "running, waiting_since, ended (epoch seconds or None), duration_ms, timeout_ms, "
+           "error (the kind, e.g. 'TimeoutError', or None), error_text, describe. Empty when "
+           "the recorder is off. Never blocks a call.")
       .def_property_readonly("closed", &PyContext::closed, "True after close().")
       .def(
           "describe_peer",

@@ -66,6 +66,28 @@ def test_stopped_peer_raises_timeout_error(ranks):
     assert "rank 1" in data["message"], data["message"]
 
 
+def test_flight_record_says_what_each_call_was_and_whom_it_waits_for(ranks):
+    results = run(ranks, "flight_record")
+    d = outcome(results, 0)
+    w = d["waiting"]
+    assert w is not None, "rank 0 never saw its call waiting: %s" % d
+    assert w["name"] == "allreduce" and w["collective"] and w["waiting_for"] == 1, w
+    assert w["waiting_what"] in ("send", "recv", "shm") and w["ended"] is None, w
+    assert w["waiting_since"] >= w["started"], w
+    done = d["after"][-1]
+    assert done["state"] == "completed" and done["seq"] == w["seq"], done
+    assert done["dtype"] == "float32" and done["count"] == 1000 and done["op"] == "sum", done
+    assert done["duration_ms"] >= 300, done  # it waited for rank 1
+    assert done["describe"].startswith("allreduce#%d (" % done["seq"]), done
+    assert set(done) >= {"id", "algorithm", "transports", "root", "peer", "started", "running",
+                         "timeout_ms", "error", "error_text", "step", "steps"}, done
+    assert d.get("error") == "TimeoutError", d
+    f = d["failed"]
+    assert f["name"] == "barrier" and f["state"] == "failed", f
+    assert f["error"] == "TimeoutError" and "timed out" in f["error_text"], f
+    assert outcome(results, 1)["after"][-1]["state"] == "completed"
+
+
 def test_abort_wakes_a_blocked_call_with_aborted(ranks):
     d = outcome(run(ranks, "abort"), 0)
     assert d.get("error") == "Aborted", d

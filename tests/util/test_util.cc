@@ -23,6 +23,12 @@ extern char** environ;
 
 namespace collx::test {
 
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (setenv(name, value, 1) != 0) throw std::runtime_error(std::string("setenv ") + name);
+}
+
+ScopedEnv::~ScopedEnv() { unsetenv(name_); }
+
 TempDir::TempDir() {
   char pattern[] = "/tmp/collx-test-XXXXXX";
   if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");

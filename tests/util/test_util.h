@@ -14,6 +14,19 @@
 
 namespace collx::test {
 
+// Sets an environment variable for the scope (read by what is made meanwhile: a context's
+// settings, the verbs emulator's device).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
 // A fresh directory under /tmp, removed with its contents when this goes away.
 class TempDir {
  public:

@@ -20,6 +20,8 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kCheckPeriod(10);
 // The longest sleep: a lost wakeup would cost at most this.
 constexpr std::chrono::milliseconds kMaxSleep(5);
+// A wait this long is worth telling Waiting::sleeping.
+constexpr std::chrono::milliseconds kNoteAfter(1);
 
 inline void cpuRelax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -158,6 +160,7 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
   if (waiting.deadline == Clock::time_point::max()) waiting.deadline = start + waiting.timeout;
   const auto deadline = waiting.deadline;
   auto nextCheck = start + kCheckPeriod;
+  bool noted = false;
   for (;;) {
     // A short burst of looks before anything costlier (one look when spin is 0).
     const int looks = policy_.spin.count() > 0 ? 64 : 1;
@@ -192,6 +195,10 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
     const std::uint32_t seen = epochOf(member);
     if (reached(seen, use)) continue;
     check(member, name);
+    if (!noted && waited >= kNoteAfter && waiting.sleeping) {
+      noted = true;
+      waiting.sleeping(rankOf(member), use);
+    }
     sleep(member, seen, std::min(deadline, Clock::now() + kMaxSleep));
   }
 }

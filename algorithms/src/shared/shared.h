@@ -230,6 +230,14 @@ class Call {
     waiting_.seq = info.key.seq;
     waiting_.fingerprint = info.fingerprint;
     if (!waiting_.name) waiting_.name = [&scratch] { return callName(*scratch.info); };
+    if (!waiting_.sleeping) {
+      waiting_.sleeping = [&scratch](int rank, std::uint64_t use) {
+        const CallInfo& call = *scratch.info;
+        if (call.recorder == nullptr) return;
+        call.recorder->waiting(call.recordId, WaitKind::kShared, rank, 0, 0, use,
+                               Recorder::coarseNowNs());
+      };
+    }
   }
 
   // co_await begin(): starts the next use, once every member may be overwritten; its

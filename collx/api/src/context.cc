@@ -290,7 +290,8 @@ void Context::connect(const ContextOptions& options) {
   for (const auto& blob : blobs) addresses.push_back(rendezvous::toString(blob));
   transports->connect(addresses, deadline);
 
-  const algorithms::EngineOptions engine = algorithms::engineOptions(config, outnumbered_);
+  algorithms::EngineOptions engine = algorithms::engineOptions(config, outnumbered_);
+  if (options.traceBuffer) engine.traceBuffer = *options.traceBuffer;
   runtime_ = std::make_shared<detail::Runtime>();
   runtime_->engine = std::make_unique<algorithms::Engine>(std::move(transports), engine);
   runtime_->rank = rank_;

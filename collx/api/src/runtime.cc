@@ -48,6 +48,7 @@ std::uint8_t everyRank(Runtime& rt, std::uint8_t mine) {
   std::uint8_t value = mine;
   algorithms::CallInfo info;
   info.collective = "connect";
+  info.record = false;
   info.algorithm = algorithm->name;
   // Outside the sequence numbers of collectives (which start at 0).
   info.key = transport::MessageKey{~std::uint64_t{0}, 0, transport::Space::kCollective};

@@ -66,6 +66,35 @@ try:
         if R == 1:
             os.kill(os.getpid(), signal.SIGSTOP)  # the test kills it afterwards
         ctx.allreduce(np.ones(4, np.float32), timeout=1.5)
+    elif scenario == "flight_record":
+        # While rank 0 waits in a blocking allreduce for rank 1 (0.5 s late), another thread
+        # of rank 0 reads the flight recorder; then a call fails and the recorder says how.
+        seen = []
+        if R == 0:
+            def look():
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline and not seen:
+                    calls = ctx.flight_record()
+                    if calls and calls[-1]["state"] == "waiting":
+                        seen.append(calls[-1])
+                    time.sleep(0.01)
+            reader = threading.Thread(target=look)
+            reader.start()
+        else:
+            time.sleep(0.5)
+        ctx.allreduce(np.ones(1000, np.float32))
+        if R == 0:
+            reader.join()
+            result["waiting"] = seen[0] if seen else None
+        result["after"] = ctx.flight_record()
+        if R == 1:
+            time.sleep(1.5)  # rank 0's next call times out
+        else:
+            try:
+                ctx.barrier(timeout=0.3)
+            except collx.Error as e:
+                record(e)
+            result["failed"] = ctx.flight_record()[-1]
     elif scenario == "abort":
         # rank 0 aborts its own context from another thread while it waits for rank 1
         if R == 0:

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "collx/algorithms/recorder.h"
 #include "collx/algorithms/schedule.h"
 #include "collx/base/data_type.h"
 #include "collx/base/reduce_op.h"
@@ -45,6 +46,11 @@ struct CallInfo {
   // (a blocking call that never waits reads no clock) or is started nonblocking.
   Clock::time_point deadline;
   std::chrono::milliseconds timeout{0};
+  // false: the library's own call (connect's agreement), kept out of the flight recorder.
+  bool record = true;
+  // Set by the engine: the flight recorder's entry of this call (recorder nullptr: none).
+  Recorder* recorder = nullptr;
+  std::uint64_t recordId = 0;
 };
 
 // "allreduce(ring, seq 7)", "send(peer 1, tag 9)".
@@ -70,6 +76,8 @@ struct EngineOptions {
   // it sleeps: when ranks outnumber cores this hands the core to the peer being waited for
   // without paying a wakeup.
   std::chrono::microseconds yield{0};
+  // Calls the flight recorder keeps (Recorder); 0: no recorder.
+  std::size_t traceBuffer = 1024;
 };
 
 // Schedules of the shared-memory algorithms (one TaskKind::kShared task) run here too: one
@@ -94,7 +102,7 @@ class Engine {
   // yield, then sleep until a member publishes; each bounded by the deadline, ended by abort
   // or failure) while other threads' calls progress. Returns false, having done nothing,
   // when it cannot (then run() its schedule). Throws the call's error.
-  bool runShared(const ScheduleParams& params, const Bindings& bindings, const CallInfo& info);
+  bool runShared(const ScheduleParams& params, const Bindings& bindings, CallInfo& info);
   // Nonblocking: starts the schedule and returns at once.
   std::shared_ptr<Execution> start(std::shared_ptr<const Schedule> schedule,
                                    const Bindings& bindings, CallInfo info);
@@ -111,6 +119,9 @@ class Engine {
   void abort(const std::string& why);
   // The error that failed this engine, if any.
   std::exception_ptr failure() const { return mesh_->failure(); }
+  // The flight recorder (nullptr when off): the calls admitted, shared with whoever reads it
+  // while the engine runs.
+  const std::shared_ptr<Recorder>& recorder() const noexcept { return recorder_; }
 
  private:
   friend class Execution;
@@ -145,6 +156,12 @@ class Engine {
   std::string sharedPending(const Execution& execution);
   int sharedPendingPeer(const Execution& execution);
   void failAll(const Error& error);
+  // The flight recorder's part (each a no-op when it is off).
+  void recordAdmitted(CallInfo& info, CallState state) noexcept;
+  static void recordEnded(const CallInfo& info, const Error* error);
+  // What the calls in flight wait for, written at most every kNotePeriod while they sleep.
+  void noteWaits(Clock::time_point now);
+  void noteWait(const Execution& execution, std::int64_t nowNs);
   void timeOut(Execution& execution);
   void retire();
   void progressLoop();
@@ -158,6 +175,8 @@ class Engine {
 
   std::unique_ptr<transport::Mesh> mesh_;
   EngineOptions options_;
+  std::shared_ptr<Recorder> recorder_;
+  Clock::time_point nextNote_{};
   // The shared-memory calls (driver only): the runner, and the calls in the order they run;
   // the first is running when `sharedRunning_` is it.
   std::unique_ptr<shared::Runner> shared_;

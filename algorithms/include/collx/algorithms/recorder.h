@@ -1,5 +1,5 @@
 // Recorder: a context's flight recorder, the last calls it ran and what each is doing
-// (issue 19; the engine's hooks and the API come next).
+// (the engine writes it: Engine::recorder()).
 //
 // A fixed ring of entries, allocated once: a call takes the next id (one relaxed fetch_add)
 // and the entry at id mod capacity; nothing on a call's way allocates, locks or makes a
@@ -15,7 +15,11 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <ctime>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "collx/transport/message.h"
@@ -31,14 +35,14 @@ struct CallRecord {
   std::uint64_t seq = 0;  // collectives: the sequence number; point-to-point: the tag
   transport::Space space = transport::Space::kCollective;
   transport::Fingerprint fingerprint;
-  const char* algorithm = "";  // static, from the registry
+  const char* algorithm = "";  // static, from the registry; point-to-point: "send", "recv"
   int peer = -1;               // point-to-point: the peer
   CallState state = CallState::kFree;
-  std::uint8_t errorKind = 0;     // collx::ErrorKind of a failed call
-  std::int64_t admittedNs = 0;    // steady clock
+  std::uint8_t errorKind = 0;   // collx::ErrorKind of a failed call
+  std::int64_t admittedNs = 0;  // steady clock
   std::uint32_t timeoutMs = 0;
-  std::uint32_t endedUs = 0;      // after admission (saturating)
-  std::int64_t runningNs = 0;     // steady clock; 0 until it runs (queued calls)
+  std::uint32_t endedUs = 0;   // after admission (saturating)
+  std::int64_t runningNs = 0;  // steady clock; 0 until it runs (queued calls)
   // What it waits for, once it waited long enough to say (waitKind != kNone).
   WaitKind waitKind = WaitKind::kNone;
   int waitPeer = -1;
@@ -74,11 +78,24 @@ class Recorder {
   std::uint64_t admit(const Call& call, CallState state) noexcept;
   // A queued call runs.
   void running(std::uint64_t id, std::int64_t nowNs) noexcept;
-  // What a running call waits for (written by a thread about to sleep in it).
+  // What a running call waits for (written by a thread about to sleep in it); the same wait
+  // noted again keeps the time it was first noted.
   void waiting(std::uint64_t id, WaitKind kind, int peer, std::uint32_t step, std::uint32_t steps,
                std::uint64_t bytes, std::int64_t sinceNs) noexcept;
-  // The call ended (failed: with collx::ErrorKind `errorKind`), `endedUs` after admission.
-  void end(std::uint64_t id, bool failed, std::uint8_t errorKind, std::uint32_t endedUs) noexcept;
+  // The call ended at `nowNs` (failed: with collx::ErrorKind `errorKind`).
+  void end(std::uint64_t id, bool failed, std::uint8_t errorKind, std::int64_t nowNs) noexcept;
+  // Why a call failed (the failure path only: it locks and allocates); the last few are kept.
+  void noteFailure(std::uint64_t id, std::string what);
+  // The failure noted for `id`, or "".
+  std::string failureOf(std::uint64_t id) const;
+
+  // The steady clock's time (its timebase, CLOCK_MONOTONIC) at the kernel's tick
+  // resolution: read in the vDSO, no system call, a few nanoseconds.
+  static std::int64_t coarseNowNs() noexcept {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return std::int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  }
 
   // Every call the ring holds, oldest first (entries being rewritten for longer than a few
   // tries are left out).
@@ -89,7 +106,7 @@ class Recorder {
  private:
   // Words of an entry (two cache lines), all atomics: readers race writers by design.
   enum Word : int {
-    kVersion,   // seqlock: odd while a write is in progress
+    kVersion,  // seqlock: odd while a write is in progress
     kId,
     kSeq,
     kPacked,    // coll, dtype, op, space, state, errorKind, waitKind (8 bits each)
@@ -97,10 +114,10 @@ class Recorder {
     kCount,
     kAlgorithm,
     kAdmitted,
-    kTimes,     // timeoutMs (32) | endedUs (32)
+    kTimes,  // timeoutMs (32) | endedUs (32)
     kRunning,
     kWaitPeer,
-    kSteps,     // step (32) | steps (32)
+    kSteps,  // step (32) | steps (32)
     kWaitBytes,
     kWaitSince,
     kWords
@@ -117,6 +134,10 @@ class Recorder {
   std::unique_ptr<Entry[]> entries_;
   std::uint64_t mask_;
   std::atomic<std::uint64_t> next_{0};
+  static constexpr std::size_t kFailuresKept = 8;
+  mutable std::mutex failuresMutex_;
+  std::array<std::pair<std::uint64_t, std::string>, kFailuresKept> failures_;
+  std::size_t failuresNext_ = 0;
 };
 
 }  // namespace collx::algorithms

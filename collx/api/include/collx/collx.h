@@ -11,6 +11,7 @@
 #include "collx/call.h"
 #include "collx/collectives.h"
 #include "collx/context.h"
+#include "collx/flight_record.h"
 #include "collx/rendezvous/file_store.h"
 #include "collx/rendezvous/hash_store.h"
 #include "collx/rendezvous/prefix_store.h"

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "collx/bootstrap.h"
+#include "collx/flight_record.h"
 
 namespace collx {
 
@@ -60,6 +61,8 @@ struct ContextOptions {
   // the same one are on one host for the shared-memory transport and the hierarchical
   // algorithms. Tests simulate several hosts in one process with it.
   std::optional<std::string> hostId;
+  // Calls the flight recorder keeps (0: none); unset means COLLX_TRACE_BUFFER.
+  std::optional<std::size_t> traceBuffer;
 };
 
 // What a rank told the others when it joined.
@@ -110,6 +113,9 @@ class Context {
   // Thread-safe: wakes every call in flight, which fails with Aborted, as does every later
   // call.
   void abort(const std::string& why = "abort() was called");
+  // The flight recorder: this context's last calls (COLLX_TRACE_BUFFER of them), oldest
+  // first; empty when the recorder is off. Thread-safe, and it never blocks a call.
+  std::vector<FlightEntry> flightRecord() const;
 
   // Internal: the collectives' machinery.
   const std::shared_ptr<detail::Runtime>& runtime() const noexcept { return runtime_; }

@@ -73,6 +73,9 @@ struct Waiting {
   CallNamer name;
   std::uint64_t seq = 0;  // the call, to tell a member that runs another one at this seq
   Fingerprint fingerprint;
+  // Told once per wait, when the waiting thread first goes to sleep (after a millisecond at
+  // least): the rank and the use it waits for (the flight recorder's note).
+  std::function<void(int rank, std::uint64_t use)> sleeping;
 };
 
 class SharedGroup {
