@@ -1,18 +1,39 @@
-// collx-test-store-helper URL set KEY VALUE DELAY_MS | URL get KEY - DELAY_MS
+// collx-test-store-helper URL set KEY VALUE DELAY_MS | URL get KEY - DELAY_MS | serve PORT
 // A second process for the store tests: sets a key after a delay, or waits for one and
-// prints its value.
+// prints its value; or serves a TCP store on 127.0.0.1:PORT until it is killed (a server
+// the tests can stop with SIGSTOP).
+#include <unistd.h>
+
 #include <chrono>
 #include <iostream>
 #include <thread>
 
 #include "collx/rendezvous/store.h"
+#include "collx/rendezvous/tcp_store.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: collx-test-store-helper URL set|get KEY VALUE DELAY_MS\n"
+    "       collx-test-store-helper serve PORT   (a TCP store on 127.0.0.1:PORT until killed)\n";
+
+[[noreturn]] void serve(const std::string& port) {
+  collx::rendezvous::TcpStoreServer::Options options;
+  options.port = static_cast<std::uint16_t>(std::stoi(port));
+  collx::rendezvous::TcpStoreServer server(options);
+  std::cout << server.url() << std::endl;
+  while (true) ::pause();  // until a signal ends the process
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::cerr << "usage: collx-test-store-helper URL set|get KEY VALUE DELAY_MS\n";
-    return 2;
-  }
   try {
+    if (argc == 3 && std::string(argv[1]) == "serve") serve(argv[2]);
+    if (argc != 6) {
+      std::cerr << kUsage;
+      return 2;
+    }
     collx::rendezvous::StoreOptions options;
     options.timeout = std::chrono::seconds(20);
     auto store = collx::rendezvous::openStore(argv[1], options);
@@ -23,7 +44,7 @@ int main(int argc, char** argv) {
     } else if (op == "get") {
       std::cout << collx::rendezvous::toString(store->get(argv[3])) << std::endl;
     } else {
-      std::cerr << "unknown op " << op << "\n";
+      std::cerr << "unknown op " << op << "\n" << kUsage;
       return 2;
     }
   } catch (const std::exception& e) {

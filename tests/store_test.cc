@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -326,6 +327,146 @@ TEST_P(StoreTest, SixtyFourConcurrentClients) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(client()->add("hammer", 0), kClients * kAdds);
+}
+
+TEST_P(StoreTest, ReopenedStoreSeesTheSameKeys) {
+  auto store = client(10s, 3);
+  std::unique_ptr<Store> other = store->reopen();
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(other->timeout(), 10s);  // unset options take the store's
+  EXPECT_EQ(other->rank(), 3);
+  EXPECT_EQ(other->describe(), store->describe());
+  store->set("via/first", "one");
+  EXPECT_EQ(toString(other->get("via/first")), "one");
+  other->set("via/second", "two");
+  EXPECT_EQ(toString(store->get("via/second")), "two");
+  EXPECT_EQ(store->add("counter", 2), 2);
+  EXPECT_EQ(other->add("counter", 3), 5);
+  EXPECT_EQ(toString(other->compareSet("cas", Bytes(), toBytes("won"))), "won");
+  EXPECT_EQ(toString(store->compareSet("cas", Bytes(), toBytes("lost"))), "won");
+  EXPECT_TRUE(other->erase("via/first"));
+  EXPECT_FALSE(store->check({"via/first"}));
+
+  StoreOptions quick;
+  quick.timeout = 200ms;
+  quick.rank = 5;
+  std::unique_ptr<Store> watcher = other->reopen(quick);
+  ASSERT_NE(watcher, nullptr);
+  EXPECT_EQ(watcher->timeout(), 200ms);
+  EXPECT_EQ(watcher->rank(), 5);
+  EXPECT_EQ(toString(watcher->get("via/second")), "two");
+  // A store reopened from a reopened one outlives it.
+  other.reset();
+  watcher->set("via/third", "three");
+  EXPECT_EQ(toString(store->get("via/third")), "three");
+}
+
+// The point of reopen(): a request through the reopened store is not queued behind one that
+// blocks in the first (a TcpStore serializes one client's requests).
+TEST_P(StoreTest, ReopenedStoreIsNotQueuedBehindABlockedRequest) {
+  auto store = client(10s);
+  std::unique_ptr<Store> other = store->reopen();
+  ASSERT_NE(other, nullptr);
+  std::string got;
+  std::thread waiter([&] {
+    try {
+      got = toString(store->get("later", 8s));
+    } catch (const std::exception& e) {
+      got = e.what();
+    }
+  });
+  std::this_thread::sleep_for(200ms);  // the waiter holds its connection
+  auto start = Clock::now();
+  other->set("later", "woken");
+  EXPECT_EQ(toString(other->get("later")), "woken");
+  EXPECT_LT(Clock::now() - start, 2s);
+  waiter.join();
+  EXPECT_EQ(got, "woken");
+}
+
+TEST(StoreReopen, HashStoreReopenedSharesTheMapAndOutlivesIt) {
+  auto store = std::make_unique<HashStore>();
+  std::unique_ptr<Store> other = store->reopen();
+  ASSERT_NE(other, nullptr);
+  store->set("k", "v");
+  store.reset();
+  EXPECT_EQ(toString(other->get("k")), "v");
+  EXPECT_FALSE(HashStore().check({"k"}));  // a new HashStore is a new map
+}
+
+// A store that overrides no doReopen (as the torch c10d adapter): reopen() says so with
+// nullptr, and a PrefixStore over it passes that on.
+TEST(StoreReopen, StoresThatCannotReopenReturnNull) {
+  class Opaque final : public Store {
+   public:
+    Opaque() : Store(StoreOptions{}) {}
+    std::string describe() const override { return "opaque"; }
+
+   protected:
+    void doSet(const std::string&, const Bytes&) override {}
+    std::vector<std::string> doWait(const std::vector<std::string>& keys,
+                                    Clock::time_point) override {
+      return keys;
+    }
+    std::vector<std::string> doMultiGet(const std::vector<std::string>& keys, Clock::time_point,
+                                        std::vector<Bytes>&) override {
+      return keys;
+    }
+    std::int64_t doAdd(const std::string&, std::int64_t) override { return 0; }
+    Bytes doCompareSet(const std::string&, const Bytes&, const Bytes&) override { return {}; }
+    bool doCheck(const std::vector<std::string>&) override { return false; }
+    bool doErase(const std::string&) override { return false; }
+  };
+  auto opaque = std::make_shared<Opaque>();
+  EXPECT_EQ(opaque->reopen(), nullptr);
+  EXPECT_EQ(PrefixStore("job", opaque).reopen(), nullptr);
+}
+
+// A watcher's store with a short timeout must learn that the server stopped answering within
+// that timeout, not the first store's: here the server is a process stopped with SIGSTOP
+// (its kernel still accepts connections; nothing answers).
+TEST(StoreReopen, ShortTimeoutFailsInTimeWhenTheServerIsStopped) {
+  const int port = test::freePort();
+  test::Process server(
+      {test::binDir() + "/collx-test-store-helper", "serve", std::to_string(port)});
+  for (int i = 0; i < 1000 && !test::portOpen(port); ++i) {
+    ASSERT_FALSE(server.wait(10ms)) << "the store server exited: " << server.err();
+  }
+  ASSERT_TRUE(test::portOpen(port));
+  StoreOptions patient;
+  patient.timeout = 30s;
+  TcpStore store("127.0.0.1", static_cast<std::uint16_t>(port), patient);
+  store.set("k", "v");
+  constexpr auto kShort = 300ms;
+  StoreOptions quick;
+  quick.timeout = kShort;
+  std::unique_ptr<Store> watcher = store.reopen(quick);
+  ASSERT_NE(watcher, nullptr);
+  EXPECT_EQ(toString(watcher->get("k")), "v");
+
+  server.signal(SIGSTOP);
+  ASSERT_TRUE(test::waitForProcessState(server.pid(), 'T', 10s));
+  auto timed = [&](const char* what, std::chrono::milliseconds within,
+                   const std::function<void()>& op) {
+    auto start = Clock::now();
+    EXPECT_THROW(op(), TimeoutError) << what;
+    auto took = Clock::now() - start;
+    EXPECT_GE(took, kShort - 50ms) << what;
+    // Margin for a loaded machine; the point is that it is not the 30 s of the first store.
+    EXPECT_LT(took, within + 1s) << what;
+  };
+  // (Requests that timed out may still be served once the server resumes: other keys.)
+  timed("set", kShort, [&] { watcher->set("late", "w"); });
+  timed("add", kShort, [&] { watcher->add("n", 1); });
+  timed("compareSet", kShort, [&] { watcher->compareSet("late", Bytes(), toBytes("w")); });
+  timed("check", kShort, [&] { watcher->check({"k"}); });
+  // A get the server may hold for its wait: the wait plus twice the timeout at most.
+  timed("get", 200ms + 2 * kShort, [&] { watcher->get("k", 200ms); });
+  // Reopening while it is stopped: the handshake never comes back.
+  timed("reopen", kShort, [&] { store.reopen(quick); });
+
+  server.signal(SIGCONT);
+  EXPECT_EQ(toString(watcher->get("k")), "v");  // reconnected
 }
 
 // Stores that other processes can open by URL (not hash, in-process; not prefix, a wrapper).

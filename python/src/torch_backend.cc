@@ -47,7 +47,8 @@ using std::chrono::milliseconds;
 
 // collx's Store over a c10d::Store. c10d's errors (c10::Error, std::runtime_error) become
 // IoError naming the store; a c10d wait that times out reports the keys still missing, so
-// that collx words the timeout as every store does.
+// that collx words the timeout as every store does. No reopen(): torch 1.13's stores cannot
+// be cloned, so the hang report's watcher shares this one (Store::reopen returns nullptr).
 class C10dStore final : public rendezvous::Store {
  public:
   C10dStore(c10::intrusive_ptr<c10d::Store> store, const rendezvous::StoreOptions& options)

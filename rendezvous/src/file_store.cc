@@ -123,6 +123,10 @@ FileStore::FileStore(std::string directory, const StoreOptions& options)
   }
 }
 
+std::unique_ptr<Store> FileStore::doReopen(const StoreOptions& options) const {
+  return std::make_unique<FileStore>(directory_, options);
+}
+
 std::string FileStore::pathOf(const std::string& key) const {
   return directory_ + "/" + encodeKey(key);
 }

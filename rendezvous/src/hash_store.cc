@@ -2,22 +2,38 @@
 
 namespace collx::rendezvous {
 
-HashStore::HashStore(const StoreOptions& options) : Store(options) {}
+struct HashStore::State {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::map<std::string, Bytes, std::less<>> data;
+};
+
+HashStore::HashStore(const StoreOptions& options)
+    : HashStore(Shared(), std::make_shared<State>(), options) {}
+
+HashStore::HashStore(Shared, std::shared_ptr<State> state, const StoreOptions& options)
+    : Store(options), state_(std::move(state)) {}
+
+HashStore::~HashStore() = default;
+
+std::unique_ptr<Store> HashStore::doReopen(const StoreOptions& options) const {
+  return std::make_unique<HashStore>(Shared(), state_, options);
+}
 
 void HashStore::doSet(const std::string& key, const Bytes& value) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    data_[key] = value;
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->data[key] = value;
   }
-  changed_.notify_all();
+  state_->changed.notify_all();
 }
 
 void HashStore::doMultiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (std::size_t i = 0; i < keys.size(); ++i) data_[keys[i]] = values[i];
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    for (std::size_t i = 0; i < keys.size(); ++i) state_->data[keys[i]] = values[i];
   }
-  changed_.notify_all();
+  state_->changed.notify_all();
 }
 
 std::vector<std::string> HashStore::waitLocked(std::unique_lock<std::mutex>& lock,
@@ -26,13 +42,13 @@ std::vector<std::string> HashStore::waitLocked(std::unique_lock<std::mutex>& loc
   auto missing = [&] {
     std::vector<std::string> out;
     for (const std::string& key : keys) {
-      if (data_.find(key) == data_.end()) out.push_back(key);
+      if (state_->data.find(key) == state_->data.end()) out.push_back(key);
     }
     return out;
   };
   std::vector<std::string> absent = missing();
   while (!absent.empty()) {
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) return missing();
+    if (state_->changed.wait_until(lock, deadline) == std::cv_status::timeout) return missing();
     absent = missing();
   }
   return absent;
@@ -40,42 +56,43 @@ std::vector<std::string> HashStore::waitLocked(std::unique_lock<std::mutex>& loc
 
 std::vector<std::string> HashStore::doWait(const std::vector<std::string>& keys,
                                            Clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(state_->mutex);
   return waitLocked(lock, keys, deadline);
 }
 
 std::vector<std::string> HashStore::doMultiGet(const std::vector<std::string>& keys,
                                                Clock::time_point deadline,
                                                std::vector<Bytes>& values) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(state_->mutex);
   std::vector<std::string> missing = waitLocked(lock, keys, deadline);
   if (!missing.empty()) return missing;
   values.clear();
   values.reserve(keys.size());
-  for (const std::string& key : keys) values.push_back(data_.at(key));
+  for (const std::string& key : keys) values.push_back(state_->data.at(key));
   return missing;
 }
 
 std::int64_t HashStore::doAdd(const std::string& key, std::int64_t delta) {
   std::int64_t result;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = data_.find(key);
-    result = detail::applyAdd(it == data_.end() ? nullptr : &it->second, delta, key, where("add"));
-    data_[key] = detail::formatCounter(result);
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    auto it = state_->data.find(key);
+    result = detail::applyAdd(it == state_->data.end() ? nullptr : &it->second, delta, key,
+                              where("add"));
+    state_->data[key] = detail::formatCounter(result);
   }
-  changed_.notify_all();
+  state_->changed.notify_all();
   return result;
 }
 
 Bytes HashStore::doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
   Bytes result;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = data_.find(key);
-    if (it == data_.end()) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    auto it = state_->data.find(key);
+    if (it == state_->data.end()) {
       if (!expected.empty()) return Bytes();
-      data_[key] = desired;
+      state_->data[key] = desired;
       result = desired;
     } else if (it->second == expected) {
       it->second = desired;
@@ -84,21 +101,21 @@ Bytes HashStore::doCompareSet(const std::string& key, const Bytes& expected, con
       return it->second;
     }
   }
-  changed_.notify_all();
+  state_->changed.notify_all();
   return result;
 }
 
 bool HashStore::doCheck(const std::vector<std::string>& keys) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(state_->mutex);
   for (const std::string& key : keys) {
-    if (data_.find(key) == data_.end()) return false;
+    if (state_->data.find(key) == state_->data.end()) return false;
   }
   return true;
 }
 
 bool HashStore::doErase(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return data_.erase(key) > 0;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->data.erase(key) > 0;
 }
 
 }  // namespace collx::rendezvous

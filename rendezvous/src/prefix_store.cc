@@ -25,6 +25,12 @@ PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> inner,
 
 std::string PrefixStore::describe() const { return inner_->describe() + " prefix " + prefix_; }
 
+std::unique_ptr<Store> PrefixStore::doReopen(const StoreOptions& options) const {
+  std::shared_ptr<Store> inner = inner_->reopen(options);
+  if (!inner) return nullptr;
+  return std::make_unique<PrefixStore>(prefix_, std::move(inner), options);
+}
+
 std::vector<std::string> PrefixStore::full(const std::vector<std::string>& keys) const {
   std::vector<std::string> out;
   out.reserve(keys.size());

@@ -69,6 +69,10 @@ RedisStore::RedisStore(std::string host, std::uint16_t port, int db, const Store
 
 RedisStore::~RedisStore() = default;
 
+std::unique_ptr<Store> RedisStore::doReopen(const StoreOptions& options) const {
+  return std::make_unique<RedisStore>(host_, port_, db_, options);
+}
+
 std::string RedisStore::describe() const {
   std::string url = tcpUrl(host_, port_).replace(0, 3, "redis");
   return db_ == 0 ? url : url + "/" + std::to_string(db_);

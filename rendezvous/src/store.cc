@@ -46,6 +46,15 @@ Store::Store(const StoreOptions& options) : timeout_(resolveTimeout(options)), r
 
 Store::~Store() = default;
 
+std::unique_ptr<Store> Store::reopen(const StoreOptions& options) const {
+  StoreOptions resolved = options;
+  if (!resolved.timeout) resolved.timeout = timeout_;
+  if (resolved.rank == -1) resolved.rank = rank_;
+  return doReopen(resolved);
+}
+
+std::unique_ptr<Store> Store::doReopen(const StoreOptions& /*options*/) const { return nullptr; }
+
 void Store::setTimeout(std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) {
     throw InvalidArgument(where("setTimeout"), "timeout must be positive, got " +

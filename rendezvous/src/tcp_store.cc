@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <thread>
@@ -20,8 +21,13 @@ static_assert(std::endian::native == std::endian::little, "the store protocol is
 
 namespace {
 
-// Extra time allowed for the server's reply beyond the wait it was asked to do.
+// Extra time allowed for the server's reply beyond the wait it was asked to do, on top of the
+// timeout for the I/O; never more than that timeout, so that a client with a short timeout
+// (the hang report's watcher) learns of a stopped server within its wait + 2 x its timeout.
 constexpr std::chrono::milliseconds kReplySlack(5000);
+std::chrono::milliseconds replySlack(std::chrono::milliseconds timeout) {
+  return std::min(kReplySlack, timeout);
+}
 
 std::string printable(const std::uint8_t* data, std::size_t size) {
   std::string text;
@@ -58,6 +64,10 @@ TcpStore::~TcpStore() {
 }
 
 std::string TcpStore::describe() const { return tcpUrl(host_, port_); }
+
+std::unique_ptr<Store> TcpStore::doReopen(const StoreOptions& options) const {
+  return std::make_unique<TcpStore>(host_, port_, options);
+}
 
 void TcpStore::closeLocked() noexcept {
   if (fd_ >= 0) ::close(fd_);
@@ -235,7 +245,7 @@ std::vector<std::string> TcpStore::doWait(const std::vector<std::string>& keys,
   auto wait = remaining(deadline);
   proto::Writer w;
   w.u8(static_cast<std::uint8_t>(proto::Op::kWait)).u64(wait.count()).keys(keys);
-  Reply reply = roundTrip("wait", w.finish(), wait + kReplySlack);
+  Reply reply = roundTrip("wait", w.finish(), wait + replySlack(timeout()));
   if (reply.status == proto::Status::kOk) return {};
   return parsed(where("wait"), [&] { return reply.reader().keys(keys.size()); });
 }
@@ -246,7 +256,7 @@ std::vector<std::string> TcpStore::doMultiGet(const std::vector<std::string>& ke
   auto wait = remaining(deadline);
   proto::Writer w;
   w.u8(static_cast<std::uint8_t>(proto::Op::kGet)).u64(wait.count()).keys(keys);
-  Reply reply = roundTrip("get", w.finish(), wait + kReplySlack);
+  Reply reply = roundTrip("get", w.finish(), wait + replySlack(timeout()));
   return parsed(where("get"), [&] {
     proto::Reader r = reply.reader();
     if (reply.status != proto::Status::kOk) return r.keys(keys.size());

@@ -171,15 +171,28 @@ std::string binDir() {
   return std::filesystem::path(path).parent_path().string();
 }
 
-bool processAlive(pid_t pid) {
+char processState(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return false;
+  if (!stat) return '\0';
   std::string content;
   std::getline(stat, content);
   std::size_t close = content.rfind(')');
-  if (close == std::string::npos || close + 2 >= content.size()) return false;
-  char state = content[close + 2];
-  return state != 'Z' && state != 'X';
+  if (close == std::string::npos || close + 2 >= content.size()) return '\0';
+  return content[close + 2];
+}
+
+bool processAlive(pid_t pid) {
+  char state = processState(pid);
+  return state != '\0' && state != 'Z' && state != 'X';
+}
+
+bool waitForProcessState(pid_t pid, char state, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (processState(pid) != state) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 bool portOpen(int port) {

@@ -89,6 +89,10 @@ std::string binDir();
 
 // True when a process with this pid exists (and is not a zombie).
 bool processAlive(pid_t pid);
+// Its state letter in /proc/<pid>/stat ('R', 'S', 'T' stopped, 'Z', ...); '\0' when none.
+char processState(pid_t pid);
+// Waits up to `timeout` for the process to be in `state` (signals arrive asynchronously).
+bool waitForProcessState(pid_t pid, char state, std::chrono::milliseconds timeout);
 
 // True when something accepts TCP connections on 127.0.0.1:port.
 bool portOpen(int port);

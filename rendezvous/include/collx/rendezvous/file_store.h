@@ -29,6 +29,7 @@ class FileStore final : public Store {
   Bytes doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   bool doCheck(const std::vector<std::string>& keys) override;
   bool doErase(const std::string& key) override;
+  std::unique_ptr<Store> doReopen(const StoreOptions& options) const override;
 
  private:
   class Lock;

@@ -1,9 +1,11 @@
 // HashStore: a Store in this process's memory, shared by every thread that holds it (ranks
-// as threads in tests, single-process jobs). Waiters block on a condition variable.
+// as threads in tests, single-process jobs) and by the stores reopen() makes of it (they share
+// its map). Waiters block on a condition variable.
 #pragma once
 
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "collx/rendezvous/store.h"
@@ -11,8 +13,16 @@
 namespace collx::rendezvous {
 
 class HashStore final : public Store {
+  struct State;
+  // Lets reopen() reach the constructor that shares a map, and nobody else.
+  struct Shared {
+    explicit Shared() = default;
+  };
+
  public:
   explicit HashStore(const StoreOptions& options = {});
+  HashStore(Shared, std::shared_ptr<State> state, const StoreOptions& options);
+  ~HashStore() override;
   std::string describe() const override { return "hash://"; }
 
  protected:
@@ -27,6 +37,7 @@ class HashStore final : public Store {
   Bytes doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   bool doCheck(const std::vector<std::string>& keys) override;
   bool doErase(const std::string& key) override;
+  std::unique_ptr<Store> doReopen(const StoreOptions& options) const override;
 
  private:
   // Waits under `lock` until every key exists or the deadline; returns the missing keys.
@@ -34,9 +45,8 @@ class HashStore final : public Store {
                                       const std::vector<std::string>& keys,
                                       Clock::time_point deadline);
 
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<std::string, Bytes, std::less<>> data_;
+  // The map and its lock, shared with the stores reopened from this one.
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace collx::rendezvous

@@ -30,6 +30,7 @@ class PrefixStore final : public Store {
   Bytes doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   bool doCheck(const std::vector<std::string>& keys) override;
   bool doErase(const std::string& key) override;
+  std::unique_ptr<Store> doReopen(const StoreOptions& options) const override;
 
  private:
   std::string full(const std::string& key) const { return prefix_ + "/" + key; }

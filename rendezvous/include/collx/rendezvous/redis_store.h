@@ -31,6 +31,7 @@ class RedisStore final : public Store {
   Bytes doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   bool doCheck(const std::vector<std::string>& keys) override;
   bool doErase(const std::string& key) override;
+  std::unique_ptr<Store> doReopen(const StoreOptions& options) const override;
 
  private:
   struct Connection;

@@ -87,6 +87,18 @@ class Store {
   // A description for messages and logs: "tcp://127.0.0.1:29500", "file:///tmp/x", ...
   virtual std::string describe() const = 0;
 
+  // A second, independent connection to the same store: what is set through either is seen
+  // through the other, and neither's requests ever queue behind the other's (a TcpStore
+  // serializes one client's requests). For a thread that must keep talking to the store while
+  // another thread of its process is blocked in it, with a timeout of its own (the hang
+  // report's watcher). `options` give the new store's timeout and rank; an unset timeout and
+  // rank -1 take this store's. The new store does not depend on this one's lifetime.
+  // Connecting is bounded by the new timeout and throws as the store's constructor does.
+  // Returns nullptr when this store cannot be reopened (the default: adapters of stores collx
+  // cannot duplicate, such as torch's c10d stores); callers then share this one.
+  // Thread-safe.
+  std::unique_ptr<Store> reopen(const StoreOptions& options = {}) const;
+
  protected:
   explicit Store(const StoreOptions& options);
 
@@ -106,6 +118,8 @@ class Store {
                              const Bytes& desired) = 0;
   virtual bool doCheck(const std::vector<std::string>& keys) = 0;
   virtual bool doErase(const std::string& key) = 0;
+  // reopen() with the options resolved (timeout set, rank chosen); nullptr: not supported.
+  virtual std::unique_ptr<Store> doReopen(const StoreOptions& options) const;
 
   // Where an error happened, for implementations that throw IoError themselves.
   Where where(std::string_view op) const;

@@ -54,7 +54,9 @@ class TcpStore final : public Store {
  public:
   // Connects to the server at host:port, retrying until the timeout (the server may not be
   // up yet). Throws TimeoutError if it never answers, IoError if what answers is not a collx
-  // store or speaks another protocol version.
+  // store or speaks another protocol version. A request the server does not answer (it is
+  // stopped, or the network is) throws TimeoutError after the timeout; a get or wait, which
+  // the server may hold for its wait w, after w + twice the timeout at most.
   TcpStore(std::string host, std::uint16_t port, const StoreOptions& options = {});
   ~TcpStore() override;
 
@@ -74,6 +76,7 @@ class TcpStore final : public Store {
   Bytes doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   bool doCheck(const std::vector<std::string>& keys) override;
   bool doErase(const std::string& key) override;
+  std::unique_ptr<Store> doReopen(const StoreOptions& options) const override;
 
  private:
   struct Reply;
