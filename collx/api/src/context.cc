@@ -19,6 +19,7 @@
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
 #include "collx/settings.h"
+#include "process_probe.h"
 #include "runtime.h"
 
 namespace collx {
@@ -33,6 +34,7 @@ Bytes encodePeer(const PeerInfo& info) {
                      "\nlocal_rank=" + std::to_string(info.localRank) + "\n";
   if (!info.hostId.empty()) text += "host_id=" + info.hostId + "\n";
   if (!info.cpus.empty()) text += "cpus=" + info.cpus + "\n";
+  if (info.startTime != 0) text += "start=" + std::to_string(info.startTime) + "\n";
   return rendezvous::toBytes(text);
 }
 
@@ -53,6 +55,7 @@ PeerInfo decodePeer(int rank, const Bytes& bytes) {
       if (key == "local_rank") info.localRank = std::stoi(value);
       if (key == "host_id") info.hostId = value;
       if (key == "cpus") info.cpus = value;
+      if (key == "start") info.startTime = std::stoull(value);
     } catch (const std::exception&) {
       // A malformed field leaves the default; the record is informational.
     }
@@ -140,6 +143,7 @@ PeerInfo localPeerInfo(int rank, int localRank) {
   info.pid = ::getpid();
   info.localRank = localRank;
   info.cpus = affinityList();
+  info.startTime = detail::ownStartTime();
   return info;
 }
 

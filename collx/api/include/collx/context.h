@@ -74,6 +74,9 @@ struct PeerInfo {
   int localRank = -1;
   std::string hostId;  // ContextOptions::hostId or COLLX_HOST_ID; empty: hostname + boot id
   std::string cpus;    // the CPUs it may run on (sched_getaffinity), e.g. "0-3,8"; empty: unknown
+  // The process's start time (field 22 of /proc/<pid>/stat, clock ticks after boot; 0:
+  // unknown): with the host and pid, tells it from a later process that reused the pid.
+  std::uint64_t startTime = 0;
 };
 
 // The identity every rank groups hosts by: the override when given, else hostname + boot id.
@@ -152,7 +155,7 @@ class Context {
 // Bootstraps from the environment (see bootstrap.h) and joins: the usual way in.
 std::shared_ptr<Context> init(const BootstrapOptions& options = {});
 
-// This host's name and boot id, as PeerInfo reports them.
+// This process's join record: host name, boot id, pid, start time and CPUs.
 PeerInfo localPeerInfo(int rank, int localRank);
 
 }  // namespace collx
