@@ -325,10 +325,9 @@ TEST(LauncherTest, AlgorithmFromTheEnvironmentIsUsedAndUnknownOnesRefused) {
       {launcher(), "-n", "2", "--", test::binDir() + "/collx-test-worker", "count", "1000"}, env,
       60s);
   EXPECT_EQ(bad.code, 14) << bad.err;
-  EXPECT_NE(
-      bad.err.find("COLLX_ALLREDUCE_ALGO='bogus': expected one of ring, ring_chunked, "
-                   "halving_doubling"),
-      std::string::npos)
+  EXPECT_NE(bad.err.find("COLLX_ALLREDUCE_ALGO='bogus': expected one of ring, ring_chunked, "
+                         "halving_doubling"),
+            std::string::npos)
       << bad.err;
 }
 
@@ -458,6 +457,59 @@ TEST(LauncherTest, SignalsAreForwardedToEveryRank) {
   }
   // The ranks' own children (sleep) do not outlive the job either.
   expectGone(readPids(dir.path(), "child."));
+}
+
+TEST(LauncherTest, Sigusr1MakesAHangReportAndTheJobGoesOn) {
+  // Rank 1 sleeps in user code while the others wait in an allreduce (no automatic report:
+  // COLLX_HANG_REPORT_AFTER=0, and a long timeout); SIGUSR1 to collx-run makes one at once.
+  auto env = cleanEnv();
+  env["COLLX_HANG_REPORT_AFTER"] = "0";
+  env["COLLX_TIMEOUT"] = "60s";
+  env["TEST_WORKER_HANG_RANK"] = "1";
+  env["TEST_WORKER_HANG_CASE"] = "sleep";
+  Process p(
+      {launcher(), "-n", "4", "--", test::binDir() + "/collx-test-worker", "hang", "100", "3"},
+      env);
+  auto lines = [&](const std::string& what) {
+    int n = 0;
+    for (std::size_t at = p.out().find(what); at != std::string::npos;
+         at = p.out().find(what, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (lines("call 1 done") < 4 && std::chrono::steady_clock::now() < deadline) p.wait(20ms);
+  ASSERT_EQ(lines("call 1 done"), 4) << p.out() << p.err();
+  std::this_thread::sleep_for(300ms);  // in call 2 now, waiting for rank 1
+  const auto signalled = std::chrono::steady_clock::now();
+  p.signal(SIGUSR1);
+  while (p.err().find("has not called") == std::string::npos &&
+         std::chrono::steady_clock::now() < signalled + 10s) {
+    p.wait(20ms);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, 3s) << p.err();
+  EXPECT_NE(p.err().find("rank 1: has not called allreduce#2"), std::string::npos) << p.err();
+  EXPECT_NE(p.err().find("forwarded to 4 process(es)"), std::string::npos) << p.err();
+  EXPECT_FALSE(p.wait(500ms)) << "the job should go on: " << p.err();
+  p.signal(SIGTERM);
+  ASSERT_TRUE(p.wait(15s));
+  EXPECT_EQ(p.exitCode(), 128 + SIGTERM);
+}
+
+TEST(LauncherTest, Sigusr1SparesRanksThatDoNotHandleIt) {
+  // A shell (SIGUSR1's default: it dies) is not sent the signal; the job ends normally.
+  Process p({launcher(), "-n", "2", "--", "sh", "-c", "echo up; sleep 2"}, cleanEnv());
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (p.out().find("up\nup") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    p.wait(20ms);
+  }
+  ASSERT_NE(p.out().find("up\nup"), std::string::npos) << p.out();
+  p.signal(SIGUSR1);
+  ASSERT_TRUE(p.wait(15s));
+  EXPECT_EQ(p.exitCode(), 0) << p.err();
+  EXPECT_NE(p.err().find("forwarded to 0 process(es)"), std::string::npos) << p.err();
 }
 
 TEST(LauncherTest, BackgroundChildrenOfASuccessfulJobAreCleanedUp) {

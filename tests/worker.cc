@@ -12,6 +12,17 @@
 //   collx-test-worker sweep MAXCOUNT          every allreduce algorithm x dtype x op x count
 //                                             (0, 1, P-1, odd, MAXCOUNT), then allgather,
 //                                             broadcast and barrier, against the references
+//   collx-test-worker hang COUNT K            K allreduces of COUNT float32 (after each of
+//                                             which it prints "call N done"); in call K-1
+//                                             rank TEST_WORKER_HANG_RANK does
+//                                             TEST_WORKER_HANG_CASE instead: "skip" (skips
+//                                             it, then sleeps 60 s holding the context),
+//                                             "sleep" (sleeps 60 s before it, in user code),
+//                                             "other" (every call K-1 is a binomial reduce to
+//                                             rank 0 but this rank's, a binomial broadcast),
+//                                             "stop" (stops itself with SIGSTOP), "kill"
+//                                             (sleeps 3.5 s, then dies of SIGKILL); a rank
+//                                             that gets through all K sleeps 60 s after
 //
 // Exit codes name the outcome: 0 ok, 10 IoError, 11 TimeoutError, 12 MismatchError,
 // 13 Aborted, 14 InvalidArgument, 15 another collx error, 20 a wrong result, 2 usage.
@@ -27,11 +38,14 @@
 #include <sys/syscall.h>
 
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collx/collx.h"
@@ -158,6 +172,50 @@ bool knob(const char* name) {
   return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
+// The "hang" mode (see the top): the others' calls wait for a rank that does something else.
+int hang(collx::Context& ctx, std::uint64_t count, int calls) {
+  const char* rankText = std::getenv("TEST_WORKER_HANG_RANK");
+  const char* caseText = std::getenv("TEST_WORKER_HANG_CASE");
+  const int odd = rankText != nullptr ? std::atoi(rankText) : -1;
+  const std::string what = caseText != nullptr ? caseText : "";
+  std::vector<float> v(count, 1.0f), out(count);
+  std::printf("ready\n");
+  std::fflush(stdout);
+  for (int call = 0; call < calls; ++call) {
+    const bool last = call == calls - 1;
+    if (last && ctx.rank() == odd) {
+      if (what == "skip") {
+        std::this_thread::sleep_for(std::chrono::seconds(60));
+        return 0;
+      }
+      if (what == "sleep") std::this_thread::sleep_for(std::chrono::seconds(60));
+      if (what == "stop") raise(SIGSTOP);
+      if (what == "kill") {
+        std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+        raise(SIGKILL);
+      }
+    }
+    if (last && what == "other") {
+      collx::AllreduceOptions o;
+      o.algorithm = "binomial";
+      if (ctx.rank() == odd) {
+        collx::CollectiveOptions b;
+        b.algorithm = "binomial";
+        collx::broadcast(ctx, v.data(), count, collx::DataType::kFloat32, 0, b);
+      } else {
+        collx::reduce(ctx, v.data(), out.data(), count, collx::DataType::kFloat32, 0, o);
+      }
+    } else {
+      collx::allreduce(ctx, v.data(), out.data(), count, collx::DataType::kFloat32);
+    }
+    std::printf("call %d done\n", call);
+    std::fflush(stdout);
+  }
+  // A rank that got through stays in the job (the others' report says so) until killed.
+  if (!what.empty()) std::this_thread::sleep_for(std::chrono::seconds(60));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -209,6 +267,7 @@ int main(int argc, char** argv) {
       std::printf("sweep ok\n");
       return 0;
     }
+    if (mode == "hang") return hang(*ctx, count, argc > 3 ? std::stoi(argv[3]) : 2);
     std::vector<float> v(count);
     const bool direct = knob("TEST_WORKER_DIRECT") && ctx->sharedMemory();
     std::vector<float> all(direct ? count * static_cast<std::uint64_t>(P) : 0);

@@ -144,7 +144,7 @@ class Execution {
     if (finished()) return;
     try {
       throwError(cause.kind(), Where{engine_.rank(), callName(info_), cause.peer()},
-                 cause.detail());
+                 cause.detail() + engine_.hangNote(info_));
     } catch (const Error& e) {
       error_ = std::current_exception();
       Engine::recordEnded(info_, &e);
@@ -427,11 +427,26 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
   try {
     shared_->start(params, bindings, info, /*blocking=*/true);
   } catch (const Error& e) {
-    recordEnded(info, &e);
-    throw;
+    const std::string note = hangNote(info);
+    if (note.empty()) {
+      recordEnded(info, &e);
+      throw;
+    }
+    const Error noted(e.kind(), e.where(), e.detail() + note);
+    recordEnded(info, &noted);
+    throwError(e.kind(), e.where(), noted.detail());
   }
   recordEnded(info, nullptr);
   return true;
+}
+
+std::string Engine::hangNote(const CallInfo& info) const {
+  if (!options_.hangNote || info.recorder == nullptr) return {};
+  try {
+    return options_.hangNote(info.recordId);
+  } catch (...) {
+    return {};
+  }
 }
 
 void Engine::recordAdmitted(CallInfo& info, CallState state) noexcept {

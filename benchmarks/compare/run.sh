@@ -17,7 +17,9 @@
 #        shared memory between local ranks, and Open MPI then runs on its shared-memory default),
 #        BASE=path/to/another/build (its collx-bench runs right after this build's, in the
 #        same rounds, as the peer "base": a change against the tree before it; ONLY must
-#        include "base", which it does by default when BASE is set)
+#        include "base", which it does by default when BASE is set), BASE_ENV="NAME=VALUE
+#        ..." (variables for the base's runs only: BASE=build BASE_ENV=COLLX_TRACE_BUFFER=0
+#        prices a feature against itself turned off in one tree)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -38,6 +40,7 @@ else
   ONLY=${ONLY:-"collx gloo mpi mpich torch limits"}
 fi
 REPEAT=${REPEAT:-1}
+BASE_ENV=${BASE_ENV:-}
 PER_SIZE=${PER_SIZE:-0}
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 
@@ -95,7 +98,9 @@ for P in $PS; do
         sizes=$(echo "$chunk" | tr ',' '\n' \
           | awk -v P="$P" '{printf "%s%d", (NR > 1 ? "," : ""), $1 * P}')
       fi
-      COLLX_TRANSPORT=$TRANSPORT "$dir/bin/collx-run" -n "$P" -- \
+      local extra=()
+      [ "$impl" = base ] && [ -n "$BASE_ENV" ] && read -r -a extra <<< "$BASE_ENV"
+      env "${extra[@]}" COLLX_TRANSPORT=$TRANSPORT "$dir/bin/collx-run" -n "$P" -- \
         "$dir/bin/collx-bench" -c "$COLL" --sizes "$sizes" \
         --min-time "$MIN_TIME" $inplace --csv "$out/${impl}_p$P.csv" > "$out/${impl}_p$P.txt"
       # into the peers' CSV shape

@@ -37,7 +37,9 @@ are stopped (SIGTERM, then SIGKILL after the grace period) and collx-run exits w
 the failing rank's code (128+N when it died of signal N). Shared-memory arenas that
 killed ranks left in /dev/shm are removed when they exit (and, at start, those of
 any earlier rank on this host that no longer runs). SIGINT, SIGTERM, SIGHUP
-and SIGQUIT are forwarded to every rank. With several nodes, node 0 keeps the store
+and SIGQUIT are forwarded to every rank. SIGUSR1 is forwarded to the ranks' processes
+that handle it (collx ranks: each makes a hang report, which the rank that finds a call
+in flight logs) and the job goes on. With several nodes, node 0 keeps the store
 up until every node's ranks have finished (at most 10 minutes after its own).
 Any program works:
     collx-run -n 4 -- sh -c 'echo $COLLX_RANK'

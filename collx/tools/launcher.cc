@@ -14,7 +14,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 extern char** environ;
 
@@ -105,7 +108,41 @@ struct Rank {
   Stream out, err;
 };
 
-const int kSignals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+const int kSignals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1};
+
+// Whether process `pid` catches `sig` (SigCgt in /proc/<pid>/status): a collx rank does
+// (SIGUSR1: its hang report), a shell that wraps one does not, and would die of it.
+bool catches(pid_t pid, int sig) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("SigCgt:", 0) != 0) continue;
+    const std::uint64_t mask = std::stoull(line.substr(7), nullptr, 16);
+    return (mask >> (sig - 1)) & 1;
+  }
+  return false;
+}
+
+// The processes of process group `pgid` (a rank and what it started), from /proc.
+std::vector<pid_t> processGroup(pid_t pgid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text;
+    std::getline(stat, text);
+    // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+    const std::size_t close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(text.substr(close + 1));
+    std::string state;
+    long ppid = 0, pgrp = 0;
+    if (rest >> state >> ppid >> pgrp && pgrp == pgid) out.push_back(std::stoi(name));
+  }
+  return out;
+}
 
 sigset_t handledSet() {
   sigset_t set;
@@ -340,6 +377,19 @@ int supervise(const SuperviseOptions& options) {
       while (::read(sigfd, &info, sizeof(info)) == sizeof(info)) {
         int sig = static_cast<int>(info.ssi_signo);
         if (sig == SIGCHLD) continue;  // reaped below
+        if (sig == SIGUSR1) {
+          // Not a stop: the ranks that handle it make a hang report, and the job goes on.
+          int told = 0;
+          for (const Rank& r : ranks) {
+            if (!r.running) continue;
+            for (pid_t pid : processGroup(r.pid)) {
+              if (catches(pid, SIGUSR1) && ::kill(pid, SIGUSR1) == 0) ++told;
+            }
+          }
+          say("received SIGUSR1: forwarded to " + std::to_string(told) +
+              " process(es) of the job that handle it (collx ranks make a hang report)");
+          continue;
+        }
         if (stopping) {
           say(std::string("received ") + ::strsignal(sig) + " again; killing every rank now");
           signalGroups(SIGKILL);

@@ -22,7 +22,7 @@ import torch.distributed as _dist
 from . import _collx  # noqa: F401  (collx's exception classes and their translation)
 from ._collx_torch import ProcessGroupCollx
 
-__all__ = ["ProcessGroupCollx", "BACKEND", "create_process_group"]
+__all__ = ["ProcessGroupCollx", "BACKEND", "create_process_group", "dump_state"]
 
 BACKEND = "collx"
 
@@ -32,6 +32,17 @@ def create_process_group(store, rank, world_size, timeout):
     Store) as ``rank`` of ``world_size``; ``timeout`` (a timedelta) bounds joining and every
     call. Returns a ProcessGroupCollx."""
     return ProcessGroupCollx(store, rank, world_size, timeout)
+
+
+def dump_state(group=None):
+    """A hang report now (collx.Context.dump_state) for ``group``'s collx backend (default:
+    the default group): every rank's calls, summarized through the store, joined into one
+    diagnosis. Returns its text."""
+    if group is None:
+        group = _dist.distributed_c10d._get_default_group()
+    if isinstance(group, ProcessGroupCollx):
+        return group.dump_state()
+    return group._get_backend(torch.device("cpu")).dump_state()
 
 
 if BACKEND.upper() not in getattr(_dist.Backend, "_plugins", {}):

@@ -160,6 +160,17 @@ PYBIND11_MODULE(_collx, m) {
            "running, waiting_since, ended (epoch seconds or None), duration_ms, timeout_ms, "
            "error (the kind, e.g. 'TimeoutError', or None), error_text, describe. Empty when "
            "the recorder is off. Never blocks a call.")
+      .def(
+          "dump_state",
+          [](PyContext& s) {
+            Context& c = s.ctx("dump_state");
+            py::gil_scoped_release release;
+            return c.dumpState();
+          },
+          "A hang report now: every rank's flight recorder, summarized through the store "
+          "(ranks answer from a watcher thread whatever they are doing) and joined into one "
+          "diagnosis, returned as text (also logged, and written to COLLX_HANG_REPORT_DIR). "
+          "Blocks up to about a second (GIL released).")
       .def_property_readonly("closed", &PyContext::closed, "True after close().")
       .def(
           "describe_peer",

@@ -1013,7 +1013,14 @@ PYBIND11_MODULE(_collx_torch, m) {
            "rank; timeout bounds joining and every call.")
       .def_property_readonly(
           "transports", [](ProcessGroupCollx& pg) { return pg.context().transports(); },
-          "The collx transport to each rank ('self', 'tcp').");
+          "The collx transport to each rank ('self', 'tcp').")
+      .def(
+          "dump_state", [](ProcessGroupCollx& pg) { return pg.context().dumpState(); },
+          py::call_guard<py::gil_scoped_release>(),
+          "A hang report now, as collx.Context.dump_state(): every rank's calls joined into "
+          "one diagnosis (text). For the group torch made: "
+          "dist.distributed_c10d._get_default_group()._get_backend(torch.device('cpu'))"
+          ".dump_state(), or collx.torch.dump_state().");
   // For the tests (test_torch_backend.py compares it with collx._collx._mapping): how the
   // backend moves `tensor` and, with `op`, reduces it.
   m.def(

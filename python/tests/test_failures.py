@@ -88,6 +88,27 @@ def test_flight_record_says_what_each_call_was_and_whom_it_waits_for(ranks):
     assert outcome(results, 1)["after"][-1]["state"] == "completed"
 
 
+def test_dump_state_names_the_rank_that_holds_the_job(ranks):
+    results = run(ranks, "dump_state")
+    report = outcome(results, 0)["report"]
+    assert report.startswith("collx hang report"), report
+    assert "rank 1: has not called allreduce#" in report, report
+
+
+def test_timeout_error_carries_the_hang_report(ranks):
+    r = ranks(2, SCRIPT, "hang_note", timeout=40,
+              env={"COLLX_TIMEOUT": "5s", "COLLX_HANG_REPORT_AFTER": "1s"})
+    try:
+        code, text, data = r.wait(only=[0])[0]
+    finally:
+        r.procs[1].kill()
+    assert data is not None, text
+    assert data.get("error") == "TimeoutError", data
+    assert "collx hang report" in data["message"], data["message"]
+    assert "rank 1: has not called allreduce#" in data["message"], data["message"]
+    assert "collx hang report" in data["attrs"]["detail"], data["attrs"]
+
+
 def test_abort_wakes_a_blocked_call_with_aborted(ranks):
     d = outcome(run(ranks, "abort"), 0)
     assert d.get("error") == "Aborted", d

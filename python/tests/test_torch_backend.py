@@ -174,3 +174,45 @@ def test_torch_script_under_collx_run(tmp_path):
     for r in range(3):
         assert "rank %d of 3 ok" % r in proc.stdout, proc.stdout + proc.stderr
 
+
+
+# A rank of a torch job that never makes a call: the other's dist.all_reduce fails at its
+# deadline with collx's diagnosis of the job in its message, and collx.torch.dump_state()
+# names the rank before that.
+HANG_SCRIPT = """
+import datetime, time, torch, torch.distributed as dist, collx, collx.torch
+dist.init_process_group("collx", timeout=datetime.timedelta(seconds=5))
+r = dist.get_rank()
+dist.barrier()
+if r == 1:
+    time.sleep(8)
+else:
+    import threading
+    seen = {}
+    def ask():
+        time.sleep(0.3)
+        seen["report"] = collx.torch.dump_state()
+    t = threading.Thread(target=ask)
+    t.start()
+    try:
+        dist.all_reduce(torch.ones(4))
+        print("no error")
+    except RuntimeError as e:
+        t.join()
+        print("error class", type(e).__name__)
+        print("error has report", "collx hang report" in str(e))
+        print("error names rank 1", "rank 1: has not called allreduce#" in str(e))
+        print("dump names rank 1", "rank 1: has not called allreduce#" in seen["report"])
+"""
+
+
+def test_torch_error_carries_the_hang_report(tmp_path):
+    script = tmp_path / "hang_torch.py"
+    script.write_text(HANG_SCRIPT)
+    proc = run_collx(2, script, timeout=120,
+                     env=base_env(COLLX_HANG_REPORT_AFTER="1s", GLOO_SOCKET_IFNAME="lo"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    for line in ("error class TimeoutError", "error has report True", "error names rank 1 True",
+                 "dump names rank 1 True"):
+        assert line in proc.stdout, out

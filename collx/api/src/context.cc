@@ -19,6 +19,7 @@
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
 #include "collx/settings.h"
+#include "hang_report.h"
 #include "process_probe.h"
 #include "runtime.h"
 
@@ -296,6 +297,11 @@ void Context::connect(const ContextOptions& options) {
 
   algorithms::EngineOptions engine = algorithms::engineOptions(config, outnumbered_);
   if (options.traceBuffer) engine.traceBuffer = *options.traceBuffer;
+  auto notes = std::make_shared<detail::HangNotes>();
+  engine.hangNote = [notes](std::uint64_t id) {
+    std::string text = notes->noteFor(id);
+    return text.empty() ? text : "\n" + text;
+  };
   runtime_ = std::make_shared<detail::Runtime>();
   runtime_->engine = std::make_unique<algorithms::Engine>(std::move(transports), engine);
   runtime_->rank = rank_;
@@ -334,6 +340,29 @@ void Context::connect(const ContextOptions& options) {
   }
   COLLX_DEBUG(kTcp, "rank {}: connected to {} peers{}", rank_, size_ - 1,
               runtime_->group ? ", all over shared memory" : "");
+
+  detail::HangReporter::Setup report;
+  report.recorder = runtime_->engine->recorder();
+  report.store = store_;
+  report.notes = std::move(notes);
+  report.peers = peers_;
+  for (int peer = 0; peer < size_; ++peer) {
+    report.connections.push_back(runtime_->engine->mesh().describePeer(peer));
+  }
+  report.job = jobId_;
+  report.generation = generation_;
+  report.rank = rank_;
+  report.size = size_;
+  reporter_ = detail::HangReporter::start(std::move(report), config);
+}
+
+std::string Context::dumpState() {
+  if (!reporter_) {
+    throw InvalidArgument(Where{rank_, "dumpState", -1},
+                          "the flight recorder is off (COLLX_TRACE_BUFFER=0): there is nothing "
+                          "to report");
+  }
+  return reporter_->dumpState();
 }
 
 std::vector<std::string> Context::transports() const {
@@ -374,7 +403,10 @@ void Context::leave() noexcept {
   }
 }
 
-Context::~Context() { leave(); }
+Context::~Context() {
+  if (reporter_) reporter_->stop();
+  leave();
+}
 
 std::shared_ptr<Context> init(const BootstrapOptions& options) {
   Bootstrap b = Bootstrap::resolve(options, Config::process());

@@ -95,6 +95,31 @@ try:
             except collx.Error as e:
                 record(e)
             result["failed"] = ctx.flight_record()[-1]
+    elif scenario == "dump_state":
+        # Rank 1 is busy in Python while rank 0 waits in an allreduce; another thread of rank
+        # 0 asks for a hang report, which names rank 1.
+        if R == 1:
+            deadline = time.monotonic() + 20
+            while not os.path.exists(out + ".reported") and time.monotonic() < deadline:
+                time.sleep(0.02)
+        else:
+            def report():
+                time.sleep(0.3)
+                result["report"] = ctx.dump_state()
+                open(out + ".reported", "w").close()
+            reporter = threading.Thread(target=report)
+            reporter.start()
+        ctx.allreduce(np.ones(16, np.float32))
+        if R == 0:
+            reporter.join()
+    elif scenario == "hang_note":
+        # Rank 1 never makes the call: rank 0's TimeoutError carries the job's diagnosis
+        # (COLLX_TIMEOUT=5s, COLLX_HANG_REPORT_AFTER=1s from the test).
+        ctx.barrier()
+        if R == 1:
+            time.sleep(8)
+        else:
+            ctx.allreduce(np.ones(16, np.float32))
     elif scenario == "abort":
         # rank 0 aborts its own context from another thread while it waits for rank 1
         if R == 0:

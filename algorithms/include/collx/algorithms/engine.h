@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -78,6 +79,9 @@ struct EngineOptions {
   std::chrono::microseconds yield{0};
   // Calls the flight recorder keeps (Recorder); 0: no recorder.
   std::size_t traceBuffer = 1024;
+  // Asked when a call fails, with its recorder id: text to append to its error (the job's
+  // hang report, when one covered the call), or "". Never on a call's way otherwise.
+  std::function<std::string(std::uint64_t id)> hangNote;
 };
 
 // Schedules of the shared-memory algorithms (one TaskKind::kShared task) run here too: one
@@ -159,6 +163,8 @@ class Engine {
   // The flight recorder's part (each a no-op when it is off).
   void recordAdmitted(CallInfo& info, CallState state) noexcept;
   static void recordEnded(const CallInfo& info, const Error* error);
+  // The hang report's text for a failing call ("" without one).
+  std::string hangNote(const CallInfo& info) const;
   // What the calls in flight wait for, written at most every kNotePeriod while they sleep.
   void noteWaits(Clock::time_point now);
   void noteWait(const Execution& execution, std::int64_t nowNs);

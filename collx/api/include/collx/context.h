@@ -33,7 +33,8 @@ class TcpStoreServer;
 
 namespace detail {
 struct Runtime;
-}
+class HangReporter;
+}  // namespace detail
 
 struct ContextOptions {
   std::string jobId = "default";
@@ -119,6 +120,12 @@ class Context {
   // The flight recorder: this context's last calls (COLLX_TRACE_BUFFER of them), oldest
   // first; empty when the recorder is off. Thread-safe, and it never blocks a call.
   std::vector<FlightEntry> flightRecord() const;
+  // A hang report now: every rank's flight recorder summarized through the store (ranks
+  // answer from a watcher thread, whatever they are doing) and joined into one diagnosis,
+  // which it returns (and logs, and writes to COLLX_HANG_REPORT_DIR). Blocks up to a grace
+  // (about a second); ranks that do not answer in time are reported as not responding.
+  // With the recorder off (COLLX_TRACE_BUFFER=0): an InvalidArgument.
+  std::string dumpState();
 
   // Internal: the collectives' machinery.
   const std::shared_ptr<detail::Runtime>& runtime() const noexcept { return runtime_; }
@@ -146,6 +153,7 @@ class Context {
   std::vector<PeerInfo> peers_;
   std::string hostId_;  // the override this rank publishes (empty: none)
   std::shared_ptr<detail::Runtime> runtime_;
+  std::shared_ptr<detail::HangReporter> reporter_;
   bool leaveBarrier_;
   bool outnumbered_ = false;
   // The store server this rank hosts, if any; it outlives the others' use of it.
