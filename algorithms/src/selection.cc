@@ -1,7 +1,5 @@
 #include "collx/algorithms/selection.h"
 
-#include "collx/algorithms/settings.h"
-
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -11,9 +9,11 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "collx/algorithms/settings.h"
 #include "collx/base/check.h"
 #include "collx/base/config.h"
 #include "collx/base/error.h"
+#include "collx/base/json_error.h"
 #include "collx/base/units.h"
 
 namespace collx::algorithms {
@@ -65,12 +65,7 @@ Selection Selection::fromJson(std::string_view text, const std::string& source) 
   try {
     doc = Json::parse(text);
   } catch (const Json::parse_error& e) {
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ...":
-    // the position and what is wrong, without the library's prefix.
-    std::string what = e.what();
-    const std::string at = "parse error at ";
-    if (auto pos = what.find(at); pos != std::string::npos) what = what.substr(pos + at.size());
-    bad(source, "not valid JSON: " + what);
+    bad(source, "not valid JSON: " + jsonErrorText(e.what()));
   }
   if (!doc.is_object()) bad(source, "the document must be an object of collectives");
   std::vector<Row> rules;
