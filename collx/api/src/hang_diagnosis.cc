@@ -27,6 +27,7 @@ using Json = nlohmann::ordered_json;  // keys in the order written: readable in 
 using algorithms::CallRecord;
 using algorithms::CallState;
 using algorithms::WaitKind;
+using Summaries = std::vector<std::optional<Summary>>;
 
 // ---- summaries ---------------------------------------------------------------------------
 
@@ -351,29 +352,6 @@ std::string notResponding(const PeerInfo* peer, const Probe& probe, Cause& cause
   return "not responding: " + who + " (dead, stopped, or stuck outside collx)";
 }
 
-// The job's call: the collective sequence number most responding ranks have in flight (the
-// lowest on a tie).
-std::optional<std::uint64_t> jobSeq(const std::vector<std::optional<Summary>>& summaries) {
-  std::map<std::uint64_t, int> ranksIn;
-  for (const auto& s : summaries) {
-    if (!s) continue;
-    std::set<std::uint64_t> seqs;
-    for (const SummaryCall& c : s->calls) {
-      if (!c.p2p) seqs.insert(c.seq);
-    }
-    for (std::uint64_t seq : seqs) ranksIn[seq]++;
-  }
-  std::optional<std::uint64_t> best;
-  int most = 0;
-  for (const auto& [seq, n] : ranksIn) {
-    if (n > most) {
-      best = seq;
-      most = n;
-    }
-  }
-  return best;
-}
-
 const SummaryCall* collectiveIn(const Summary& s, std::uint64_t seq) {
   for (const SummaryCall& c : s.calls) {
     if (!c.p2p && c.seq == seq) return &c;
@@ -383,8 +361,7 @@ const SummaryCall* collectiveIn(const Summary& s, std::uint64_t seq) {
 
 // A point-to-point call whose peer answered with send/recvs toward this rank under other tags
 // only: the waiter's line says so, a mismatch.
-void checkPartner(const SummaryCall& c, int rank,
-                  const std::vector<std::optional<Summary>>& summaries, RankDiagnosis& rd) {
+void checkPartner(const SummaryCall& c, int rank, const Summaries& summaries, RankDiagnosis& rd) {
   if (c.peer < 0 || c.peer >= static_cast<int>(summaries.size()) || !summaries[c.peer]) return;
   std::vector<std::uint64_t> tags;
   for (const SummaryCall& theirs : summaries[c.peer]->calls) {
@@ -399,8 +376,7 @@ void checkPartner(const SummaryCall& c, int rank,
 }
 
 // The first responding rank with a point-to-point call in flight toward `rank`, and that call.
-std::pair<int, const SummaryCall*> awaiting(int rank,
-                                            const std::vector<std::optional<Summary>>& summaries) {
+std::pair<int, const SummaryCall*> awaiting(int rank, const Summaries& summaries) {
   for (std::size_t other = 0; other < summaries.size(); ++other) {
     if (!summaries[other] || static_cast<int>(other) == rank) continue;
     for (const SummaryCall& c : summaries[other]->calls) {
@@ -408,6 +384,169 @@ std::pair<int, const SummaryCall*> awaiting(int rank,
     }
   }
   return {-1, nullptr};
+}
+
+// The job's call: the collective sequence number most answering ranks have in flight (the
+// lowest on a tie), with the arguments most of them called it with (on a tie, the lowest
+// rank's); `callMs`: how long the longest of them has been in it.
+std::optional<SummaryCall> jobCall(const Summaries& summaries, std::int64_t& callMs) {
+  std::map<std::uint64_t, int> ranksIn;
+  for (const auto& s : summaries) {
+    if (!s) continue;
+    std::set<std::uint64_t> seqs;
+    for (const SummaryCall& c : s->calls) {
+      if (!c.p2p) seqs.insert(c.seq);
+    }
+    for (std::uint64_t seq : seqs) ranksIn[seq]++;
+  }
+  std::optional<std::uint64_t> seq;
+  int most = 0;
+  for (const auto& [candidate, n] : ranksIn) {
+    if (n > most) {
+      seq = candidate;
+      most = n;
+    }
+  }
+  if (!seq) return std::nullopt;
+  std::map<Shape, int> shapes;
+  for (const auto& s : summaries) {
+    if (!s) continue;
+    if (const SummaryCall* c = collectiveIn(*s, *seq)) {
+      shapes[shapeOf(*c)]++;
+      callMs = std::max(callMs, c->sinceMs);
+    }
+  }
+  const SummaryCall* job = nullptr;
+  most = 0;
+  for (const auto& s : summaries) {  // in rank order, so that ties go to the lowest rank
+    if (!s) continue;
+    const SummaryCall* c = collectiveIn(*s, *seq);
+    if (c != nullptr && shapes[shapeOf(*c)] > most) {
+      most = shapes[shapeOf(*c)];
+      job = c;
+    }
+  }
+  return *job;
+}
+
+// A rank that answered: its cause and line, against the job's call (none: no collective is in
+// flight anywhere).
+void explain(const Summary& s, const std::optional<SummaryCall>& job, const Summaries& summaries,
+             RankDiagnosis& rd) {
+  const int r = rd.rank;
+  if (!s.failed.empty()) {
+    rd.cause = Cause::kFailed;
+    rd.text = "failed: " + s.failed;
+    return;
+  }
+  if (!job) {
+    // Point-to-point calls, or nothing at all.
+    if (!s.calls.empty()) {
+      const SummaryCall& c = s.calls.front();
+      rd.cause = Cause::kWaiting;
+      rd.text = "in " + nameOf(c, true) + " since " + seconds(c.sinceMs) + progressOf(c, true);
+      if (c.p2p) checkPartner(c, r, summaries, rd);
+    } else if (const auto [waiter, c] = awaiting(r, summaries); c != nullptr) {
+      rd.cause = Cause::kNotCalled;
+      rd.text = "has not called the send/recv rank " + std::to_string(waiter) + " waits for (tag " +
+                std::to_string(c->seq) + "): " + lastOf(s) + meanwhile(s, "");
+    } else {
+      rd.cause = Cause::kDone;
+      rd.text = lastOf(s) + meanwhile(s, "");
+    }
+    return;
+  }
+  if (const SummaryCall* mine = collectiveIn(s, job->seq)) {
+    rd.cause = Cause::kMismatch;
+    if (shapeOf(*mine) == shapeOf(*job)) {
+      rd.cause = Cause::kWaiting;
+      rd.text = "in " + nameOf(*mine) + progressOf(*mine, true);
+      if (mine->state == "running") rd.text += ", running";
+    } else if (mine->collective != job->collective) {
+      rd.text = lastOf(s) + "; now in " + nameOf(*mine) +
+                (mine->root >= 0 ? " (root " + std::to_string(mine->root) + ")" : "") + " since " +
+                seconds(mine->sinceMs) + ": it called a different collective (mismatch)";
+    } else {
+      auto [theirs, others] = difference(*mine, *job);
+      rd.text = "called " + nameOf(*mine) + " " + theirs + " where the others have " + others +
+                " (mismatch)";
+    }
+    return;
+  }
+  for (const SummaryCall& c : s.calls) {
+    if (!c.p2p && c.seq < job->seq) {
+      rd.cause = Cause::kBehind;
+      rd.text = "still in " + nameOf(c) + " since " + seconds(c.sinceMs) + progressOf(c, false);
+      return;
+    }
+  }
+  if (s.nextSeq <= job->seq) {
+    rd.cause = Cause::kNotCalled;
+    rd.text = "has not called " + nameOf(*job) + ": " + lastOf(s) +
+              meanwhile(s, " (skipped the call, or busy in user code)");
+  } else {
+    rd.cause = Cause::kDone;
+    rd.text = "completed #" + std::to_string(job->seq) + meanwhile(s, "");
+  }
+}
+
+// The lines under the header: equal texts merged into rank ranges; the ranks waiting in the
+// job's call as the job expects share one line (each waits for its own peer at its own step:
+// the line says which).
+std::string lines(const Diagnosis& d) {
+  std::vector<int> waiting;
+  std::set<std::uint32_t> steps, counts;
+  std::set<int> awaited;
+  std::set<std::string> vias;
+  for (const RankDiagnosis& rd : d.ranks) {
+    if (rd.cause != Cause::kWaiting || !d.call || !rd.summary) continue;
+    const SummaryCall* c = collectiveIn(*rd.summary, d.call->seq);
+    if (c == nullptr || c->state != "waiting" || c->waitPeer < 0) continue;
+    waiting.push_back(rd.rank);
+    steps.insert(c->step + 1);
+    counts.insert(c->steps);
+    awaited.insert(c->waitPeer);
+    vias.insert(c->waitVia);
+  }
+  std::string waitingLine;
+  if (!waiting.empty()) {
+    waitingLine = "in " + nameOf(*d.call);
+    if (*counts.rbegin() > 0) {
+      waitingLine += steps.size() == 1 ? ", step " + std::to_string(*steps.begin())
+                                       : ", steps " + std::to_string(*steps.begin()) + "-" +
+                                             std::to_string(*steps.rbegin());
+      waitingLine += "/" + std::to_string(*counts.rbegin());
+    }
+    waitingLine += ", waiting for " + ranksWord({awaited.begin(), awaited.end()});
+    if (awaited.size() == 1 && vias.size() == 1 && !vias.begin()->empty()) {
+      waitingLine += " (" + *vias.begin() + ")";
+    }
+  }
+  std::vector<std::pair<std::string, std::vector<int>>> merged;
+  std::size_t w = 0;
+  for (const RankDiagnosis& rd : d.ranks) {
+    const bool inWaiting = w < waiting.size() && waiting[w] == rd.rank;
+    const std::string& text = inWaiting ? waitingLine : rd.text;
+    if (inWaiting) ++w;
+    auto it = std::find_if(merged.begin(), merged.end(),
+                           [&](const auto& line) { return line.first == text; });
+    if (it == merged.end()) {
+      merged.push_back({text, {rd.rank}});
+    } else {
+      it->second.push_back(rd.rank);
+    }
+  }
+  std::string out;
+  if (!d.info.storeProblem.empty()) {
+    std::vector<int> answered;
+    for (const RankDiagnosis& rd : d.ranks) {
+      if (rd.summary) answered.push_back(rd.rank);
+    }
+    out += "\n  " + d.info.storeProblem;
+    if (!answered.empty()) out += ": this is the view of " + ranksWord(answered);
+  }
+  for (const auto& [text, ranks] : merged) out += "\n  " + ranksWord(ranks) + ": " + text;
+  return out;
 }
 
 }  // namespace
@@ -546,40 +685,12 @@ std::string rankRanges(const std::vector<int>& ranks) {
   return out;
 }
 
-Diagnosis diagnose(const std::vector<std::optional<Summary>>& summaries,
-                   const std::vector<PeerInfo>& peers, const Probe& probe, const ReportInfo& info) {
+Diagnosis diagnose(const Summaries& summaries, const std::vector<PeerInfo>& peers,
+                   const Probe& probe, const ReportInfo& info) {
   Diagnosis d;
   d.info = info;
   d.size = static_cast<int>(summaries.size());
-
-  // The job's call and the arguments most of its ranks called it with (on a tie, the lowest
-  // rank's).
-  const std::optional<std::uint64_t> seq = jobSeq(summaries);
-  if (seq) {
-    std::map<Shape, std::pair<int, const SummaryCall*>> shapes;
-    for (const auto& s : summaries) {
-      if (!s) continue;
-      if (const SummaryCall* c = collectiveIn(*s, *seq)) {
-        auto& [n, first] = shapes[shapeOf(*c)];
-        if (n++ == 0) first = c;
-        d.callMs = std::max(d.callMs, c->sinceMs);
-      }
-    }
-    const SummaryCall* job = nullptr;
-    int most = 0;
-    for (const auto& s : summaries) {  // in rank order, so that ties go to the lowest rank
-      if (!s) continue;
-      const SummaryCall* c = collectiveIn(*s, *seq);
-      if (c == nullptr) continue;
-      const auto& [n, first] = shapes[shapeOf(*c)];
-      if (n > most) {
-        most = n;
-        job = first;
-      }
-    }
-    d.call = *job;
-  }
-
+  d.call = jobCall(summaries, d.callMs);
   std::string job = "job " + info.job;
   if (info.generation != 0) job += " gen " + std::to_string(info.generation);
   d.header = "collx hang report, " + job + ", " + std::to_string(d.size) +
@@ -593,7 +704,6 @@ Diagnosis diagnose(const std::vector<std::optional<Summary>>& summaries,
   } else {
     d.header += "no collective in flight:";
   }
-
   for (int r = 0; r < d.size; ++r) {
     RankDiagnosis rd;
     rd.rank = r;
@@ -602,131 +712,15 @@ Diagnosis diagnose(const std::vector<std::optional<Summary>>& summaries,
       rd.host = peer->hostname;
       rd.pid = peer->pid;
     }
-    if (!summaries[r]) {
-      rd.text = notResponding(peer, probe, rd.cause);
-      d.ranks.push_back(std::move(rd));
-      continue;
-    }
-    const Summary& s = *summaries[r];
-    rd.summary = s;
-    if (!s.failed.empty()) {
-      rd.cause = Cause::kFailed;
-      rd.text = "failed: " + s.failed;
-    } else if (!d.call) {
-      // No collective in flight anywhere: point-to-point calls, or nothing at all.
-      if (!s.calls.empty()) {
-        const SummaryCall& c = s.calls.front();
-        rd.cause = Cause::kWaiting;
-        rd.text = "in " + nameOf(c, true) + " since " + seconds(c.sinceMs) + progressOf(c, true);
-        if (c.p2p) checkPartner(c, r, summaries, rd);
-      } else if (const auto [waiter, c] = awaiting(r, summaries); c != nullptr) {
-        rd.cause = Cause::kNotCalled;
-        rd.text = "has not called the send/recv rank " + std::to_string(waiter) +
-                  " waits for (tag " + std::to_string(c->seq) + "): " + lastOf(s) +
-                  meanwhile(s, "");
-      } else {
-        rd.cause = Cause::kDone;
-        rd.text = lastOf(s) + meanwhile(s, "");
-      }
-    } else if (const SummaryCall* mine = collectiveIn(s, *seq)) {
-      const SummaryCall& jobCall = *d.call;
-      if (shapeOf(*mine) == shapeOf(jobCall)) {
-        rd.cause = Cause::kWaiting;
-        rd.text = "in " + nameOf(*mine) + progressOf(*mine, true);
-        if (mine->state == "running") rd.text += ", running";
-      } else if (mine->collective != jobCall.collective) {
-        rd.cause = Cause::kMismatch;
-        rd.text = lastOf(s) + "; now in " + nameOf(*mine) +
-                  (mine->root >= 0 ? " (root " + std::to_string(mine->root) + ")" : "") +
-                  " since " + seconds(mine->sinceMs) + ": it called a different collective " +
-                  "(mismatch)";
-      } else {
-        rd.cause = Cause::kMismatch;
-        auto [theirs, others] = difference(*mine, jobCall);
-        rd.text = "called " + nameOf(*mine) + " " + theirs + " where the others have " + others +
-                  " (mismatch)";
-      }
+    if (summaries[r]) {
+      rd.summary = summaries[r];
+      explain(*summaries[r], d.call, summaries, rd);
     } else {
-      const SummaryCall* earlier = nullptr;
-      for (const SummaryCall& c : s.calls) {
-        if (!c.p2p && c.seq < *seq) {
-          earlier = &c;
-          break;
-        }
-      }
-      const std::string jobName = d.call->collective + "#" + std::to_string(*seq);
-      if (earlier != nullptr) {
-        rd.cause = Cause::kBehind;
-        rd.text = "still in " + nameOf(*earlier) + " since " + seconds(earlier->sinceMs) +
-                  progressOf(*earlier, false);
-      } else if (s.nextSeq <= *seq) {
-        rd.cause = Cause::kNotCalled;
-        rd.text = "has not called " + jobName + ": " + lastOf(s) +
-                  meanwhile(s, " (skipped the call, or busy in user code)");
-      } else {
-        rd.cause = Cause::kDone;
-        rd.text = "completed #" + std::to_string(*seq) + meanwhile(s, "");
-      }
+      rd.text = notResponding(peer, probe, rd.cause);
     }
     d.ranks.push_back(std::move(rd));
   }
-
-  // The lines: equal texts merged; the ranks waiting in the job's call as the job expects
-  // share one line (each waits for its own peer at its own step: the line says which).
-  std::vector<int> waiting;
-  std::set<std::uint32_t> steps, counts;
-  std::set<int> awaited;
-  std::set<std::string> vias;
-  for (const RankDiagnosis& rd : d.ranks) {
-    if (rd.cause != Cause::kWaiting || !d.call || !rd.summary) continue;
-    const SummaryCall* c = collectiveIn(*rd.summary, d.call->seq);
-    if (c == nullptr || c->state != "waiting" || c->waitPeer < 0) continue;
-    waiting.push_back(rd.rank);
-    steps.insert(c->step + 1);
-    counts.insert(c->steps);
-    awaited.insert(c->waitPeer);
-    vias.insert(c->waitVia);
-  }
-  std::string waitingLine;
-  if (!waiting.empty()) {
-    waitingLine = "in " + nameOf(*d.call);
-    if (*counts.rbegin() > 0) {
-      waitingLine += steps.size() == 1 ? ", step " + std::to_string(*steps.begin())
-                                       : ", steps " + std::to_string(*steps.begin()) + "-" +
-                                             std::to_string(*steps.rbegin());
-      waitingLine += "/" + std::to_string(*counts.rbegin());
-    }
-    std::vector<int> peersAwaited(awaited.begin(), awaited.end());
-    waitingLine += ", waiting for " + ranksWord(peersAwaited);
-    if (awaited.size() == 1 && vias.size() == 1 && !vias.begin()->empty()) {
-      waitingLine += " (" + *vias.begin() + ")";
-    }
-  }
-  std::vector<std::pair<std::string, std::vector<int>>> lines;
-  if (!info.storeProblem.empty()) {
-    std::vector<int> answered;
-    for (int r = 0; r < d.size; ++r) {
-      if (summaries[r]) answered.push_back(r);
-    }
-    lines.push_back({info.storeProblem + ": this is the view of " + ranksWord(answered), {}});
-  }
-  std::size_t w = 0;
-  for (const RankDiagnosis& rd : d.ranks) {
-    const bool inWaiting = w < waiting.size() && waiting[w] == rd.rank;
-    const std::string& text = inWaiting ? waitingLine : rd.text;
-    if (inWaiting) ++w;
-    auto it = std::find_if(lines.begin(), lines.end(),
-                           [&](const auto& line) { return line.first == text; });
-    if (it == lines.end()) {
-      lines.push_back({text, {rd.rank}});
-    } else {
-      it->second.push_back(rd.rank);
-    }
-  }
-  d.text = d.header;
-  for (const auto& [text, ranks] : lines) {
-    d.text += "\n  " + (ranks.empty() ? "" : ranksWord(ranks) + ": ") + text;
-  }
+  d.text = d.header + lines(d);
   return d;
 }
 
@@ -792,7 +786,7 @@ std::string writeReport(const std::string& dir, const Diagnosis& d) {
     out.flush();
     if (!out) {
       std::filesystem::remove(tmp, ec);
-      throw IoError(where, "cannot write " + tmp + " (COLLX_HANG_REPORT_DIR " + dir + ")");
+      throw IoError(where, "cannot write the report " + tmp);
     }
   }
   std::filesystem::rename(tmp, path, ec);
