@@ -85,11 +85,12 @@ run_tests() {
       # The world sizes beyond P in {1,2,3,4,5,7,8,11,16} run in the Release suite only. TSan
       # (3-5x slower) runs P in {1,2,3,4,5,8} and leaves to ASan the process tests that
       # only repeat its paths at length (a sweep of every collective, 8 ranks on 2 cores,
-      # simulated hosts, the CMA fallbacks) and the 64 MiB store values: CI has 20 minutes.
+      # simulated hosts, the CMA fallbacks, the hang reports beyond tcp) and the 64 MiB store
+      # values: CI has 30 minutes.
       local sizes='6|9|10|12|13|14|15|17|32|64' heavy='^$'
       if [ "$sanitize" = thread ]; then
         sizes="$sizes|7|11|16"
-        heavy='CollectivesSweepInProcesses|ShmProcesses[.](EightRanks|TwoSimulatedHosts|CmaTurnedOff|ARankWhoseCma)|^multihost$|SixtyFourMebibyteValue'
+        heavy='CollectivesSweepInProcesses|ShmProcesses[.](EightRanks|TwoSimulatedHosts|CmaTurnedOff|ARankWhoseCma)|^multihost$|SixtyFourMebibyteValue|HangReports[.].*/(shm|ibverbs)'
       fi
       ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 600 -L 'concurrency|process' \
         -E "/P($sizes)([_ ]|\$)|$heavy"

@@ -125,8 +125,10 @@ class Watcher {
     [[maybe_unused]] ssize_t n = ::write(wakeFd_, &one, sizeof one);
   }
 
-  // The child of a fork has no watcher thread, and its contexts are the parent's.
+  // The child of a fork has no watcher thread, and its contexts are the parent's (the mutex
+  // may have been held by a thread the child does not have).
   void afterFork() {
+    new (&mutex_) std::mutex();
     reporters_.clear();
     running_ = false;
   }
@@ -311,7 +313,7 @@ std::string HangReporter::finish(Round& round) {
     const auto& text = round.summaries[static_cast<std::size_t>(r)];
     if (!text) continue;
     try {
-      summaries[static_cast<std::size_t>(r)] = parseSummary(*text, r);
+      summaries[static_cast<std::size_t>(r)] = parseSummary(*text, r, setup_.rank);
     } catch (const Error& e) {
       COLLX_WARN(kCore, "rank {}: rank {}'s summary for the hang report {} is unreadable: {}",
                  setup_.rank, r, round.name, e.what());
