@@ -27,7 +27,7 @@ constexpr int kCalls = 3;  // the hang is in call 2 (seq 2)
 class HangJob : public test::WorkerJob {
  public:
   HangJob(int size, int odd, const std::string& what, const std::string& transport,
-          const std::string& dir)
+          const std::string& dir, const std::string& store = "")
       : WorkerJob(
             size, "hang-test",
             [](int) {
@@ -40,6 +40,7 @@ class HangJob : public test::WorkerJob {
                                                      {"COLLX_HANG_REPORT_DIR", dir},
                                                      {"TEST_WORKER_HANG_RANK", std::to_string(odd)},
                                                      {"TEST_WORKER_HANG_CASE", what}};
+              if (!store.empty()) env["COLLX_STORE"] = store;
 #ifdef COLLX_VERBS_EMU_PATH
               if (transport == "ibverbs") env["COLLX_IBVERBS_LIBRARY"] = COLLX_VERBS_EMU_PATH;
 #endif
@@ -164,6 +165,42 @@ TEST_P(HangReports, AKilledRankFailsTheOthersEarlyWithTheReportBefore) {
   const std::string all =
       expectReport(4, 2, "kill", 10, "rank 2: has not called allreduce#2", "not_called");
   EXPECT_NE(all.find("rank 2 died or was killed"), std::string::npos) << all;
+}
+
+TEST(HangReportsWithoutAStore, EachRankReportsItsOwnViewBeforeItsDeadline) {
+  // The job's store (a server process of its own) stops answering once the ranks are in the
+  // call that hangs: the rounds cannot be joined, and each rank's error still carries a
+  // report, saying so, made from what it knows; nobody is held past its deadline.
+  test::Process server({test::binDir() + "/collx-test-store-helper", "serve", "0"});
+  const auto until = Clock::now() + 10s;
+  while (server.out().find('\n') == std::string::npos && Clock::now() < until) server.wait(10ms);
+  const std::string url = server.out().substr(0, server.out().find('\n'));
+  ASSERT_EQ(url.rfind("tcp://127.0.0.1:", 0), 0u) << server.out() << server.err();
+  test::TempDir dir;
+  HangJob job(3, 2, "skip", "tcp", dir.path(), url);
+  ASSERT_TRUE(job.allReady());
+  auto done = [&](int r) { return job.rank(r).out().find("call 1 done") != std::string::npos; };
+  while (!(done(0) && done(1) && done(2)) && Clock::now() < until + 20s) {
+    for (int r = 0; r < 3; ++r) job.rank(r).wait(5ms);
+  }
+  ASSERT_TRUE(done(0) && done(1) && done(2));
+  server.signal(SIGSTOP);
+  const auto start = Clock::now();
+  for (int r : {0, 1}) {
+    EXPECT_TRUE(job.rank(r).wait(20s)) << "rank " << r;
+    EXPECT_LT(Clock::now() - start, 9500ms) << "rank " << r;
+    EXPECT_EQ(job.rank(r).exitCode(), 11) << job.rank(r).err();
+    const std::string& err = job.rank(r).err();
+    EXPECT_NE(err.find("collx hang report"), std::string::npos) << err;
+    EXPECT_NE(err.find("the store (" + url), std::string::npos) << err;
+    EXPECT_NE(
+        err.find("did not answer within 1000 ms: this is the view of rank " + std::to_string(r)),
+        std::string::npos)
+        << err;
+    EXPECT_NE(err.find("rank 2: unknown (the store did not answer)"), std::string::npos) << err;
+  }
+  job.rank(2).signal(SIGKILL);
+  server.signal(SIGCONT);
 }
 
 const std::vector<std::string> kTransports = {"tcp", "shm",

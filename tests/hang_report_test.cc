@@ -412,11 +412,20 @@ TEST(Diagnose, AStoreThatDidNotAnswerLeavesTheLocalView) {
             "4194304):\n"
             "  the store (tcp://10.0.0.1:29500) did not answer within 1000 ms: this is the view "
             "of rank 1\n"
-            "  rank 0: not responding: pid 1000 on host node0 (dead, stopped, or stuck outside "
-            "collx)\n"
+            "  rank 0: unknown (the store did not answer): pid 1000 on host node0\n"
             "  rank 1: in allreduce#9, step 4/14, waiting for rank 0\n"
-            "  rank 2: not responding: pid 1002 on host node0 (dead, stopped, or stuck outside "
-            "collx)");
+            "  rank 2: unknown (the store did not answer): pid 1002 on host node0");
+  // What the probe saw of a rank on this host still counts.
+  d = detail::diagnose(
+      s, peersOf(3),
+      [](const PeerInfo& p) {
+        return p.rank == 2 ? ProcessState::kStopped : ProcessState::kRunning;
+      },
+      info);
+  EXPECT_EQ(d.ranks[0].text, "unknown (the store did not answer): pid 1000 on host node0");
+  EXPECT_EQ(d.ranks[2].text,
+            "not responding: pid 1002 on host node0 is stopped (SIGSTOP or a "
+            "debugger)");
 }
 
 TEST(Diagnose, PointToPointCallsInFlight) {

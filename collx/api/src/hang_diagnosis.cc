@@ -717,6 +717,13 @@ Diagnosis diagnose(const Summaries& summaries, const std::vector<PeerInfo>& peer
       explain(*summaries[r], d.call, summaries, rd);
     } else {
       rd.text = notResponding(peer, probe, rd.cause);
+      // Without the store, silence says nothing of the rank: only what the probe saw does.
+      if (!d.info.storeProblem.empty() && rd.cause == Cause::kNotResponding) {
+        rd.text = "unknown (the store did not answer)";
+        if (peer != nullptr && peer->pid > 0) {
+          rd.text += ": pid " + std::to_string(peer->pid) + " on host " + peer->hostname;
+        }
+      }
     }
     d.ranks.push_back(std::move(rd));
   }

@@ -353,7 +353,8 @@ std::string HangReporter::finish(Round& round) {
   return diagnosis.text;
 }
 
-void HangReporter::checkCalls() {
+std::vector<std::string> HangReporter::checkCalls() {
+  std::vector<std::string> due;
   const algorithms::Recorder& recorder = *setup_.recorder;
   const std::uint64_t last = recorder.admitted();
   if (last >= cursor_ + recorder.capacity()) cursor_ = last - recorder.capacity() + 1;
@@ -383,26 +384,76 @@ void HangReporter::checkCalls() {
                                  : "p" + std::to_string(id) + ".r" + std::to_string(setup_.rank);
     if (after.count() > 0 && after <= timeout - 3 * grace_ && age >= after && !fired(1)) {
       fired_.emplace_back(id, 1);
-      open(base + ".a");
+      due.push_back(base + ".a");
     }
     // The last round ends before the deadline (a grace to collect, a grace to spare on a
     // loaded host), so that the call's error carries it.
     if (age >= timeout - 2 * grace_ && !fired(2)) {
       fired_.emplace_back(id, 2);
-      open(base + ".z");
+      due.push_back(base + ".z");
     }
   }
   std::erase_if(fired_, [&](const auto& f) { return f.first < cursor_; });
+  return due;
+}
+
+std::unique_ptr<HangReporter::Round> HangReporter::newRound(const std::string& name) const {
+  auto round = std::make_unique<Round>();
+  round->name = name;
+  round->trigger = name[0] == 'u'         ? "signal"
+                   : name[0] == 'd'       ? "dump"
+                   : name.ends_with(".z") ? "timeout"
+                                          : "after";
+  round->opened = Clock::now();
+  round->summaries.resize(static_cast<std::size_t>(setup_.size));
+  for (const algorithms::CallRecord& c : setup_.recorder->snapshot()) {
+    if (c.state != algorithms::CallState::kCompleted && c.state != algorithms::CallState::kFailed) {
+      round->inFlight.push_back(c.id);
+    }
+  }
+  return round;
+}
+
+void HangReporter::storeFailed(const Error& e) {
+  if (!storeFailed_) {
+    COLLX_DEBUG(kCore, "rank {}: the hang report's store ({}) failed: {}", setup_.rank,
+                setup_.store->describe(), e.what());
+  }
+  storeFailed_ = true;
+  storeProblem_ = "the store (" + setup_.store->describe() + ") did not answer within " +
+                  std::to_string(grace_.count()) + " ms";
+  // Each request costs a grace while it does not answer: the watcher looks again later,
+  // and meanwhile keeps its eye on the calls.
+  retryAt_ = Clock::now() + 4 * period_;
+}
+
+void HangReporter::reportAlone(const std::string& name) {
+  std::unique_ptr<Round> round = newRound(name);
+  round->summaries[static_cast<std::size_t>(setup_.rank)] = summaryJson(summary(name));
+  round->storeProblem = storeProblem_;
+  finish(*round);
 }
 
 void HangReporter::tick() {
-  try {
-    checkCalls();
-    const std::uint64_t signals = gSignals.load(std::memory_order_relaxed);
-    if (signals != signalsSeen_) {
-      signalsSeen_ = signals;
-      open("u" + std::to_string(signals));
+  std::vector<std::string> due = checkCalls();
+  const std::uint64_t signals = gSignals.load(std::memory_order_relaxed);
+  if (signals != signalsSeen_) {
+    signalsSeen_ = signals;
+    due.push_back("u" + std::to_string(signals));
+  }
+  const bool resting = storeFailed_ && Clock::now() < retryAt_;
+  for (const std::string& name : due) {
+    try {
+      if (resting) throw TimeoutError(Where{setup_.rank, "hang report", -1}, storeProblem_);
+      open(name);
+    } catch (const Error& e) {
+      if (!resting) storeFailed(e);
+      // The report before a deadline is made all the same, from what this rank knows.
+      if (name.ends_with(".z")) reportAlone(name);
     }
+  }
+  if (storeFailed_ && Clock::now() < retryAt_) return;
+  try {
     // Rounds opened anywhere in the job: answer each, and diagnose it if a call of this rank
     // is in flight.
     const std::int64_t rounds = store_->add("hang/rounds", 0);
@@ -412,20 +463,7 @@ void HangReporter::tick() {
       ++roundsSeen_;
       const std::string name = rendezvous::toString(store_->get(key));
       if (!answer(name)) continue;
-      auto round = std::make_unique<Round>();
-      round->name = name;
-      round->trigger = name[0] == 'u'         ? "signal"
-                       : name[0] == 'd'       ? "dump"
-                       : name.ends_with(".z") ? "timeout"
-                                              : "after";
-      round->opened = Clock::now();
-      round->summaries.resize(static_cast<std::size_t>(setup_.size));
-      for (const algorithms::CallRecord& c : setup_.recorder->snapshot()) {
-        if (c.state != algorithms::CallState::kCompleted &&
-            c.state != algorithms::CallState::kFailed) {
-          round->inFlight.push_back(c.id);
-        }
-      }
+      std::unique_ptr<Round> round = newRound(name);
       if (!round->inFlight.empty()) pending_.push_back(std::move(round));
     }
     for (auto it = pending_.begin(); it != pending_.end();) {
@@ -438,11 +476,17 @@ void HangReporter::tick() {
     }
     storeFailed_ = false;
   } catch (const Error& e) {
-    if (!storeFailed_) {
-      COLLX_DEBUG(kCore, "rank {}: the hang report's store ({}) failed: {}", setup_.rank,
-                  setup_.store->describe(), e.what());
+    storeFailed(e);
+    // Rounds whose grace passed are diagnosed with the summaries they got.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (Clock::now() - (*it)->opened >= grace_) {
+        (*it)->storeProblem = storeProblem_;
+        finish(**it);
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
     }
-    storeFailed_ = true;
   }
 }
 

@@ -31,6 +31,7 @@
 
 namespace collx {
 class Config;
+class Error;
 namespace algorithms {
 class Recorder;
 }
@@ -98,7 +99,12 @@ class HangReporter {
   bool collect(Round& round);
   std::string finish(Round& round);
   Summary summary(const std::string& round) const;
-  void checkCalls();
+  // The rounds this rank's calls make due now (their names).
+  std::vector<std::string> checkCalls();
+  std::unique_ptr<Round> newRound(const std::string& name) const;
+  void storeFailed(const Error& e);
+  // A round of this rank's view alone (the store does not answer).
+  void reportAlone(const std::string& name);
 
   Setup setup_;
   std::shared_ptr<rendezvous::Store> store_;  // the reporter's own connection
@@ -121,6 +127,8 @@ class HangReporter {
   std::uint64_t signalsSeen_ = 0;
   std::vector<std::unique_ptr<Round>> pending_;
   bool storeFailed_ = false;
+  std::string storeProblem_;
+  std::chrono::steady_clock::time_point retryAt_{};
 };
 
 }  // namespace collx::detail
