@@ -101,7 +101,10 @@ class HangReports : public ::testing::TestWithParam<std::string> {
     std::sort(files.begin(), files.end());
     // A report 2 s into the call and one before its 6 s deadline; a call that failed at
     // 3.5 s (a dead peer) had only the first.
-    EXPECT_EQ(files.size(), code == 11 ? 2u : 1u) << all;
+    // (Twice that where a rank stopped as soon as its part of call 1 was done: the ranks
+    // still in call 1 make their own two.)
+    EXPECT_GE(files.size(), code == 11 ? 2u : 1u) << all;
+    EXPECT_LE(files.size(), code == 11 ? 4u : 2u) << all;
     // Every rank's log, the odd one's and those that got through too (any rank with a call
     // in flight may be the round's writer).
     std::string logs;

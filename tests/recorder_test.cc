@@ -14,7 +14,7 @@ namespace {
 
 Recorder::Call callFor(std::uint64_t n) {
   Recorder::Call c;
-  c.seq = n * 3;
+  c.seq = n - 1;  // a collective's id is its seq + 1: call n has id n
   c.fingerprint.coll = static_cast<std::uint8_t>(n % 7 + 1);
   c.fingerprint.dtype = static_cast<std::uint8_t>(n % 5);
   c.fingerprint.op = static_cast<std::uint8_t>(n % 3);
@@ -38,11 +38,11 @@ TEST(Recorder, AnEntryFollowsItsCallFromQueuedToEnd) {
   Recorder r(8);
   EXPECT_TRUE(r.snapshot().empty());
   const std::uint64_t id = r.admit(callFor(5), CallState::kQueued);
-  EXPECT_EQ(id, 1u);
+  EXPECT_EQ(id, 5u);  // seq 4 + 1
   CallRecord c;
   ASSERT_TRUE(r.find(id, &c));
   EXPECT_EQ(c.state, CallState::kQueued);
-  EXPECT_EQ(c.seq, 15u);
+  EXPECT_EQ(c.seq, 4u);
   EXPECT_EQ(c.fingerprint, callFor(5).fingerprint);
   EXPECT_STREQ(c.algorithm, "ring");
   EXPECT_EQ(c.peer, 4);
@@ -79,8 +79,8 @@ TEST(Recorder, AnEntryFollowsItsCallFromQueuedToEnd) {
   EXPECT_EQ(c.errorKind, 0);
   EXPECT_EQ(c.endedUs, 10u);
   ASSERT_EQ(r.snapshot().size(), 2u);
-  EXPECT_EQ(r.snapshot()[0].id, 1u);
-  EXPECT_EQ(r.snapshot()[1].id, 2u);
+  EXPECT_EQ(r.snapshot()[0].id, 5u);
+  EXPECT_EQ(r.snapshot()[1].id, 6u);
 }
 
 TEST(Recorder, KeepsTheLastFailuresText) {
@@ -110,7 +110,7 @@ TEST(Recorder, TheRingKeepsTheLastCallsAndIgnoresWritesForOverwrittenOnes) {
   ASSERT_EQ(calls.size(), 4u);
   for (std::size_t i = 0; i < calls.size(); ++i) {
     EXPECT_EQ(calls[i].id, 7 + i);
-    EXPECT_EQ(calls[i].seq, (7 + i) * 3);
+    EXPECT_EQ(calls[i].seq, 6 + i);
   }
   CallRecord c;
   EXPECT_FALSE(r.find(3, &c));
@@ -121,7 +121,57 @@ TEST(Recorder, TheRingKeepsTheLastCallsAndIgnoresWritesForOverwrittenOnes) {
   ASSERT_TRUE(r.find(7, &c));
   EXPECT_EQ(c.state, CallState::kRunning);
   EXPECT_EQ(c.endedUs, 0u);
-  EXPECT_EQ(r.admitted(), 10u);
+}
+
+TEST(Recorder, SendsAndReceivesHaveARingOfTheirOwnAndTakeTheirPlaceInTime) {
+  Recorder r(64);
+  Recorder::Call send = callFor(1);
+  send.space = transport::Space::kPointToPoint;
+  send.seq = 42;           // a tag: many calls may share it
+  send.admittedNs = 1500;  // between collectives 1 and 2 (admitted at 1000 and 2000)
+  r.admit(callFor(1), CallState::kRunning);
+  r.admit(callFor(2), CallState::kRunning);
+  const std::uint64_t a = r.admit(send, CallState::kRunning);
+  const std::uint64_t b = r.admit(send, CallState::kRunning);
+  EXPECT_NE(a, b);
+  EXPECT_NE(a, 43u);  // not a collective's id
+  const auto calls = r.snapshot();
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_EQ(calls[0].id, 1u);
+  EXPECT_EQ(calls[1].id, a);
+  EXPECT_EQ(calls[2].id, b);
+  EXPECT_EQ(calls[3].id, 2u);
+  CallRecord c;
+  ASSERT_TRUE(r.find(b, &c));
+  EXPECT_EQ(c.space, transport::Space::kPointToPoint);
+  EXPECT_EQ(c.seq, 42u);
+  r.end(b, false, 0, 2500);
+  ASSERT_TRUE(r.find(b, &c));
+  EXPECT_EQ(c.state, CallState::kCompleted);
+  EXPECT_EQ(c.endedUs, 1u);
+}
+
+TEST(Recorder, ACallAdmittedWithoutATimeGetsOneWhenItWaitsOrEnds) {
+  Recorder r(8);
+  Recorder::Call call = callFor(1);
+  call.admittedNs = 0;
+  const std::uint64_t fast = r.admit(call, CallState::kRunning);
+  CallRecord c;
+  ASSERT_TRUE(r.find(fast, &c));
+  EXPECT_EQ(c.admittedNs, 0);
+  r.end(fast, false, 0, 7000);
+  ASSERT_TRUE(r.find(fast, &c));
+  EXPECT_EQ(c.admittedNs, 7000);  // within the tick it ended in
+  EXPECT_EQ(c.runningNs, 7000);
+  EXPECT_EQ(c.endedUs, 0u);
+  call = callFor(2);
+  call.admittedNs = 0;
+  const std::uint64_t slow = r.admit(call, CallState::kRunning);
+  r.waiting(slow, WaitKind::kShared, 1, 0, 0, 3, 9000);
+  r.end(slow, false, 0, 9000 + 5'000'000);
+  ASSERT_TRUE(r.find(slow, &c));
+  EXPECT_EQ(c.admittedNs, 9000);  // no later than its wait began
+  EXPECT_EQ(c.endedUs, 5000u);
 }
 
 TEST(Recorder, ReadersNeverSeeATornEntry) {

@@ -26,6 +26,10 @@ constexpr std::chrono::milliseconds kPeerCheckPeriod(10);
 constexpr std::chrono::milliseconds kNotePeriod(50);
 constexpr std::chrono::milliseconds kNoteAfter(1);
 
+// A blocking shared-memory call of this many elements (64 KiB of float64) reads the clock
+// when it is admitted.
+constexpr std::uint64_t kTimedCount = 8 << 10;
+
 std::int64_t nanosOf(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
@@ -457,11 +461,15 @@ void Engine::recordAdmitted(CallInfo& info, CallState state) noexcept {
   call.fingerprint = info.fingerprint;
   call.algorithm = info.algorithm != nullptr ? info.algorithm : info.collective;
   call.peer = info.peer;
-  // A call with a deadline read the clock already; a shared-memory call reads none unless it
-  // waits: the coarse clock then (no system call).
-  call.admittedNs = info.deadline == Clock::time_point::max()
-                        ? Recorder::coarseNowNs()
-                        : nanosOf(info.deadline - info.timeout);
+  // A call with a deadline read the clock already. A blocking shared-memory call reads none
+  // unless it waits: a small one gets its time when it first sleeps or ends (it cannot last
+  // longer than a clock tick without sleeping), a large one the coarse clock's (no system
+  // call).
+  if (info.deadline != Clock::time_point::max()) {
+    call.admittedNs = nanosOf(info.deadline - info.timeout);
+  } else if (info.fingerprint.count >= kTimedCount) {
+    call.admittedNs = Recorder::coarseNowNs();
+  }
   call.timeoutMs = static_cast<std::uint32_t>(
       std::clamp<std::int64_t>(info.timeout.count(), 0, std::numeric_limits<std::uint32_t>::max()));
   info.recorder = recorder_.get();

@@ -26,27 +26,34 @@ enum PackedByte : int { kColl, kDtype, kOp, kSpace, kState, kErrorKind, kWaitKin
 
 }  // namespace
 
-Recorder::Recorder(std::size_t capacity)
-    : entries_(new Entry[std::bit_ceil(std::max<std::size_t>(capacity, 1))]),
-      mask_(std::bit_ceil(std::max<std::size_t>(capacity, 1)) - 1) {}
+Recorder::Ring::Ring(std::size_t capacity)
+    : entries(new Entry[std::bit_ceil(std::max<std::size_t>(capacity, 1))]),
+      mask(std::bit_ceil(std::max<std::size_t>(capacity, 1)) - 1) {}
 
+Recorder::Recorder(std::size_t capacity)
+    : collectives_(capacity), pointToPoint_(std::max<std::size_t>(capacity / 4, 16)) {}
+
+// One writer per entry at a time: the version moves with plain stores (no locked
+// read-modify-write on a call's way), ordered by the release fence and the release store.
 void Recorder::beginWrite(Entry& e) noexcept {
-  e.w[kVersion].fetch_add(1, kRelaxed);  // odd: readers retry
+  e.w[kVersion].store(e.w[kVersion].load(kRelaxed) + 1, kRelaxed);  // odd: readers retry
   std::atomic_thread_fence(std::memory_order_release);
 }
 
 void Recorder::endWrite(Entry& e) noexcept {
-  e.w[kVersion].fetch_add(1, std::memory_order_release);
+  e.w[kVersion].store(e.w[kVersion].load(kRelaxed) + 1, std::memory_order_release);
 }
 
 Recorder::Entry* Recorder::owned(std::uint64_t id) noexcept {
-  Entry& e = entries_[id & mask_];
+  Entry& e = ringOf(id).at(id);
   return e.w[kId].load(kRelaxed) == id ? &e : nullptr;
 }
 
 std::uint64_t Recorder::admit(const Call& call, CallState state) noexcept {
-  const std::uint64_t id = next_.fetch_add(1, kRelaxed) + 1;
-  Entry& e = entries_[id & mask_];
+  const std::uint64_t id = call.space == transport::Space::kCollective
+                               ? call.seq + 1
+                               : kPointToPoint | (nextPointToPoint_.fetch_add(1, kRelaxed) + 1);
+  Entry& e = ringOf(id).at(id);
   std::uint64_t packed = 0;
   packed = withByte(packed, kColl, call.fingerprint.coll);
   packed = withByte(packed, kDtype, call.fingerprint.dtype);
@@ -94,6 +101,10 @@ void Recorder::waiting(std::uint64_t id, WaitKind kind, int peer, std::uint32_t 
     return;
   }
   beginWrite(*e);
+  // Admitted without a clock: it began no later than this wait.
+  if (e->w[kAdmitted].load(kRelaxed) == 0) {
+    e->w[kAdmitted].store(static_cast<std::uint64_t>(sinceNs), kRelaxed);
+  }
   e->w[kPacked].store(withByte(packed, kWaitKind, static_cast<std::uint8_t>(kind)), kRelaxed);
   e->w[kWaitPeer].store(static_cast<std::uint32_t>(peer), kRelaxed);
   e->w[kSteps].store(pack32(step, steps), kRelaxed);
@@ -107,9 +118,11 @@ void Recorder::end(std::uint64_t id, bool failed, std::uint8_t errorKind,
   Entry* e = owned(id);
   if (e == nullptr) return;
   const auto admitted = static_cast<std::int64_t>(e->w[kAdmitted].load(kRelaxed));
-  const std::int64_t us = nowNs > admitted ? (nowNs - admitted) / 1000 : 0;
+  const std::int64_t us = admitted != 0 && nowNs > admitted ? (nowNs - admitted) / 1000 : 0;
   const auto endedUs = static_cast<std::uint32_t>(std::min<std::int64_t>(us, UINT32_MAX));
   beginWrite(*e);
+  // A short call admitted without a clock (it never waited): it ran within this tick.
+  if (admitted == 0) e->w[kAdmitted].store(static_cast<std::uint64_t>(nowNs), kRelaxed);
   std::uint64_t packed = e->w[kPacked].load(kRelaxed);
   packed = withByte(packed, kState,
                     static_cast<std::uint8_t>(failed ? CallState::kFailed : CallState::kCompleted));
@@ -118,6 +131,11 @@ void Recorder::end(std::uint64_t id, bool failed, std::uint8_t errorKind,
   e->w[kPacked].store(packed, kRelaxed);
   e->w[kTimes].store(pack32(high32(e->w[kTimes].load(kRelaxed)), endedUs), kRelaxed);
   endWrite(*e);
+  // The next call's entry, on its way into this core's cache while the caller goes on: its
+  // admission then writes lines it owns already.
+  Entry& next = ringOf(id).at(id + 1);
+  __builtin_prefetch(&next, 1);
+  __builtin_prefetch(reinterpret_cast<const char*>(&next) + 64, 1);
 }
 
 void Recorder::noteFailure(std::uint64_t id, std::string what) {
@@ -160,6 +178,7 @@ bool Recorder::read(const Entry& e, CallRecord* out) {
     r.timeoutMs = high32(w[kTimes]);
     r.endedUs = low32(w[kTimes]);
     r.runningNs = static_cast<std::int64_t>(w[kRunning]);
+    if (r.runningNs == 0 && r.state != CallState::kQueued) r.runningNs = r.admittedNs;
     if (r.waitKind != WaitKind::kNone) {
       r.waitPeer = static_cast<std::int32_t>(static_cast<std::uint32_t>(w[kWaitPeer]));
       r.step = high32(w[kSteps]);
@@ -174,23 +193,33 @@ bool Recorder::read(const Entry& e, CallRecord* out) {
 }
 
 bool Recorder::find(std::uint64_t id, CallRecord* out) const {
-  if (id == 0) return false;
+  if (id == 0 || id == kPointToPoint) return false;
   CallRecord r;
-  if (!read(entries_[id & mask_], &r) || r.id != id) return false;
+  if (!read(ringOf(id).at(id), &r) || r.id != id) return false;
   *out = r;
   return true;
 }
 
 std::vector<CallRecord> Recorder::snapshot() const {
   std::vector<CallRecord> out;
-  const std::uint64_t last = next_.load(std::memory_order_acquire);
-  const std::uint64_t first = last > mask_ ? last - mask_ : 1;
-  out.reserve(static_cast<std::size_t>(last - first + 1));
-  for (std::uint64_t id = first; id <= last; ++id) {
-    CallRecord r;
-    if (read(entries_[id & mask_], &r) && r.id == id) out.push_back(r);
+  out.reserve(static_cast<std::size_t>(collectives_.mask + pointToPoint_.mask + 2));
+  for (const Ring* ring : {&collectives_, &pointToPoint_}) {
+    for (std::uint64_t i = 0; i <= ring->mask; ++i) {
+      CallRecord r;
+      if (read(ring->entries[i], &r)) out.push_back(r);
+    }
   }
-  return out;
+  // Collectives in the order of their sequence numbers, sends and receives among them by
+  // the time they were admitted.
+  const auto p2p = std::stable_partition(
+      out.begin(), out.end(), [](const CallRecord& r) { return !(r.id & kPointToPoint); });
+  std::sort(out.begin(), p2p, [](const CallRecord& a, const CallRecord& b) { return a.id < b.id; });
+  std::sort(p2p, out.end(), [](const CallRecord& a, const CallRecord& b) { return a.id < b.id; });
+  std::vector<CallRecord> merged;
+  merged.reserve(out.size());
+  std::merge(out.begin(), p2p, p2p, out.end(), std::back_inserter(merged),
+             [](const CallRecord& a, const CallRecord& b) { return a.admittedNs < b.admittedNs; });
+  return merged;
 }
 
 }  // namespace collx::algorithms

@@ -197,7 +197,7 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
     check(member, name);
     if (!noted && waited >= kNoteAfter && waiting.sleeping) {
       noted = true;
-      waiting.sleeping(rankOf(member), use);
+      waiting.sleeping(rankOf(member), use, start);
     }
     sleep(member, seen, std::min(deadline, Clock::now() + kMaxSleep));
   }

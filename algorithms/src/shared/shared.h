@@ -231,11 +231,13 @@ class Call {
     waiting_.fingerprint = info.fingerprint;
     if (!waiting_.name) waiting_.name = [&scratch] { return callName(*scratch.info); };
     if (!waiting_.sleeping) {
-      waiting_.sleeping = [&scratch](int rank, std::uint64_t use) {
+      waiting_.sleeping = [&scratch](int rank, std::uint64_t use,
+                                     std::chrono::steady_clock::time_point since) {
         const CallInfo& call = *scratch.info;
         if (call.recorder == nullptr) return;
-        call.recorder->waiting(call.recordId, WaitKind::kShared, rank, 0, 0, use,
-                               Recorder::coarseNowNs());
+        call.recorder->waiting(
+            call.recordId, WaitKind::kShared, rank, 0, 0, use,
+            std::chrono::duration_cast<std::chrono::nanoseconds>(since.time_since_epoch()).count());
       };
     }
   }

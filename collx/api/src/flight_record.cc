@@ -72,7 +72,8 @@ FlightEntry entryOf(const CallRecord& r, const Clocks& clocks) {
     e.waitingBytes = r.waitBytes;
     e.waitingSince = clocks.at(r.waitSinceNs);
   }
-  e.started = clocks.at(r.admittedNs);
+  // A short call admitted without reading a clock, still running: it began a moment ago.
+  e.started = r.admittedNs != 0 ? clocks.at(r.admittedNs) : clocks.wall;
   if (r.runningNs != 0) e.running = clocks.at(r.runningNs);
   if (e.state == CallState::kCompleted || e.state == CallState::kFailed) {
     e.ended = e.started + std::chrono::microseconds(r.endedUs);

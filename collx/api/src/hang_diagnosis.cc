@@ -106,7 +106,7 @@ SummaryCall callOf(const CallRecord& r, std::int64_t nowNs, const SummaryInput& 
       c.waitVia = cut(input.describePeer(r.waitPeer), kMaxViaBytes);
     }
   }
-  c.sinceMs = msBetween(r.admittedNs, nowNs);
+  c.sinceMs = r.admittedNs != 0 ? msBetween(r.admittedNs, nowNs) : 0;  // 0: short so far
   return c;
 }
 

@@ -355,21 +355,16 @@ std::string HangReporter::finish(Round& round) {
 
 std::vector<std::string> HangReporter::checkCalls() {
   std::vector<std::string> due;
-  const algorithms::Recorder& recorder = *setup_.recorder;
-  const std::uint64_t last = recorder.admitted();
-  if (last >= cursor_ + recorder.capacity()) cursor_ = last - recorder.capacity() + 1;
+  std::vector<std::uint64_t> inFlight;
   const std::int64_t now = steadyNs();
-  bool oldest = true;
-  for (std::uint64_t id = cursor_; id <= last; ++id) {
-    algorithms::CallRecord c;
-    const bool found = recorder.find(id, &c);
-    const bool ended = !found || c.state == algorithms::CallState::kCompleted ||
-                       c.state == algorithms::CallState::kFailed;
-    if (ended) {
-      if (oldest) cursor_ = id + 1;
+  for (const algorithms::CallRecord& c : setup_.recorder->snapshot()) {
+    // (Admitted without a time: a short call that has not waited yet.)
+    if (c.state == algorithms::CallState::kCompleted || c.state == algorithms::CallState::kFailed ||
+        c.admittedNs == 0) {
       continue;
     }
-    oldest = false;
+    const std::uint64_t id = c.id;
+    inFlight.push_back(id);
     const milliseconds timeout(c.timeoutMs);
     // Rounds are worth it only when the grace fits the call's timeout a few times over.
     if (timeout < 4 * grace_) continue;
@@ -379,9 +374,12 @@ std::vector<std::string> HangReporter::checkCalls() {
     auto fired = [&](int which) {
       return std::find(fired_.begin(), fired_.end(), std::make_pair(id, which)) != fired_.end();
     };
+    // A collective's round has the same name on every rank; a send's or receive's is this
+    // rank's own.
     const std::string base = c.space == transport::Space::kCollective
                                  ? "c" + std::to_string(c.seq)
-                                 : "p" + std::to_string(id) + ".r" + std::to_string(setup_.rank);
+                                 : "p" + std::to_string(c.seq) + "." + std::to_string(c.peer) +
+                                       ".r" + std::to_string(setup_.rank);
     if (after.count() > 0 && after <= timeout - 3 * grace_ && age >= after && !fired(1)) {
       fired_.emplace_back(id, 1);
       due.push_back(base + ".a");
@@ -393,7 +391,9 @@ std::vector<std::string> HangReporter::checkCalls() {
       due.push_back(base + ".z");
     }
   }
-  std::erase_if(fired_, [&](const auto& f) { return f.first < cursor_; });
+  std::erase_if(fired_, [&](const auto& f) {
+    return std::find(inFlight.begin(), inFlight.end(), f.first) == inFlight.end();
+  });
   return due;
 }
 

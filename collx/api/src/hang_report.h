@@ -122,7 +122,6 @@ class HangReporter {
 
   // The watcher's only.
   std::int64_t roundsSeen_ = 0;
-  std::uint64_t cursor_ = 1;                          // the oldest call that may be in flight
   std::vector<std::pair<std::uint64_t, int>> fired_;  // (call id, 1: after, 2: final)
   std::uint64_t signalsSeen_ = 0;
   std::vector<std::unique_ptr<Round>> pending_;

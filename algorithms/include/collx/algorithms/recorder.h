@@ -1,8 +1,10 @@
 // Recorder: a context's flight recorder, the last calls it ran and what each is doing
 // (the engine writes it: Engine::recorder()).
 //
-// A fixed ring of entries, allocated once: a call takes the next id (one relaxed fetch_add)
-// and the entry at id mod capacity; nothing on a call's way allocates, locks or makes a
+// Fixed rings of entries, allocated once. A collective's id is its sequence number + 1 (unique
+// already: the context numbers its collectives) and its entry the one at id mod capacity, so
+// that its way has no atomic read-modify-write; a send's or receive's id comes from a counter
+// of their own ring (ids from 2^63). Nothing on a call's way allocates, locks or makes a
 // system call. One thread writes an entry at a time (the thread that runs the call, or the
 // engine's driver, which the engine's own locks serialize); any thread may read, never
 // blocking a writer: each entry is a seqlock over atomic words (a reader retries while a write
@@ -38,8 +40,10 @@ struct CallRecord {
   const char* algorithm = "";  // static, from the registry; point-to-point: "send", "recv"
   int peer = -1;               // point-to-point: the peer
   CallState state = CallState::kFree;
-  std::uint8_t errorKind = 0;   // collx::ErrorKind of a failed call
-  std::int64_t admittedNs = 0;  // steady clock
+  std::uint8_t errorKind = 0;  // collx::ErrorKind of a failed call
+  // Steady clock; 0 while unknown: a short call may be admitted without reading a clock,
+  // and gets its time when it first waits or ends.
+  std::int64_t admittedNs = 0;
   std::uint32_t timeoutMs = 0;
   std::uint32_t endedUs = 0;   // after admission (saturating)
   std::int64_t runningNs = 0;  // steady clock; 0 until it runs (queued calls)
@@ -70,11 +74,10 @@ class Recorder {
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
-  std::size_t capacity() const noexcept { return mask_ + 1; }
-  // Ids handed out so far (the next call's id is this plus 1).
-  std::uint64_t admitted() const noexcept { return next_.load(std::memory_order_relaxed); }
+  // Collectives it keeps (sends and receives: a quarter as many, at least 16).
+  std::size_t capacity() const noexcept { return collectives_.mask + 1; }
 
-  // A new call (queued, or running at once); returns its id (from 1).
+  // A new call (queued, or running at once); returns its id (a collective's: its seq + 1).
   std::uint64_t admit(const Call& call, CallState state) noexcept;
   // A queued call runs.
   void running(std::uint64_t id, std::int64_t nowNs) noexcept;
@@ -97,8 +100,8 @@ class Recorder {
     return std::int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
   }
 
-  // Every call the ring holds, oldest first (entries being rewritten for longer than a few
-  // tries are left out).
+  // Every call the rings hold, in the order they were admitted (entries being rewritten for
+  // longer than a few tries are left out).
   std::vector<CallRecord> snapshot() const;
   // The call with `id`, if the ring still holds it (false: overwritten, torn or never made).
   bool find(std::uint64_t id, CallRecord* out) const;
@@ -126,14 +129,25 @@ class Recorder {
     std::array<std::atomic<std::uint64_t>, kWords> w{};
   };
 
+  struct Ring {
+    explicit Ring(std::size_t capacity);
+    std::unique_ptr<Entry[]> entries;
+    std::uint64_t mask;
+    Entry& at(std::uint64_t id) const noexcept { return entries[id & mask]; }
+  };
+  static constexpr std::uint64_t kPointToPoint = std::uint64_t{1} << 63;  // their ids' bit
+
+  const Ring& ringOf(std::uint64_t id) const noexcept {
+    return id & kPointToPoint ? pointToPoint_ : collectives_;
+  }
   Entry* owned(std::uint64_t id) noexcept;
   static void beginWrite(Entry& e) noexcept;
   static void endWrite(Entry& e) noexcept;
   static bool read(const Entry& e, CallRecord* out);
 
-  std::unique_ptr<Entry[]> entries_;
-  std::uint64_t mask_;
-  std::atomic<std::uint64_t> next_{0};
+  Ring collectives_;
+  Ring pointToPoint_;
+  std::atomic<std::uint64_t> nextPointToPoint_{0};
   static constexpr std::size_t kFailuresKept = 8;
   mutable std::mutex failuresMutex_;
   std::array<std::pair<std::uint64_t, std::string>, kFailuresKept> failures_;

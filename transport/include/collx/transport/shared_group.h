@@ -74,8 +74,10 @@ struct Waiting {
   std::uint64_t seq = 0;  // the call, to tell a member that runs another one at this seq
   Fingerprint fingerprint;
   // Told once per wait, when the waiting thread first goes to sleep (after a millisecond at
-  // least): the rank and the use it waits for (the flight recorder's note).
-  std::function<void(int rank, std::uint64_t use)> sleeping;
+  // least): the rank and the use it waits for, and when the wait began (the flight
+  // recorder's note).
+  std::function<void(int rank, std::uint64_t use, std::chrono::steady_clock::time_point since)>
+      sleeping;
 };
 
 class SharedGroup {
