@@ -70,8 +70,11 @@ def transport_of(transports):
 
 
 class Line:
-    def __init__(self, label):
+    def __init__(self, label, style=None):
         self.label = label
+        # (color index, line style): lines that keep a style from picture to picture (an
+        # implementation's); None: the next free color, in the order lines come.
+        self.style = style
         self.points = {}  # size -> (time_us, busbw_gbps)
 
     def add(self, size, time_us, busbw):
@@ -84,21 +87,25 @@ class Line:
 
 def size_ticks(sizes):
     """The sizes to label on the size axis: measured ones, evenly spread on the log axis (at
-    most about 8 labels, the smallest always among them)."""
+    most about 10 labels, the smallest and the largest always among them)."""
     sizes = sorted(sizes)
     if not sizes:
         return []
-    spacing = (math.log2(sizes[-1]) - math.log2(sizes[0])) / 8
+    spacing = (math.log2(sizes[-1]) - math.log2(sizes[0])) / 10
     ticks = [sizes[0]]
     for s in sizes[1:]:
         if math.log2(s) - math.log2(ticks[-1]) >= spacing - 1e-9:
             ticks.append(s)
+    if ticks[-1] != sizes[-1]:
+        if len(ticks) > 1 and math.log2(sizes[-1]) - math.log2(ticks[-1]) < spacing / 2:
+            ticks.pop()
+        ticks.append(sizes[-1])
     return ticks
 
 
 def save(fig, out):
     """Writes the figure in the format of `out`'s extension. PNGs are reduced to a palette of
-    64 colors (lines, text and grid need no more): a third of the bytes, the same picture."""
+    128 colors (lines, text and grid need no more): a quarter of the bytes, the same colors."""
     ext = os.path.splitext(out)[1].lower()
     try:
         if ext == ".svg":
@@ -114,8 +121,8 @@ def save(fig, out):
                 f.write(png.getvalue())
             return
         png.seek(0)
-        image = Image.open(png).convert("RGB").quantize(colors=64,
-                                                        method=Image.Quantize.MEDIANCUT)
+        image = Image.open(png).convert("RGB").quantize(colors=128,
+                                                        method=Image.Quantize.FASTOCTREE)
         image.save(out, format="PNG", optimize=True)
     except OSError as e:
         fail("cannot write %s: %s" % (out, e))
@@ -133,11 +140,16 @@ def draw(out, title, panels, notes=""):
         fail("nothing to draw: no result with a size above 0 and a time")
     cmap = plt.get_cmap("tab10")
     markers = "osD^v<>ph*"
-    style = {label: (cmap(i % 10), markers[i % len(markers)]) for i, label in enumerate(labels)}
+    fixed = {line.label: line.style for _, lines in panels for line in lines if line.style}
+    style = {}
+    free = (i for i in range(1000) if i not in {c for c, _ in fixed.values()})
+    for label in labels:
+        index, dashes = fixed[label] if label in fixed else (next(free), "-")
+        style[label] = (cmap(index % 10), markers[index % len(markers)], dashes)
     # Heights in inches: the title (and its note), the legend's rows, 3.4 per row of panels.
     ncol = min(len(labels), 4)
     legend_rows = (len(labels) + ncol - 1) // ncol
-    top = 0.45 + (0.25 if notes else 0)
+    top = 0.32 + (0.25 if notes else 0)
     bottom = 0.15 + 0.27 * legend_rows
     rows = len(panels)
     height = top + bottom + 3.4 * rows
@@ -151,9 +163,9 @@ def draw(out, title, panels, notes=""):
                 sizes = sorted(s for s in line.points if line.points[s][index] > 0)
                 if not sizes:
                     continue
-                color, marker = style[line.label]
+                color, marker, dashes = style[line.label]
                 h, = ax.plot(sizes, [line.points[s][index] for s in sizes], color=color,
-                             marker=marker, markersize=4,
+                             marker=marker, markersize=4, linestyle=dashes,
                              linewidth=2.2 if line.label.startswith("collx") else 1.3,
                              label=line.label)
                 handles.setdefault(line.label, h)
@@ -232,9 +244,10 @@ def bench(out, paths):
     draw(out, "collx-bench " + ", ".join(parts), [("", list(lines.values()))])
 
 
-# run.sh's impl column -> the name in the legend.
-IMPL_NAMES = {"collx": "collx", "base": "collx (BASE build)", "gloo": "Gloo",
-              "ompi": "Open MPI", "mpich": "MPICH", "torch": "torch.distributed (gloo)"}
+# run.sh's impl column -> the name in the legend, in the order of their colors (each keeps
+# its color in every picture).
+IMPL_NAMES = {"collx": "collx", "gloo": "Gloo", "mpich": "MPICH", "ompi": "Open MPI",
+              "torch": "torch.distributed (gloo)", "base": "collx (BASE build)"}
 
 
 def bus_factor(collective, P):
@@ -276,9 +289,11 @@ def compare(out, paths, collective):
             for P in sorted({int(r["P"]) for r in mine}):
                 lines = {}
                 for r in (r for r in mine if int(r["P"]) == P):
+                    impl = r["impl"]
                     transport = r["transport"].replace("gloo-", "")  # torch's "gloo-tcp"
-                    label = "%s over %s" % (IMPL_NAMES.get(r["impl"], r["impl"]), transport)
+                    label = "%s over %s" % (IMPL_NAMES.get(impl, impl), transport)
                     line = lines.setdefault(label, Line(label))
+                    line.impl, line.transport = impl, transport
                     size, t = int(r["bytes"]), float(r["time_us"])
                     # busbw from bytes and time: the peers' CSVs round it to 4 decimals.
                     busbw = size / (t * 1e3) * bus_factor(collective, P) if t > 0 else 0
@@ -291,6 +306,17 @@ def compare(out, paths, collective):
         fail("%s is not run.sh's results.csv (%s: %s)" % (", ".join(paths), type(e).__name__, e))
     if not panels:
         fail("no correct %s results in %s" % (collective, ", ".join(paths)))
+    # Each implementation keeps its color in every picture; over a second transport, dashed.
+    seen = {}
+    for _, lines in panels:
+        for line in lines:
+            seen.setdefault(line.impl, set()).add(line.transport)
+    for _, lines in panels:
+        for line in lines:
+            if line.impl in IMPL_NAMES:
+                first = sorted(seen[line.impl])[0]
+                line.style = (list(IMPL_NAMES).index(line.impl),
+                              "-" if line.transport == first else "--")
     title = "%s, float32: collx against its peers (collx over %s)" % (
         collective, ", ".join(transports))
     notes = ("each implementation's best algorithm and best round per size; time = max over "
@@ -299,12 +325,11 @@ def compare(out, paths, collective):
 
 
 def main():
-    ap = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0],
-        epilog="exit codes: 0 drawn; 1 unreadable input or nothing to draw; 2 bad arguments; "
-               "3 matplotlib is missing")
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="only check that matplotlib imports")
-    ap.add_argument("mode", nargs="?", choices=("bench", "compare"))
+    ap.add_argument("mode", nargs="?", choices=("bench", "compare"),
+                    help="what the inputs are: collx-bench's JSON, or run.sh's CSV")
     ap.add_argument("out", nargs="?", help="the picture to write: .png or .svg")
     ap.add_argument("inputs", nargs="*", help="collx-bench JSON (bench) or run.sh CSV (compare)")
     ap.add_argument("--collective", default="", help="compare: the collective to draw")
