@@ -167,6 +167,31 @@ TEST_F(BenchPlot, AllAlgorithmsCsvRowsAndPng) {
   EXPECT_EQ(left, (std::set<std::string>{"all.csv", "all.png"}));
 }
 
+// -a all asks the job: over TCP the ranks share no memory, so the shm algorithm is not run.
+TEST(BenchAll, RunsOnlyWhatCanRunInThisJob) {
+  test::TempDir dir;
+  const std::string csv = dir.path() + "/tcp.csv";
+  test::Process job({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",
+                     test::binDir() + "/collx-bench", "-c", "allreduce", "-a", "all", "--sizes",
+                     "64", "-n", "2", "--csv", csv},
+                    {{"COLLX_TRANSPORT", "tcp"}});
+  ASSERT_TRUE(job.wait(std::chrono::seconds(70))) << job.out() << job.err();
+  ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
+  std::vector<std::string> ran;
+  for (const auto& row : csvRows(csv)) ran.push_back(row.at(9));
+  algorithms::SelectionPolicy tcp;  // no shared memory
+  algorithms::UniformCall call;
+  call.ranks = 2;
+  call.count = 16;
+  std::vector<std::string> expected;
+  for (const auto* info : algorithms::eligibleAlgorithms(algorithms::paramsOf(call, 0), tcp)) {
+    expected.emplace_back(info->name);
+  }
+  EXPECT_EQ(ran, expected) << readFile(csv);
+  EXPECT_EQ(std::find(ran.begin(), ran.end(), "shm"), ran.end()) << readFile(csv);
+  EXPECT_NE(std::find(ran.begin(), ran.end(), "ring"), ran.end()) << readFile(csv);
+}
+
 TEST_F(BenchPlot, SvgHasTheAxesAndOneLegendEntryPerAlgorithm) {
   const std::string json = dir_.path() + "/run.json";
   const std::string svg = dir_.path() + "/run.svg";
