@@ -275,7 +275,8 @@ TEST(BenchPlotArguments, MissingPythonOrMatplotlibFailsBeforeTheSweep) {
 }
 
 // The script's second mode: benchmarks/compare/run.sh's CSV, one line per implementation
-// (its best algorithm and round per size), a row of panels per P; wrong results left out.
+// (its best algorithm in each round, the median round, a band from the fastest to the
+// slowest round where there are several), a row of panels per P; wrong results left out.
 TEST_F(BenchPlot, CompareModeDrawsOneLinePerImplementation) {
   const std::string csv = dir_.path() + "/results.csv";
   std::ofstream(csv)
@@ -283,6 +284,8 @@ TEST_F(BenchPlot, CompareModeDrawsOneLinePerImplementation) {
          "round\n"
          "collx,tcp,allreduce,default,2,4,5.0,0.0008,0.0008,1,1\n"
          "collx,tcp,allreduce,default,2,65536,15.0,4.3,4.3,1,1\n"
+         "collx,tcp,allreduce,default,2,4,9.0,0.0004,0.0004,1,2\n"
+         "collx,tcp,allreduce,default,2,65536,17.0,3.8,3.8,1,2\n"
          "collx,tcp,allreduce,default,4,4,20.0,0.0002,0.0003,1,1\n"
          "collx,tcp,allreduce,default,4,65536,60.0,1.1,1.6,1,1\n"
          "gloo,tcp,allreduce,ring,2,4,65.0,0.0001,0.0001,1,1\n"
@@ -309,6 +312,10 @@ TEST_F(BenchPlot, CompareModeDrawsOneLinePerImplementation) {
   EXPECT_EQ(occurrences(text, ">P=2: busbw (higher is better)</text>"), 1u);
   EXPECT_EQ(occurrences(text, ">P=4: time (lower is better)</text>"), 1u);
   EXPECT_EQ(occurrences(text, ">size (B)</text>"), 4u);
+  // collx ran 2 rounds at P=2: its band in both P=2 panels; one round elsewhere: none.
+  EXPECT_EQ(occurrences(text, "fill: #1f77b4; fill-opacity: 0.13"), 2u);
+  EXPECT_EQ(occurrences(text, "fill-opacity: 0.13"), 2u);
+  EXPECT_NE(text.find(">lines: the median over 2 rounds"), std::string::npos);
   // Two collectives in the file and none named; a format that is not png or svg.
   const test::RunResult which =
       test::run({COLLX_PLOT_PYTHON, COLLX_PLOT_SCRIPT, "compare", svg, csv});

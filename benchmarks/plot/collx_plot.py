@@ -11,8 +11,10 @@ line, "default", whatever the table chose per size), and per transport, P or dty
 runs differ in them; every run must be of one collective.
 
 compare: benchmarks/compare/run.sh's results.csv (collx and its peers). One line per
-implementation, its best algorithm and best round per size (as ratios.py takes them); a row
-of panels per P, and per file when several are given (run.sh writes one per transport).
+implementation: per size, its best algorithm in each round, the median over the rounds, and
+a band from its fastest to its slowest round where there are several (ratios.py's first
+columns take the fastest round: on a noisy machine the band tells how far to trust that); a
+row of panels per P, and per file when several are given (run.sh writes one per transport).
 
 Both draw two panels side by side, busbw (GB/s) and time (us) against size (B), labeled like
 nccl-tests' columns, both axes logarithmic; the format follows OUT's extension (.png, .svg).
@@ -24,6 +26,7 @@ import csv
 import json
 import math
 import os
+import statistics
 import sys
 
 FORMATS = (".png", ".svg")
@@ -76,6 +79,7 @@ class Line:
         # implementation's); None: the next free color, in the order lines come.
         self.style = style
         self.points = {}  # size -> (time_us, busbw_gbps)
+        self.band = {}  # size -> ((fastest time, its busbw), (slowest time, its busbw))
 
     def add(self, size, time_us, busbw):
         if size <= 0 or time_us <= 0:
@@ -83,6 +87,17 @@ class Line:
         old = self.points.get(size)
         if old is None or time_us < old[0]:
             self.points[size] = (time_us, busbw)
+
+    def add_rounds(self, size, rounds):
+        """rounds: [(time_us, busbw)], one per round: the median round, and the fastest to
+        the slowest as a band where there are several."""
+        if size <= 0 or not rounds:
+            return
+        rounds = sorted(rounds)
+        time_us = statistics.median(t for t, _ in rounds)
+        self.points[size] = (time_us, statistics.median(b for _, b in rounds))
+        if len(rounds) > 1:
+            self.band[size] = (rounds[0], rounds[-1])
 
 
 def size_ticks(sizes):
@@ -164,6 +179,11 @@ def draw(out, title, panels, notes=""):
                 if not sizes:
                     continue
                 color, marker, dashes = style[line.label]
+                banded = [s for s in sizes if s in line.band]
+                if banded:  # fastest to slowest round (busbw: the other way round)
+                    ax.fill_between(banded, [line.band[s][0][index] for s in banded],
+                                    [line.band[s][1][index] for s in banded], color=color,
+                                    alpha=0.13, linewidth=0)
                 h, = ax.plot(sizes, [line.points[s][index] for s in sizes], color=color,
                              marker=marker, markersize=4, linestyle=dashes,
                              linewidth=2.2 if line.label.startswith("collx") else 1.3,
@@ -176,7 +196,7 @@ def draw(out, title, panels, notes=""):
             ax.xaxis.set_minor_formatter(NullFormatter())
             ax.tick_params(axis="x", labelsize=8)
             ax.grid(True, which="major", alpha=0.4)
-            ax.grid(True, which="minor", axis="y", alpha=0.15)
+            ax.grid(True, which="minor", axis="y", alpha=0.3, linewidth=0.5)
             ax.set_xlabel("size (B)")
             ax.set_ylabel("%s (%s)" % (what, unit))
             panel = "%s (higher is better)" % what if index else "%s (lower is better)" % what
@@ -279,6 +299,7 @@ def compare(out, paths, collective):
             collective = present[0]
         panels = []
         transports = []
+        rounds = 1
         for path, rows in groups:
             mine = [r for r in rows if r["collective"] == collective and
                     r["correct"] in ("1", "na")]
@@ -288,16 +309,23 @@ def compare(out, paths, collective):
             transports.append(group)
             for P in sorted({int(r["P"]) for r in mine}):
                 lines = {}
+                best = {}  # (label, size) -> round -> the best algorithm's time in it
                 for r in (r for r in mine if int(r["P"]) == P):
                     impl = r["impl"]
                     transport = r["transport"].replace("gloo-", "")  # torch's "gloo-tcp"
                     label = "%s over %s" % (IMPL_NAMES.get(impl, impl), transport)
                     line = lines.setdefault(label, Line(label))
                     line.impl, line.transport = impl, transport
-                    size, t = int(r["bytes"]), float(r["time_us"])
+                    t = float(r["time_us"])
+                    if t > 0:
+                        times = best.setdefault((label, int(r["bytes"])), {})
+                        key = r.get("round") or ""
+                        times[key] = min(t, times.get(key, t))
+                for (label, size), times in best.items():
                     # busbw from bytes and time: the peers' CSVs round it to 4 decimals.
-                    busbw = size / (t * 1e3) * bus_factor(collective, P) if t > 0 else 0
-                    line.add(size, t, busbw)
+                    lines[label].add_rounds(size, [
+                        (t, size / (t * 1e3) * bus_factor(collective, P)) for t in times.values()])
+                    rounds = max(rounds, len(times))
                 # collx first, then the peers by name: the same colors in every panel.
                 order = sorted(lines, key=lambda l: (not l.startswith("collx"), l))
                 title = "P=%d" % P if len(groups) == 1 else "%s, P=%d" % (group, P)
@@ -319,8 +347,13 @@ def compare(out, paths, collective):
                               "-" if line.transport == first else "--")
     title = "%s, float32: collx against its peers (collx over %s)" % (
         collective, ", ".join(transports))
-    notes = ("each implementation's best algorithm and best round per size; time = max over "
-             "ranks of the median call; busbw as nccl-tests")
+    if rounds > 1:
+        notes = ("lines: the median over %d rounds of each implementation's best algorithm in "
+                 "the round; shaded: its fastest to its slowest round; time = max over ranks "
+                 "of the median call" % rounds)
+    else:
+        notes = ("each implementation's best algorithm per size; time = max over ranks of the "
+                 "median call")
     draw(out, title, panels, notes)
 
 
