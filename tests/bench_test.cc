@@ -388,5 +388,26 @@ TEST(BenchProgress, ShownOnATerminalByRankZeroOnly) {
   EXPECT_EQ(occurrences(rows, "\n  "), algos.size() * 3) << "table rows\n" << rows;
 }
 
+// benchmarks/compare/run.sh shows its steps on a terminal as well (and collx-bench's own
+// line stays out of it: its stderr goes to a file).
+TEST(BenchProgress, RunShShowsItsStepsOnATerminal) {
+  test::TempDir dir;
+  const std::string command =
+      "ONLY=collx PS=2 SIZES=4,1024 PER_SIZE=1 MIN_TIME=0.02 PLOT=none "
+      "/bin/bash " COLLX_SOURCE_DIR "/benchmarks/compare/run.sh " +
+      test::binDir() + "/.. " + dir.path() + "/out > /dev/null";
+  test::Process job({"/usr/bin/script", "-qec", command, "/dev/null"}, {{"SHELL", "/bin/sh"}});
+  ASSERT_TRUE(job.wait(std::chrono::seconds(110))) << job.out() << job.err();
+  ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
+  const std::string shown = job.out();
+  EXPECT_NE(shown.find("\rrun.sh: step 1 of 2 (round 1, P=2, collx, sizes 4), elapsed "),
+            std::string::npos)
+      << shown;
+  EXPECT_NE(shown.find("\rrun.sh: step 2 of 2 (round 1, P=2, collx, sizes 1024), elapsed "),
+            std::string::npos)
+      << shown;
+  EXPECT_EQ(shown.find("collx-bench: size"), std::string::npos) << shown;
+}
+
 }  // namespace
 }  // namespace collx
