@@ -346,6 +346,13 @@ TEST_F(BenchPlot, CompareRunShDrawsItsResults) {
   EXPECT_EQ(job.err().find('\r'), std::string::npos) << "progress without a terminal";
 }
 
+// What the shell command prints on a pseudo-terminal: script(1) (util-linux) runs it on one
+// and copies what it prints to its own stdout.
+test::RunResult onTerminal(const std::string& command) {
+  return test::run({"/usr/bin/script", "-qec", command, "/dev/null"}, {{"SHELL", "/bin/sh"}},
+                   std::chrono::seconds(110));
+}
+
 // The progress line: on a terminal (rank 0 alone), never in a pipe.
 TEST(BenchProgress, QuietWhenStderrIsNotATerminal) {
   test::Process job({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",
@@ -359,17 +366,15 @@ TEST(BenchProgress, QuietWhenStderrIsNotATerminal) {
 }
 
 TEST(BenchProgress, ShownOnATerminalByRankZeroOnly) {
-  // script(1) (util-linux) runs the job on a pseudo-terminal and copies what it prints; the
-  // table goes to a file, so what comes through the terminal is stderr.
+  // The table goes to a file, so what comes through the terminal is stderr.
   test::TempDir dir;
   const std::string table = dir.path() + "/table.txt";
   const std::string command = test::binDir() + "/collx-run -n 2 --timeout 60s -- " +
                               test::binDir() +
                               "/collx-bench -c broadcast -a all --sizes 4,64,1K -n 3 > " + table;
-  test::Process job({"/usr/bin/script", "-qec", command, "/dev/null"}, {{"SHELL", "/bin/sh"}});
-  ASSERT_TRUE(job.wait(std::chrono::seconds(70))) << job.out() << job.err();
-  ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
-  const std::string shown = job.out();
+  const test::RunResult job = onTerminal(command);
+  ASSERT_EQ(job.code, 0) << job.out << job.err;
+  const std::string& shown = job.out;
   const std::vector<std::string> algos = eligibleHere(algorithms::Collective::kBroadcast, 2);
   const std::string m = std::to_string(algos.size());
   const std::string first =
@@ -396,10 +401,9 @@ TEST(BenchProgress, RunShShowsItsStepsOnATerminal) {
       "ONLY=collx PS=2 SIZES=4,1024 PER_SIZE=1 MIN_TIME=0.02 PLOT=none "
       "/bin/bash " COLLX_SOURCE_DIR "/benchmarks/compare/run.sh " +
       test::binDir() + "/.. " + dir.path() + "/out > /dev/null";
-  test::Process job({"/usr/bin/script", "-qec", command, "/dev/null"}, {{"SHELL", "/bin/sh"}});
-  ASSERT_TRUE(job.wait(std::chrono::seconds(110))) << job.out() << job.err();
-  ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
-  const std::string shown = job.out();
+  const test::RunResult job = onTerminal(command);
+  ASSERT_EQ(job.code, 0) << job.out << job.err;
+  const std::string& shown = job.out;
   EXPECT_NE(shown.find("\rrun.sh: step 1 of 2 (round 1, P=2, collx, sizes 4), elapsed "),
             std::string::npos)
       << shown;
