@@ -22,7 +22,7 @@ PACKAGES=(
   libhiredis-dev redis-server
   libopenmpi-dev openmpi-bin
   libibverbs-dev
-  python3-dev pybind11-dev python3-numpy python3-pytest
+  python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib
   python3-torch libtorch-dev
 )
 

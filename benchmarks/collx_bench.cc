@@ -12,17 +12,29 @@
 // buffer of P blocks (allgather's and gather's result, reduce_scatter's input, scatter's
 // input at the root, alltoall's send buffer). The v-collectives run equal blocks in rank
 // order, to be compared with the collectives without the v.
+//
+// -a all runs every algorithm of the collective that can take the calls in this job
+// (algorithms::eligibleAlgorithms), one after the other over the same sizes. --plot draws
+// the results with benchmarks/plot/collx_plot.py (matplotlib), which CMake copies beside
+// the tools (share/collx/ from bin/, in the build tree and in an install).
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli.h"
@@ -62,12 +74,28 @@ using collx::DataType;
 constexpr const char* kAbout =
     R"(Sweeps message sizes for one collective and prints, per size: size, count, type, time
 (us, max over ranks of the median), p50 and p99 (us), algbw and busbw (GB/s) and
-#wrong (elements that differed from the reference on any rank; must be 0).
+#wrong (elements that differed from the reference on any rank; must be 0). With -a all,
+every algorithm of the collective that can run in this job, one after the other over the
+same sizes (the algo column, and the CSV's and JSON's algorithm, say which). --plot draws
+busbw and time against size, log-log, one line per algorithm. On a terminal, rank 0 shows
+its progress on stderr (one line, rewritten); elsewhere (a pipe, a file, CI) nothing.
 )";
 
 constexpr const char* kFooter =
-    R"(exit codes: 0 every result right; 3 some #wrong; 1 a collx error; 2 bad arguments.
+    R"(exit codes: 0 every result right; 3 some #wrong; 1 a collx error; 2 bad arguments;
+4 --plot could not draw (its Python, matplotlib or collx_plot.py missing, or the script
+failed: checked before the sweep, and after it).
 )";
+
+// How collx-bench --plot draws: this Python (CMake's Python3_EXECUTABLE) runs the script,
+// found from the directory of the running collx-bench.
+#ifndef COLLX_PLOT_PYTHON
+#define COLLX_PLOT_PYTHON "python3"
+#endif
+#ifndef COLLX_PLOT_SCRIPT_REL
+#define COLLX_PLOT_SCRIPT_REL "../share/collx/collx_plot.py"
+#endif
+constexpr int kPlotFailed = 4;  // the exit code
 
 struct Args {
   std::string collective = "allreduce";
@@ -85,7 +113,15 @@ struct Args {
   bool noCheck = false;
   std::string csv;
   std::string json;
+  std::string plot;  // a .png or .svg to draw
+  std::string plotPython = COLLX_PLOT_PYTHON;
 };
+
+std::string lowerExtension(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext;
+}
 
 Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   Args a;
@@ -93,7 +129,8 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
            "allreduce (default), allgather, broadcast, barrier, reduce_scatter, reduce, gather, "
            "scatter, alltoall, and allgatherv, gatherv, scatterv, alltoallv (equal blocks)");
   cli.text("-a,--algorithm", a.algorithm, "NAME",
-           "an algorithm of that collective (default: chosen per size); \"list\" prints them");
+           "an algorithm of that collective (default: chosen per size); \"all\": every one "
+           "that can run in this job, one after the other; \"list\" prints them");
   cli.flag("--markdown", a.markdown, "with -a list: docs/algorithms.md's tables instead");
   a.sweep.addOptions(cli);
   cli.dataType("--dtype,-d", a.dtype,
@@ -114,6 +151,12 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   cli.flag("--no-check", a.noCheck, "skip the checked call");
   cli.text("--csv", a.csv, "FILE", "also write the results as CSV");
   cli.text("--json", a.json, "FILE", "also write the results as JSON");
+  cli.text("--plot", a.plot, "FILE",
+           "after the sweep, draw busbw (GB/s) and time (us) against size (B), log-log, one "
+           "line per algorithm, into FILE: .png or .svg (by its extension); needs Python with "
+           "matplotlib (Debian: python3-matplotlib)");
+  cli.text("--plot-python", a.plotPython, "PATH",
+           "the Python that runs --plot's script (default " COLLX_PLOT_PYTHON ")");
   cli.parse(argc, argv);
 
   static const std::set<std::string> kCollectives = {
@@ -126,6 +169,18 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   }
   a.sizes = a.sweep.resolve(cli);
   if (a.collective == "barrier") a.sizes = {0};
+  if (!a.plot.empty()) {
+    const std::string ext = lowerExtension(a.plot);
+    if (ext != ".png" && ext != ".svg") {
+      cli.fail("--plot='" + a.plot + "': the picture's format follows its extension, .png or .svg");
+    }
+    if (a.collective == "barrier") cli.fail("--plot draws against size, and a barrier has none");
+    const std::filesystem::path dir = std::filesystem::path(a.plot).parent_path();
+    std::error_code ec;
+    if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
+      cli.fail("--plot='" + a.plot + "': no directory " + dir.string());
+    }
+  }
   return a;
 }
 
@@ -228,14 +283,30 @@ class Bench {
     // What every timed call needs, worked out once (a call of a few hundred nanoseconds
     // should not pay for string compares and option copies in the harness).
     coll_ = collectiveOf(a_.collective);
-    base_.algorithm = a_.algorithm;
-    reducing_.algorithm = a_.algorithm;
     reducing_.op = a_.op;
     std::set<std::string> hosts;
     for (const auto& peer : ctx.peers()) hosts.insert(collx::hostIdentity(peer));
     hosts_ = static_cast<int>(hosts.size());
     policy_ = collx::algorithms::SelectionPolicy::fromConfig(collx::Config::process(),
                                                              ctx.sharedMemory(), hosts_);
+  }
+
+  // The algorithm the next calls name ("": the library chooses per call).
+  void setAlgorithm(const std::string& name) {
+    algorithm_ = name;
+    base_.algorithm = name;
+    reducing_.algorithm = name;
+  }
+
+  // Every algorithm of the collective that can take its calls in this job (-a all): the same
+  // on every rank.
+  std::vector<std::string> eligible() const {
+    std::vector<std::string> names;
+    for (const auto* info : collx::algorithms::eligibleAlgorithms(
+             collx::algorithms::paramsOf(uniformCall(1), ctx_.rank()), policy_)) {
+      names.emplace_back(info->name);
+    }
+    return names;
   }
 
   // The bytes of the input and the output of one rank for a call with `count`.
@@ -486,6 +557,13 @@ class Bench {
   // The algorithm a call of `count` runs: what the library chooses for it
   // (algorithms::select, with the settings a context reads), the named one if any.
   std::string algorithmFor(std::uint64_t count) const {
+    return collx::algorithms::select(collx::algorithms::paramsOf(uniformCall(count), ctx_.rank()),
+                                     policy_, algorithm_)
+        .algorithm->name;
+  }
+
+ private:
+  collx::algorithms::UniformCall uniformCall(std::uint64_t count) const {
     collx::algorithms::UniformCall call;
     call.coll = coll_;
     call.ranks = P_;
@@ -494,12 +572,9 @@ class Bench {
     call.op = a_.op;
     call.root = a_.root;
     call.inPlace = a_.inPlace;
-    return collx::algorithms::select(collx::algorithms::paramsOf(call, ctx_.rank()), policy_,
-                                     a_.algorithm)
-        .algorithm->name;
+    return call;
   }
 
- private:
   static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
   collx::Context& ctx_;
   const Args& a_;
@@ -507,10 +582,199 @@ class Bench {
   int hosts_ = 1;
   collx::algorithms::SelectionPolicy policy_;
   collx::algorithms::Collective coll_;  // a_.collective
+  std::string algorithm_;               // the one the calls name, "" for none
   collx::CollectiveOptions base_;
   collx::ReduceOptions reducing_;
   collx::Counts equal_, displs_;
 };
+
+// One line on stderr, rewritten in place while a sweep runs: where it is, how long it has
+// taken and about how long the rest will (the mean step so far times the steps left). Only
+// where stderr is a terminal: in a pipe, a file or a CI log it prints nothing.
+class Progress {
+ public:
+  Progress(bool enabled, std::size_t sizes, std::size_t algorithms)
+      : enabled_(enabled && ::isatty(STDERR_FILENO) == 1),
+        sizes_(sizes),
+        algorithms_(algorithms),
+        start_(Clock::now()) {}
+  ~Progress() { clear(); }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  // Before the step of size `size` and algorithm `algorithm` (both from 0).
+  void show(std::size_t size, std::size_t algorithm, const std::string& name) {
+    if (!enabled_) return;
+    const std::size_t done = algorithm * sizes_ + size;
+    const std::size_t total = algorithms_ * sizes_;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    std::string line =
+        "collx-bench: size " + std::to_string(size + 1) + " of " + std::to_string(sizes_);
+    if (algorithms_ > 1) {
+      line += " (algorithm " + std::to_string(algorithm + 1) + " of " +
+              std::to_string(algorithms_) + ": " + name + ")";
+    }
+    line += ", elapsed " + human(elapsed) + ", remaining ";
+    line +=
+        done == 0
+            ? "?"
+            : "~" + human(elapsed / static_cast<double>(done) * static_cast<double>(total - done));
+    std::fprintf(stderr, "\r%s\033[K", line.c_str());  // \033[K: erase what a longer line left
+    std::fflush(stderr);
+    shown_ = true;
+  }
+
+  // Erases the line: before a table row goes to the same terminal, and at the end.
+  void clear() {
+    if (!shown_) return;
+    std::fputs("\r\033[K", stderr);
+    std::fflush(stderr);
+    shown_ = false;
+  }
+
+ private:
+  static std::string human(double seconds) {
+    char text[32];
+    const long s = std::lround(seconds);
+    if (seconds < 60) {
+      std::snprintf(text, sizeof(text), "%.1fs", seconds);
+    } else if (s < 3600) {
+      std::snprintf(text, sizeof(text), "%ldm%02lds", s / 60, s % 60);
+    } else {
+      std::snprintf(text, sizeof(text), "%ldh%02ldm", s / 3600, s / 60 % 60);
+    }
+    return text;
+  }
+
+  bool enabled_;
+  bool shown_ = false;
+  std::size_t sizes_;
+  std::size_t algorithms_;
+  Clock::time_point start_;
+};
+
+// The results as --json writes them (keys in the order the CSV has its columns).
+nlohmann::ordered_json resultsJson(const Args& args, int P, std::size_t hosts,
+                                   const std::string& algorithm, const std::string& transports,
+                                   const std::vector<Result>& results) {
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const Result& r : results) {
+    rows.push_back({{"size", r.bytes},
+                    {"count", r.count},
+                    {"dtype", collx::dataTypeName(args.dtype)},
+                    {"time_us", r.timeUs},
+                    {"p50_us", r.p50Us},
+                    {"p99_us", r.p99Us},
+                    {"algbw_gbps", r.algbw},
+                    {"busbw_gbps", r.busbw},
+                    {"wrong", r.wrong},
+                    {"algorithm", r.algorithm}});
+  }
+  return {{"collective", args.collective},
+          {"P", P},
+          {"hosts", hosts},
+          {"dtype", collx::dataTypeName(args.dtype)},
+          {"op", collx::reduceOpKindName(args.op)},
+          {"algorithm", algorithm},
+          {"transports", transports},
+          {"results", rows}};
+}
+
+// Writes `doc` to `path`; false when it cannot.
+bool writeJson(const std::string& path, const nlohmann::ordered_json& doc) {
+  std::ofstream json(path);
+  json << doc.dump(2) << "\n";
+  json.close();
+  return static_cast<bool>(json);
+}
+
+// A file of its own under $TMPDIR (else /tmp), removed when this goes away.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& suffix) {
+    const char* dir = std::getenv("TMPDIR");
+    std::string pattern =
+        std::string(dir != nullptr && *dir ? dir : "/tmp") + "/collx-bench-XXXXXX" + suffix;
+    std::vector<char> name(pattern.begin(), pattern.end());
+    name.push_back('\0');
+    const int fd = ::mkstemps(name.data(), static_cast<int>(suffix.size()));
+    if (fd < 0) {
+      throw collx::IoError(collx::Where{}, "cannot create a temporary file " + pattern + ": " +
+                                               std::strerror(errno));
+    }
+    ::close(fd);
+    path_ = name.data();
+  }
+  ~TempFile() { ::unlink(path_.c_str()); }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Runs argv (argv[0] a path, or a name looked up in PATH) with this environment, and waits
+// at most `limit` (then kills it): its exit code, or -1 with `why` when it could not start,
+// was killed or ran out of time.
+int runChild(const std::vector<std::string>& argv, std::chrono::seconds limit, std::string& why) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  if (const int err = ::posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ)) {
+    why = "cannot run " + argv[0] + ": " + std::strerror(err);
+    return -1;
+  }
+  const auto deadline = Clock::now() + limit;
+  int status = 0;
+  while (true) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) {
+      why = std::string("waiting for ") + argv[0] + ": " + std::strerror(errno);
+      return -1;
+    }
+    if (Clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      why = argv[0] + " " + argv[1] + " did not finish within " + std::to_string(limit.count()) +
+            " s (killed)";
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  why = argv[0] + " " + argv[1] + " was killed by signal " + std::to_string(WTERMSIG(status));
+  return -1;
+}
+
+// Where collx_plot.py is: COLLX_PLOT_SCRIPT_REL from this program's directory (bin/ of the
+// build tree or of an install).
+std::string plotScript() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (exe.parent_path() / COLLX_PLOT_SCRIPT_REL).lexically_normal().string();
+}
+
+// Runs the plotting script with `args` after it: "" when it drew (or, with --check, when it
+// can), else what went wrong.
+std::string runPlot(const Args& a, const std::vector<std::string>& args) {
+  const std::string script = plotScript();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(script, ec)) {
+    return "the plotting script is not at " + script +
+           " (collx-bench looks for it at " COLLX_PLOT_SCRIPT_REL " from its own directory)";
+  }
+  std::vector<std::string> argv = {a.plotPython, script};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string why;
+  const int code = runChild(argv, std::chrono::seconds(300), why);
+  if (code == 0) return "";
+  if (code < 0) return why + " (--plot-python names another Python)";
+  return a.plotPython + " " + script + " failed with exit code " + std::to_string(code) +
+         (code == 3 ? " (matplotlib missing: apt-get install python3-matplotlib)" : "");
+}
 
 }  // namespace
 
@@ -536,31 +800,59 @@ int main(int argc, char** argv) {
     for (std::size_t r = 0; r < names.size(); ++r) {
       transports += (r ? " " : "") + std::to_string(r) + ":" + names[r];
     }
-    std::string algorithm =
-        args.algorithm.empty() ? "default (per size, see the algo column)" : args.algorithm;
+    const bool all = args.algorithm == "all";
+    const std::vector<std::string> algorithms =
+        all ? bench.eligible() : std::vector<std::string>{args.algorithm};
+    std::string algorithm = args.algorithm;
+    if (args.algorithm.empty()) algorithm = "default (per size, see the algo column)";
     const bool root = ctx->rank() == 0;
+    // Whether --plot can draw, found out before the sweep (rank 0 asks, every rank stops).
+    if (!args.plot.empty()) {
+      std::int32_t ready = 1;
+      if (root) {
+        const std::string why = runPlot(args, {"--check"});
+        if (!why.empty()) {
+          std::fprintf(stderr, "collx-bench: --plot: %s\n", why.c_str());
+          ready = 0;
+        }
+      }
+      collx::broadcast(*ctx, &ready, 1, DataType::kInt32, 0);
+      if (ready == 0) return kPlotFailed;
+    }
     if (root) {
+      std::string shown = algorithm;
+      if (all) {
+        shown += ":";
+        for (const std::string& name : algorithms) shown += " " + name;
+      }
       std::printf("# collx-bench %s: %s %s op %s, P=%d on %zu host(s), algorithm %s\n",
                   collx::versionString(), args.collective.c_str(), collx::dataTypeName(args.dtype),
-                  collx::reduceOpKindName(args.op), P, hosts.size(), algorithm.c_str());
+                  collx::reduceOpKindName(args.op), P, hosts.size(), shown.c_str());
       std::printf("# transports seen from rank 0: %s\n", transports.c_str());
       std::printf("# %12s %12s %8s %11s %11s %11s %11s %11s %7s  %s\n", "size(B)", "count", "type",
                   "time(us)", "p50(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "algo");
       std::fflush(stdout);
     }
     std::vector<Result> results;
-    for (std::uint64_t bytes : args.sizes) {
-      Result r = bench.measure(bytes);
-      results.push_back(r);
-      if (root) {
-        std::printf("  %12llu %12llu %8s %11.2f %11.2f %11.2f %11.4f %11.4f %7llu  %s\n",
-                    static_cast<unsigned long long>(r.bytes),
-                    static_cast<unsigned long long>(r.count), collx::dataTypeName(args.dtype),
-                    r.timeUs, r.p50Us, r.p99Us, r.algbw, r.busbw,
-                    static_cast<unsigned long long>(r.wrong), r.algorithm.c_str());
-        std::fflush(stdout);
+    Progress progress(root, args.sizes.size(), algorithms.size());
+    for (std::size_t a = 0; a < algorithms.size(); ++a) {
+      bench.setAlgorithm(algorithms[a]);
+      for (std::size_t k = 0; k < args.sizes.size(); ++k) {
+        progress.show(k, a, algorithms[a]);
+        Result r = bench.measure(args.sizes[k]);
+        results.push_back(r);
+        if (root) {
+          progress.clear();
+          std::printf("  %12llu %12llu %8s %11.2f %11.2f %11.2f %11.4f %11.4f %7llu  %s\n",
+                      static_cast<unsigned long long>(r.bytes),
+                      static_cast<unsigned long long>(r.count), collx::dataTypeName(args.dtype),
+                      r.timeUs, r.p50Us, r.p99Us, r.algbw, r.busbw,
+                      static_cast<unsigned long long>(r.wrong), r.algorithm.c_str());
+          std::fflush(stdout);
+        }
       }
     }
+    progress.clear();
     std::uint64_t anyWrong = 0;
     for (const Result& r : results) anyWrong += r.wrong;
     if (root && !args.csv.empty()) {
@@ -574,33 +866,33 @@ int main(int argc, char** argv) {
             << "," << r.wrong << "," << r.algorithm << "\n";
       }
     }
-    if (root && !args.json.empty()) {
-      // Keys in the order the CSV has its columns.
-      nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-      for (const Result& r : results) {
-        rows.push_back({{"size", r.bytes},
-                        {"count", r.count},
-                        {"dtype", collx::dataTypeName(args.dtype)},
-                        {"time_us", r.timeUs},
-                        {"p50_us", r.p50Us},
-                        {"p99_us", r.p99Us},
-                        {"algbw_gbps", r.algbw},
-                        {"busbw_gbps", r.busbw},
-                        {"wrong", r.wrong},
-                        {"algorithm", r.algorithm}});
+    int plotCode = 0;
+    if (root && (!args.json.empty() || !args.plot.empty())) {
+      const auto doc = resultsJson(args, P, hosts.size(), algorithm, transports, results);
+      if (!args.json.empty() && !writeJson(args.json, doc)) {
+        std::fprintf(stderr, "collx-bench: cannot write --json %s\n", args.json.c_str());
       }
-      const nlohmann::ordered_json doc = {{"collective", args.collective},
-                                          {"P", P},
-                                          {"hosts", hosts.size()},
-                                          {"dtype", collx::dataTypeName(args.dtype)},
-                                          {"op", collx::reduceOpKindName(args.op)},
-                                          {"algorithm", algorithm},
-                                          {"transports", transports},
-                                          {"results", rows}};
-      std::ofstream json(args.json);
-      json << doc.dump(2) << "\n";
+      if (!args.plot.empty()) {
+        // The script reads the JSON: --json's file, else one of its own, removed after.
+        std::optional<TempFile> temp;
+        std::string json = args.json;
+        if (json.empty()) {
+          temp.emplace(".json");
+          json = temp->path();
+          if (!writeJson(json, doc)) {
+            throw collx::IoError(collx::Where{}, "cannot write the results to " + json);
+          }
+        }
+        const std::string why = runPlot(args, {"bench", args.plot, json});
+        if (why.empty()) {
+          std::printf("# plot: %s\n", args.plot.c_str());
+        } else {
+          std::fprintf(stderr, "collx-bench: --plot: %s\n", why.c_str());
+          plotCode = kPlotFailed;
+        }
+      }
     }
-    return anyWrong == 0 ? 0 : 3;
+    return anyWrong != 0 ? 3 : plotCode;
   } catch (const collx::Error& e) {
     std::fprintf(stderr, "collx-bench: %s: %s\n", collx::errorKindName(e.kind()), e.what());
     return 1;

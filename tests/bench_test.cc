@@ -1,12 +1,18 @@
 // collx-bench runs every algorithm of the registry: three real ranks through collx-run, a
-// few sizes each, the checked call finding no wrong element.
+// few sizes each, the checked call finding no wrong element. Then -a all, --plot (a real PNG
+// and SVG through matplotlib), the plotting script's comparison mode and
+// benchmarks/compare/run.sh's picture, and the progress line (on a terminal only).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "collx/algorithms/registry.h"
+#include "collx/algorithms/selection.h"
 #include "util/test_util.h"
 
 namespace collx {
@@ -60,6 +66,352 @@ std::string nameOf(const ::testing::TestParamInfo<std::size_t>& p) {
 INSTANTIATE_TEST_SUITE_P(Registry, BenchEveryAlgorithm,
                          ::testing::Range<std::size_t>(0, algorithms::algorithmRegistry().size()),
                          nameOf);
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::size_t occurrences(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+// The rows of collx-bench's CSV (after its comment line and header), split at commas.
+std::vector<std::vector<std::string>> csvRows(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::vector<std::string>> rows;
+  std::string line;
+  bool header = false;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (!header) {
+      EXPECT_EQ(line,
+                "size,count,dtype,time_us,p50_us,p99_us,algbw_gbps,busbw_gbps,wrong,algorithm");
+      header = true;
+      continue;
+    }
+    std::vector<std::string> cells;
+    std::stringstream row(line);
+    std::string cell;
+    while (std::getline(row, cell, ',')) cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+// Every algorithm of `coll` that collx-bench -a all runs on P local ranks (one host, every
+// rank over shared memory, a commutative op): the registry's, in its order.
+std::vector<std::string> eligibleHere(algorithms::Collective coll, int P) {
+  algorithms::SelectionPolicy policy;
+  policy.sharedMemory = true;
+  algorithms::UniformCall call;
+  call.coll = coll;
+  call.ranks = P;
+  call.count = 1;
+  std::vector<std::string> names;
+  for (const auto* info : algorithms::eligibleAlgorithms(algorithms::paramsOf(call, 0), policy)) {
+    names.emplace_back(info->name);
+  }
+  return names;
+}
+
+// --plot needs Python with matplotlib (dev.sh installs python3-matplotlib): without it these
+// tests fail, saying so, rather than skip.
+class BenchPlot : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const test::RunResult r =
+        test::run({COLLX_PLOT_PYTHON, "-c", "import matplotlib"}, {}, std::chrono::seconds(120));
+    ASSERT_EQ(r.code, 0) << COLLX_PLOT_PYTHON << " cannot import matplotlib (apt-get install "
+                         << "python3-matplotlib; ./dev.sh installs it): " << r.err;
+  }
+  test::TempDir dir_;
+};
+
+TEST_F(BenchPlot, AllAlgorithmsCsvRowsAndPng) {
+  const std::string csv = dir_.path() + "/all.csv";
+  const std::string png = dir_.path() + "/all.png";
+  test::Process job({test::binDir() + "/collx-run", "-n", "3", "--timeout", "100s", "--",
+                     test::binDir() + "/collx-bench", "-c", "allreduce", "-a", "all", "--sizes",
+                     "12,3K", "-n", "3", "--csv", csv, "--plot", png},
+                    {{"TMPDIR", dir_.path()}});
+  ASSERT_TRUE(job.wait(std::chrono::seconds(110))) << job.out() << job.err();
+  ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
+  EXPECT_NE(job.out().find("# plot: " + png), std::string::npos) << job.out();
+  // One row per algorithm and size, algorithm after algorithm, each right.
+  const std::vector<std::string> algos = eligibleHere(algorithms::Collective::kAllreduce, 3);
+  ASSERT_NE(std::find(algos.begin(), algos.end(), "ring"), algos.end());
+  ASSERT_NE(std::find(algos.begin(), algos.end(), "shm"), algos.end());
+  const auto rows = csvRows(csv);
+  ASSERT_EQ(rows.size(), algos.size() * 2) << readFile(csv);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i].size(), 10u) << readFile(csv);
+    EXPECT_EQ(rows[i][0], i % 2 == 0 ? "12" : "3072") << readFile(csv);
+    EXPECT_EQ(rows[i][8], "0") << "#wrong\n" << readFile(csv);
+    EXPECT_EQ(rows[i][9], algos[i / 2]) << readFile(csv);
+  }
+  const std::string picture = readFile(png);
+  ASSERT_GT(picture.size(), 1000u);
+  EXPECT_EQ(picture.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  // The results went to the script through a temporary JSON file, removed afterwards.
+  std::set<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir_.path())) {
+    left.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(left, (std::set<std::string>{"all.csv", "all.png"}));
+}
+
+// -a all asks the job: over TCP the ranks share no memory, so the shm algorithm is not run.
+TEST(BenchAll, RunsOnlyWhatCanRunInThisJob) {
+  test::TempDir dir;
+  const std::string csv = dir.path() + "/tcp.csv";
+  test::Process job({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",
+                     test::binDir() + "/collx-bench", "-c", "allreduce", "-a", "all", "--sizes",
+                     "64", "-n", "2", "--csv", csv},
+                    {{"COLLX_TRANSPORT", "tcp"}});
+  ASSERT_TRUE(job.wait(std::chrono::seconds(70))) << job.out() << job.err();
+  ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
+  std::vector<std::string> ran;
+  for (const auto& row : csvRows(csv)) ran.push_back(row.at(9));
+  algorithms::SelectionPolicy tcp;  // no shared memory
+  algorithms::UniformCall call;
+  call.ranks = 2;
+  call.count = 16;
+  std::vector<std::string> expected;
+  for (const auto* info : algorithms::eligibleAlgorithms(algorithms::paramsOf(call, 0), tcp)) {
+    expected.emplace_back(info->name);
+  }
+  EXPECT_EQ(ran, expected) << readFile(csv);
+  EXPECT_EQ(std::find(ran.begin(), ran.end(), "shm"), ran.end()) << readFile(csv);
+  EXPECT_NE(std::find(ran.begin(), ran.end(), "ring"), ran.end()) << readFile(csv);
+}
+
+TEST_F(BenchPlot, SvgHasTheAxesAndOneLegendEntryPerAlgorithm) {
+  const std::string json = dir_.path() + "/run.json";
+  const std::string svg = dir_.path() + "/run.svg";
+  test::Process job({test::binDir() + "/collx-run", "-n", "2", "--timeout", "100s", "--",
+                     test::binDir() + "/collx-bench", "-c", "broadcast", "-a", "all", "--sizes",
+                     "4,1K,64K", "-n", "3", "--json", json, "--plot", svg});
+  ASSERT_TRUE(job.wait(std::chrono::seconds(110))) << job.out() << job.err();
+  ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
+  const nlohmann::json doc = nlohmann::json::parse(readFile(json));
+  EXPECT_EQ(doc.at("algorithm"), "all");
+  std::set<std::string> ran;
+  for (const auto& row : doc.at("results")) {
+    EXPECT_EQ(row.at("wrong"), 0) << row;
+    ran.insert(row.at("algorithm").get<std::string>());
+  }
+  const std::vector<std::string> algos = eligibleHere(algorithms::Collective::kBroadcast, 2);
+  EXPECT_EQ(ran, std::set<std::string>(algos.begin(), algos.end()));
+  EXPECT_EQ(doc.at("results").size(), algos.size() * 3);
+  const std::string text = readFile(svg);
+  ASSERT_NE(text.find("<svg"), std::string::npos) << text.substr(0, 200);
+  // The x axis of both panels; the y axis of each.
+  EXPECT_EQ(occurrences(text, ">size (B)</text>"), 2u);
+  EXPECT_EQ(occurrences(text, ">busbw (GB/s)</text>"), 1u);
+  EXPECT_EQ(occurrences(text, ">time (us)</text>"), 1u);
+  EXPECT_NE(text.find(">collx-bench broadcast, P=2, shm, float32</text>"), std::string::npos);
+  for (const std::string& name : algos) {
+    EXPECT_EQ(occurrences(text, ">" + name + "</text>"), 1u) << "legend entry " << name;
+  }
+}
+
+TEST(BenchPlotArguments, BadExtensionFailsBeforeRunning) {
+  test::TempDir dir;
+  for (const std::string name : {"out.pdf", "out", "out.png.txt"}) {
+    const std::string path = dir.path() + "/" + name;
+    const test::RunResult r =
+        test::run({test::binDir() + "/collx-bench", "--sizes", "4", "-n", "1", "--plot", path});
+    EXPECT_EQ(r.code, 2) << name << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find("--plot='" + path + "'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(".png or .svg"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "") << "ran before failing";
+    EXPECT_FALSE(std::filesystem::exists(path));
+  }
+  const test::RunResult barrier =
+      test::run({test::binDir() + "/collx-bench", "-c", "barrier", "--plot", "b.png"});
+  EXPECT_EQ(barrier.code, 2) << barrier.err;
+  EXPECT_EQ(barrier.out, "");
+  const test::RunResult nodir =
+      test::run({test::binDir() + "/collx-bench", "--plot", dir.path() + "/missing/b.svg"});
+  EXPECT_EQ(nodir.code, 2) << nodir.err;
+  EXPECT_NE(nodir.err.find("no directory"), std::string::npos) << nodir.err;
+  EXPECT_EQ(nodir.out, "");
+}
+
+// Without its Python or without matplotlib, --plot fails with exit code 4 before the sweep,
+// on every rank, saying what is missing.
+TEST(BenchPlotArguments, MissingPythonOrMatplotlibFailsBeforeTheSweep) {
+  test::TempDir dir;
+  const std::string png = dir.path() + "/never.png";
+  test::Process noPython({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",
+                          test::binDir() + "/collx-bench", "--sizes", "4,1K", "--plot", png,
+                          "--plot-python", "/nonexistent/python3"});
+  ASSERT_TRUE(noPython.wait(std::chrono::seconds(70)));
+  EXPECT_EQ(noPython.exitCode(), 4) << noPython.out() << noPython.err();
+  EXPECT_NE(noPython.err().find("cannot run /nonexistent/python3"), std::string::npos)
+      << noPython.err();
+  EXPECT_EQ(noPython.out().find("#wrong"), std::string::npos) << "the sweep ran";
+  // A matplotlib that cannot be imported (first on PYTHONPATH).
+  std::filesystem::create_directories(dir.path() + "/fake/matplotlib");
+  std::ofstream(dir.path() + "/fake/matplotlib/__init__.py")
+      << "raise ImportError('no matplotlib here')\n";
+  test::Process noMatplotlib({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",
+                              test::binDir() + "/collx-bench", "--sizes", "4,1K", "--plot", png},
+                             {{"PYTHONPATH", dir.path() + "/fake"}});
+  ASSERT_TRUE(noMatplotlib.wait(std::chrono::seconds(70)));
+  EXPECT_EQ(noMatplotlib.exitCode(), 4) << noMatplotlib.out() << noMatplotlib.err();
+  EXPECT_NE(noMatplotlib.err().find("cannot import matplotlib"), std::string::npos)
+      << noMatplotlib.err();
+  EXPECT_NE(noMatplotlib.err().find("python3-matplotlib"), std::string::npos) << noMatplotlib.err();
+  EXPECT_EQ(noMatplotlib.out().find("#wrong"), std::string::npos) << "the sweep ran";
+  EXPECT_FALSE(std::filesystem::exists(png));
+}
+
+// The script's second mode: benchmarks/compare/run.sh's CSV, one line per implementation
+// (its best algorithm in each round, the median round, a band from the fastest to the
+// slowest round where there are several), a row of panels per P; wrong results left out.
+TEST_F(BenchPlot, CompareModeDrawsOneLinePerImplementation) {
+  const std::string csv = dir_.path() + "/results.csv";
+  std::ofstream(csv)
+      << "impl,transport,collective,algorithm,P,bytes,time_us,algbw_GBps,busbw_GBps,correct,"
+         "round\n"
+         "collx,tcp,allreduce,default,2,4,5.0,0.0008,0.0008,1,1\n"
+         "collx,tcp,allreduce,default,2,65536,15.0,4.3,4.3,1,1\n"
+         "collx,tcp,allreduce,default,2,4,9.0,0.0004,0.0004,1,2\n"
+         "collx,tcp,allreduce,default,2,65536,17.0,3.8,3.8,1,2\n"
+         "collx,tcp,allreduce,default,4,4,20.0,0.0002,0.0003,1,1\n"
+         "collx,tcp,allreduce,default,4,65536,60.0,1.1,1.6,1,1\n"
+         "gloo,tcp,allreduce,ring,2,4,65.0,0.0001,0.0001,1,1\n"
+         "gloo,tcp,allreduce,bcube,2,4,60.0,0.0001,0.0001,1,1\n"
+         "gloo,tcp,allreduce,ring,2,65536,80.0,0.8,0.8,1,1\n"
+         "ompi,tcp,allreduce,default,2,4,6.0,0.0007,0.0007,1,1\n"
+         "ompi,tcp,allreduce,default,2,65536,20.0,3.3,3.3,1,1\n"
+         "ompi,tcp,allreduce,default,4,4,34.0,0.0001,0.0002,1,1\n"
+         "torch,gloo-tcp,allreduce,default,4,65536,400.0,0.2,0.2,1,1\n"
+         "mpich,tcp,allreduce,default,4,4,1.0,0.0040,0.0060,0,1\n"
+         "collx,tcp,broadcast,default,2,4,3.0,0.0013,0.0013,1,1\n";
+  const std::string svg = dir_.path() + "/compare.svg";
+  const test::RunResult r = test::run(
+      {COLLX_PLOT_PYTHON, COLLX_PLOT_SCRIPT, "compare", svg, csv, "--collective", "allreduce"}, {},
+      std::chrono::seconds(120));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string text = readFile(svg);
+  for (const char* label :
+       {">collx over tcp</text>", ">Gloo over tcp</text>", ">Open MPI over tcp</text>",
+        ">torch.distributed (gloo) over tcp</text>"}) {
+    EXPECT_EQ(occurrences(text, label), 1u) << label;
+  }
+  EXPECT_EQ(occurrences(text, "MPICH"), 0u) << "a wrong result was drawn";
+  EXPECT_EQ(occurrences(text, ">P=2: busbw (higher is better)</text>"), 1u);
+  EXPECT_EQ(occurrences(text, ">P=4: time (lower is better)</text>"), 1u);
+  EXPECT_EQ(occurrences(text, ">size (B)</text>"), 4u);
+  // collx ran 2 rounds at P=2: its band in both P=2 panels; one round elsewhere: none.
+  EXPECT_EQ(occurrences(text, "fill: #1f77b4; fill-opacity: 0.13"), 2u);
+  EXPECT_EQ(occurrences(text, "fill-opacity: 0.13"), 2u);
+  EXPECT_NE(text.find(">lines: the median over 2 rounds"), std::string::npos);
+  // Two collectives in the file and none named; a format that is not png or svg.
+  const test::RunResult which =
+      test::run({COLLX_PLOT_PYTHON, COLLX_PLOT_SCRIPT, "compare", svg, csv});
+  EXPECT_EQ(which.code, 1) << which.err;
+  EXPECT_NE(which.err.find("--collective"), std::string::npos) << which.err;
+  const test::RunResult pdf =
+      test::run({COLLX_PLOT_PYTHON, COLLX_PLOT_SCRIPT, "compare", dir_.path() + "/c.pdf", csv});
+  EXPECT_EQ(pdf.code, 2) << pdf.err;
+  EXPECT_NE(pdf.err.find(".png or .svg"), std::string::npos) << pdf.err;
+}
+
+// benchmarks/compare/run.sh with collx alone, two sizes: its CSV, ratio table and picture.
+TEST_F(BenchPlot, CompareRunShDrawsItsResults) {
+  const std::string out = dir_.path() + "/compare";
+  test::Process job(
+      {"/bin/bash", COLLX_SOURCE_DIR "/benchmarks/compare/run.sh", test::binDir() + "/..", out},
+      {{"ONLY", "collx"},
+       {"PS", "2"},
+       {"SIZES", "4,65536"},
+       {"MIN_TIME", "0.02"},
+       {"PLOT", out + "/compare.png"}});
+  ASSERT_TRUE(job.wait(std::chrono::seconds(110))) << job.out() << job.err();
+  ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
+  const std::string csv = readFile(out + "/results.csv");
+  EXPECT_EQ(occurrences(csv, "\ncollx,tcp,allreduce,"), 2u) << csv;
+  EXPECT_NE(job.out().find("| 2 | 65536 |"), std::string::npos) << job.out();
+  EXPECT_EQ(readFile(out + "/compare.png").substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  EXPECT_EQ(job.err().find('\r'), std::string::npos) << "progress without a terminal";
+}
+
+// What the shell command prints on a pseudo-terminal: script(1) (util-linux) runs it on one
+// and copies what it prints to its own stdout.
+test::RunResult onTerminal(const std::string& command) {
+  return test::run({"/usr/bin/script", "-qec", command, "/dev/null"}, {{"SHELL", "/bin/sh"}},
+                   std::chrono::seconds(110));
+}
+
+// The progress line: on a terminal (rank 0 alone), never in a pipe.
+TEST(BenchProgress, QuietWhenStderrIsNotATerminal) {
+  test::Process job({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",
+                     test::binDir() + "/collx-bench", "-c", "broadcast", "-a", "all", "--sizes",
+                     "4,64,1K", "-n", "3"});
+  ASSERT_TRUE(job.wait(std::chrono::seconds(70)));
+  ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
+  EXPECT_EQ(job.err(), "");
+  EXPECT_EQ(job.out().find('\r'), std::string::npos) << job.out();
+  EXPECT_EQ(job.out().find("size 1 of"), std::string::npos) << job.out();
+}
+
+TEST(BenchProgress, ShownOnATerminalByRankZeroOnly) {
+  // The table goes to a file, so what comes through the terminal is stderr.
+  test::TempDir dir;
+  const std::string table = dir.path() + "/table.txt";
+  const std::string command = test::binDir() + "/collx-run -n 2 --timeout 60s -- " +
+                              test::binDir() +
+                              "/collx-bench -c broadcast -a all --sizes 4,64,1K -n 3 > " + table;
+  const test::RunResult job = onTerminal(command);
+  ASSERT_EQ(job.code, 0) << job.out << job.err;
+  const std::string& shown = job.out;
+  const std::vector<std::string> algos = eligibleHere(algorithms::Collective::kBroadcast, 2);
+  const std::string m = std::to_string(algos.size());
+  const std::string first =
+      "\rcollx-bench: size 1 of 3 (algorithm 1 of " + m + ": " + algos[0] + ")";
+  EXPECT_EQ(occurrences(shown, first), 1u) << "printed by rank 0 alone, once:\n" << shown;
+  EXPECT_NE(shown.find("size 3 of 3 (algorithm " + m + " of " + m + ": " + algos.back() + ")"),
+            std::string::npos)
+      << shown;
+  EXPECT_NE(shown.find(", elapsed "), std::string::npos) << shown;
+  EXPECT_NE(shown.find(", remaining ~"), std::string::npos) << shown;
+  // Erased at the end: the last thing on the terminal is an empty line.
+  EXPECT_GE(shown.size(), 4u);
+  EXPECT_EQ(shown.substr(shown.size() - 4), "\r\x1b[K") << shown;
+  const std::string rows = readFile(table);
+  EXPECT_EQ(rows.find('\r'), std::string::npos) << rows;
+  EXPECT_EQ(occurrences(rows, "\n  "), algos.size() * 3) << "table rows\n" << rows;
+}
+
+// benchmarks/compare/run.sh shows its steps on a terminal as well (and collx-bench's own
+// line stays out of it: its stderr goes to a file).
+TEST(BenchProgress, RunShShowsItsStepsOnATerminal) {
+  test::TempDir dir;
+  const std::string command =
+      "ONLY=collx PS=2 SIZES=4,1024 PER_SIZE=1 MIN_TIME=0.02 PLOT=none "
+      "/bin/bash " COLLX_SOURCE_DIR "/benchmarks/compare/run.sh " +
+      test::binDir() + "/.. " + dir.path() + "/out > /dev/null";
+  const test::RunResult job = onTerminal(command);
+  ASSERT_EQ(job.code, 0) << job.out << job.err;
+  const std::string& shown = job.out;
+  EXPECT_NE(shown.find("\rrun.sh: step 1 of 2 (round 1, P=2, collx, sizes 4), elapsed "),
+            std::string::npos)
+      << shown;
+  EXPECT_NE(shown.find("\rrun.sh: step 2 of 2 (round 1, P=2, collx, sizes 1024), elapsed "),
+            std::string::npos)
+      << shown;
+  EXPECT_EQ(shown.find("collx-bench: size"), std::string::npos) << shown;
+}
 
 }  // namespace
 }  // namespace collx

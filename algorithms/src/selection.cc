@@ -380,6 +380,15 @@ Choice acrossHosts(const ScheduleParams& p, const SelectionPolicy& policy, const
 
 }  // namespace
 
+std::vector<const AlgorithmInfo*> eligibleAlgorithms(const ScheduleParams& p,
+                                                     const SelectionPolicy& policy) {
+  std::vector<const AlgorithmInfo*> out;
+  for (const AlgorithmInfo& info : algorithmRegistry()) {
+    if (info.coll == p.coll && refusal(info, p, policy) == Refusal::kNone) out.push_back(&info);
+  }
+  return out;
+}
+
 Choice select(const ScheduleParams& p, const SelectionPolicy& policy, std::string_view name,
               const ReduceOp* op) {
   if (!name.empty()) [[unlikely]] {

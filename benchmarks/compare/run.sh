@@ -2,7 +2,10 @@
 # Side by side, in one run: collx-bench against the peers of ../shared/peers (Gloo, Open MPI
 # over TCP, torch.distributed's gloo backend, and MPICH 4.0 over UCX, built here from the
 # same mpi_bench.c with mpicc.mpich) and this machine's loopback TCP limit
-# (tcp_exchange), for one collective at P=2 and P=4. Writes CSVs and a ratio table.
+# (tcp_exchange), for one collective at P=2 and P=4. Writes CSVs, a ratio table and a
+# picture (benchmarks/plot/collx_plot.py: busbw and time against size, one line per
+# implementation, a row of panels per P). On a terminal it shows its progress on stderr (one
+# line, rewritten; nothing in a pipe or a log).
 #
 #   benchmarks/compare/run.sh [BUILD_DIR] [OUT_DIR]
 # Knobs: PS="2 4", SIZES=..., COLL=allreduce, ONLY="collx gloo mpi mpich torch limits" (mpich:
@@ -19,7 +22,9 @@
 #        same rounds, as the peer "base": a change against the tree before it; ONLY must
 #        include "base", which it does by default when BASE is set), BASE_ENV="NAME=VALUE
 #        ..." (variables for the base's runs only: BASE=build BASE_ENV=COLLX_TRACE_BUFFER=0
-#        prices a feature against itself turned off in one tree)
+#        prices a feature against itself turned off in one tree),
+#        PLOT=OUT_DIR/compare.png (the picture, .png or .svg; PLOT=none draws none; needs
+#        python3-matplotlib)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -42,6 +47,7 @@ fi
 REPEAT=${REPEAT:-1}
 BASE_ENV=${BASE_ENV:-}
 PER_SIZE=${PER_SIZE:-0}
+PLOT=${PLOT:-$out/compare.png}
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 
 # The peers build in a scratch copy (the shared folder is read-only).
@@ -63,6 +69,30 @@ cpus=$(nproc)
 # MPICH's ranks never yield: on a machine that something else keeps busy, one of its calls
 # can take minutes. Each of its runs gets this long (seconds), then is stopped and left out.
 PEER_TIMEOUT=${PEER_TIMEOUT:-300}
+chunks=$SIZES
+[ "$PER_SIZE" = 1 ] && chunks=$(echo "$SIZES" | tr ',' ' ')
+# Progress on a terminal: one step is one implementation's run of one chunk of sizes.
+steps_total=0
+for P in $PS; do
+  for impl in collx base gloo mpi mpich torch; do
+    want "$impl" || continue
+    [ "$impl" = base ] && [ -z "$BASE" ] && continue
+    [ "$impl" = mpich ] && { [ ! -x "$work/bin/mpich_bench" ] || [ "$P" -gt "$cpus" ]; } && continue
+    steps_total=$((steps_total + REPEAT * $(echo "$chunks" | wc -w)))
+  done
+done
+steps_done=0
+human() { (($1 < 60)) && echo "${1}s" || printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+progress() {  # what the next step runs
+  steps_done=$((steps_done + 1))
+  [ -t 2 ] || return 0
+  local left="?" elapsed=$SECONDS
+  ((steps_done > 1)) && left="~$(human $((elapsed * (steps_total - steps_done + 1) / (steps_done - 1))))"
+  printf '\rrun.sh: step %d of %d (%s), elapsed %s, remaining %s\033[K' "$steps_done" \
+    "$steps_total" "$1" "$(human "$elapsed")" "$left" >&2
+}
+clear_progress() { [ -t 2 ] && printf '\r\033[K' >&2 || true; }  # before other output
+SECONDS=0
 csv=$out/results.csv
 echo "impl,transport,collective,algorithm,P,bytes,time_us,algbw_GBps,busbw_GBps,correct,round" > "$csv"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo
@@ -71,6 +101,7 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo
 for round in $(seq 1 "$REPEAT"); do
 for P in $PS; do
   if want limits && [ "$P" = 2 ]; then
+    clear_progress
     if [ "$TRANSPORT" = tcp ]; then
       "$work/bin/tcp_exchange" $((32 << 20)) 9 0 | tee -a "$out/limits.txt"
       "$work/bin/tcp_exchange" $((32 << 20)) 9 1 | tee -a "$out/limits.txt"
@@ -83,8 +114,6 @@ for P in $PS; do
       fi
     fi
   fi
-  chunks=$SIZES
-  [ "$PER_SIZE" = 1 ] && chunks=$(echo "$SIZES" | tr ',' ' ')
   for chunk in $chunks; do
     # collx, and the same bench from the BASE build: one function, two trees.
     run_collx() {  # impl build_dir
@@ -100,9 +129,16 @@ for P in $PS; do
       fi
       local extra=()
       [ "$impl" = base ] && [ -n "$BASE_ENV" ] && read -r -a extra <<< "$BASE_ENV"
-      env "${extra[@]}" COLLX_TRANSPORT=$TRANSPORT "$dir/bin/collx-run" -n "$P" -- \
-        "$dir/bin/collx-bench" -c "$COLL" --sizes "$sizes" \
-        --min-time "$MIN_TIME" $inplace --csv "$out/${impl}_p$P.csv" > "$out/${impl}_p$P.txt"
+      # (its stderr to a file: collx-bench's own progress line would fight this one)
+      progress "round $round, P=$P, $impl, sizes $chunk"
+      if ! env "${extra[@]}" COLLX_TRANSPORT=$TRANSPORT "$dir/bin/collx-run" -n "$P" -- \
+        "$dir/bin/collx-bench" -c "$COLL" --sizes "$sizes" --min-time "$MIN_TIME" $inplace \
+        --csv "$out/${impl}_p$P.csv" > "$out/${impl}_p$P.txt" 2> "$out/${impl}_p$P.err"; then
+        clear_progress
+        cat "$out/${impl}_p$P.err" >&2
+        echo "run.sh: $impl at P=$P failed (above; its table: $out/${impl}_p$P.txt)" >&2
+        exit 1
+      fi
       # into the peers' CSV shape
       grep -v '^#' "$out/${impl}_p$P.csv" | tail -n +2 \
         | while IFS=, read -r size count dtype t p50 p99 alg bus wrong algo; do
@@ -113,10 +149,12 @@ for P in $PS; do
     want collx && run_collx collx "$build"
     want base && [ -n "$BASE" ] && run_collx base "$BASE"
     if want gloo; then
+      progress "round $round, P=$P, gloo, sizes $chunk"
       "$work/bin/gloo_bench" -p "$P" --colls "$COLL" --sizes "$chunk" --min-time "$MIN_TIME" \
         2> "$out/gloo_p$P.log" | grep '^gloo,' | sed "s/\$/,$round/" >> "$csv" || true
     fi
     if want mpi; then
+      progress "round $round, P=$P, Open MPI, sizes $chunk"
       if [ "$TRANSPORT" = tcp ]; then
         "${MPIRUN[@]}" -np "$P" "$work/bin/mpi_bench" --transport tcp --colls "$COLL" \
           --sizes "$chunk" --min-time "$MIN_TIME" 2> "$out/mpi_p$P.log" \
@@ -129,14 +167,17 @@ for P in $PS; do
     fi
     if want mpich && [ -x "$work/bin/mpich_bench" ]; then
       if [ "$P" -gt "$cpus" ]; then
+        clear_progress
         echo "run.sh: P=$P > $cpus CPUs: MPICH's ranks poll without yielding, skipped" >&2
       elif [ "$TRANSPORT" = tcp ]; then
+        progress "round $round, P=$P, MPICH, sizes $chunk"
         UCX_TLS=tcp,self MPIR_CVAR_NOLOCAL=1 timeout -k 5 "$PEER_TIMEOUT" \
           mpiexec.mpich -n "$P" "$work/bin/mpich_bench" \
           --transport tcp --colls "$COLL" --sizes "$chunk" --min-time "$MIN_TIME" \
           2> "$out/mpich_p$P.log" | grep '^ompi,' | sed "s/^ompi,/mpich,/; s/\$/,$round/" \
           >> "$csv" || true
       else
+        progress "round $round, P=$P, MPICH, sizes $chunk"
         timeout -k 5 "$PEER_TIMEOUT" mpiexec.mpich -n "$P" "$work/bin/mpich_bench" \
           --transport shm --colls "$COLL" \
           --sizes "$chunk" --min-time "$MIN_TIME" 2> "$out/mpich_p$P.log" \
@@ -144,6 +185,7 @@ for P in $PS; do
       fi
     fi
     if want torch; then
+      progress "round $round, P=$P, torch.distributed gloo, sizes $chunk"
       /usr/bin/python3 "$work/torch_bench.py" -p "$P" --colls "$COLL" --sizes "$chunk" \
         --min-time "$MIN_TIME" 2> "$out/torch_p$P.log" \
         | grep '^torch,' | sed "s/\$/,$round/" >> "$csv" || true
@@ -151,4 +193,9 @@ for P in $PS; do
   done
 done
 done
+clear_progress
 /usr/bin/python3 "$here/ratios.py" "$csv" "$COLL" | tee "$out/ratios.md"
+if [ "$PLOT" != none ]; then
+  /usr/bin/python3 "$here/../plot/collx_plot.py" compare "$PLOT" "$csv" --collective "$COLL"
+  echo "run.sh: the picture: $PLOT" >&2
+fi

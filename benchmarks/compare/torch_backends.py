@@ -12,7 +12,8 @@ Method as ../shared/peers/torch_bench.py: float32 sum, in place, one verified ca
 then a time-bounded loop of dist.all_reduce (blocking, as a training loop calls it); the
 time is the max over ranks of each rank's median. With --repeat R every size is measured R
 times per backend and each keeps its best round. Prints one table with gloo/collx ratios
-(above 1: collx is faster).
+(above 1: collx is faster). On a terminal, rank 0 shows its progress on stderr (one line,
+rewritten); in a pipe or a log, nothing.
 """
 import argparse
 import os
@@ -39,6 +40,37 @@ def parse():
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--csv", default="")
     return ap.parse_args()
+
+
+def human(seconds):
+    s = int(round(seconds))
+    return "%.1fs" % seconds if seconds < 60 else "%dm%02ds" % (s // 60, s % 60)
+
+
+class Progress:
+    """One line on stderr, rewritten before each step: where the sweep is, how long it took
+    and about how long the rest will. Nothing unless stderr is a terminal."""
+
+    def __init__(self, enabled, total):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.total = total
+        self.done = 0
+        self.start = time.monotonic()
+
+    def step(self, what):
+        if self.enabled:
+            elapsed = time.monotonic() - self.start
+            left = "~" + human(elapsed / self.done * (self.total - self.done)) \
+                if self.done else "?"
+            sys.stderr.write("\rtorch_backends.py: %s, elapsed %s, remaining %s\033[K" %
+                             (what, human(elapsed), left))
+            sys.stderr.flush()
+        self.done += 1
+
+    def clear(self):
+        if self.enabled:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
 
 
 def worker(a):
@@ -77,8 +109,11 @@ def worker(a):
         return amax(statistics.median(ts))
 
     best = {}
+    progress = Progress(r == 0, a.repeat * len(sizes))
     for rep in range(a.repeat):
         for i, b in enumerate(sizes):
+            progress.step("size %d of %d (round %d of %d)" % (i + 1, len(sizes), rep + 1,
+                                                               a.repeat))
             n = max(1, b // 4)
             idx = torch.arange(n, dtype=torch.int64)
             pat = ((idx % 13) + 1).to(torch.float32)
@@ -95,6 +130,7 @@ def worker(a):
                 t = time_op(lambda: dist.all_reduce(x, group=g))
                 key = (name, n * 4)
                 best[key] = min(best.get(key, float("inf")), t)
+    progress.clear()
     if r == 0:
         for (name, nbytes), t in sorted(best.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             sys.stdout.write("%s,%d,%d,%.3f\n" % (name, P, nbytes, t * 1e6))

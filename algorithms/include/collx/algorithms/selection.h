@@ -121,6 +121,11 @@ std::uint64_t selectionBytes(const ScheduleParams& params) noexcept;
 Choice select(const ScheduleParams& params, const SelectionPolicy& policy,
               std::string_view named = {}, const ReduceOp* op = nullptr);
 
+// Every algorithm of the call's collective that can take it in this job (the prerequisites
+// select() checks for a named one), in registry order: what collx-bench -a all runs.
+std::vector<const AlgorithmInfo*> eligibleAlgorithms(const ScheduleParams& params,
+                                                     const SelectionPolicy& policy);
+
 // A call of equal blocks, as collx-sim models one and collx-bench runs one: `count` elements
 // in the whole vector (allreduce, reduce, broadcast) or in one rank's block (the others;
 // alltoall(v): the block for each peer); the v-collectives' blocks equal and in rank order.
