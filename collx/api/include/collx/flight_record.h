@@ -29,7 +29,7 @@ const char* callStateName(CallState state) noexcept;
 struct FlightEntry {
   using Time = std::chrono::system_clock::time_point;
 
-  std::uint64_t id = 0;  // this context's calls numbered from 1, in the order they started
+  std::uint64_t id = 0;  // unique in this context: a collective's is its seq + 1
   // A collective's sequence number (the same call has the same one on every rank, in the
   // order calls are made); a send's or receive's tag.
   std::uint64_t seq = 0;
