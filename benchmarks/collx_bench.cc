@@ -22,6 +22,7 @@
 #include <new>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,7 @@ struct Args {
   bool noCheck = false;
   std::string csv;
   std::string json;
+  bool stats = false;
 };
 
 Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
@@ -114,6 +116,10 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   cli.flag("--no-check", a.noCheck, "skip the checked call");
   cli.text("--csv", a.csv, "FILE", "also write the results as CSV");
   cli.text("--json", a.json, "FILE", "also write the results as JSON");
+  cli.flag("--stats", a.stats,
+           "after the sweep, print rank 0's counters (Context::stats): calls per collective "
+           "and algorithm (collx-bench's own small agreement calls between sizes included), "
+           "failed calls, messages and bytes per transport and peer, time spent waiting");
   cli.parse(argc, argv);
 
   static const std::set<std::string> kCollectives = {
@@ -560,6 +566,13 @@ int main(int argc, char** argv) {
                     static_cast<unsigned long long>(r.wrong), r.algorithm.c_str());
         std::fflush(stdout);
       }
+    }
+    if (root && args.stats) {
+      // (Read before anything else is called: the counters of the sweep alone.)
+      std::istringstream lines(ctx->stats().describe());
+      std::printf("# stats of rank 0 (Context::stats):\n");
+      for (std::string line; std::getline(lines, line);) std::printf("#   %s\n", line.c_str());
+      std::fflush(stdout);
     }
     std::uint64_t anyWrong = 0;
     for (const Result& r : results) anyWrong += r.wrong;

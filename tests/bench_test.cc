@@ -1,9 +1,11 @@
 // collx-bench runs every algorithm of the registry: three real ranks through collx-run, a
-// few sizes each, the checked call finding no wrong element.
+// few sizes each, the checked call finding no wrong element. And collx-bench --stats: the
+// counters printed.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "collx/algorithms/registry.h"
@@ -60,6 +62,26 @@ std::string nameOf(const ::testing::TestParamInfo<std::size_t>& p) {
 INSTANTIATE_TEST_SUITE_P(Registry, BenchEveryAlgorithm,
                          ::testing::Range<std::size_t>(0, algorithms::algorithmRegistry().size()),
                          nameOf);
+
+TEST(BenchStats, PrintsRankZerosCounters) {
+  test::Process job({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",
+                     test::binDir() + "/collx-bench", "-c", "allreduce", "-a", "ring", "--sizes",
+                     "64", "-n", "5", "-w", "2", "--stats"},
+                    {{"COLLX_TRANSPORT", "tcp"}});
+  ASSERT_TRUE(job.wait(90s));
+  ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
+  const std::string& out = job.out();
+  EXPECT_NE(out.find("# stats of rank 0 (Context::stats):"), std::string::npos) << out;
+  EXPECT_NE(out.find("#     transport tcp: sent "), std::string::npos) << out;
+  EXPECT_NE(out.find("#     peer 1 (tcp): sent "), std::string::npos) << out;
+  // The checked call, the first, 2 warmup, 1 estimate and 5 timed calls: all ring.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(#     allreduce ring: ([0-9]+) calls)")))
+      << out;
+  EXPECT_EQ(std::stoi(m[1]), 10) << out;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(# +([0-9]+) calls \(0 failed\))"))) << out;
+  EXPECT_GT(std::stoi(m[1]), 10) << "collx-bench's own agreement calls count too\n" << out;
+}
 
 }  // namespace
 }  // namespace collx

@@ -30,6 +30,11 @@ std::int64_t nanosOf(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
+// A counter that only one thread at a time writes: no locked instruction.
+inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t n) noexcept {
+  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
 }  // namespace
 
 std::string callName(const CallInfo& info) {
@@ -242,6 +247,7 @@ class Execution {
       fail(*error);
       return;
     }
+    engine_.countTransfer(schedule_->tasks()[id]);
     done(id);
   }
 
@@ -257,7 +263,11 @@ class Execution {
   }
 
   void finish() {
-    if (!error_) Engine::recordEnded(info_, nullptr);
+    if (!error_) {
+      Engine::recordEnded(info_, nullptr);
+    } else {
+      engine_.failedCalls_.fetch_add(1, std::memory_order_relaxed);
+    }
     finished_.store(true, std::memory_order_release);
   }
 
@@ -287,6 +297,7 @@ Engine::Engine(std::unique_ptr<transport::Mesh> mesh, const EngineOptions& optio
       options_(options),
       recorder_(options.traceBuffer > 0 ? std::make_shared<Recorder>(options.traceBuffer)
                                         : nullptr),
+      traffic_(std::make_unique<PeerCounters[]>(static_cast<std::size_t>(mesh_->size()))),
       shared_(std::make_unique<shared::Runner>(mesh_->sharedGroup())) {
   if (transport::SharedGroup* group = mesh_->sharedGroup()) {
     // A shared-memory wait that fails fails the mesh as the driving thread would: not while
@@ -428,6 +439,7 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
     shared_->start(params, bindings, info, /*blocking=*/true);
   } catch (const Error& e) {
     recordEnded(info, &e);
+    failedCalls_.fetch_add(1, std::memory_order_relaxed);
     throw;
   }
   recordEnded(info, nullptr);
@@ -451,6 +463,43 @@ void Engine::recordAdmitted(CallInfo& info, CallState state) noexcept {
       std::clamp<std::int64_t>(info.timeout.count(), 0, std::numeric_limits<std::uint32_t>::max()));
   info.recorder = recorder_.get();
   info.recordId = recorder_->admit(call, state);
+}
+
+void Engine::countTransfer(const Task& task) noexcept {
+  PeerCounters& c = traffic_[static_cast<std::size_t>(task.peer)];
+  const int way = task.kind == TaskKind::kRecv ? 1 : 0;
+  bump(c.messages[way], 1);
+  bump(c.bytes[way], task.bytes);
+}
+
+EngineStats Engine::stats() const {
+  EngineStats out;
+  out.peers.resize(static_cast<std::size_t>(size()));
+  for (std::size_t r = 0; r < out.peers.size(); ++r) {
+    const PeerCounters& c = traffic_[r];
+    out.peers[r].messagesSent = c.messages[0].load(std::memory_order_relaxed);
+    out.peers[r].bytesSent = c.bytes[0].load(std::memory_order_relaxed);
+    out.peers[r].messagesReceived = c.messages[1].load(std::memory_order_relaxed);
+    out.peers[r].bytesReceived = c.bytes[1].load(std::memory_order_relaxed);
+  }
+  out.failedCalls = failedCalls_.load(std::memory_order_relaxed);
+  out.waited = std::chrono::nanoseconds(waitedNs_.load(std::memory_order_relaxed));
+  if (const transport::SharedGroup* group = mesh_->sharedGroup()) {
+    out.sharedWaited = group->waited();
+  }
+  return out;
+}
+
+void Engine::resetStats() noexcept {
+  for (std::size_t r = 0; r < static_cast<std::size_t>(size()); ++r) {
+    for (int way = 0; way < 2; ++way) {
+      traffic_[r].messages[way].store(0, std::memory_order_relaxed);
+      traffic_[r].bytes[way].store(0, std::memory_order_relaxed);
+    }
+  }
+  failedCalls_.store(0, std::memory_order_relaxed);
+  waitedNs_.store(0, std::memory_order_relaxed);
+  if (transport::SharedGroup* group = mesh_->sharedGroup()) group->resetWaited();
 }
 
 void Engine::recordEnded(const CallInfo& info, const Error* error) {
@@ -793,10 +842,17 @@ void Engine::progressSleeping(std::chrono::microseconds wait, bool tryDirect,
       if (!expecting) wait = std::chrono::microseconds(0);  // it is there already
     }
   }
+  // A wait that may sleep is timed (a system call follows anyway): stats().waited.
+  const Clock::time_point sleeps = wait.count() > 0 ? Clock::now() : Clock::time_point{};
   try {
     if (mesh_->progress(wait, tryDirect)) lastActivity = Clock::now();
   } catch (const Error& e) {
     failAll(e);
+  }
+  if (sleeps != Clock::time_point{}) {
+    bump(waitedNs_,
+         static_cast<std::uint64_t>(
+             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - sleeps).count()));
   }
   if (expecting) group->endExpect();
 }

@@ -99,6 +99,53 @@ py::list flightRecord(PyContext& s) {
   return out;
 }
 
+py::dict traffic(std::uint64_t messagesSent, std::uint64_t bytesSent,
+                 std::uint64_t messagesReceived, std::uint64_t bytesReceived) {
+  py::dict d;
+  d["messages_sent"] = messagesSent;
+  d["bytes_sent"] = bytesSent;
+  d["messages_received"] = messagesReceived;
+  d["bytes_received"] = bytesReceived;
+  return d;
+}
+
+py::dict stats(PyContext& s) {
+  const ContextStats st = s.ctx("stats").stats();
+  py::dict out = traffic(st.messagesSent, st.bytesSent, st.messagesReceived, st.bytesReceived);
+  out["calls"] = st.calls;
+  out["failed_calls"] = st.failedCalls;
+  out["waiting_s"] = std::chrono::duration<double>(st.waiting).count();
+  out["shared_memory_waiting_s"] = std::chrono::duration<double>(st.sharedMemoryWaiting).count();
+  out["collectives"] = st.collectives;
+  py::list peers;
+  for (const PeerStats& p : st.peers) {
+    py::dict d = traffic(p.messagesSent, p.bytesSent, p.messagesReceived, p.bytesReceived);
+    d["rank"] = p.rank;
+    d["transport"] = p.transport;
+    peers.append(d);
+  }
+  out["peers"] = peers;
+  py::dict transports;
+  for (const TransportStats& t : st.transports) {
+    py::dict d = traffic(t.messagesSent, t.bytesSent, t.messagesReceived, t.bytesReceived);
+    d["shared_calls"] = t.sharedCalls;
+    d["shared_bytes"] = t.sharedBytes;
+    transports[py::str(t.transport)] = d;
+  }
+  out["transports"] = transports;
+  py::list algorithms;
+  for (const AlgorithmStats& a : st.algorithms) {
+    py::dict d;
+    d["collective"] = a.collective;
+    d["algorithm"] = a.algorithm;
+    d["calls"] = a.calls;
+    d["bytes"] = a.bytes;
+    algorithms.append(d);
+  }
+  out["algorithms"] = algorithms;
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_collx, m) {
@@ -160,6 +207,14 @@ PYBIND11_MODULE(_collx, m) {
            "running, waiting_since, ended (epoch seconds or None), duration_ms, timeout_ms, "
            "error (the kind, e.g. 'TimeoutError', or None), error_text, describe. Empty when "
            "the recorder is off. Never blocks a call.")
+      .def("stats", &stats,
+           "What this context has done since it connected, as a dict: calls, failed_calls, "
+           "collectives (calls per collective), messages_sent, bytes_sent, messages_received, "
+           "bytes_received, waiting_s and shared_memory_waiting_s (time spent asleep waiting "
+           "for peers), peers (a list of dicts: rank, transport and the four counts), "
+           "transports (by name: the four counts, shared_calls and shared_bytes of the 'shm' "
+           "algorithms), algorithms (a list of dicts: collective, algorithm, calls, bytes). "
+           "Never blocks a call.")
       .def_property_readonly("closed", &PyContext::closed, "True after close().")
       .def(
           "describe_peer",

@@ -88,6 +88,29 @@ def test_flight_record_says_what_each_call_was_and_whom_it_waits_for(ranks):
     assert outcome(results, 1)["after"][-1]["state"] == "completed"
 
 
+def test_stats_count_calls_messages_and_failures(ranks):
+    results = run(ranks, "stats", env={"COLLX_TRANSPORT": "tcp"})
+    for r in (0, 1):
+        d = outcome(results, r)
+        assert d.get("error") == "Aborted", d
+        s = d["stats"]
+        assert set(s) == {"calls", "failed_calls", "collectives", "messages_sent", "bytes_sent",
+                          "messages_received", "bytes_received", "waiting_s",
+                          "shared_memory_waiting_s", "peers", "transports", "algorithms"}, s
+        assert s["calls"] == 3 and s["failed_calls"] == 1, s
+        assert s["collectives"] == {"allreduce": 1, "barrier": 2}, s
+        # ring at P=2: one reduce-scatter and one allgather step, 2000 bytes each way each.
+        ring = [a for a in s["algorithms"] if a["algorithm"] == "ring"]
+        assert ring == [{"collective": "allreduce", "algorithm": "ring", "calls": 1,
+                         "bytes": 4000}], s["algorithms"]
+        [peer] = s["peers"]
+        assert peer["rank"] == 1 - r and peer["transport"] == "tcp", peer
+        assert peer["messages_sent"] >= 2 and peer["bytes_sent"] == 4000, peer
+        assert s["transports"]["tcp"]["messages_sent"] == s["messages_sent"], s
+        assert s["transports"]["tcp"]["shared_calls"] == 0, s
+        assert s["waiting_s"] >= 0.0, s
+
+
 def test_abort_wakes_a_blocked_call_with_aborted(ranks):
     d = outcome(run(ranks, "abort"), 0)
     assert d.get("error") == "Aborted", d

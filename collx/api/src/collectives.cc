@@ -178,6 +178,7 @@ Prepared prepare(Context& ctx, Resolved& call) {
   }
   p.bindings.input = call.input;
   p.bindings.output = call.output;
+  rt.countCall(algorithm, call.count * es);
   const std::uint64_t seq = rt.sequence.fetch_add(1);
   p.info.collective = what;
   p.info.algorithm = algorithm.name;
@@ -614,6 +615,7 @@ Prepared prepareP2P(Context& ctx, const Call& d, const CollectiveOptions& option
     schedule->recv(d.peer, 0, algorithms::output(), bytes);
   }
   schedule->finalize();
+  rt.countCall(sending ? detail::Runtime::sendCount() : detail::Runtime::recvCount(), bytes);
   Prepared p;
   p.schedule = std::move(schedule);
   p.bindings.input = buffer;

@@ -328,6 +328,8 @@ void Context::connect(const ContextOptions& options) {
                   transport::kDirectReadsNames[static_cast<int>(group->directReads())]);
     }
   }
+  // What the library sent while connecting is not the user's.
+  runtime_->engine->resetStats();
   COLLX_DEBUG(kTcp, "rank {}: connected to {} peers{}", rank_, size_ - 1,
               runtime_->group ? ", all over shared memory" : "");
 }

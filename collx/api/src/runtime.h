@@ -44,6 +44,23 @@ struct Runtime {
   // The shared-memory algorithms may run: one group of every rank, or a world of one.
   bool sharedMemory() const noexcept { return group != nullptr || size == 1; }
 
+  // Calls and their bytes per algorithm (Context::stats): the registry's by their index
+  // there, then send and receive. Counted by the caller's thread (relaxed fetch_add).
+  struct CallCount {
+    std::atomic<std::uint64_t> calls{0};
+    std::atomic<std::uint64_t> bytes{0};
+  };
+  static std::size_t sendCount() noexcept { return algorithms::algorithmRegistry().size(); }
+  static std::size_t recvCount() noexcept { return sendCount() + 1; }
+  std::unique_ptr<CallCount[]> callCounts = std::make_unique<CallCount[]>(recvCount() + 1);
+  void countCall(std::size_t index, std::uint64_t bytes) noexcept {
+    callCounts[index].calls.fetch_add(1, std::memory_order_relaxed);
+    callCounts[index].bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  void countCall(const algorithms::AlgorithmInfo& algorithm, std::uint64_t bytes) noexcept {
+    countCall(static_cast<std::size_t>(&algorithm - algorithms::algorithmRegistry().data()), bytes);
+  }
+
   // Schedules by (algorithm, params), built once and shared by every call with that key.
   std::shared_ptr<const algorithms::Schedule> schedule(const algorithms::AlgorithmInfo& algorithm,
                                                        const algorithms::ScheduleParams& params);

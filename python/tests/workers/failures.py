@@ -95,6 +95,16 @@ try:
             except collx.Error as e:
                 record(e)
             result["failed"] = ctx.flight_record()[-1]
+    elif scenario == "stats":
+        # Known calls, then one that fails: what ctx.stats() says of them.
+        ctx.allreduce(np.ones(1000, np.float32), algorithm="ring")
+        ctx.barrier()
+        ctx.abort("the test aborts")
+        try:
+            ctx.barrier()
+        except collx.Error as e:
+            record(e)
+        result["stats"] = ctx.stats()
     elif scenario == "abort":
         # rank 0 aborts its own context from another thread while it waits for rank 1
         if R == 0:

@@ -80,6 +80,23 @@ struct EngineOptions {
   std::size_t traceBuffer = 1024;
 };
 
+// What an engine moved and waited for since it was made (or resetStats()): messages and bytes
+// per peer (counted when a transfer completes), failed calls, and the time the driving
+// thread slept in the mesh's poll and blocking shared-memory calls slept in the group's
+// waits.
+struct EngineStats {
+  struct Peer {
+    std::uint64_t messagesSent = 0;
+    std::uint64_t bytesSent = 0;
+    std::uint64_t messagesReceived = 0;
+    std::uint64_t bytesReceived = 0;
+  };
+  std::vector<Peer> peers;  // by rank
+  std::uint64_t failedCalls = 0;
+  std::chrono::nanoseconds waited{0};
+  std::chrono::nanoseconds sharedWaited{0};
+};
+
 // Schedules of the shared-memory algorithms (one TaskKind::kShared task) run here too: one
 // at a time, in the order they were started (every rank uses the group buffers in that
 // order), each resumed by whoever drives progress once what it waits for is there.
@@ -122,6 +139,12 @@ class Engine {
   // The flight recorder (nullptr when off): the calls admitted, shared with whoever reads it
   // while the engine runs.
   const std::shared_ptr<Recorder>& recorder() const noexcept { return recorder_; }
+  // Thread-safe: the counters so far (relaxed reads: each is exact, together they may be a
+  // moment apart).
+  EngineStats stats() const;
+  // Counts from zero again (while no call is in flight: the API does at the end of connect,
+  // so that its own messages are not counted).
+  void resetStats() noexcept;
 
  private:
   friend class Execution;
@@ -159,6 +182,8 @@ class Engine {
   // The flight recorder's part (each a no-op when it is off).
   void recordAdmitted(CallInfo& info, CallState state) noexcept;
   static void recordEnded(const CallInfo& info, const Error* error);
+  // A transfer completed (driving thread only).
+  void countTransfer(const Task& task) noexcept;
   // What the calls in flight wait for, written at most every kNotePeriod while they sleep.
   void noteWaits(Clock::time_point now);
   void noteWait(const Execution& execution, std::int64_t nowNs);
@@ -177,6 +202,15 @@ class Engine {
   EngineOptions options_;
   std::shared_ptr<Recorder> recorder_;
   Clock::time_point nextNote_{};
+  // The counters of stats(). Written by the driving thread only (a relaxed load and store:
+  // no locked instruction on a call's path), except failedCalls_ (any caller's thread).
+  struct PeerCounters {
+    std::atomic<std::uint64_t> messages[2];  // [0] sent, [1] received
+    std::atomic<std::uint64_t> bytes[2];
+  };
+  std::unique_ptr<PeerCounters[]> traffic_;
+  std::atomic<std::uint64_t> failedCalls_{0};
+  std::atomic<std::uint64_t> waitedNs_{0};
   // The shared-memory calls (driver only): the runner, and the calls in the order they run;
   // the first is running when `sharedRunning_` is it.
   std::unique_ptr<shared::Runner> shared_;

@@ -23,6 +23,7 @@
 
 #include "collx/bootstrap.h"
 #include "collx/flight_record.h"
+#include "collx/stats.h"
 
 namespace collx {
 
@@ -116,6 +117,10 @@ class Context {
   // The flight recorder: this context's last calls (COLLX_TRACE_BUFFER of them), oldest
   // first; empty when the recorder is off. Thread-safe, and it never blocks a call.
   std::vector<FlightEntry> flightRecord() const;
+  // What this context has done since it connected: messages and bytes per peer and
+  // transport, calls per collective and algorithm, failed calls, time spent waiting
+  // (collx/stats.h). Thread-safe; it never blocks a call.
+  ContextStats stats() const;
 
   // Internal: the collectives' machinery.
   const std::shared_ptr<detail::Runtime>& runtime() const noexcept { return runtime_; }

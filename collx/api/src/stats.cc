@@ -1,0 +1,120 @@
+// Context::stats(): the engine's counters (messages per peer, failures, waits) and the
+// runtime's (calls per algorithm) in public terms.
+#include "collx/stats.h"
+
+#include <cstdio>
+
+#include "collx/algorithms/registry.h"
+#include "collx/context.h"
+#include "runtime.h"
+
+namespace collx {
+
+namespace {
+
+std::string traffic(std::uint64_t messages, std::uint64_t bytes) {
+  return std::to_string(messages) + (messages == 1 ? " message, " : " messages, ") +
+         std::to_string(bytes) + " B";
+}
+
+std::string millis(std::chrono::nanoseconds t) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3f ms", static_cast<double>(t.count()) / 1e6);
+  return text;
+}
+
+}  // namespace
+
+ContextStats Context::stats() const {
+  ContextStats out;
+  if (!runtime_) return out;
+  const detail::Runtime& rt = *runtime_;
+  const algorithms::EngineStats engine = rt.engine->stats();
+  const std::vector<std::string> names = transports();
+  std::map<std::string, TransportStats> byTransport;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const auto& counted = engine.peers[static_cast<std::size_t>(r)];
+    PeerStats peer{r,
+                   names[static_cast<std::size_t>(r)],
+                   counted.messagesSent,
+                   counted.bytesSent,
+                   counted.messagesReceived,
+                   counted.bytesReceived};
+    TransportStats& medium = byTransport[peer.transport];
+    medium.messagesSent += peer.messagesSent;
+    medium.bytesSent += peer.bytesSent;
+    medium.messagesReceived += peer.messagesReceived;
+    medium.bytesReceived += peer.bytesReceived;
+    out.messagesSent += peer.messagesSent;
+    out.bytesSent += peer.bytesSent;
+    out.messagesReceived += peer.messagesReceived;
+    out.bytesReceived += peer.bytesReceived;
+    out.peers.push_back(std::move(peer));
+  }
+  const auto& registry = algorithms::algorithmRegistry();
+  for (std::size_t i = 0; i <= detail::Runtime::recvCount(); ++i) {
+    const std::uint64_t calls = rt.callCounts[i].calls.load(std::memory_order_relaxed);
+    if (calls == 0) continue;
+    AlgorithmStats a;
+    a.calls = calls;
+    a.bytes = rt.callCounts[i].bytes.load(std::memory_order_relaxed);
+    if (i < registry.size()) {
+      a.collective = algorithms::collectiveName(registry[i].coll);
+      a.algorithm = registry[i].name;
+      if (registry[i].shared) {
+        TransportStats& shm = byTransport["shm"];
+        shm.sharedCalls += a.calls;
+        shm.sharedBytes += a.bytes;
+      }
+    } else {
+      a.collective = i == detail::Runtime::sendCount() ? "send" : "recv";
+    }
+    out.collectives[a.collective] += a.calls;
+    out.calls += a.calls;
+    out.algorithms.push_back(std::move(a));
+  }
+  for (auto& [name, medium] : byTransport) {
+    medium.transport = name;
+    out.transports.push_back(std::move(medium));
+  }
+  out.failedCalls = engine.failedCalls;
+  out.waiting = engine.waited + engine.sharedWaited;
+  out.sharedMemoryWaiting = engine.sharedWaited;
+  return out;
+}
+
+std::string ContextStats::describe() const {
+  std::string out = std::to_string(calls) + (calls == 1 ? " call" : " calls") + " (" +
+                    std::to_string(failedCalls) + " failed)";
+  const char* separator = ": ";
+  for (const auto& [name, n] : collectives) {
+    out += separator + name + " " + std::to_string(n);
+    separator = ", ";
+  }
+  out += "\nsent " + traffic(messagesSent, bytesSent) + "; received " +
+         traffic(messagesReceived, bytesReceived) + "; waiting " + millis(waiting) +
+         " (shared memory " + millis(sharedMemoryWaiting) + ")\n";
+  for (const TransportStats& t : transports) {
+    out += "  transport " + t.transport + ": sent " + traffic(t.messagesSent, t.bytesSent) +
+           "; received " + traffic(t.messagesReceived, t.bytesReceived);
+    if (t.sharedCalls > 0) {
+      out += "; " + std::to_string(t.sharedCalls) + " shared-memory calls, " +
+             std::to_string(t.sharedBytes) + " B";
+    }
+    out += "\n";
+  }
+  for (const PeerStats& p : peers) {
+    out += "  peer " + std::to_string(p.rank) + " (" + p.transport + "): sent " +
+           traffic(p.messagesSent, p.bytesSent) + "; received " +
+           traffic(p.messagesReceived, p.bytesReceived) + "\n";
+  }
+  for (const AlgorithmStats& a : algorithms) {
+    out += "  " + a.collective + (a.algorithm.empty() ? "" : " " + a.algorithm) + ": " +
+           std::to_string(a.calls) + (a.calls == 1 ? " call, " : " calls, ") +
+           std::to_string(a.bytes) + " B\n";
+  }
+  return out;
+}
+
+}  // namespace collx
