@@ -6,6 +6,7 @@
 #include <map>
 
 #include "collx/algorithms/reduce.h"
+#include "collx/algorithms/tracer.h"
 #include "collx/base/check.h"
 #include "collx/base/copy.h"
 #include "collx/base/log.h"
@@ -92,6 +93,16 @@ class Execution {
 
   // Runs every ready task (posts transfers, computes reductions and copies).
   void pump() {
+    if (info_.tracer != nullptr) {
+      pumpTasks<true>();
+    } else {
+      pumpTasks<false>();
+    }
+  }
+
+  // (Traced: each task's times go to the trace; the branch is per pump, not per task.)
+  template <bool kTraced>
+  void pumpTasks() {
     const auto& tasks = schedule_->tasks();
     while (!ready_.empty() && !finished()) {
       TaskId id = ready_.front();
@@ -113,14 +124,19 @@ class Execution {
           r.fingerprint = info_.fingerprint;
           ++outstanding_;
           r.posted = true;
+          if constexpr (kTraced) r.postedNs = Tracer::nowNs();
           engine_.mesh_->post(r);  // may complete inline
           break;
         }
-        case TaskKind::kReduce:
+        case TaskKind::kReduce: {
+          const std::int64_t began = kTraced ? Tracer::nowNs() : 0;
           reduce(pointer(t.dst), pointer(t.a), pointer(t.src), t.count, info_.dtype, info_.op);
+          if constexpr (kTraced) traceCompute(Tracer::Compute::kReduce, t.count, began);
           done(id);
           break;
-        case TaskKind::kCopy:
+        }
+        case TaskKind::kCopy: {
+          const std::int64_t began = kTraced ? Tracer::nowNs() : 0;
           if (t.bytes > 0 && pointer(t.dst) != pointer(t.src)) {
             std::uint8_t* dst = pointer(t.dst);
             const std::uint8_t* src = pointer(t.src);
@@ -130,13 +146,21 @@ class Execution {
               std::memmove(dst, src, t.bytes);
             }
           }
+          if constexpr (kTraced) {
+            info_.tracer->compute(info_.traceId, Tracer::Compute::kCopy, t.bytes, began,
+                                  Tracer::nowNs());
+          }
           done(id);
           break;
-        case TaskKind::kDivide:
+        }
+        case TaskKind::kDivide: {
+          const std::int64_t began = kTraced ? Tracer::nowNs() : 0;
           divideBy(pointer(t.dst), t.count, info_.dtype,
                    static_cast<std::uint64_t>(engine_.size()));
+          if constexpr (kTraced) traceCompute(Tracer::Compute::kDivide, t.count, began);
           done(id);
           break;
+        }
         case TaskKind::kShared:
           sharedTask_ = id;  // Engine::pumpShared runs it in its turn
           break;
@@ -223,6 +247,7 @@ class Execution {
     TaskId task = 0;
     bool posted = false;
     bool completed = false;
+    std::int64_t postedNs = 0;  // traced calls only
     void onComplete(const Error* error) override {
       completed = true;
       execution->onTransferDone(task, error);
@@ -243,12 +268,25 @@ class Execution {
 
   void onTransferDone(TaskId id, const Error* error) {
     --outstanding_;
+    if (info_.tracer != nullptr) traceTransfer(id, error != nullptr);
     if (error != nullptr) {
       fail(*error);
       return;
     }
     engine_.countTransfer(schedule_->tasks()[id]);
     done(id);
+  }
+
+  void traceTransfer(TaskId id, bool failed) const {
+    const Task& t = schedule_->tasks()[id];
+    info_.tracer->transfer(info_.traceId, t.kind == TaskKind::kSend, t.peer, t.step, t.bytes,
+                           requests_[id].postedNs, Tracer::nowNs(), failed);
+  }
+
+  // A reduction or division of `count` elements, begun at `began`, to the trace.
+  void traceCompute(Tracer::Compute kind, std::uint64_t count, std::int64_t began) const {
+    info_.tracer->compute(info_.traceId, kind, count * dataTypeSize(info_.dtype), began,
+                          Tracer::nowNs());
   }
 
   void done(TaskId id) {
@@ -435,6 +473,7 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
     }
   } release{*this};
   recordAdmitted(info, CallState::kRunning);
+  const std::int64_t began = info.tracer != nullptr ? Tracer::nowNs() : 0;
   try {
     shared_->start(params, bindings, info, /*blocking=*/true);
   } catch (const Error& e) {
@@ -442,11 +481,16 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
     failedCalls_.fetch_add(1, std::memory_order_relaxed);
     throw;
   }
+  if (info.tracer != nullptr) {
+    info.tracer->shared(info.traceId, info.collective,
+                        info.fingerprint.count * dataTypeSize(info.dtype), began, Tracer::nowNs());
+  }
   recordEnded(info, nullptr);
   return true;
 }
 
 void Engine::recordAdmitted(CallInfo& info, CallState state) noexcept {
+  if (tracer_ && info.record) traceAdmitted(info);
   if (!recorder_ || !info.record) return;
   Recorder::Call call;
   call.seq = info.key.seq;
@@ -463,6 +507,21 @@ void Engine::recordAdmitted(CallInfo& info, CallState state) noexcept {
       std::clamp<std::int64_t>(info.timeout.count(), 0, std::numeric_limits<std::uint32_t>::max()));
   info.recorder = recorder_.get();
   info.recordId = recorder_->admit(call, state);
+}
+
+void Engine::traceAdmitted(CallInfo& info) noexcept {
+  Tracer::Call call;
+  call.collective = info.collective;
+  call.pointToPoint = info.key.space == transport::Space::kPointToPoint;
+  call.algorithm = info.algorithm != nullptr ? info.algorithm : "";
+  call.seq = info.key.seq;
+  call.peer = info.peer;
+  call.root = info.fingerprint.root;
+  call.dtype = static_cast<std::uint8_t>(info.dtype);
+  call.count = info.fingerprint.count;
+  call.bytes = info.fingerprint.count * dataTypeSize(info.dtype);
+  info.tracer = tracer_.get();
+  info.traceId = tracer_->beginCall(call, Tracer::nowNs());
 }
 
 void Engine::countTransfer(const Task& task) noexcept {
@@ -503,6 +562,9 @@ void Engine::resetStats() noexcept {
 }
 
 void Engine::recordEnded(const CallInfo& info, const Error* error) {
+  if (info.tracer != nullptr) {
+    info.tracer->endCall(info.traceId, info.collective, error != nullptr, Tracer::nowNs());
+  }
   if (info.recorder == nullptr) return;
   if (error != nullptr) info.recorder->noteFailure(info.recordId, error->what());
   info.recorder->end(info.recordId, error != nullptr,
@@ -677,6 +739,7 @@ bool Engine::pumpShared() {
       if (sharedRunning_ != &e) {
         if (!claimShared()) break;  // a blocking call runs on its own thread
         sharedRunning_ = &e;
+        if (e.info().tracer != nullptr) sharedBeganNs_ = Tracer::nowNs();
         ended = shared_->start(e.sharedParams(), e.bindings(), e.info(), /*blocking=*/false);
       } else {
         ended = shared_->poll(kSharedLooks);
@@ -686,6 +749,11 @@ bool Engine::pumpShared() {
       return true;
     }
     if (!ended) break;
+    if (const CallInfo& info = e.info(); info.tracer != nullptr) {
+      info.tracer->shared(info.traceId, info.collective,
+                          info.fingerprint.count * dataTypeSize(info.dtype), sharedBeganNs_,
+                          Tracer::nowNs());
+    }
     moved = true;
     sharedRunning_ = nullptr;
     releaseShared();
@@ -785,6 +853,7 @@ void Engine::failAll(const Error& error) {
   mesh_->fail(error);  // fails every transfer in flight (and poisons the mesh)
   for (auto& execution : active_) execution->fail(error);
   dropEndedShared();
+  if (tracer_) tracer_->flush();
 }
 
 void Engine::timeOut(Execution& execution) {

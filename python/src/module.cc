@@ -215,6 +215,9 @@ PYBIND11_MODULE(_collx, m) {
            "transports (by name: the four counts, shared_calls and shared_bytes of the 'shm' "
            "algorithms), algorithms (a list of dicts: collective, algorithm, calls, bytes). "
            "Never blocks a call.")
+      .def_property_readonly(
+          "trace_path", [](PyContext& s) { return s.ctx("trace_path").tracePath(); },
+          "The trace file this rank writes (COLLX_TRACE), or '' when it writes none.")
       .def_property_readonly("closed", &PyContext::closed, "True after close().")
       .def(
           "describe_peer",

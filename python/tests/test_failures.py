@@ -1,6 +1,7 @@
 """Failures across real processes (one per rank, file store, no launcher between them):
 mismatches, a killed peer, a stopped peer, abort, and what Python sees of each: the
 exception class, collx's message and its parts."""
+import os
 import signal
 import time
 
@@ -88,8 +89,9 @@ def test_flight_record_says_what_each_call_was_and_whom_it_waits_for(ranks):
     assert outcome(results, 1)["after"][-1]["state"] == "completed"
 
 
-def test_stats_count_calls_messages_and_failures(ranks):
-    results = run(ranks, "stats", env={"COLLX_TRANSPORT": "tcp"})
+def test_stats_count_calls_messages_and_failures(ranks, tmp_path):
+    traces = tmp_path / "traces"
+    results = run(ranks, "stats", env={"COLLX_TRANSPORT": "tcp", "COLLX_TRACE": str(traces)})
     for r in (0, 1):
         d = outcome(results, r)
         assert d.get("error") == "Aborted", d
@@ -109,6 +111,9 @@ def test_stats_count_calls_messages_and_failures(ranks):
         assert s["transports"]["tcp"]["messages_sent"] == s["messages_sent"], s
         assert s["transports"]["tcp"]["shared_calls"] == 0, s
         assert s["waiting_s"] >= 0.0, s
+        path = d["trace_path"]
+        assert path.startswith(str(traces / "collx-trace-")), path
+        assert path.endswith("-g0-r%d.json" % r) and os.path.exists(path), path
 
 
 def test_abort_wakes_a_blocked_call_with_aborted(ranks):

@@ -50,12 +50,13 @@ def test_context_properties(ctx):
     assert "rank 0 of 1" in repr(ctx)
 
 
-def test_stats():
+def test_stats_and_no_trace_by_default():
     c = collx.init(rank=0, size=1, store="hash://", job_id="test-stats")
     with c:
         c.allreduce(np.ones(8, np.float32), algorithm="ring")
         c.barrier()
         s = c.stats()
+        assert c.trace_path == ""
     assert s["calls"] == 2 and s["failed_calls"] == 0, s
     assert s["collectives"] == {"allreduce": 1, "barrier": 1}, s
     assert {"collective": "allreduce", "algorithm": "ring", "calls": 1, "bytes": 32} in \

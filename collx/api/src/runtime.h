@@ -61,6 +61,9 @@ struct Runtime {
     countCall(static_cast<std::size_t>(&algorithm - algorithms::algorithmRegistry().data()), bytes);
   }
 
+  // The trace file this rank writes (COLLX_TRACE; the engine holds the tracer), or "".
+  std::string tracePath;
+
   // Schedules by (algorithm, params), built once and shared by every call with that key.
   std::shared_ptr<const algorithms::Schedule> schedule(const algorithms::AlgorithmInfo& algorithm,
                                                        const algorithms::ScheduleParams& params);

@@ -96,9 +96,11 @@ try:
                 record(e)
             result["failed"] = ctx.flight_record()[-1]
     elif scenario == "stats":
-        # Known calls, then one that fails: what ctx.stats() says of them.
+        # Known calls, then one that fails: what ctx.stats() says of them; and the trace this
+        # rank writes (COLLX_TRACE set by the test).
         ctx.allreduce(np.ones(1000, np.float32), algorithm="ring")
         ctx.barrier()
+        result["trace_path"] = ctx.trace_path
         ctx.abort("the test aborts")
         try:
             ctx.barrier()

@@ -30,6 +30,7 @@
 namespace collx::algorithms {
 
 using Clock = std::chrono::steady_clock;
+class Tracer;
 
 // What one call is: named in errors, fingerprinted on the wire, reduced with.
 struct CallInfo {
@@ -51,6 +52,9 @@ struct CallInfo {
   // Set by the engine: the flight recorder's entry of this call (recorder nullptr: none).
   Recorder* recorder = nullptr;
   std::uint64_t recordId = 0;
+  // Set by the engine: the trace this call is written to (nullptr: none) and its span's id.
+  Tracer* tracer = nullptr;
+  std::uint64_t traceId = 0;
 };
 
 // "allreduce(ring, seq 7)", "send(peer 1, tag 9)".
@@ -139,6 +143,9 @@ class Engine {
   // The flight recorder (nullptr when off): the calls admitted, shared with whoever reads it
   // while the engine runs.
   const std::shared_ptr<Recorder>& recorder() const noexcept { return recorder_; }
+  // The trace every later call is written to (COLLX_TRACE; nullptr: none). Set once, before
+  // the first call that should be traced; the engine keeps it until it goes away.
+  void setTracer(std::shared_ptr<Tracer> tracer) noexcept { tracer_ = std::move(tracer); }
   // Thread-safe: the counters so far (relaxed reads: each is exact, together they may be a
   // moment apart).
   EngineStats stats() const;
@@ -182,6 +189,8 @@ class Engine {
   // The flight recorder's part (each a no-op when it is off).
   void recordAdmitted(CallInfo& info, CallState state) noexcept;
   static void recordEnded(const CallInfo& info, const Error* error);
+  // The trace's part of admission (tracer_ set and the call recorded).
+  void traceAdmitted(CallInfo& info) noexcept;
   // A transfer completed (driving thread only).
   void countTransfer(const Task& task) noexcept;
   // What the calls in flight wait for, written at most every kNotePeriod while they sleep.
@@ -202,6 +211,8 @@ class Engine {
   EngineOptions options_;
   std::shared_ptr<Recorder> recorder_;
   Clock::time_point nextNote_{};
+  std::shared_ptr<Tracer> tracer_;
+  std::int64_t sharedBeganNs_ = 0;  // traced: when the running nonblocking shm call started
   // The counters of stats(). Written by the driving thread only (a relaxed load and store:
   // no locked instruction on a call's path), except failedCalls_ (any caller's thread).
   struct PeerCounters {

@@ -76,6 +76,10 @@ struct Waiting {
   // Told once per wait, when the waiting thread first goes to sleep (after a millisecond at
   // least): the rank and the use it waits for (the flight recorder's note).
   std::function<void(int rank, std::uint64_t use)> sleeping;
+  // Told when a wait that slept ends: the rank and use it waited for, and when the wait
+  // began (the trace's span of it).
+  std::function<void(int rank, std::uint64_t use, std::chrono::steady_clock::time_point since)>
+      slept;
 };
 
 class SharedGroup {
@@ -214,8 +218,9 @@ class SharedGroup {
   DirectStats& directStatsOf(DirectCall call, std::uint64_t bytes) noexcept;
 
   void waitFor(int member, std::uint64_t use, const Waiting& waiting);
-  // A wait that slept ended: its time to waited().
-  void endSleptWait(std::chrono::steady_clock::time_point since);
+  // A wait that slept ended: its time to waited(), its span to Waiting::slept.
+  void endSleptWait(int member, std::uint64_t use, std::chrono::steady_clock::time_point since,
+                    const Waiting& waiting);
   std::atomic<std::uint64_t> waitedNs_{0};
   // Fails the call when `member` announced another collective at its sequence number.
   void checkCall(int member, const Waiting& waiting);
