@@ -336,6 +336,8 @@ Engine::Engine(std::unique_ptr<transport::Mesh> mesh, const EngineOptions& optio
       recorder_(options.traceBuffer > 0 ? std::make_shared<Recorder>(options.traceBuffer)
                                         : nullptr),
       traffic_(std::make_unique<PeerCounters[]>(static_cast<std::size_t>(mesh_->size()))),
+      calls_{std::make_unique<CallCounters[]>(options.callCounters),
+             std::make_unique<CallCounters[]>(options.callCounters)},
       shared_(std::make_unique<shared::Runner>(mesh_->sharedGroup())) {
   if (transport::SharedGroup* group = mesh_->sharedGroup()) {
     // A shared-memory wait that fails fails the mesh as the driving thread would: not while
@@ -472,6 +474,7 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
       engine.releaseShared();
     }
   } release{*this};
+  countCall(info, 1);
   recordAdmitted(info, CallState::kRunning);
   const std::int64_t began = info.tracer != nullptr ? Tracer::nowNs() : 0;
   try {
@@ -524,6 +527,13 @@ void Engine::traceAdmitted(CallInfo& info) noexcept {
   info.traceId = tracer_->beginCall(call, Tracer::nowNs());
 }
 
+void Engine::countCall(const CallInfo& info, int writer) noexcept {
+  if (info.counter >= options_.callCounters) return;
+  CallCounters& c = calls_[writer][info.counter];
+  bump(c.calls, 1);
+  bump(c.bytes, info.bytes);
+}
+
 void Engine::countTransfer(const Task& task) noexcept {
   PeerCounters& c = traffic_[static_cast<std::size_t>(task.peer)];
   const int way = task.kind == TaskKind::kRecv ? 1 : 0;
@@ -541,6 +551,13 @@ EngineStats Engine::stats() const {
     out.peers[r].messagesReceived = c.messages[1].load(std::memory_order_relaxed);
     out.peers[r].bytesReceived = c.bytes[1].load(std::memory_order_relaxed);
   }
+  out.calls.resize(options_.callCounters);
+  for (std::size_t i = 0; i < out.calls.size(); ++i) {
+    for (const auto& writer : calls_) {
+      out.calls[i].calls += writer[i].calls.load(std::memory_order_relaxed);
+      out.calls[i].bytes += writer[i].bytes.load(std::memory_order_relaxed);
+    }
+  }
   out.failedCalls = failedCalls_.load(std::memory_order_relaxed);
   out.waited = std::chrono::nanoseconds(waitedNs_.load(std::memory_order_relaxed));
   if (const transport::SharedGroup* group = mesh_->sharedGroup()) {
@@ -554,6 +571,12 @@ void Engine::resetStats() noexcept {
     for (int way = 0; way < 2; ++way) {
       traffic_[r].messages[way].store(0, std::memory_order_relaxed);
       traffic_[r].bytes[way].store(0, std::memory_order_relaxed);
+    }
+  }
+  for (const auto& writer : calls_) {
+    for (std::size_t i = 0; i < options_.callCounters; ++i) {
+      writer[i].calls.store(0, std::memory_order_relaxed);
+      writer[i].bytes.store(0, std::memory_order_relaxed);
     }
   }
   failedCalls_.store(0, std::memory_order_relaxed);
@@ -667,6 +690,7 @@ std::exception_ptr Engine::errorOf(const Execution& execution) {
 bool Engine::refuseIfFailed(Execution& execution) {
   std::exception_ptr failed = mesh_->failure();
   if (!failed) return false;
+  countCall(execution.info(), 0);
   try {
     std::rethrow_exception(failed);
   } catch (const Error& e) {
@@ -704,6 +728,7 @@ void Engine::admit() {
 
 void Engine::activate(std::shared_ptr<Execution> execution) {
   const CallInfo& info = execution->info();
+  countCall(info, 0);
   if (execution->async() && info.recorder != nullptr) {
     info.recorder->running(info.recordId, Recorder::coarseNowNs());
   }

@@ -293,6 +293,7 @@ void Context::connect(const ContextOptions& options) {
 
   algorithms::EngineOptions engine = algorithms::engineOptions(config, outnumbered_);
   if (options.traceBuffer) engine.traceBuffer = *options.traceBuffer;
+  engine.callCounters = detail::Runtime::callCounters();
   // A trace (COLLX_TRACE): its file is made now, so that a directory it cannot write fails
   // here; its clock is measured below, once every rank agreed that all of them trace.
   std::shared_ptr<algorithms::Tracer> tracer;

@@ -44,22 +44,16 @@ struct Runtime {
   // The shared-memory algorithms may run: one group of every rank, or a world of one.
   bool sharedMemory() const noexcept { return group != nullptr || size == 1; }
 
-  // Calls and their bytes per algorithm (Context::stats): the registry's by their index
-  // there, then send and receive. Counted by the caller's thread (relaxed fetch_add).
-  struct CallCount {
-    std::atomic<std::uint64_t> calls{0};
-    std::atomic<std::uint64_t> bytes{0};
-  };
-  static std::size_t sendCount() noexcept { return algorithms::algorithmRegistry().size(); }
-  static std::size_t recvCount() noexcept { return sendCount() + 1; }
-  std::unique_ptr<CallCount[]> callCounts = std::make_unique<CallCount[]>(recvCount() + 1);
-  void countCall(std::size_t index, std::uint64_t bytes) noexcept {
-    callCounts[index].calls.fetch_add(1, std::memory_order_relaxed);
-    callCounts[index].bytes.fetch_add(bytes, std::memory_order_relaxed);
+  // The engine's call counters (CallInfo::counter; Context::stats): the registry's
+  // algorithms by their index there, then send and receive.
+  static std::uint32_t counterOf(const algorithms::AlgorithmInfo& algorithm) noexcept {
+    return static_cast<std::uint32_t>(&algorithm - algorithms::algorithmRegistry().data());
   }
-  void countCall(const algorithms::AlgorithmInfo& algorithm, std::uint64_t bytes) noexcept {
-    countCall(static_cast<std::size_t>(&algorithm - algorithms::algorithmRegistry().data()), bytes);
+  static std::uint32_t sendCounter() noexcept {
+    return static_cast<std::uint32_t>(algorithms::algorithmRegistry().size());
   }
+  static std::uint32_t recvCounter() noexcept { return sendCounter() + 1; }
+  static std::size_t callCounters() noexcept { return recvCounter() + 1; }
 
   // The trace file this rank writes (COLLX_TRACE; the engine holds the tracer), or "".
   std::string tracePath;

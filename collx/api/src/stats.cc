@@ -28,8 +28,7 @@ std::string millis(std::chrono::nanoseconds t) {
 ContextStats Context::stats() const {
   ContextStats out;
   if (!runtime_) return out;
-  const detail::Runtime& rt = *runtime_;
-  const algorithms::EngineStats engine = rt.engine->stats();
+  const algorithms::EngineStats engine = runtime_->engine->stats();
   const std::vector<std::string> names = transports();
   std::map<std::string, TransportStats> byTransport;
   for (int r = 0; r < size_; ++r) {
@@ -53,12 +52,11 @@ ContextStats Context::stats() const {
     out.peers.push_back(std::move(peer));
   }
   const auto& registry = algorithms::algorithmRegistry();
-  for (std::size_t i = 0; i <= detail::Runtime::recvCount(); ++i) {
-    const std::uint64_t calls = rt.callCounts[i].calls.load(std::memory_order_relaxed);
-    if (calls == 0) continue;
+  for (std::size_t i = 0; i < engine.calls.size(); ++i) {
+    if (engine.calls[i].calls == 0) continue;
     AlgorithmStats a;
-    a.calls = calls;
-    a.bytes = rt.callCounts[i].bytes.load(std::memory_order_relaxed);
+    a.calls = engine.calls[i].calls;
+    a.bytes = engine.calls[i].bytes;
     if (i < registry.size()) {
       a.collective = algorithms::collectiveName(registry[i].coll);
       a.algorithm = registry[i].name;
@@ -68,7 +66,7 @@ ContextStats Context::stats() const {
         shm.sharedBytes += a.bytes;
       }
     } else {
-      a.collective = i == detail::Runtime::sendCount() ? "send" : "recv";
+      a.collective = i == detail::Runtime::sendCounter() ? "send" : "recv";
     }
     out.collectives[a.collective] += a.calls;
     out.calls += a.calls;

@@ -32,6 +32,9 @@ namespace collx::algorithms {
 using Clock = std::chrono::steady_clock;
 class Tracer;
 
+// CallInfo::counter of a call that no counter counts (the library's own).
+inline constexpr std::uint32_t kUncounted = ~std::uint32_t{0};
+
 // What one call is: named in errors, fingerprinted on the wire, reduced with.
 struct CallInfo {
   // Named in errors as "allreduce(ring, seq 7)" or "send(peer 1, tag 9)"; the text is only
@@ -52,6 +55,10 @@ struct CallInfo {
   // Set by the engine: the flight recorder's entry of this call (recorder nullptr: none).
   Recorder* recorder = nullptr;
   std::uint64_t recordId = 0;
+  // Set by the API: the call counter it counts under (EngineOptions::callCounters; the API
+  // gives them their meaning) and its bytes.
+  std::uint32_t counter = kUncounted;
+  std::uint64_t bytes = 0;
   // Set by the engine: the trace this call is written to (nullptr: none) and its span's id.
   Tracer* tracer = nullptr;
   std::uint64_t traceId = 0;
@@ -82,6 +89,8 @@ struct EngineOptions {
   std::chrono::microseconds yield{0};
   // Calls the flight recorder keeps (Recorder); 0: no recorder.
   std::size_t traceBuffer = 1024;
+  // Call counters (CallInfo::counter, EngineStats::calls).
+  std::size_t callCounters = 0;
 };
 
 // What an engine moved and waited for since it was made (or resetStats()): messages and bytes
@@ -96,6 +105,13 @@ struct EngineStats {
     std::uint64_t bytesReceived = 0;
   };
   std::vector<Peer> peers;  // by rank
+  // Calls and their bytes by CallInfo::counter, counted when they start to run (or are
+  // refused: the context failed earlier).
+  struct Calls {
+    std::uint64_t calls = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<Calls> calls;
   std::uint64_t failedCalls = 0;
   std::chrono::nanoseconds waited{0};
   std::chrono::nanoseconds sharedWaited{0};
@@ -193,6 +209,9 @@ class Engine {
   void traceAdmitted(CallInfo& info) noexcept;
   // A transfer completed (driving thread only).
   void countTransfer(const Task& task) noexcept;
+  // A call runs (or is refused); `writer` 0: the driving thread, 1: the thread that holds the
+  // shared-memory runner in runShared.
+  void countCall(const CallInfo& info, int writer) noexcept;
   // What the calls in flight wait for, written at most every kNotePeriod while they sleep.
   void noteWaits(Clock::time_point now);
   void noteWait(const Execution& execution, std::int64_t nowNs);
@@ -213,13 +232,18 @@ class Engine {
   Clock::time_point nextNote_{};
   std::shared_ptr<Tracer> tracer_;
   std::int64_t sharedBeganNs_ = 0;  // traced: when the running nonblocking shm call started
-  // The counters of stats(). Written by the driving thread only (a relaxed load and store:
+  // The counters of stats(). Each written by one thread at a time (a relaxed load and store:
   // no locked instruction on a call's path), except failedCalls_ (any caller's thread).
   struct PeerCounters {
     std::atomic<std::uint64_t> messages[2];  // [0] sent, [1] received
     std::atomic<std::uint64_t> bytes[2];
   };
   std::unique_ptr<PeerCounters[]> traffic_;
+  struct CallCounters {
+    std::atomic<std::uint64_t> calls{0};
+    std::atomic<std::uint64_t> bytes{0};
+  };
+  std::unique_ptr<CallCounters[]> calls_[2];  // by countCall's writer: one writer each
   std::atomic<std::uint64_t> failedCalls_{0};
   std::atomic<std::uint64_t> waitedNs_{0};
   // The shared-memory calls (driver only): the runner, and the calls in the order they run;
