@@ -14,13 +14,8 @@ namespace collx {
 namespace {
 
 using namespace std::chrono_literals;
+using test::over;
 using test::World;
-
-ContextOptions over(const char* transport) {
-  ContextOptions options;
-  options.transport = transport;
-  return options;
-}
 
 const AlgorithmStats* findAlgorithm(const ContextStats& s, const std::string& collective,
                                     const std::string& algorithm) {

@@ -162,67 +162,60 @@ std::uint64_t Tracer::beginCall(const Call& call, std::int64_t nowNs) noexcept {
   return e.id;
 }
 
+Tracer::Event Tracer::span(Kind kind, std::uint64_t call, std::int64_t beginNs,
+                           std::int64_t endNs) noexcept {
+  Event e{};
+  e.kind = kind;
+  e.call = call;
+  e.beginNs = beginNs;
+  e.endNs = endNs;
+  return e;
+}
+
 void Tracer::endCall(std::uint64_t call, const char* collective, bool failed,
                      std::int64_t nowNs) noexcept {
-  Event e{};
-  e.kind = Kind::kCallEnd;
+  Event e = span(Kind::kCallEnd, call, nowNs, nowNs);
   e.id = call;
   e.name = collective;
   e.failed = failed;
-  e.beginNs = nowNs;
   push(e);
 }
 
 void Tracer::transfer(std::uint64_t call, bool send, int peer, std::uint32_t step,
                       std::uint64_t bytes, std::int64_t beginNs, std::int64_t endNs,
                       bool failed) noexcept {
-  Event e{};
-  e.kind = send ? Kind::kSend : Kind::kRecv;
+  Event e = span(send ? Kind::kSend : Kind::kRecv, call, beginNs, endNs);
   e.id = nextId();
-  e.call = call;
   e.peer = peer;
   e.step = step;
   e.bytes = bytes;
-  e.beginNs = beginNs;
-  e.endNs = endNs;
   e.failed = failed;
   push(e);
 }
 
 void Tracer::compute(std::uint64_t call, Compute kind, std::uint64_t bytes, std::int64_t beginNs,
                      std::int64_t endNs) noexcept {
-  Event e{};
-  e.kind = kind == Compute::kReduce ? Kind::kReduce
-           : kind == Compute::kCopy ? Kind::kCopy
-                                    : Kind::kDivide;
-  e.call = call;
+  Event e = span(kind == Compute::kReduce ? Kind::kReduce
+                 : kind == Compute::kCopy ? Kind::kCopy
+                                          : Kind::kDivide,
+                 call, beginNs, endNs);
   e.bytes = bytes;
-  e.beginNs = beginNs;
-  e.endNs = endNs;
   push(e);
 }
 
 void Tracer::shared(std::uint64_t call, const char* collective, std::uint64_t bytes,
                     std::int64_t beginNs, std::int64_t endNs) noexcept {
-  Event e{};
-  e.kind = Kind::kShared;
-  e.call = call;
+  Event e = span(Kind::kShared, call, beginNs, endNs);
   e.name = collective;
   e.bytes = bytes;
-  e.beginNs = beginNs;
-  e.endNs = endNs;
   push(e);
 }
 
 void Tracer::sharedWait(std::uint64_t call, int rank, std::uint64_t use, std::int64_t beginNs,
                         std::int64_t endNs) noexcept {
-  Event e{};
-  e.kind = Kind::kSharedWait;
-  e.call = call;
+  Event e = span(Kind::kSharedWait, call, beginNs, endNs);
   e.peer = rank;
   e.seq = use;
-  e.beginNs = beginNs;
-  e.endNs = endNs;
   push(e);
 }
 

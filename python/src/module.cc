@@ -99,19 +99,18 @@ py::list flightRecord(PyContext& s) {
   return out;
 }
 
-py::dict traffic(std::uint64_t messagesSent, std::uint64_t bytesSent,
-                 std::uint64_t messagesReceived, std::uint64_t bytesReceived) {
+py::dict traffic(const MessageStats& m) {
   py::dict d;
-  d["messages_sent"] = messagesSent;
-  d["bytes_sent"] = bytesSent;
-  d["messages_received"] = messagesReceived;
-  d["bytes_received"] = bytesReceived;
+  d["messages_sent"] = m.messagesSent;
+  d["bytes_sent"] = m.bytesSent;
+  d["messages_received"] = m.messagesReceived;
+  d["bytes_received"] = m.bytesReceived;
   return d;
 }
 
 py::dict stats(PyContext& s) {
   const ContextStats st = s.ctx("stats").stats();
-  py::dict out = traffic(st.messagesSent, st.bytesSent, st.messagesReceived, st.bytesReceived);
+  py::dict out = traffic(st);
   out["calls"] = st.calls;
   out["failed_calls"] = st.failedCalls;
   out["waiting_s"] = std::chrono::duration<double>(st.waiting).count();
@@ -119,7 +118,7 @@ py::dict stats(PyContext& s) {
   out["collectives"] = st.collectives;
   py::list peers;
   for (const PeerStats& p : st.peers) {
-    py::dict d = traffic(p.messagesSent, p.bytesSent, p.messagesReceived, p.bytesReceived);
+    py::dict d = traffic(p);
     d["rank"] = p.rank;
     d["transport"] = p.transport;
     peers.append(d);
@@ -127,7 +126,7 @@ py::dict stats(PyContext& s) {
   out["peers"] = peers;
   py::dict transports;
   for (const TransportStats& t : st.transports) {
-    py::dict d = traffic(t.messagesSent, t.bytesSent, t.messagesReceived, t.bytesReceived);
+    py::dict d = traffic(t);
     d["shared_calls"] = t.sharedCalls;
     d["shared_bytes"] = t.sharedBytes;
     transports[py::str(t.transport)] = d;

@@ -12,9 +12,15 @@ namespace collx {
 
 namespace {
 
-std::string traffic(std::uint64_t messages, std::uint64_t bytes) {
+std::string count(std::uint64_t messages, std::uint64_t bytes) {
   return std::to_string(messages) + (messages == 1 ? " message, " : " messages, ") +
          std::to_string(bytes) + " B";
+}
+
+// "sent 4 messages, 16000 B; received ..."
+std::string traffic(const MessageStats& m) {
+  return "sent " + count(m.messagesSent, m.bytesSent) + "; received " +
+         count(m.messagesReceived, m.bytesReceived);
 }
 
 std::string millis(std::chrono::nanoseconds t) {
@@ -34,21 +40,15 @@ ContextStats Context::stats() const {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const auto& counted = engine.peers[static_cast<std::size_t>(r)];
-    PeerStats peer{r,
-                   names[static_cast<std::size_t>(r)],
-                   counted.messagesSent,
-                   counted.bytesSent,
-                   counted.messagesReceived,
-                   counted.bytesReceived};
-    TransportStats& medium = byTransport[peer.transport];
-    medium.messagesSent += peer.messagesSent;
-    medium.bytesSent += peer.bytesSent;
-    medium.messagesReceived += peer.messagesReceived;
-    medium.bytesReceived += peer.bytesReceived;
-    out.messagesSent += peer.messagesSent;
-    out.bytesSent += peer.bytesSent;
-    out.messagesReceived += peer.messagesReceived;
-    out.bytesReceived += peer.bytesReceived;
+    PeerStats peer;
+    peer.rank = r;
+    peer.transport = names[static_cast<std::size_t>(r)];
+    peer.messagesSent = counted.messagesSent;
+    peer.bytesSent = counted.bytesSent;
+    peer.messagesReceived = counted.messagesReceived;
+    peer.bytesReceived = counted.bytesReceived;
+    byTransport[peer.transport] += peer;
+    out += peer;
     out.peers.push_back(std::move(peer));
   }
   const auto& registry = algorithms::algorithmRegistry();
@@ -90,12 +90,10 @@ std::string ContextStats::describe() const {
     out += separator + name + " " + std::to_string(n);
     separator = ", ";
   }
-  out += "\nsent " + traffic(messagesSent, bytesSent) + "; received " +
-         traffic(messagesReceived, bytesReceived) + "; waiting " + millis(waiting) +
-         " (shared memory " + millis(sharedMemoryWaiting) + ")\n";
+  out += "\n" + traffic(*this) + "; waiting " + millis(waiting) + " (shared memory " +
+         millis(sharedMemoryWaiting) + ")\n";
   for (const TransportStats& t : transports) {
-    out += "  transport " + t.transport + ": sent " + traffic(t.messagesSent, t.bytesSent) +
-           "; received " + traffic(t.messagesReceived, t.bytesReceived);
+    out += "  transport " + t.transport + ": " + traffic(t);
     if (t.sharedCalls > 0) {
       out += "; " + std::to_string(t.sharedCalls) + " shared-memory calls, " +
              std::to_string(t.sharedBytes) + " B";
@@ -103,9 +101,7 @@ std::string ContextStats::describe() const {
     out += "\n";
   }
   for (const PeerStats& p : peers) {
-    out += "  peer " + std::to_string(p.rank) + " (" + p.transport + "): sent " +
-           traffic(p.messagesSent, p.bytesSent) + "; received " +
-           traffic(p.messagesReceived, p.bytesReceived) + "\n";
+    out += "  peer " + std::to_string(p.rank) + " (" + p.transport + "): " + traffic(p) + "\n";
   }
   for (const AlgorithmStats& a : algorithms) {
     out += "  " + a.collective + (a.algorithm.empty() ? "" : " " + a.algorithm) + ": " +

@@ -146,6 +146,9 @@ class Tracer {
     const char* algorithm;  // a call's algorithm
   };
 
+  // An event of `call` from beginNs to endNs (the other fields zero).
+  static Event span(Kind kind, std::uint64_t call, std::int64_t beginNs,
+                    std::int64_t endNs) noexcept;
   void push(const Event& event) noexcept;
   std::uint64_t nextId() noexcept;
   // Under mutex_: formats the buffered events into text_ and writes them out.

@@ -16,21 +16,29 @@
 
 namespace collx {
 
-struct PeerStats {
-  int rank = -1;
-  std::string transport;  // "shm", "tcp", "ibverbs"
+// Messages and bytes, each way.
+struct MessageStats {
   std::uint64_t messagesSent = 0;
   std::uint64_t bytesSent = 0;
   std::uint64_t messagesReceived = 0;
   std::uint64_t bytesReceived = 0;
+
+  MessageStats& operator+=(const MessageStats& o) noexcept {
+    messagesSent += o.messagesSent;
+    bytesSent += o.bytesSent;
+    messagesReceived += o.messagesReceived;
+    bytesReceived += o.bytesReceived;
+    return *this;
+  }
 };
 
-struct TransportStats {
+struct PeerStats : MessageStats {
+  int rank = -1;
+  std::string transport;  // "shm", "tcp", "ibverbs"
+};
+
+struct TransportStats : MessageStats {
   std::string transport;
-  std::uint64_t messagesSent = 0;
-  std::uint64_t bytesSent = 0;
-  std::uint64_t messagesReceived = 0;
-  std::uint64_t bytesReceived = 0;
   // Calls of the shared-memory algorithms (algorithm "shm"), which move no messages, and
   // their bytes (count x element size): under transport "shm".
   std::uint64_t sharedCalls = 0;
@@ -44,18 +52,14 @@ struct AlgorithmStats {
   std::uint64_t bytes = 0;  // over its calls: count x element size, as each call was made
 };
 
-struct ContextStats {
+// The sums over peers are the MessageStats part.
+struct ContextStats : MessageStats {
   std::vector<PeerStats> peers;                      // every other rank, in rank order
   std::vector<TransportStats> transports;            // every transport of a peer, and "shm" if used
   std::vector<AlgorithmStats> algorithms;            // those called, in the registry's order
   std::map<std::string, std::uint64_t> collectives;  // calls per collective (and send, recv)
   std::uint64_t calls = 0;
   std::uint64_t failedCalls = 0;
-  // The sums over peers.
-  std::uint64_t messagesSent = 0;
-  std::uint64_t bytesSent = 0;
-  std::uint64_t messagesReceived = 0;
-  std::uint64_t bytesReceived = 0;
   // Time spent waiting for peers: the engine asleep in the transports' poll while calls
   // were in flight, plus blocking shared-memory calls asleep in their waits (each such wait
   // from its start to its end). Waits that only spun or yielded are not counted.
