@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -115,6 +116,7 @@ struct Args {
   std::string json;
   std::string plot;  // a .png or .svg to draw
   std::string plotPython = COLLX_PLOT_PYTHON;
+  bool stats = false;
 };
 
 std::string lowerExtension(const std::string& path) {
@@ -157,6 +159,10 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
            "matplotlib (Debian: python3-matplotlib)");
   cli.text("--plot-python", a.plotPython, "PATH",
            "the Python that runs --plot's script (default " COLLX_PLOT_PYTHON ")");
+  cli.flag("--stats", a.stats,
+           "after the sweep, print rank 0's counters (Context::stats): calls per collective "
+           "and algorithm (collx-bench's own small agreement calls between sizes included), "
+           "failed calls, messages and bytes per transport and peer, time spent waiting");
   cli.parse(argc, argv);
 
   static const std::set<std::string> kCollectives = {
@@ -853,6 +859,13 @@ int main(int argc, char** argv) {
       }
     }
     progress.clear();
+    if (root && args.stats) {
+      // (Read before anything else is called: the counters of the sweep alone.)
+      std::istringstream lines(ctx->stats().describe());
+      std::printf("# stats of rank 0 (Context::stats):\n");
+      for (std::string line; std::getline(lines, line);) std::printf("#   %s\n", line.c_str());
+      std::fflush(stdout);
+    }
     std::uint64_t anyWrong = 0;
     for (const Result& r : results) anyWrong += r.wrong;
     if (root && !args.csv.empty()) {

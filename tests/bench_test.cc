@@ -1,13 +1,15 @@
 // collx-bench runs every algorithm of the registry: three real ranks through collx-run, a
 // few sizes each, the checked call finding no wrong element. Then -a all, --plot (a real PNG
 // and SVG through matplotlib), the plotting script's comparison mode and
-// benchmarks/compare/run.sh's picture, and the progress line (on a terminal only).
+// benchmarks/compare/run.sh's picture, the progress line (on a terminal only), and
+// collx-bench --stats with COLLX_TRACE set: the counters printed, a trace file per rank.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -411,6 +413,56 @@ TEST(BenchProgress, RunShShowsItsStepsOnATerminal) {
             std::string::npos)
       << shown;
   EXPECT_EQ(shown.find("collx-bench: size"), std::string::npos) << shown;
+}
+
+TEST(BenchStats, PrintsRankZerosCountersAndEveryRankTraces) {
+  test::TempDir dir;
+  const std::string traces = dir.path() + "/traces";
+  test::Process job({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",
+                     test::binDir() + "/collx-bench", "-c", "allreduce", "-a", "ring", "--sizes",
+                     "64", "-n", "5", "-w", "2", "--stats"},
+                    {{"COLLX_TRACE", traces}, {"COLLX_TRANSPORT", "tcp"}});
+  ASSERT_TRUE(job.wait(90s));
+  ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
+  const std::string& out = job.out();
+  EXPECT_NE(out.find("# stats of rank 0 (Context::stats):"), std::string::npos) << out;
+  EXPECT_NE(out.find("#     transport tcp: sent "), std::string::npos) << out;
+  EXPECT_NE(out.find("#     peer 1 (tcp): sent "), std::string::npos) << out;
+  // The checked call, the first, 2 warmup, 1 estimate and 5 timed calls: all ring.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(#     allreduce ring: ([0-9]+) calls)")))
+      << out;
+  EXPECT_EQ(std::stoi(m[1]), 10) << out;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(# +([0-9]+) calls \(0 failed\))"))) << out;
+  EXPECT_GT(std::stoi(m[1]), 10) << "collx-bench's own agreement calls count too\n" << out;
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(traces)) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_TRUE(std::regex_match(name, std::regex(R"(collx-trace-.+-g0-r[01]\.json)"))) << name;
+    std::ifstream in(entry.path());
+    const nlohmann::json events = nlohmann::json::parse(in);  // throws on bad JSON
+    int ringCalls = 0, clocks = 0;
+    for (const nlohmann::json& e : events) {
+      if (e.at("ph") == "b" && e.at("cat") == "call" &&
+          e.at("args").value("algorithm", "") == "ring") {
+        ++ringCalls;
+      }
+      if (e.at("ph") == "M" && e.at("name") == "collx") {
+        EXPECT_EQ(e.at("args").at("clock_source"),
+                  name.find("-r0.json") != std::string::npos ? "rank 0" : "same host as rank 0")
+            << name;
+        ++clocks;
+      }
+    }
+    EXPECT_EQ(ringCalls, 10) << name;
+    EXPECT_EQ(clocks, 1) << name;
+    ++files;
+  }
+  EXPECT_EQ(files, 2);
+  test::Process merge({test::binDir() + "/collx-trace", "merge", traces});
+  ASSERT_TRUE(merge.wait(60s));
+  EXPECT_EQ(merge.exitCode(), 0) << merge.out() << merge.err();
+  EXPECT_NE(merge.out().find("merged 2 ranks' traces"), std::string::npos) << merge.out();
 }
 
 }  // namespace

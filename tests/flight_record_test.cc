@@ -16,13 +16,8 @@ namespace collx {
 namespace {
 
 using namespace std::chrono_literals;
+using test::over;
 using test::World;
-
-ContextOptions over(const char* transport) {
-  ContextOptions options;
-  options.transport = transport;
-  return options;
-}
 
 class FlightRecord : public ::testing::TestWithParam<const char*> {};
 

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "collx/algorithms/reduce.h"
+#include "collx/algorithms/tracer.h"
 #include "collx/base/check.h"
 #include "collx/base/copy.h"
 #include "collx/base/log.h"
@@ -32,6 +33,11 @@ constexpr std::uint64_t kTimedCount = 8 << 10;
 
 std::int64_t nanosOf(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// A counter that only one thread at a time writes: no locked instruction.
+inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t n) noexcept {
+  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -91,6 +97,16 @@ class Execution {
 
   // Runs every ready task (posts transfers, computes reductions and copies).
   void pump() {
+    if (info_.tracer != nullptr) {
+      pumpTasks<true>();
+    } else {
+      pumpTasks<false>();
+    }
+  }
+
+  // (Traced: each task's times go to the trace; the branch is per pump, not per task.)
+  template <bool kTraced>
+  void pumpTasks() {
     const auto& tasks = schedule_->tasks();
     while (!ready_.empty() && !finished()) {
       TaskId id = ready_.front();
@@ -112,14 +128,19 @@ class Execution {
           r.fingerprint = info_.fingerprint;
           ++outstanding_;
           r.posted = true;
+          if constexpr (kTraced) r.postedNs = Tracer::nowNs();
           engine_.mesh_->post(r);  // may complete inline
           break;
         }
-        case TaskKind::kReduce:
+        case TaskKind::kReduce: {
+          const std::int64_t began = kTraced ? Tracer::nowNs() : 0;
           reduce(pointer(t.dst), pointer(t.a), pointer(t.src), t.count, info_.dtype, info_.op);
+          if constexpr (kTraced) traceCompute(Tracer::Compute::kReduce, t.count, began);
           done(id);
           break;
-        case TaskKind::kCopy:
+        }
+        case TaskKind::kCopy: {
+          const std::int64_t began = kTraced ? Tracer::nowNs() : 0;
           if (t.bytes > 0 && pointer(t.dst) != pointer(t.src)) {
             std::uint8_t* dst = pointer(t.dst);
             const std::uint8_t* src = pointer(t.src);
@@ -129,13 +150,21 @@ class Execution {
               std::memmove(dst, src, t.bytes);
             }
           }
+          if constexpr (kTraced) {
+            info_.tracer->compute(info_.traceId, Tracer::Compute::kCopy, t.bytes, began,
+                                  Tracer::nowNs());
+          }
           done(id);
           break;
-        case TaskKind::kDivide:
+        }
+        case TaskKind::kDivide: {
+          const std::int64_t began = kTraced ? Tracer::nowNs() : 0;
           divideBy(pointer(t.dst), t.count, info_.dtype,
                    static_cast<std::uint64_t>(engine_.size()));
+          if constexpr (kTraced) traceCompute(Tracer::Compute::kDivide, t.count, began);
           done(id);
           break;
+        }
         case TaskKind::kShared:
           sharedTask_ = id;  // Engine::pumpShared runs it in its turn
           break;
@@ -222,6 +251,7 @@ class Execution {
     TaskId task = 0;
     bool posted = false;
     bool completed = false;
+    std::int64_t postedNs = 0;  // traced calls only
     void onComplete(const Error* error) override {
       completed = true;
       execution->onTransferDone(task, error);
@@ -242,11 +272,25 @@ class Execution {
 
   void onTransferDone(TaskId id, const Error* error) {
     --outstanding_;
+    if (info_.tracer != nullptr) traceTransfer(id, error != nullptr);
     if (error != nullptr) {
       fail(*error);
       return;
     }
+    engine_.countTransfer(schedule_->tasks()[id]);
     done(id);
+  }
+
+  void traceTransfer(TaskId id, bool failed) const {
+    const Task& t = schedule_->tasks()[id];
+    info_.tracer->transfer(info_.traceId, t.kind == TaskKind::kSend, t.peer, t.step, t.bytes,
+                           requests_[id].postedNs, Tracer::nowNs(), failed);
+  }
+
+  // A reduction or division of `count` elements, begun at `began`, to the trace.
+  void traceCompute(Tracer::Compute kind, std::uint64_t count, std::int64_t began) const {
+    info_.tracer->compute(info_.traceId, kind, count * dataTypeSize(info_.dtype), began,
+                          Tracer::nowNs());
   }
 
   void done(TaskId id) {
@@ -261,7 +305,11 @@ class Execution {
   }
 
   void finish() {
-    if (!error_) Engine::recordEnded(info_, nullptr);
+    if (!error_) {
+      Engine::recordEnded(info_, nullptr);
+    } else {
+      engine_.failedCalls_.fetch_add(1, std::memory_order_relaxed);
+    }
     finished_.store(true, std::memory_order_release);
   }
 
@@ -291,6 +339,9 @@ Engine::Engine(std::unique_ptr<transport::Mesh> mesh, const EngineOptions& optio
       options_(options),
       recorder_(options.traceBuffer > 0 ? std::make_shared<Recorder>(options.traceBuffer)
                                         : nullptr),
+      traffic_(std::make_unique<PeerCounters[]>(static_cast<std::size_t>(mesh_->size()))),
+      calls_{std::make_unique<CallCounters[]>(options.callCounters),
+             std::make_unique<CallCounters[]>(options.callCounters)},
       shared_(std::make_unique<shared::Runner>(mesh_->sharedGroup())) {
   if (transport::SharedGroup* group = mesh_->sharedGroup()) {
     // A shared-memory wait that fails fails the mesh as the driving thread would: not while
@@ -427,10 +478,13 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
       engine.releaseShared();
     }
   } release{*this};
+  countCall(info, 1);
   recordAdmitted(info, CallState::kRunning);
+  const std::int64_t began = info.tracer != nullptr ? Tracer::nowNs() : 0;
   try {
     shared_->start(params, bindings, info, /*blocking=*/true);
   } catch (const Error& e) {
+    failedCalls_.fetch_add(1, std::memory_order_relaxed);
     const std::string note = hangNote(info);
     if (note.empty()) {
       recordEnded(info, &e);
@@ -439,6 +493,10 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
     const Error noted(e.kind(), e.where(), e.detail() + note);
     recordEnded(info, &noted);
     throwError(e.kind(), e.where(), noted.detail());
+  }
+  if (info.tracer != nullptr) {
+    info.tracer->shared(info.traceId, info.collective,
+                        info.fingerprint.count * dataTypeSize(info.dtype), began, Tracer::nowNs());
   }
   recordEnded(info, nullptr);
   return true;
@@ -454,6 +512,7 @@ std::string Engine::hangNote(const CallInfo& info) const {
 }
 
 void Engine::recordAdmitted(CallInfo& info, CallState state) noexcept {
+  if (tracer_ && info.record) traceAdmitted(info);
   if (!recorder_ || !info.record) return;
   Recorder::Call call;
   call.seq = info.key.seq;
@@ -476,7 +535,82 @@ void Engine::recordAdmitted(CallInfo& info, CallState state) noexcept {
   info.recordId = recorder_->admit(call, state);
 }
 
+void Engine::traceAdmitted(CallInfo& info) noexcept {
+  Tracer::Call call;
+  call.collective = info.collective;
+  call.pointToPoint = info.key.space == transport::Space::kPointToPoint;
+  call.algorithm = info.algorithm != nullptr ? info.algorithm : "";
+  call.seq = info.key.seq;
+  call.peer = info.peer;
+  call.root = info.fingerprint.root;
+  call.dtype = static_cast<std::uint8_t>(info.dtype);
+  call.count = info.fingerprint.count;
+  call.bytes = info.fingerprint.count * dataTypeSize(info.dtype);
+  info.tracer = tracer_.get();
+  info.traceId = tracer_->beginCall(call, Tracer::nowNs());
+}
+
+void Engine::countCall(const CallInfo& info, int writer) noexcept {
+  if (info.counter >= options_.callCounters) return;
+  CallCounters& c = calls_[writer][info.counter];
+  bump(c.calls, 1);
+  bump(c.bytes, info.bytes);
+}
+
+void Engine::countTransfer(const Task& task) noexcept {
+  PeerCounters& c = traffic_[static_cast<std::size_t>(task.peer)];
+  const int way = task.kind == TaskKind::kRecv ? 1 : 0;
+  bump(c.messages[way], 1);
+  bump(c.bytes[way], task.bytes);
+}
+
+EngineStats Engine::stats() const {
+  EngineStats out;
+  out.peers.resize(static_cast<std::size_t>(size()));
+  for (std::size_t r = 0; r < out.peers.size(); ++r) {
+    const PeerCounters& c = traffic_[r];
+    out.peers[r].messagesSent = c.messages[0].load(std::memory_order_relaxed);
+    out.peers[r].bytesSent = c.bytes[0].load(std::memory_order_relaxed);
+    out.peers[r].messagesReceived = c.messages[1].load(std::memory_order_relaxed);
+    out.peers[r].bytesReceived = c.bytes[1].load(std::memory_order_relaxed);
+  }
+  out.calls.resize(options_.callCounters);
+  for (std::size_t i = 0; i < out.calls.size(); ++i) {
+    for (const auto& writer : calls_) {
+      out.calls[i].calls += writer[i].calls.load(std::memory_order_relaxed);
+      out.calls[i].bytes += writer[i].bytes.load(std::memory_order_relaxed);
+    }
+  }
+  out.failedCalls = failedCalls_.load(std::memory_order_relaxed);
+  out.waited = std::chrono::nanoseconds(waitedNs_.load(std::memory_order_relaxed));
+  if (const transport::SharedGroup* group = mesh_->sharedGroup()) {
+    out.sharedWaited = group->waited();
+  }
+  return out;
+}
+
+void Engine::resetStats() noexcept {
+  for (std::size_t r = 0; r < static_cast<std::size_t>(size()); ++r) {
+    for (int way = 0; way < 2; ++way) {
+      traffic_[r].messages[way].store(0, std::memory_order_relaxed);
+      traffic_[r].bytes[way].store(0, std::memory_order_relaxed);
+    }
+  }
+  for (const auto& writer : calls_) {
+    for (std::size_t i = 0; i < options_.callCounters; ++i) {
+      writer[i].calls.store(0, std::memory_order_relaxed);
+      writer[i].bytes.store(0, std::memory_order_relaxed);
+    }
+  }
+  failedCalls_.store(0, std::memory_order_relaxed);
+  waitedNs_.store(0, std::memory_order_relaxed);
+  if (transport::SharedGroup* group = mesh_->sharedGroup()) group->resetWaited();
+}
+
 void Engine::recordEnded(const CallInfo& info, const Error* error) {
+  if (info.tracer != nullptr) {
+    info.tracer->endCall(info.traceId, info.collective, error != nullptr, Tracer::nowNs());
+  }
   if (info.recorder == nullptr) return;
   if (error != nullptr) info.recorder->noteFailure(info.recordId, error->what());
   info.recorder->end(info.recordId, error != nullptr,
@@ -579,6 +713,7 @@ std::exception_ptr Engine::errorOf(const Execution& execution) {
 bool Engine::refuseIfFailed(Execution& execution) {
   std::exception_ptr failed = mesh_->failure();
   if (!failed) return false;
+  countCall(execution.info(), 0);
   try {
     std::rethrow_exception(failed);
   } catch (const Error& e) {
@@ -616,6 +751,7 @@ void Engine::admit() {
 
 void Engine::activate(std::shared_ptr<Execution> execution) {
   const CallInfo& info = execution->info();
+  countCall(info, 0);
   if (execution->async() && info.recorder != nullptr) {
     info.recorder->running(info.recordId, Recorder::coarseNowNs());
   }
@@ -651,6 +787,7 @@ bool Engine::pumpShared() {
       if (sharedRunning_ != &e) {
         if (!claimShared()) break;  // a blocking call runs on its own thread
         sharedRunning_ = &e;
+        if (e.info().tracer != nullptr) sharedBeganNs_ = Tracer::nowNs();
         ended = shared_->start(e.sharedParams(), e.bindings(), e.info(), /*blocking=*/false);
       } else {
         ended = shared_->poll(kSharedLooks);
@@ -660,6 +797,11 @@ bool Engine::pumpShared() {
       return true;
     }
     if (!ended) break;
+    if (const CallInfo& info = e.info(); info.tracer != nullptr) {
+      info.tracer->shared(info.traceId, info.collective,
+                          info.fingerprint.count * dataTypeSize(info.dtype), sharedBeganNs_,
+                          Tracer::nowNs());
+    }
     moved = true;
     sharedRunning_ = nullptr;
     releaseShared();
@@ -759,6 +901,7 @@ void Engine::failAll(const Error& error) {
   mesh_->fail(error);  // fails every transfer in flight (and poisons the mesh)
   for (auto& execution : active_) execution->fail(error);
   dropEndedShared();
+  if (tracer_) tracer_->flush();
 }
 
 void Engine::timeOut(Execution& execution) {
@@ -816,10 +959,17 @@ void Engine::progressSleeping(std::chrono::microseconds wait, bool tryDirect,
       if (!expecting) wait = std::chrono::microseconds(0);  // it is there already
     }
   }
+  // A wait that may sleep is timed (a system call follows anyway): stats().waited.
+  const Clock::time_point sleeps = wait.count() > 0 ? Clock::now() : Clock::time_point{};
   try {
     if (mesh_->progress(wait, tryDirect)) lastActivity = Clock::now();
   } catch (const Error& e) {
     failAll(e);
+  }
+  if (sleeps != Clock::time_point{}) {
+    bump(waitedNs_,
+         static_cast<std::uint64_t>(
+             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - sleeps).count()));
   }
   if (expecting) group->endExpect();
 }

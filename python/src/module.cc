@@ -99,6 +99,52 @@ py::list flightRecord(PyContext& s) {
   return out;
 }
 
+py::dict traffic(const MessageStats& m) {
+  py::dict d;
+  d["messages_sent"] = m.messagesSent;
+  d["bytes_sent"] = m.bytesSent;
+  d["messages_received"] = m.messagesReceived;
+  d["bytes_received"] = m.bytesReceived;
+  return d;
+}
+
+py::dict stats(PyContext& s) {
+  const ContextStats st = s.ctx("stats").stats();
+  py::dict out = traffic(st);
+  out["calls"] = st.calls;
+  out["failed_calls"] = st.failedCalls;
+  out["waiting_s"] = std::chrono::duration<double>(st.waiting).count();
+  out["shared_memory_waiting_s"] = std::chrono::duration<double>(st.sharedMemoryWaiting).count();
+  out["collectives"] = st.collectives;
+  py::list peers;
+  for (const PeerStats& p : st.peers) {
+    py::dict d = traffic(p);
+    d["rank"] = p.rank;
+    d["transport"] = p.transport;
+    peers.append(d);
+  }
+  out["peers"] = peers;
+  py::dict transports;
+  for (const TransportStats& t : st.transports) {
+    py::dict d = traffic(t);
+    d["shared_calls"] = t.sharedCalls;
+    d["shared_bytes"] = t.sharedBytes;
+    transports[py::str(t.transport)] = d;
+  }
+  out["transports"] = transports;
+  py::list algorithms;
+  for (const AlgorithmStats& a : st.algorithms) {
+    py::dict d;
+    d["collective"] = a.collective;
+    d["algorithm"] = a.algorithm;
+    d["calls"] = a.calls;
+    d["bytes"] = a.bytes;
+    algorithms.append(d);
+  }
+  out["algorithms"] = algorithms;
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_collx, m) {
@@ -171,6 +217,17 @@ PYBIND11_MODULE(_collx, m) {
           "(ranks answer from a watcher thread whatever they are doing) and joined into one "
           "diagnosis, returned as text (also logged, and written to COLLX_HANG_REPORT_DIR). "
           "Blocks up to about a second (GIL released).")
+      .def("stats", &stats,
+           "What this context has done since it connected, as a dict: calls, failed_calls, "
+           "collectives (calls per collective), messages_sent, bytes_sent, messages_received, "
+           "bytes_received, waiting_s and shared_memory_waiting_s (time spent asleep waiting "
+           "for peers), peers (a list of dicts: rank, transport and the four counts), "
+           "transports (by name: the four counts, shared_calls and shared_bytes of the 'shm' "
+           "algorithms), algorithms (a list of dicts: collective, algorithm, calls, bytes). "
+           "Never blocks a call.")
+      .def_property_readonly(
+          "trace_path", [](PyContext& s) { return s.ctx("trace_path").tracePath(); },
+          "The trace file this rank writes (COLLX_TRACE), or '' when it writes none.")
       .def_property_readonly("closed", &PyContext::closed, "True after close().")
       .def(
           "describe_peer",

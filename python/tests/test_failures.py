@@ -1,6 +1,7 @@
 """Failures across real processes (one per rank, file store, no launcher between them):
 mismatches, a killed peer, a stopped peer, abort, and what Python sees of each: the
 exception class, collx's message and its parts."""
+import os
 import signal
 import time
 
@@ -107,6 +108,33 @@ def test_timeout_error_carries_the_hang_report(ranks):
     assert "collx hang report" in data["message"], data["message"]
     assert "rank 1: has not called allreduce#" in data["message"], data["message"]
     assert "collx hang report" in data["attrs"]["detail"], data["attrs"]
+
+
+def test_stats_count_calls_messages_and_failures(ranks, tmp_path):
+    traces = tmp_path / "traces"
+    results = run(ranks, "stats", env={"COLLX_TRANSPORT": "tcp", "COLLX_TRACE": str(traces)})
+    for r in (0, 1):
+        d = outcome(results, r)
+        assert d.get("error") == "Aborted", d
+        s = d["stats"]
+        assert set(s) == {"calls", "failed_calls", "collectives", "messages_sent", "bytes_sent",
+                          "messages_received", "bytes_received", "waiting_s",
+                          "shared_memory_waiting_s", "peers", "transports", "algorithms"}, s
+        assert s["calls"] == 3 and s["failed_calls"] == 1, s
+        assert s["collectives"] == {"allreduce": 1, "barrier": 2}, s
+        # ring at P=2: one reduce-scatter and one allgather step, 2000 bytes each way each.
+        ring = [a for a in s["algorithms"] if a["algorithm"] == "ring"]
+        assert ring == [{"collective": "allreduce", "algorithm": "ring", "calls": 1,
+                         "bytes": 4000}], s["algorithms"]
+        [peer] = s["peers"]
+        assert peer["rank"] == 1 - r and peer["transport"] == "tcp", peer
+        assert peer["messages_sent"] >= 2 and peer["bytes_sent"] == 4000, peer
+        assert s["transports"]["tcp"]["messages_sent"] == s["messages_sent"], s
+        assert s["transports"]["tcp"]["shared_calls"] == 0, s
+        assert s["waiting_s"] >= 0.0, s
+        path = d["trace_path"]
+        assert path.startswith(str(traces / "collx-trace-")), path
+        assert path.endswith("-g0-r%d.json" % r) and os.path.exists(path), path
 
 
 def test_abort_wakes_a_blocked_call_with_aborted(ranks):

@@ -50,6 +50,21 @@ def test_context_properties(ctx):
     assert "rank 0 of 1" in repr(ctx)
 
 
+def test_stats_and_no_trace_by_default():
+    c = collx.init(rank=0, size=1, store="hash://", job_id="test-stats")
+    with c:
+        c.allreduce(np.ones(8, np.float32), algorithm="ring")
+        c.barrier()
+        s = c.stats()
+        assert c.trace_path == ""
+    assert s["calls"] == 2 and s["failed_calls"] == 0, s
+    assert s["collectives"] == {"allreduce": 1, "barrier": 1}, s
+    assert {"collective": "allreduce", "algorithm": "ring", "calls": 1, "bytes": 32} in \
+        s["algorithms"], s
+    assert s["peers"] == [] and s["messages_sent"] == 0, s  # a world of one sends nothing
+    assert isinstance(s["waiting_s"], float) and isinstance(s["transports"], dict), s
+
+
 def test_closed_context_refuses_calls():
     c = collx.init(rank=0, size=1, store="hash://", job_id="test-closed")
     with c:

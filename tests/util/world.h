@@ -83,4 +83,11 @@ std::string ensureFilesFor(int size);
 // The message of an exception_ptr ("" for nullptr).
 std::string messageOf(const std::exception_ptr& error);
 
+// Options whose ranks use `transport` ("tcp", "shm", ...).
+inline ContextOptions over(const char* transport) {
+  ContextOptions options;
+  options.transport = transport;
+  return options;
+}
+
 }  // namespace collx::test

@@ -161,6 +161,7 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
   const auto deadline = waiting.deadline;
   auto nextCheck = start + kCheckPeriod;
   bool noted = false;
+  bool slept = false;
   for (;;) {
     // A short burst of looks before anything costlier (one look when spin is 0).
     const int looks = policy_.spin.count() > 0 ? 64 : 1;
@@ -169,6 +170,7 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
       if (reached(epoch, use)) {
         const auto ahead = static_cast<std::uint32_t>(epoch - static_cast<std::uint32_t>(use));
         seen_[static_cast<std::size_t>(member)] = use + ahead;
+        if (slept) endSleptWait(member, use, start, waiting);
         return;
       }
       cpuRelax();
@@ -199,8 +201,20 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
       noted = true;
       waiting.sleeping(rankOf(member), use, start);
     }
+    slept = true;
     sleep(member, seen, std::min(deadline, Clock::now() + kMaxSleep));
   }
+}
+
+void SharedGroup::endSleptWait(int member, std::uint64_t use, Clock::time_point since,
+                               const Waiting& waiting) {
+  // (Read after a sleep, a system call: the clock costs nothing in comparison.)
+  const auto took = Clock::now() - since;
+  waitedNs_.store(waitedNs_.load(std::memory_order_relaxed) +
+                      static_cast<std::uint64_t>(
+                          std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()),
+                  std::memory_order_relaxed);
+  if (waiting.slept) waiting.slept(rankOf(member), use, since);
 }
 
 }  // namespace collx::transport

@@ -24,6 +24,7 @@
 #include "collx/algorithms/engine.h"
 #include "collx/algorithms/reduce.h"
 #include "collx/algorithms/registry.h"
+#include "collx/algorithms/tracer.h"
 #include "collx/base/copy.h"
 #include "collx/transport/shared_group.h"
 
@@ -238,6 +239,16 @@ class Call {
         call.recorder->waiting(
             call.recordId, WaitKind::kShared, rank, 0, 0, use,
             std::chrono::duration_cast<std::chrono::nanoseconds>(since.time_since_epoch()).count());
+      };
+    }
+    if (!waiting_.slept) {
+      waiting_.slept = [&scratch](int rank, std::uint64_t use, Clock::time_point since) {
+        const CallInfo& call = *scratch.info;
+        if (call.tracer == nullptr) return;
+        call.tracer->sharedWait(
+            call.traceId, rank, use,
+            std::chrono::duration_cast<std::chrono::nanoseconds>(since.time_since_epoch()).count(),
+            Tracer::nowNs());
       };
     }
   }

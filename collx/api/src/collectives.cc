@@ -181,6 +181,8 @@ Prepared prepare(Context& ctx, Resolved& call) {
   const std::uint64_t seq = rt.sequence.fetch_add(1);
   p.info.collective = what;
   p.info.algorithm = algorithm.name;
+  p.info.counter = detail::Runtime::counterOf(algorithm);
+  p.info.bytes = call.count * es;
   p.info.key = transport::MessageKey{seq, 0, transport::Space::kCollective};
   p.info.fingerprint = transport::Fingerprint{
       static_cast<std::uint8_t>(call.coll), static_cast<std::uint8_t>(call.dtype),
@@ -620,6 +622,8 @@ Prepared prepareP2P(Context& ctx, const Call& d, const CollectiveOptions& option
   p.bindings.output = const_cast<void*>(buffer);
   p.info.collective = what;
   p.info.peer = d.peer;
+  p.info.counter = sending ? detail::Runtime::sendCounter() : detail::Runtime::recvCounter();
+  p.info.bytes = bytes;
   p.info.key = transport::MessageKey{d.tag, 0, transport::Space::kPointToPoint};
   p.info.fingerprint = transport::Fingerprint{static_cast<std::uint8_t>(Collective::kSendRecv),
                                               static_cast<std::uint8_t>(d.dtype), 0, -1, d.count};

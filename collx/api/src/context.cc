@@ -22,6 +22,7 @@
 #include "hang_report.h"
 #include "process_probe.h"
 #include "runtime.h"
+#include "trace.h"
 
 namespace collx {
 
@@ -302,6 +303,17 @@ void Context::connect(const ContextOptions& options) {
     std::string text = notes->noteFor(id);
     return text.empty() ? text : "\n" + text;
   };
+  engine.callCounters = detail::Runtime::callCounters();
+  // A trace (COLLX_TRACE): its file is made now, so that a directory it cannot write fails
+  // here; its clock is measured below, once every rank agreed that all of them trace.
+  std::shared_ptr<algorithms::Tracer> tracer;
+  if (const auto dir = detail::traceDirectory(options.traceDir, config)) {
+    tracer = std::make_shared<algorithms::Tracer>(
+        *dir,
+        algorithms::Tracer::Identity{rank_, size_, peers_[static_cast<std::size_t>(rank_)].hostname,
+                                     jobId_, generation_});
+  }
+  bool everyRankTraces = size_ == 1;
   runtime_ = std::make_shared<detail::Runtime>();
   runtime_->engine = std::make_unique<algorithms::Engine>(std::move(transports), engine);
   runtime_->rank = rank_;
@@ -323,11 +335,12 @@ void Context::connect(const ContextOptions& options) {
     transport::SharedGroup* group = runtime_->engine->mesh().sharedGroup();
     const bool whole = group != nullptr && group->size() == size_;
     // And whether every rank can read every other's memory (direct reads in the group).
-    constexpr std::uint8_t kWhole = 1, kSpins = 2, kReads = 4;
+    constexpr std::uint8_t kWhole = 1, kSpins = 2, kReads = 4, kTraces = 8;
     const std::uint8_t all = detail::everyRank(
-        *runtime_,
-        static_cast<std::uint8_t>((whole ? kWhole : 0) | (engine.spin.count() > 0 ? kSpins : 0) |
-                                  (whole && group->canReadPeers() ? kReads : 0)));
+        *runtime_, static_cast<std::uint8_t>(
+                       (whole ? kWhole : 0) | (engine.spin.count() > 0 ? kSpins : 0) |
+                       (whole && group->canReadPeers() ? kReads : 0) | (tracer ? kTraces : 0)));
+    everyRankTraces = (all & kTraces) != 0;
     if (all & kWhole) {
       runtime_->group = group;
       runtime_->policy.sharedMemory = true;
@@ -338,6 +351,36 @@ void Context::connect(const ContextOptions& options) {
                   transport::kDirectReadsNames[static_cast<int>(group->directReads())]);
     }
   }
+  if (tracer) {
+    // Only when every rank traces: rank 0 would wait for the others' pings otherwise.
+    algorithms::Tracer::Clock clock;
+    if (everyRankTraces) {
+      std::vector<bool> sameHost;
+      for (const PeerInfo& peer : peers_) {
+        sameHost.push_back(hostIdentity(peer) == hostIdentity(peers_[0]));
+      }
+      const auto started = std::chrono::steady_clock::now();
+      clock = detail::measureClock(*runtime_, sameHost);
+      COLLX_DEBUG(kCore,
+                  "rank {}: clock offset to rank 0 {} ns ({}; round trip {} ns, {} rounds), in "
+                  "{} us",
+                  rank_, clock.offsetNs, algorithms::Tracer::clockSourceName(clock.source),
+                  clock.roundTripNs, clock.rounds,
+                  std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::steady_clock::now() - started)
+                      .count());
+    } else {
+      COLLX_WARN(kCore,
+                 "rank {}: tracing to {}, but not every rank traces: this trace's clock is not "
+                 "aligned with rank 0's",
+                 rank_, tracer->path());
+    }
+    tracer->setClock(clock);
+    runtime_->tracePath = tracer->path();
+    runtime_->engine->setTracer(std::move(tracer));
+  }
+  // What the library sent while connecting is not the user's.
+  runtime_->engine->resetStats();
   COLLX_DEBUG(kTcp, "rank {}: connected to {} peers{}", rank_, size_ - 1,
               runtime_->group ? ", all over shared memory" : "");
 
@@ -364,6 +407,8 @@ std::string Context::dumpState() {
   }
   return reporter_->dumpState();
 }
+
+std::string Context::tracePath() const { return runtime_ ? runtime_->tracePath : std::string(); }
 
 std::vector<std::string> Context::transports() const {
   return runtime_ ? runtime_->engine->mesh().transportNames() : std::vector<std::string>{};

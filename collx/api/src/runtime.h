@@ -44,6 +44,20 @@ struct Runtime {
   // The shared-memory algorithms may run: one group of every rank, or a world of one.
   bool sharedMemory() const noexcept { return group != nullptr || size == 1; }
 
+  // The engine's call counters (CallInfo::counter; Context::stats): the registry's
+  // algorithms by their index there, then send and receive.
+  static std::uint32_t counterOf(const algorithms::AlgorithmInfo& algorithm) noexcept {
+    return static_cast<std::uint32_t>(&algorithm - algorithms::algorithmRegistry().data());
+  }
+  static std::uint32_t sendCounter() noexcept {
+    return static_cast<std::uint32_t>(algorithms::algorithmRegistry().size());
+  }
+  static std::uint32_t recvCounter() noexcept { return sendCounter() + 1; }
+  static std::size_t callCounters() noexcept { return recvCounter() + 1; }
+
+  // The trace file this rank writes (COLLX_TRACE; the engine holds the tracer), or "".
+  std::string tracePath;
+
   // Schedules by (algorithm, params), built once and shared by every call with that key.
   std::shared_ptr<const algorithms::Schedule> schedule(const algorithms::AlgorithmInfo& algorithm,
                                                        const algorithms::ScheduleParams& params);

@@ -120,6 +120,18 @@ try:
             time.sleep(8)
         else:
             ctx.allreduce(np.ones(16, np.float32))
+    elif scenario == "stats":
+        # Known calls, then one that fails: what ctx.stats() says of them; and the trace this
+        # rank writes (COLLX_TRACE set by the test).
+        ctx.allreduce(np.ones(1000, np.float32), algorithm="ring")
+        ctx.barrier()
+        result["trace_path"] = ctx.trace_path
+        ctx.abort("the test aborts")
+        try:
+            ctx.barrier()
+        except collx.Error as e:
+            record(e)
+        result["stats"] = ctx.stats()
     elif scenario == "abort":
         # rank 0 aborts its own context from another thread while it waits for rank 1
         if R == 0:

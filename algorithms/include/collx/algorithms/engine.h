@@ -31,6 +31,10 @@
 namespace collx::algorithms {
 
 using Clock = std::chrono::steady_clock;
+class Tracer;
+
+// CallInfo::counter of a call that no counter counts (the library's own).
+inline constexpr std::uint32_t kUncounted = ~std::uint32_t{0};
 
 // What one call is: named in errors, fingerprinted on the wire, reduced with.
 struct CallInfo {
@@ -52,6 +56,13 @@ struct CallInfo {
   // Set by the engine: the flight recorder's entry of this call (recorder nullptr: none).
   Recorder* recorder = nullptr;
   std::uint64_t recordId = 0;
+  // Set by the API: the call counter it counts under (EngineOptions::callCounters; the API
+  // gives them their meaning) and its bytes.
+  std::uint32_t counter = kUncounted;
+  std::uint64_t bytes = 0;
+  // Set by the engine: the trace this call is written to (nullptr: none) and its span's id.
+  Tracer* tracer = nullptr;
+  std::uint64_t traceId = 0;
 };
 
 // "allreduce(ring, seq 7)", "send(peer 1, tag 9)".
@@ -82,6 +93,32 @@ struct EngineOptions {
   // Asked when a call fails, with its recorder id: text to append to its error (the job's
   // hang report, when one covered the call), or "". Never on a call's way otherwise.
   std::function<std::string(std::uint64_t id)> hangNote;
+  // Call counters (CallInfo::counter, EngineStats::calls).
+  std::size_t callCounters = 0;
+};
+
+// What an engine moved and waited for since it was made (or resetStats()): messages and bytes
+// per peer (counted when a transfer completes), failed calls, and the time the driving
+// thread slept in the mesh's poll and blocking shared-memory calls slept in the group's
+// waits.
+struct EngineStats {
+  struct Peer {
+    std::uint64_t messagesSent = 0;
+    std::uint64_t bytesSent = 0;
+    std::uint64_t messagesReceived = 0;
+    std::uint64_t bytesReceived = 0;
+  };
+  std::vector<Peer> peers;  // by rank
+  // Calls and their bytes by CallInfo::counter, counted when they start to run (or are
+  // refused: the context failed earlier).
+  struct Calls {
+    std::uint64_t calls = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<Calls> calls;
+  std::uint64_t failedCalls = 0;
+  std::chrono::nanoseconds waited{0};
+  std::chrono::nanoseconds sharedWaited{0};
 };
 
 // Schedules of the shared-memory algorithms (one TaskKind::kShared task) run here too: one
@@ -126,6 +163,15 @@ class Engine {
   // The flight recorder (nullptr when off): the calls admitted, shared with whoever reads it
   // while the engine runs.
   const std::shared_ptr<Recorder>& recorder() const noexcept { return recorder_; }
+  // The trace every later call is written to (COLLX_TRACE; nullptr: none). Set once, before
+  // the first call that should be traced; the engine keeps it until it goes away.
+  void setTracer(std::shared_ptr<Tracer> tracer) noexcept { tracer_ = std::move(tracer); }
+  // Thread-safe: the counters so far (relaxed reads: each is exact, together they may be a
+  // moment apart).
+  EngineStats stats() const;
+  // Counts from zero again (while no call is in flight: the API does at the end of connect,
+  // so that its own messages are not counted).
+  void resetStats() noexcept;
 
  private:
   friend class Execution;
@@ -165,6 +211,13 @@ class Engine {
   static void recordEnded(const CallInfo& info, const Error* error);
   // The hang report's text for a failing call ("" without one).
   std::string hangNote(const CallInfo& info) const;
+  // The trace's part of admission (tracer_ set and the call recorded).
+  void traceAdmitted(CallInfo& info) noexcept;
+  // A transfer completed (driving thread only).
+  void countTransfer(const Task& task) noexcept;
+  // A call runs (or is refused); `writer` 0: the driving thread, 1: the thread that holds the
+  // shared-memory runner in runShared.
+  void countCall(const CallInfo& info, int writer) noexcept;
   // What the calls in flight wait for, written at most every kNotePeriod while they sleep.
   void noteWaits(Clock::time_point now);
   void noteWait(const Execution& execution, std::int64_t nowNs);
@@ -183,6 +236,22 @@ class Engine {
   EngineOptions options_;
   std::shared_ptr<Recorder> recorder_;
   Clock::time_point nextNote_{};
+  std::shared_ptr<Tracer> tracer_;
+  std::int64_t sharedBeganNs_ = 0;  // traced: when the running nonblocking shm call started
+  // The counters of stats(). Each written by one thread at a time (a relaxed load and store:
+  // no locked instruction on a call's path), except failedCalls_ (any caller's thread).
+  struct PeerCounters {
+    std::atomic<std::uint64_t> messages[2];  // [0] sent, [1] received
+    std::atomic<std::uint64_t> bytes[2];
+  };
+  std::unique_ptr<PeerCounters[]> traffic_;
+  struct CallCounters {
+    std::atomic<std::uint64_t> calls{0};
+    std::atomic<std::uint64_t> bytes{0};
+  };
+  std::unique_ptr<CallCounters[]> calls_[2];  // by countCall's writer: one writer each
+  std::atomic<std::uint64_t> failedCalls_{0};
+  std::atomic<std::uint64_t> waitedNs_{0};
   // The shared-memory calls (driver only): the runner, and the calls in the order they run;
   // the first is running when `sharedRunning_` is it.
   std::unique_ptr<shared::Runner> shared_;

@@ -23,6 +23,7 @@
 
 #include "collx/bootstrap.h"
 #include "collx/flight_record.h"
+#include "collx/stats.h"
 
 namespace collx {
 
@@ -64,6 +65,8 @@ struct ContextOptions {
   std::optional<std::string> hostId;
   // Calls the flight recorder keeps (0: none); unset means COLLX_TRACE_BUFFER.
   std::optional<std::size_t> traceBuffer;
+  // The directory this rank writes its Chrome trace to ("": none); unset means COLLX_TRACE.
+  std::optional<std::string> traceDir;
 };
 
 // What a rank told the others when it joined.
@@ -126,6 +129,12 @@ class Context {
   // (about a second); ranks that do not answer in time are reported as not responding.
   // With the recorder off (COLLX_TRACE_BUFFER=0): an InvalidArgument.
   std::string dumpState();
+  // What this context has done since it connected: messages and bytes per peer and
+  // transport, calls per collective and algorithm, failed calls, time spent waiting
+  // (collx/stats.h). Thread-safe; it never blocks a call.
+  ContextStats stats() const;
+  // The trace file this rank writes (COLLX_TRACE), or "" when it writes none.
+  std::string tracePath() const;
 
   // Internal: the collectives' machinery.
   const std::shared_ptr<detail::Runtime>& runtime() const noexcept { return runtime_; }

@@ -78,6 +78,10 @@ struct Waiting {
   // recorder's note).
   std::function<void(int rank, std::uint64_t use, std::chrono::steady_clock::time_point since)>
       sleeping;
+  // Told when a wait that slept ends: the rank and use it waited for, and when the wait
+  // began (the trace's span of it).
+  std::function<void(int rank, std::uint64_t use, std::chrono::steady_clock::time_point since)>
+      slept;
 };
 
 class SharedGroup {
@@ -146,6 +150,12 @@ class SharedGroup {
                     std::chrono::nanoseconds took) noexcept;
 
   void setPolicy(WaitPolicy policy) noexcept { policy_ = policy; }
+  // The time this member's waits that slept took, from their start to their end (read from
+  // any thread; written by the thread that waits, one at a time). resetWaited() zeroes it.
+  std::chrono::nanoseconds waited() const noexcept {
+    return std::chrono::nanoseconds(waitedNs_.load(std::memory_order_relaxed));
+  }
+  void resetWaited() noexcept { waitedNs_.store(0, std::memory_order_relaxed); }
   // Waits do not spin (every member agreed at connect): ranks outnumber cores, where a
   // spinning rank takes the core its peer needs, or some rank set COLLX_SPIN_US=0.
   bool oversubscribed() const noexcept { return policy_.spin.count() == 0; }
@@ -210,6 +220,10 @@ class SharedGroup {
   DirectStats& directStatsOf(DirectCall call, std::uint64_t bytes) noexcept;
 
   void waitFor(int member, std::uint64_t use, const Waiting& waiting);
+  // A wait that slept ended: its time to waited(), its span to Waiting::slept.
+  void endSleptWait(int member, std::uint64_t use, std::chrono::steady_clock::time_point since,
+                    const Waiting& waiting);
+  std::atomic<std::uint64_t> waitedNs_{0};
   // Fails the call when `member` announced another collective at its sequence number.
   void checkCall(int member, const Waiting& waiting);
 };
