@@ -56,6 +56,7 @@ TEST_P(HangRound, DumpStateOfAnIdleJobSaysNothingIsInFlight) {
   world.runOk([](int rank, Context& ctx) {
     barrier(ctx);
     if (rank == 0) {
+      ctx.store()->wait({"idle"}, 20s);  // rank 1 is out of the barrier too
       const std::string report = ctx.dumpState();
       EXPECT_EQ(report.rfind("collx hang report", 0), 0u) << report;
       EXPECT_EQ(report.find("not responding"), std::string::npos) << report;
@@ -66,6 +67,7 @@ TEST_P(HangRound, DumpStateOfAnIdleJobSaysNothingIsInFlight) {
           << report;
       ctx.store()->set("dumped", {1});
     } else {
+      ctx.store()->set("idle", {1});
       ctx.store()->wait({"dumped"}, 20s);  // idle while rank 0 asks
     }
     barrier(ctx);
