@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
 #include <thread>
 
 #include "collx/algorithms/recorder.h"
@@ -103,22 +104,46 @@ class Watcher {
         gWakeFd.store(wakeFd_);
         installSignalHandler();
         pthread_atfork(nullptr, nullptr, [] { Watcher::instance().afterFork(); });
+        // A context left open at exit: the thread ends before the statics it uses (the
+        // logger) are destroyed.
+        std::atexit([] { Watcher::instance().stop(nullptr); });
       }
+      // A thread that ended on its own (its contexts gone) is past its last use of the lock.
+      if (thread_.joinable()) thread_.join();
       running_ = true;
-      std::thread([this] { loop(); }).detach();
+      stopping_ = false;
+      thread_ = std::thread([this] { loop(); });
     }
     wake();
   }
 
-  void remove(const HangReporter* reporter) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::erase_if(reporters_, [&](const std::weak_ptr<HangReporter>& w) {
-      auto r = w.lock();
-      return !r || r.get() == reporter;
-    });
-  }
+  // Leaves the watcher; the last to leave ends its thread and waits for it (at most the
+  // round in progress: a store request, bounded by the grace), so that nothing of collx runs
+  // once every context is gone.
+  void remove(const HangReporter* reporter) { stop(reporter); }
 
  private:
+  void stop(const HangReporter* reporter) {
+    std::thread ending;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::erase_if(reporters_, [&](const std::weak_ptr<HangReporter>& w) {
+        auto r = w.lock();
+        return !r || r.get() == reporter || reporter == nullptr;
+      });
+      if (!reporters_.empty()) return;
+      stopping_ = true;
+      ending = std::move(thread_);
+    }
+    wake();
+    if (!ending.joinable()) return;
+    if (ending.get_id() == std::this_thread::get_id()) {
+      ending.detach();
+    } else {
+      ending.join();
+    }
+  }
+
   void wake() {
     if (wakeFd_ < 0) return;
     const std::uint64_t one = 1;
@@ -129,6 +154,7 @@ class Watcher {
   // may have been held by a thread the child does not have).
   void afterFork() {
     new (&mutex_) std::mutex();
+    new (&thread_) std::thread();  // the parent's, not to be joined here
     reporters_.clear();
     running_ = false;
   }
@@ -146,7 +172,7 @@ class Watcher {
             period = std::min(period, now.back()->period());
           }
         }
-        if (now.empty()) {
+        if (now.empty() || stopping_) {
           // Nothing to watch: the thread ends (a later context starts another).
           running_ = false;
           return;
@@ -164,7 +190,9 @@ class Watcher {
 
   std::mutex mutex_;
   std::vector<std::weak_ptr<HangReporter>> reporters_;
+  std::thread thread_;
   bool running_ = false;
+  bool stopping_ = false;
   int wakeFd_ = -1;
 };
 
