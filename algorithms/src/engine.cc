@@ -31,10 +31,6 @@ constexpr std::chrono::milliseconds kNoteAfter(1);
 // when it is admitted.
 constexpr std::uint64_t kTimedCount = 8 << 10;
 
-std::int64_t nanosOf(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
 // A counter that only one thread at a time writes: no locked instruction.
 inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t n) noexcept {
   counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -525,7 +521,7 @@ void Engine::recordAdmitted(CallInfo& info, CallState state) noexcept {
   // longer than a clock tick without sleeping), a large one the coarse clock's (no system
   // call).
   if (info.deadline != Clock::time_point::max()) {
-    call.admittedNs = nanosOf(info.deadline - info.timeout);
+    call.admittedNs = Recorder::nanosOf(info.deadline - info.timeout);
   } else if (info.fingerprint.count >= kTimedCount) {
     call.admittedNs = Recorder::coarseNowNs();
   }
@@ -621,7 +617,7 @@ void Engine::recordEnded(const CallInfo& info, const Error* error) {
 void Engine::noteWaits(Clock::time_point now) {
   if (!recorder_ || now < nextNote_) return;
   nextNote_ = now + kNotePeriod;
-  const std::int64_t nowNs = nanosOf(now);
+  const std::int64_t nowNs = Recorder::nanosOf(now);
   for (const auto& e : active_) {
     const CallInfo& info = e->info();
     if (e->finished() || info.recorder == nullptr ||

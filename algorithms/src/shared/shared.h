@@ -236,19 +236,15 @@ class Call {
                                      std::chrono::steady_clock::time_point since) {
         const CallInfo& call = *scratch.info;
         if (call.recorder == nullptr) return;
-        call.recorder->waiting(
-            call.recordId, WaitKind::kShared, rank, 0, 0, use,
-            std::chrono::duration_cast<std::chrono::nanoseconds>(since.time_since_epoch()).count());
+        call.recorder->waiting(call.recordId, WaitKind::kShared, rank, 0, 0, use,
+                               Recorder::nanosOf(since));
       };
     }
     if (!waiting_.slept) {
       waiting_.slept = [&scratch](int rank, std::uint64_t use, Clock::time_point since) {
         const CallInfo& call = *scratch.info;
         if (call.tracer == nullptr) return;
-        call.tracer->sharedWait(
-            call.traceId, rank, use,
-            std::chrono::duration_cast<std::chrono::nanoseconds>(since.time_since_epoch()).count(),
-            Tracer::nowNs());
+        call.tracer->sharedWait(call.traceId, rank, use, Recorder::nanosOf(since), Tracer::nowNs());
       };
     }
   }

@@ -20,9 +20,7 @@ using algorithms::WaitKind;
 // The recorder's times are the steady clock's; users read wall-clock times.
 struct Clocks {
   std::chrono::system_clock::time_point wall = std::chrono::system_clock::now();
-  std::int64_t steadyNs = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now().time_since_epoch())
-                              .count();
+  std::int64_t steadyNs = algorithms::Recorder::nanosOf(std::chrono::steady_clock::now());
   FlightEntry::Time at(std::int64_t ns) const {
     return wall + std::chrono::duration_cast<std::chrono::system_clock::duration>(
                       std::chrono::nanoseconds(ns - steadyNs));

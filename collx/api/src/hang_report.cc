@@ -196,10 +196,7 @@ class Watcher {
   int wakeFd_ = -1;
 };
 
-std::int64_t steadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
+std::int64_t steadyNs() { return algorithms::Recorder::nanosOf(Clock::now()); }
 
 std::string keyOf(const std::string& round, const std::string& what) {
   return "hang/" + round + "/" + what;
@@ -448,11 +445,15 @@ void HangReporter::storeFailed(const Error& e) {
                 setup_.store->describe(), e.what());
   }
   storeFailed_ = true;
-  storeProblem_ = "the store (" + setup_.store->describe() + ") did not answer within " +
-                  std::to_string(grace_.count()) + " ms";
+  storeProblem_ = storeProblem();
   // Each request costs a grace while it does not answer: the watcher looks again later,
   // and meanwhile keeps its eye on the calls.
   retryAt_ = Clock::now() + 4 * period_;
+}
+
+std::string HangReporter::storeProblem() const {
+  return "the store (" + setup_.store->describe() + ") did not answer within " +
+         std::to_string(grace_.count()) + " ms";
 }
 
 void HangReporter::reportAlone(const std::string& name) {
@@ -469,18 +470,20 @@ void HangReporter::tick() {
     signalsSeen_ = signals;
     due.push_back("u" + std::to_string(signals));
   }
-  const bool resting = storeFailed_ && Clock::now() < retryAt_;
+  auto resting = [&] { return storeFailed_ && Clock::now() < retryAt_; };
   for (const std::string& name : due) {
-    try {
-      if (resting) throw TimeoutError(Where{setup_.rank, "hang report", -1}, storeProblem_);
-      open(name);
-    } catch (const Error& e) {
-      if (!resting) storeFailed(e);
-      // The report before a deadline is made all the same, from what this rank knows.
-      if (name.ends_with(".z")) reportAlone(name);
+    if (!resting()) {
+      try {
+        open(name);
+        continue;
+      } catch (const Error& e) {
+        storeFailed(e);
+      }
     }
+    // The report before a deadline is made all the same, from what this rank knows.
+    if (name.ends_with(".z")) reportAlone(name);
   }
-  if (storeFailed_ && Clock::now() < retryAt_) return;
+  if (resting()) return;
   try {
     // Rounds opened anywhere in the job: answer each, and diagnose it if a call of this rank
     // is in flight.
@@ -524,23 +527,20 @@ std::string HangReporter::dumpState() {
     std::lock_guard<std::mutex> lock(mutex_);
     k = ++dumps_;
   }
-  Round round;
-  round.name = "d" + std::to_string(k) + ".r" + std::to_string(setup_.rank);
-  round.trigger = "dump";
-  round.opened = Clock::now();
-  round.summaries.resize(static_cast<std::size_t>(setup_.size));
+  std::unique_ptr<Round> round =
+      newRound("d" + std::to_string(k) + ".r" + std::to_string(setup_.rank));
+  round->inFlight.clear();  // asked for, not a hang: the calls' errors do not carry it
   try {
-    open(round.name);
-    answer(round.name);
-    while (!collect(round)) std::this_thread::sleep_for(milliseconds(20));
+    open(round->name);
+    answer(round->name);
+    while (!collect(*round)) std::this_thread::sleep_for(milliseconds(20));
   } catch (const Error& e) {
     // What this rank knows: its own summary; the others' are out of reach.
-    round.summaries.assign(static_cast<std::size_t>(setup_.size), std::nullopt);
-    round.summaries[static_cast<std::size_t>(setup_.rank)] = summaryJson(summary(round.name));
-    round.storeProblem = "the store (" + setup_.store->describe() + ") did not answer within " +
-                         std::to_string(grace_.count()) + " ms: " + e.what();
+    round->summaries.assign(static_cast<std::size_t>(setup_.size), std::nullopt);
+    round->summaries[static_cast<std::size_t>(setup_.rank)] = summaryJson(summary(round->name));
+    round->storeProblem = storeProblem() + ": " + e.what();
   }
-  return finish(round);
+  return finish(*round);
 }
 
 }  // namespace collx::detail

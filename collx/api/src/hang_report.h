@@ -103,6 +103,7 @@ class HangReporter {
   std::vector<std::string> checkCalls();
   std::unique_ptr<Round> newRound(const std::string& name) const;
   void storeFailed(const Error& e);
+  std::string storeProblem() const;
   // A round of this rank's view alone (the store does not answer).
   void reportAlone(const std::string& name);
 

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <ctime>
 #include <memory>
@@ -92,6 +93,10 @@ class Recorder {
   // The failure noted for `id`, or "".
   std::string failureOf(std::uint64_t id) const;
 
+  // A steady-clock time as the recorder keeps it (nanoseconds of its epoch).
+  static std::int64_t nanosOf(std::chrono::steady_clock::time_point t) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  }
   // The steady clock's time (its timebase, CLOCK_MONOTONIC) at the kernel's tick
   // resolution: read in the vDSO, no system call, a few nanoseconds.
   static std::int64_t coarseNowNs() noexcept {
