@@ -491,8 +491,7 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
     throwError(e.kind(), e.where(), noted.detail());
   }
   if (info.tracer != nullptr) {
-    info.tracer->shared(info.traceId, info.collective,
-                        info.fingerprint.count * dataTypeSize(info.dtype), began, Tracer::nowNs());
+    info.tracer->shared(info.traceId, info.collective, info.bytes, began, Tracer::nowNs());
   }
   recordEnded(info, nullptr);
   return true;
@@ -539,9 +538,9 @@ void Engine::traceAdmitted(CallInfo& info) noexcept {
   call.seq = info.key.seq;
   call.peer = info.peer;
   call.root = info.fingerprint.root;
-  call.dtype = static_cast<std::uint8_t>(info.dtype);
+  call.dtype = info.dtype;
   call.count = info.fingerprint.count;
-  call.bytes = info.fingerprint.count * dataTypeSize(info.dtype);
+  call.bytes = info.bytes;
   info.tracer = tracer_.get();
   info.traceId = tracer_->beginCall(call, Tracer::nowNs());
 }
@@ -794,8 +793,7 @@ bool Engine::pumpShared() {
     }
     if (!ended) break;
     if (const CallInfo& info = e.info(); info.tracer != nullptr) {
-      info.tracer->shared(info.traceId, info.collective,
-                          info.fingerprint.count * dataTypeSize(info.dtype), sharedBeganNs_,
+      info.tracer->shared(info.traceId, info.collective, info.bytes, sharedBeganNs_,
                           Tracer::nowNs());
     }
     moved = true;
@@ -938,11 +936,11 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
       if (wait.count() < 1) wait = std::chrono::microseconds(1);
       noteWaits(now);
     }
-    progressSleeping(wait, spinning, lastActivity);
+    progressSleeping(wait, spinning, now, lastActivity);
   }
 }
 
-void Engine::progressSleeping(std::chrono::microseconds wait, bool tryDirect,
+void Engine::progressSleeping(std::chrono::microseconds wait, bool tryDirect, Clock::time_point now,
                               Clock::time_point& lastActivity) {
   // A nonblocking shared-memory call that waits for a member's use sleeps in the mesh's poll
   // like any other call: the member's publish rings this rank's doorbell (expect()).
@@ -955,17 +953,23 @@ void Engine::progressSleeping(std::chrono::microseconds wait, bool tryDirect,
       if (!expecting) wait = std::chrono::microseconds(0);  // it is there already
     }
   }
-  // A wait that may sleep is timed (a system call follows anyway): stats().waited.
-  const Clock::time_point sleeps = wait.count() > 0 ? Clock::now() : Clock::time_point{};
+  bool moved = false;
   try {
-    if (mesh_->progress(wait, tryDirect)) lastActivity = Clock::now();
+    moved = mesh_->progress(wait, tryDirect);
   } catch (const Error& e) {
     failAll(e);
   }
-  if (sleeps != Clock::time_point{}) {
-    bump(waitedNs_,
-         static_cast<std::uint64_t>(
-             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - sleeps).count()));
+  // One clock read after the poll: the activity's time, and a wait that may have slept timed
+  // from `now` (stats().waited).
+  const bool slept = wait.count() > 0;
+  if (moved || slept) {
+    const Clock::time_point after = Clock::now();
+    if (moved) lastActivity = after;
+    if (slept) {
+      bump(waitedNs_,
+           static_cast<std::uint64_t>(
+               std::chrono::duration_cast<std::chrono::nanoseconds>(after - now).count()));
+    }
   }
   if (expecting) group->endExpect();
 }
@@ -1017,7 +1021,7 @@ void Engine::progressLoop() {
                           std::chrono::microseconds(1));
           noteWaits(now);
         }
-        progressSleeping(wait, /*tryDirect=*/true, lastActivity);
+        progressSleeping(wait, /*tryDirect=*/true, now, lastActivity);
         if (yielding) std::this_thread::yield();
       }
     }

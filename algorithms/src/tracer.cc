@@ -14,6 +14,7 @@
 
 #include "collx/base/data_type.h"
 #include "collx/base/error.h"
+#include "collx/base/file_name.h"
 #include "collx/base/log.h"
 
 namespace collx::algorithms {
@@ -28,28 +29,12 @@ constexpr std::size_t kLineMargin = 2048;
 constexpr int kComputeThread = 1;
 constexpr int kSharedThread = 2;
 
-std::string fileSafe(const std::string& text) {
-  std::string out = text;
-  for (char& c : out) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) c = '_';
-  }
-  return out.empty() ? "_" : out;
-}
-
-const char* dtypeName(std::uint8_t dtype) {
-  return dtype <= static_cast<std::uint8_t>(DataType::kFloat64)
-             ? dataTypeName(static_cast<DataType>(dtype))
-             : "unknown";
-}
-
 }  // namespace
 
 std::string Tracer::pathFor(const std::string& dir, const Identity& identity) {
   return (std::filesystem::path(dir) /
-          ("collx-trace-" + fileSafe(identity.jobId) + "-g" + std::to_string(identity.generation) +
-           "-r" + std::to_string(identity.rank) + ".json"))
+          ("collx-trace-" + fileNamePart(identity.jobId) + "-g" +
+           std::to_string(identity.generation) + "-r" + std::to_string(identity.rank) + ".json"))
       .string();
 }
 
@@ -267,7 +252,7 @@ void Tracer::formatEvent(const Event& e) noexcept {
       line(",\n{\"ph\":\"b\",\"cat\":\"call\",\"name\":\"%s\",\"id\":\"0x%" PRIx64
            "\",\"pid\":%d,\"tid\":0,\"ts\":%s,\"args\":{\"dtype\":\"%s\",\"count\":%" PRIu64
            ",\"bytes\":%" PRIu64 "%s}}",
-           e.name, e.id, pid, micros(e.beginNs + offsetNs_, ts), dtypeName(e.dtype), e.count,
+           e.name, e.id, pid, micros(e.beginNs + offsetNs_, ts), dataTypeName(e.dtype), e.count,
            e.bytes, extra);
       break;
     }

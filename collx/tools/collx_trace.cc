@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -397,13 +398,8 @@ int main(int argc, char** argv) {
            "the job whose traces to merge, when the directory holds several");
   cli.custom("--generation", "G", "the generation of that job (default: the only one there)",
              [&args](const std::string& text, const std::string& what) {
-               try {
-                 std::size_t used = 0;
-                 args.generation = std::stoll(text, &used);
-                 if (used != text.size()) throw std::invalid_argument(text);
-               } catch (const std::exception&) {
-                 throw CLI::ValidationError(what + "='" + text + "': expected an integer");
-               }
+               args.generation = collx::parseInt(text, std::numeric_limits<std::int64_t>::min(),
+                                                 std::numeric_limits<std::int64_t>::max(), what);
              });
   cli.parse(argc, argv);
   if (args.command != "merge") cli.fail("unknown command '" + args.command + "' (merge)");

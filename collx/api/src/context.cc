@@ -355,12 +355,8 @@ void Context::connect(const ContextOptions& options) {
     // Only when every rank traces: rank 0 would wait for the others' pings otherwise.
     algorithms::Tracer::Clock clock;
     if (everyRankTraces) {
-      std::vector<bool> sameHost;
-      for (const PeerInfo& peer : peers_) {
-        sameHost.push_back(hostIdentity(peer) == hostIdentity(peers_[0]));
-      }
       const auto started = std::chrono::steady_clock::now();
-      clock = detail::measureClock(*runtime_, sameHost);
+      clock = detail::measureClock(*runtime_);
       COLLX_DEBUG(kCore,
                   "rank {}: clock offset to rank 0 {} ns ({}; round trip {} ns, {} rounds), in "
                   "{} us",

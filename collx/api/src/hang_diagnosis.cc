@@ -16,6 +16,7 @@
 #include "collx/algorithms/registry.h"
 #include "collx/base/data_type.h"
 #include "collx/base/error.h"
+#include "collx/base/file_name.h"
 #include "collx/base/json_error.h"
 #include "collx/base/reduce_op.h"
 
@@ -769,16 +770,8 @@ std::string reportJson(const Diagnosis& d) {
 }
 
 std::string reportFileName(const Diagnosis& d) {
-  auto safe = [](std::string text) {
-    for (char& ch : text) {
-      const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                      (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == '_';
-      if (!ok) ch = '_';
-    }
-    return text;
-  };
-  return "collx-hang-" + safe(d.info.job) + "-g" + std::to_string(d.info.generation) + "-" +
-         safe(d.info.round.empty() ? "report" : d.info.round) + ".json";
+  return "collx-hang-" + fileNamePart(d.info.job) + "-g" + std::to_string(d.info.generation) + "-" +
+         fileNamePart(d.info.round.empty() ? "report" : d.info.round) + ".json";
 }
 
 std::string writeReport(const std::string& dir, const Diagnosis& d) {

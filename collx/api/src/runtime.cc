@@ -50,8 +50,7 @@ std::uint8_t everyRank(Runtime& rt, std::uint8_t mine) {
   info.collective = "connect";
   info.record = false;
   info.algorithm = algorithm->name;
-  // Outside the sequence numbers of collectives (which start at 0).
-  info.key = transport::MessageKey{~std::uint64_t{0}, 0, transport::Space::kCollective};
+  info.key = transport::MessageKey{kAgreementSeq, 0, transport::Space::kCollective};
   info.fingerprint = transport::Fingerprint{static_cast<std::uint8_t>(params.coll),
                                             static_cast<std::uint8_t>(DataType::kUint8),
                                             static_cast<std::uint8_t>(ReduceOpKind::kBand), -1, 1};

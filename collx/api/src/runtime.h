@@ -16,6 +16,11 @@
 
 namespace collx::detail {
 
+// The library's own exchanges take sequence numbers that no collective reaches (those count
+// from 0), each its own: connect's agreement (everyRank) and the trace's clock measurement.
+inline constexpr std::uint64_t kAgreementSeq = ~std::uint64_t{0};
+inline constexpr std::uint64_t kClockSeq = ~std::uint64_t{0} - 1;
+
 struct Runtime {
   Runtime() = default;
   Runtime(const Runtime&) = delete;

@@ -18,10 +18,6 @@ const AutoSetting<kind::String> kTrace(
              "ranks' files and names the slowest rank of each call). Timestamps are on rank "
              "0's clock, measured at connect."});
 
-// The clock messages' sequence number: outside the collectives' (which count from 0) and
-// the connect agreement's (~0).
-constexpr std::uint64_t kClockSeq = ~std::uint64_t{0} - 1;
-
 algorithms::CallInfo clockCall(const Runtime& rt, int peer) {
   algorithms::CallInfo info;
   info.collective = "clock sync";
@@ -52,7 +48,9 @@ std::optional<std::string> traceDirectory(const std::optional<std::string>& opti
   return dir;
 }
 
-algorithms::Tracer::Clock measureClock(Runtime& rt, const std::vector<bool>& sameHost) {
+algorithms::Tracer::Clock measureClock(Runtime& rt) {
+  // Ranks on rank 0's host (host index 0: hosts are numbered by their lowest rank).
+  auto sameHost = [&rt](int r) { return rt.hostOf[static_cast<std::size_t>(r)] == 0; };
   using Source = algorithms::Tracer::ClockSource;
   algorithms::Tracer::Clock clock;
   constexpr std::uint64_t kBytes = sizeof(std::int64_t);
@@ -70,7 +68,7 @@ algorithms::Tracer::Clock measureClock(Runtime& rt, const std::vector<bool>& sam
   if (rt.rank == 0) {
     clock.source = Source::kReference;
     for (int peer = 1; peer < rt.size; ++peer) {
-      if (sameHost[static_cast<std::size_t>(peer)]) continue;
+      if (sameHost(peer)) continue;
       for (std::uint32_t step = 0;; step += 2) {
         exchange(peer, false, step, {nullptr, &ping});
         if (ping == 0) break;
@@ -80,7 +78,7 @@ algorithms::Tracer::Clock measureClock(Runtime& rt, const std::vector<bool>& sam
     }
     return clock;
   }
-  if (sameHost[static_cast<std::size_t>(rt.rank)]) {
+  if (sameHost(rt.rank)) {
     clock.source = Source::kSameHost;
     return clock;
   }

@@ -201,7 +201,7 @@ class Engine {
   // One progress round of the mesh, sleeping up to `wait`; a shared-memory call that waits
   // for a member's use has the member's publish ring this thread awake
   // (SharedGroup::expect). `lastActivity` is set when anything moved.
-  void progressSleeping(std::chrono::microseconds wait, bool tryDirect,
+  void progressSleeping(std::chrono::microseconds wait, bool tryDirect, Clock::time_point now,
                         Clock::time_point& lastActivity);
   std::string sharedPending(const Execution& execution);
   int sharedPendingPeer(const Execution& execution);

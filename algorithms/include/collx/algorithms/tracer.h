@@ -30,6 +30,8 @@
 #include <mutex>
 #include <string>
 
+#include "collx/base/data_type.h"
+
 namespace collx::algorithms {
 
 class Tracer {
@@ -92,7 +94,7 @@ class Tracer {
     std::uint64_t seq = 0;
     int peer = -1;
     int root = -1;
-    std::uint8_t dtype = 0;  // collx::DataType
+    DataType dtype = DataType::kUint8;
     std::uint64_t count = 0;
     std::uint64_t bytes = 0;
   };
@@ -131,7 +133,7 @@ class Tracer {
     Kind kind;
     bool failed;
     bool pointToPoint;
-    std::uint8_t dtype;
+    DataType dtype;
     std::int32_t peer;  // a transfer's or send's peer; a wait's rank
     std::int32_t root;
     std::uint32_t step;
