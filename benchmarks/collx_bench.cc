@@ -720,9 +720,12 @@ class TempFile {
   std::string path_;
 };
 
+// runChild's results that are not an exit code (each comes with `why`).
+constexpr int kNoExitCode = -1;     // killed, out of time, or lost (waitpid failed)
+constexpr int kCouldNotStart = -2;  // posix_spawnp failed: no such program, or not executable
+
 // Runs argv (argv[0] a path, or a name looked up in PATH) with this environment, and waits
-// at most `limit` (then kills it): its exit code, or -1 with `why` when it could not start,
-// was killed or ran out of time.
+// at most `limit` (then kills it): its exit code, or kCouldNotStart or kNoExitCode with `why`.
 int runChild(const std::vector<std::string>& argv, std::chrono::seconds limit, std::string& why) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -730,7 +733,7 @@ int runChild(const std::vector<std::string>& argv, std::chrono::seconds limit, s
   pid_t pid = -1;
   if (const int err = ::posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ)) {
     why = "cannot run " + argv[0] + ": " + std::strerror(err);
-    return -1;
+    return kCouldNotStart;
   }
   const auto deadline = Clock::now() + limit;
   int status = 0;
@@ -739,20 +742,20 @@ int runChild(const std::vector<std::string>& argv, std::chrono::seconds limit, s
     if (done == pid) break;
     if (done < 0 && errno != EINTR) {
       why = std::string("waiting for ") + argv[0] + ": " + std::strerror(errno);
-      return -1;
+      return kNoExitCode;
     }
     if (Clock::now() > deadline) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
       why = argv[0] + " " + argv[1] + " did not finish within " + std::to_string(limit.count()) +
             " s (killed)";
-      return -1;
+      return kNoExitCode;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   why = argv[0] + " " + argv[1] + " was killed by signal " + std::to_string(WTERMSIG(status));
-  return -1;
+  return kNoExitCode;
 }
 
 // Where collx_plot.py is: COLLX_PLOT_SCRIPT_REL from this program's directory (bin/ of the
@@ -777,7 +780,8 @@ std::string runPlot(const Args& a, const std::vector<std::string>& args) {
   std::string why;
   const int code = runChild(argv, std::chrono::seconds(300), why);
   if (code == 0) return "";
-  if (code < 0) return why + " (--plot-python names another Python)";
+  if (code == kCouldNotStart) return why + " (--plot-python names another Python)";
+  if (code < 0) return why;
   return a.plotPython + " " + script + " failed with exit code " + std::to_string(code) +
          (code == 3 ? " (matplotlib missing: apt-get install python3-matplotlib)" : "");
 }

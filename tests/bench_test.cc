@@ -259,6 +259,8 @@ TEST(BenchPlotArguments, MissingPythonOrMatplotlibFailsBeforeTheSweep) {
   EXPECT_EQ(noPython.exitCode(), 4) << noPython.out() << noPython.err();
   EXPECT_NE(noPython.err().find("cannot run /nonexistent/python3"), std::string::npos)
       << noPython.err();
+  EXPECT_NE(noPython.err().find("--plot-python names another Python"), std::string::npos)
+      << noPython.err();
   EXPECT_EQ(noPython.out().find("#wrong"), std::string::npos) << "the sweep ran";
   // A matplotlib that cannot be imported (first on PYTHONPATH).
   std::filesystem::create_directories(dir.path() + "/fake/matplotlib");
