@@ -97,6 +97,10 @@ failed: checked before the sweep, and after it).
 #define COLLX_PLOT_SCRIPT_REL "../share/collx/collx_plot.py"
 #endif
 constexpr int kPlotFailed = 4;  // the exit code
+// How long the plotting script may take (then it is killed). Its --check before the sweep is
+// also bounded by half the context's timeout: the other ranks wait for its answer in a
+// broadcast that fails at that timeout.
+constexpr std::chrono::milliseconds kPlotLimit = std::chrono::seconds(300);
 
 struct Args {
   std::string collective = "allreduce";
@@ -726,7 +730,8 @@ constexpr int kCouldNotStart = -2;  // posix_spawnp failed: no such program, or 
 
 // Runs argv (argv[0] a path, or a name looked up in PATH) with this environment, and waits
 // at most `limit` (then kills it): its exit code, or kCouldNotStart or kNoExitCode with `why`.
-int runChild(const std::vector<std::string>& argv, std::chrono::seconds limit, std::string& why) {
+int runChild(const std::vector<std::string>& argv, std::chrono::milliseconds limit,
+             std::string& why) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -748,7 +753,7 @@ int runChild(const std::vector<std::string>& argv, std::chrono::seconds limit, s
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
       why = argv[0] + " " + argv[1] + " did not finish within " + std::to_string(limit.count()) +
-            " s (killed)";
+            " ms (killed)";
       return kNoExitCode;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -766,9 +771,10 @@ std::string plotScript() {
   return (exe.parent_path() / COLLX_PLOT_SCRIPT_REL).lexically_normal().string();
 }
 
-// Runs the plotting script with `args` after it: "" when it drew (or, with --check, when it
-// can), else what went wrong.
-std::string runPlot(const Args& a, const std::vector<std::string>& args) {
+// Runs the plotting script with `args` after it, for at most `limit`: "" when it drew (or,
+// with --check, when it can), else what went wrong.
+std::string runPlot(const Args& a, const std::vector<std::string>& args,
+                    std::chrono::milliseconds limit) {
   const std::string script = plotScript();
   std::error_code ec;
   if (!std::filesystem::is_regular_file(script, ec)) {
@@ -778,7 +784,7 @@ std::string runPlot(const Args& a, const std::vector<std::string>& args) {
   std::vector<std::string> argv = {a.plotPython, script};
   argv.insert(argv.end(), args.begin(), args.end());
   std::string why;
-  const int code = runChild(argv, std::chrono::seconds(300), why);
+  const int code = runChild(argv, limit, why);
   if (code == 0) return "";
   if (code == kCouldNotStart) return why + " (--plot-python names another Python)";
   if (code < 0) return why;
@@ -820,7 +826,8 @@ int main(int argc, char** argv) {
     if (!args.plot.empty()) {
       std::int32_t ready = 1;
       if (root) {
-        const std::string why = runPlot(args, {"--check"});
+        const std::string why =
+            runPlot(args, {"--check"}, std::min(kPlotLimit, ctx->timeout() / 2));
         if (!why.empty()) {
           std::fprintf(stderr, "collx-bench: --plot: %s\n", why.c_str());
           ready = 0;
@@ -900,7 +907,7 @@ int main(int argc, char** argv) {
             throw collx::IoError(collx::Where{}, "cannot write the results to " + json);
           }
         }
-        const std::string why = runPlot(args, {"bench", args.plot, json});
+        const std::string why = runPlot(args, {"bench", args.plot, json}, kPlotLimit);
         if (why.empty()) {
           std::printf("# plot: %s\n", args.plot.c_str());
         } else {
