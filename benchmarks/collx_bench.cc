@@ -97,6 +97,10 @@ failed: checked before the sweep, and after it).
 #define COLLX_PLOT_SCRIPT_REL "../share/collx/collx_plot.py"
 #endif
 constexpr int kPlotFailed = 4;  // the exit code
+// How long the plotting script may take (then it is killed). Its --check before the sweep is
+// also bounded by half the context's timeout: the other ranks wait for its answer in a
+// broadcast that fails at that timeout.
+constexpr std::chrono::milliseconds kPlotLimit = std::chrono::seconds(300);
 
 struct Args {
   std::string collective = "allreduce";
@@ -720,17 +724,21 @@ class TempFile {
   std::string path_;
 };
 
+// runChild's results that are not an exit code (each comes with `why`).
+constexpr int kNoExitCode = -1;     // killed, out of time, or lost (waitpid failed)
+constexpr int kCouldNotStart = -2;  // posix_spawnp failed: no such program, or not executable
+
 // Runs argv (argv[0] a path, or a name looked up in PATH) with this environment, and waits
-// at most `limit` (then kills it): its exit code, or -1 with `why` when it could not start,
-// was killed or ran out of time.
-int runChild(const std::vector<std::string>& argv, std::chrono::seconds limit, std::string& why) {
+// at most `limit` (then kills it): its exit code, or kCouldNotStart or kNoExitCode with `why`.
+int runChild(const std::vector<std::string>& argv, std::chrono::milliseconds limit,
+             std::string& why) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = -1;
   if (const int err = ::posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ)) {
     why = "cannot run " + argv[0] + ": " + std::strerror(err);
-    return -1;
+    return kCouldNotStart;
   }
   const auto deadline = Clock::now() + limit;
   int status = 0;
@@ -739,20 +747,20 @@ int runChild(const std::vector<std::string>& argv, std::chrono::seconds limit, s
     if (done == pid) break;
     if (done < 0 && errno != EINTR) {
       why = std::string("waiting for ") + argv[0] + ": " + std::strerror(errno);
-      return -1;
+      return kNoExitCode;
     }
     if (Clock::now() > deadline) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
       why = argv[0] + " " + argv[1] + " did not finish within " + std::to_string(limit.count()) +
-            " s (killed)";
-      return -1;
+            " ms (killed)";
+      return kNoExitCode;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   why = argv[0] + " " + argv[1] + " was killed by signal " + std::to_string(WTERMSIG(status));
-  return -1;
+  return kNoExitCode;
 }
 
 // Where collx_plot.py is: COLLX_PLOT_SCRIPT_REL from this program's directory (bin/ of the
@@ -763,9 +771,10 @@ std::string plotScript() {
   return (exe.parent_path() / COLLX_PLOT_SCRIPT_REL).lexically_normal().string();
 }
 
-// Runs the plotting script with `args` after it: "" when it drew (or, with --check, when it
-// can), else what went wrong.
-std::string runPlot(const Args& a, const std::vector<std::string>& args) {
+// Runs the plotting script with `args` after it, for at most `limit`: "" when it drew (or,
+// with --check, when it can), else what went wrong.
+std::string runPlot(const Args& a, const std::vector<std::string>& args,
+                    std::chrono::milliseconds limit) {
   const std::string script = plotScript();
   std::error_code ec;
   if (!std::filesystem::is_regular_file(script, ec)) {
@@ -775,9 +784,10 @@ std::string runPlot(const Args& a, const std::vector<std::string>& args) {
   std::vector<std::string> argv = {a.plotPython, script};
   argv.insert(argv.end(), args.begin(), args.end());
   std::string why;
-  const int code = runChild(argv, std::chrono::seconds(300), why);
+  const int code = runChild(argv, limit, why);
   if (code == 0) return "";
-  if (code < 0) return why + " (--plot-python names another Python)";
+  if (code == kCouldNotStart) return why + " (--plot-python names another Python)";
+  if (code < 0) return why;
   return a.plotPython + " " + script + " failed with exit code " + std::to_string(code) +
          (code == 3 ? " (matplotlib missing: apt-get install python3-matplotlib)" : "");
 }
@@ -816,7 +826,8 @@ int main(int argc, char** argv) {
     if (!args.plot.empty()) {
       std::int32_t ready = 1;
       if (root) {
-        const std::string why = runPlot(args, {"--check"});
+        const std::string why =
+            runPlot(args, {"--check"}, std::min(kPlotLimit, ctx->timeout() / 2));
         if (!why.empty()) {
           std::fprintf(stderr, "collx-bench: --plot: %s\n", why.c_str());
           ready = 0;
@@ -896,7 +907,7 @@ int main(int argc, char** argv) {
             throw collx::IoError(collx::Where{}, "cannot write the results to " + json);
           }
         }
-        const std::string why = runPlot(args, {"bench", args.plot, json});
+        const std::string why = runPlot(args, {"bench", args.plot, json}, kPlotLimit);
         if (why.empty()) {
           std::printf("# plot: %s\n", args.plot.c_str());
         } else {

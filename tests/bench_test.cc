@@ -107,15 +107,17 @@ std::vector<std::vector<std::string>> csvRows(const std::string& path) {
   return rows;
 }
 
-// Every algorithm of `coll` that collx-bench -a all runs on P local ranks (one host, every
-// rank over shared memory, a commutative op): the registry's, in its order.
-std::vector<std::string> eligibleHere(algorithms::Collective coll, int P) {
+// Every algorithm of `coll` that collx-bench -a all runs on P ranks for `count` elements (a
+// commutative op; on one host, every rank over shared memory, unless `sharedMemory` is false:
+// over TCP): the registry's, in its order.
+std::vector<std::string> eligibleHere(algorithms::Collective coll, int P, std::uint64_t count = 1,
+                                      bool sharedMemory = true) {
   algorithms::SelectionPolicy policy;
-  policy.sharedMemory = true;
+  policy.sharedMemory = sharedMemory;
   algorithms::UniformCall call;
   call.coll = coll;
   call.ranks = P;
-  call.count = 1;
+  call.count = count;
   std::vector<std::string> names;
   for (const auto* info : algorithms::eligibleAlgorithms(algorithms::paramsOf(call, 0), policy)) {
     names.emplace_back(info->name);
@@ -181,15 +183,10 @@ TEST(BenchAll, RunsOnlyWhatCanRunInThisJob) {
   ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
   std::vector<std::string> ran;
   for (const auto& row : csvRows(csv)) ran.push_back(row.at(9));
-  algorithms::SelectionPolicy tcp;  // no shared memory
-  algorithms::UniformCall call;
-  call.ranks = 2;
-  call.count = 16;
-  std::vector<std::string> expected;
-  for (const auto* info : algorithms::eligibleAlgorithms(algorithms::paramsOf(call, 0), tcp)) {
-    expected.emplace_back(info->name);
-  }
-  EXPECT_EQ(ran, expected) << readFile(csv);
+  // 64 B: 16 floats; over TCP the ranks share no memory.
+  EXPECT_EQ(ran, eligibleHere(algorithms::Collective::kAllreduce, 2, /*count=*/16,
+                              /*sharedMemory=*/false))
+      << readFile(csv);
   EXPECT_EQ(std::find(ran.begin(), ran.end(), "shm"), ran.end()) << readFile(csv);
   EXPECT_NE(std::find(ran.begin(), ran.end(), "ring"), ran.end()) << readFile(csv);
 }
@@ -258,6 +255,8 @@ TEST(BenchPlotArguments, MissingPythonOrMatplotlibFailsBeforeTheSweep) {
   ASSERT_TRUE(noPython.wait(std::chrono::seconds(70)));
   EXPECT_EQ(noPython.exitCode(), 4) << noPython.out() << noPython.err();
   EXPECT_NE(noPython.err().find("cannot run /nonexistent/python3"), std::string::npos)
+      << noPython.err();
+  EXPECT_NE(noPython.err().find("--plot-python names another Python"), std::string::npos)
       << noPython.err();
   EXPECT_EQ(noPython.out().find("#wrong"), std::string::npos) << "the sweep ran";
   // A matplotlib that cannot be imported (first on PYTHONPATH).

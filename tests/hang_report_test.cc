@@ -99,6 +99,7 @@ TEST(ProcStat, ParsesItsOwnRecord) {
   auto stat = detail::readProcStat(::getpid());
   ASSERT_TRUE(stat.has_value());
   EXPECT_EQ(stat->state, 'R');  // it is reading, so running
+  EXPECT_EQ(stat->pgrp, ::getpgrp());
   EXPECT_EQ(stat->startTime, detail::ownStartTime());
   EXPECT_FALSE(detail::readProcStat(0).has_value());
   EXPECT_FALSE(detail::readProcStat(-1).has_value());

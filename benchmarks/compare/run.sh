@@ -48,6 +48,12 @@ REPEAT=${REPEAT:-1}
 BASE_ENV=${BASE_ENV:-}
 PER_SIZE=${PER_SIZE:-0}
 PLOT=${PLOT:-$out/compare.png}
+plot_script=$here/../plot/collx_plot.py
+# The picture needs matplotlib: found out now rather than after every round has run.
+if [ "$PLOT" != none ] && ! /usr/bin/python3 "$plot_script" --check; then
+  echo "run.sh: PLOT needs python3-matplotlib (or PLOT=none)" >&2
+  exit 2
+fi
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 
 # The peers build in a scratch copy (the shared folder is read-only).
@@ -196,6 +202,6 @@ done
 clear_progress
 /usr/bin/python3 "$here/ratios.py" "$csv" "$COLL" | tee "$out/ratios.md"
 if [ "$PLOT" != none ]; then
-  /usr/bin/python3 "$here/../plot/collx_plot.py" compare "$PLOT" "$csv" --collective "$COLL"
+  /usr/bin/python3 "$plot_script" compare "$PLOT" "$csv" --collective "$COLL"
   echo "run.sh: the picture: $PLOT" >&2
 fi

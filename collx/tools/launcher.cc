@@ -17,7 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
+
+#include "process_probe.h"
 
 extern char** environ;
 
@@ -123,23 +124,19 @@ bool catches(pid_t pid, int sig) {
   return false;
 }
 
-// The processes of process group `pgid` (a rank and what it started), from /proc.
-std::vector<pid_t> processGroup(pid_t pgid) {
+// The processes of the job: those whose process group is one of `groups` (each rank leads
+// its own group, which holds it and what it started). One pass over /proc for all of them.
+std::vector<pid_t> processesIn(const std::vector<pid_t>& groups) {
   std::vector<pid_t> out;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
     if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string text;
-    std::getline(stat, text);
-    // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
-    const std::size_t close = text.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(text.substr(close + 1));
-    std::string state;
-    long ppid = 0, pgrp = 0;
-    if (rest >> state >> ppid >> pgrp && pgrp == pgid) out.push_back(std::stoi(name));
+    const pid_t pid = std::stoi(name);
+    const std::optional<detail::ProcStat> stat = detail::readProcStat(pid);
+    if (stat && std::find(groups.begin(), groups.end(), stat->pgrp) != groups.end()) {
+      out.push_back(pid);
+    }
   }
   return out;
 }
@@ -379,12 +376,13 @@ int supervise(const SuperviseOptions& options) {
         if (sig == SIGCHLD) continue;  // reaped below
         if (sig == SIGUSR1) {
           // Not a stop: the ranks that handle it make a hang report, and the job goes on.
-          int told = 0;
+          std::vector<pid_t> groups;
           for (const Rank& r : ranks) {
-            if (!r.running) continue;
-            for (pid_t pid : processGroup(r.pid)) {
-              if (catches(pid, SIGUSR1) && ::kill(pid, SIGUSR1) == 0) ++told;
-            }
+            if (r.running) groups.push_back(r.pid);
+          }
+          int told = 0;
+          for (pid_t pid : processesIn(groups)) {
+            if (catches(pid, SIGUSR1) && ::kill(pid, SIGUSR1) == 0) ++told;
           }
           say("received SIGUSR1: forwarded to " + std::to_string(told) +
               " process(es) of the job that handle it (collx ranks make a hang report)");

@@ -27,14 +27,14 @@ std::optional<ProcStat> parseStat(const std::string& path) {
   std::ifstream in(path);
   std::string line;
   if (!in || !std::getline(in, line)) return std::nullopt;
-  // "pid (comm) state ppid ...": comm may hold spaces and parentheses; the last ')' ends it.
+  // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses; the last ')' ends it.
   std::size_t close = line.rfind(')');
   if (close == std::string::npos) return std::nullopt;
   std::istringstream fields(line.substr(close + 1));
   ProcStat stat;
-  std::string skipped;
-  if (!(fields >> stat.state)) return std::nullopt;
-  for (int field = 4; field < 22; ++field) {
+  std::string skipped;  // field 4 (ppid), then 6 to 21
+  if (!(fields >> stat.state >> skipped >> stat.pgrp)) return std::nullopt;
+  for (int field = 6; field < 22; ++field) {
     if (!(fields >> skipped)) return std::nullopt;
   }
   if (!(fields >> stat.startTime)) return std::nullopt;

@@ -27,9 +27,10 @@ enum class ProcessState : std::uint8_t {
 // "running", "stopped", "zombie", "gone", "other host".
 const char* processStateName(ProcessState state) noexcept;
 
-// Fields 3 (state) and 22 (starttime) of /proc/<pid>/stat.
+// Fields 3 (state), 5 (pgrp) and 22 (starttime) of /proc/<pid>/stat.
 struct ProcStat {
   char state = '?';
+  std::int64_t pgrp = 0;
   std::uint64_t startTime = 0;
 };
 // nullopt when there is no such process (or its stat cannot be read or parsed).
