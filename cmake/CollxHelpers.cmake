@@ -95,6 +95,16 @@ function(collx_add_library name)
     VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
   target_compile_features(${name} PUBLIC cxx_std_17)
   collx_target_warnings(${name})
+  # A shared library's calls to its own functions go straight to them, inlined where they
+  # can be, not through the PLT as if another library could replace them (collx supports no
+  # such interposition): the hot paths are chains of small calls.
+  get_target_property(_type ${name} TYPE)
+  if(_type STREQUAL "SHARED_LIBRARY")
+    target_compile_options(${name} PRIVATE
+      $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-fno-semantic-interposition>)
+    target_link_options(${name} PRIVATE
+      $<$<CXX_COMPILER_ID:GNU,Clang>:LINKER:-Bsymbolic-functions>)
+  endif()
   install(TARGETS ${name} EXPORT ${ARG_EXPORT}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
