@@ -73,7 +73,8 @@ TEST_P(AllreduceTest, MatchesTheSerialReference) {
   const int P = GetParam().size;
   COLLX_NEED_FILES_FOR(P);
   if (GetParam().algorithm == "shm" && !test::worldsShareMemory()) {
-    GTEST_SKIP() << "allreduce shm needs ranks that share memory; this copy runs over tcp or ibverbs";
+    GTEST_SKIP()
+        << "allreduce shm needs ranks that share memory; this copy runs over tcp or ibverbs";
   }
   World& world = test::worldOf(P);
   int combination = 0;
@@ -668,7 +669,8 @@ TEST(Failures, AllreduceAgainstBroadcastIsAMismatchOnBothSides) {
 // engine runs the shm call; the waiting rank sees the other's use of the group buffers).
 TEST(Failures, SharedMemoryCallAgainstAMessageCallIsAMismatchOnBothSides) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
+    GTEST_SKIP()
+        << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   for (bool nonblocking : {false, true}) {
     SCOPED_TRACE(nonblocking ? "nonblocking" : "blocking");
@@ -818,6 +820,41 @@ TEST(Failures, AbortWakesABlockedCall) {
   EXPECT_EQ(test::messageOf(errors[0]), "");
 }
 
+class AbortFirst : public ::testing::TestWithParam<const char*> {};
+
+// A call made after abort() fails with Aborted and leaves its output alone, even when the
+// peer's part of it is there already (no wait would notice the abort).
+TEST_P(AbortFirst, ACallAfterAbortFailsEvenWhenItsMessagesArrived) {
+  ContextOptions options = test::over(GetParam());
+  options.timeout = 2000ms;
+  World world(2, options);
+  std::vector<float> out(64, -1.0f);
+  auto errors = world.run([&](int rank, Context& ctx) {
+    std::vector<float> in(64, 1.0f);
+    if (rank == 1) {
+      std::vector<float> sum(64);
+      allreduce(ctx, in.data(), sum.data(), in.size(), DataType::kFloat32);  // rank 0 never does
+      return;
+    }
+    std::this_thread::sleep_for(300ms);  // rank 1's part has arrived
+    ctx.abort("stopped by the test");
+    try {
+      allreduce(ctx, in.data(), out.data(), in.size(), DataType::kFloat32);
+    } catch (const Aborted& e) {
+      if (std::string(e.what()).find("stopped by the test") == std::string::npos) {
+        throw std::runtime_error(std::string("bad message: ") + e.what());
+      }
+      return;
+    }
+    throw std::runtime_error("allreduce after abort() returned");
+  });
+  EXPECT_EQ(test::messageOf(errors[0]), "");
+  EXPECT_NE(test::messageOf(errors[1]), "");  // rank 1 waited for rank 0 in vain
+  EXPECT_EQ(out, std::vector<float>(64, -1.0f));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, AbortFirst, ::testing::Values("tcp", "auto"));
+
 // Runs `body` on worlds of 2, 3 and 5 thread ranks, with each COLLX_SHM_DIRECT way.
 void forEachDirectWay(const std::function<void(const char* direct, int P, World& world)>& body) {
   for (const char* direct : {"always", "auto", "never"}) {
@@ -858,7 +895,8 @@ void orderSensitiveInputs(int P, std::uint64_t count, std::vector<std::vector<fl
 // every root, with other calls in between.
 TEST(SharedMemory, BroadcastsReadFromTheRootOrInPiecesGiveTheRootsBytes) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
+    GTEST_SKIP()
+        << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   forEachDirectWay([&](const char* direct, int P, World& world) {
     // (From 4 MiB, ranks outnumbering cores write the pieces with non-temporal stores.)
@@ -898,7 +936,8 @@ TEST(SharedMemory, BroadcastsReadFromTheRootOrInPiecesGiveTheRootsBytes) {
 // each way gives every rank every block, in place or not, with other calls in between.
 TEST(SharedMemory, AllgathersReadDirectlyOrInPiecesGiveEveryRanksBlock) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
+    GTEST_SKIP()
+        << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   forEachDirectWay([&](const char* direct, int P, World& world) {
     const std::uint64_t around16K = 16384 / static_cast<std::uint64_t>(P);  // gathered
@@ -945,7 +984,8 @@ TEST(SharedMemory, AllgathersReadDirectlyOrInPiecesGiveEveryRanksBlock) {
 
 TEST(SharedMemory, ReductionsAreBitIdenticalToTheRankOrderSum) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
+    GTEST_SKIP()
+        << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   for (int P : {2, 3, 5}) {
     World& world = test::worldOf(P);
@@ -989,7 +1029,8 @@ TEST(SharedMemory, ReductionsAreBitIdenticalToTheRankOrderSum) {
 // again (auto: the group buffers first, then direct reads, then the faster).
 TEST(SharedMemory, AllreducesReadDirectlyOrInRoundsAreBitIdenticalToTheRankOrderSum) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
+    GTEST_SKIP()
+        << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   forEachDirectWay([&](const char* direct, int P, World& world) {
     for (std::uint64_t count : {std::uint64_t{65537}, std::uint64_t{300001}}) {
@@ -1022,7 +1063,8 @@ TEST(SharedMemory, AllreducesReadDirectlyOrInRoundsAreBitIdenticalToTheRankOrder
 // in (the last first here), and before any is waited for.
 TEST(SharedMemory, NonblockingCallsRunInIssueOrderWithEverythingElse) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
+    GTEST_SKIP()
+        << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   for (int P : {2, 3, 5}) {
     World& world = test::worldOf(P);
@@ -1102,7 +1144,8 @@ TEST(SharedMemory, NonblockingCallsRunInIssueOrderWithEverythingElse) {
 // once. Neither holds up the caller meanwhile.
 TEST(SharedMemory, NonblockingCallsEndAtTheirDeadlineOrOnAbort) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
+    GTEST_SKIP()
+        << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   for (bool abortIt : {false, true}) {
     World world(2);
@@ -1153,7 +1196,8 @@ TEST(SharedMemory, NonblockingCallsEndAtTheirDeadlineOrOnAbort) {
 // waits for, as a blocking call's own wait does).
 TEST(SharedMemory, ANonblockingCallEndsWhenTheRankItWaitsForCloses) {
   if (!test::worldsShareMemory()) {
-    GTEST_SKIP() << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
+    GTEST_SKIP()
+        << "the shm algorithms need ranks that share memory; this copy runs over tcp or ibverbs";
   }
   World world(2);
   auto errors = world.run([&](int rank, Context& ctx) {

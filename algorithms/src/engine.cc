@@ -31,6 +31,28 @@ constexpr std::chrono::milliseconds kNoteAfter(1);
 // when it is admitted.
 constexpr std::uint64_t kTimedCount = 8 << 10;
 
+// A call as the flight recorder keeps it.
+Recorder::Call recordedCall(const CallInfo& info) noexcept {
+  Recorder::Call call;
+  call.seq = info.key.seq;
+  call.space = info.key.space;
+  call.fingerprint = info.fingerprint;
+  call.algorithm = info.algorithm != nullptr ? info.algorithm : info.collective;
+  call.peer = info.peer;
+  // A call with a deadline read the clock already. A blocking shared-memory call reads none
+  // of its own: a small one gets its times from its waits' readings or, if it never waited,
+  // the coarse clock's when it ends (Engine::runShared), a large one the coarse clock's
+  // now (no system call).
+  if (info.deadline != Clock::time_point::max()) {
+    call.admittedNs = Recorder::nanosOf(info.deadline - info.timeout);
+  } else if (info.fingerprint.count >= kTimedCount) {
+    call.admittedNs = Recorder::coarseNowNs();
+  }
+  call.timeoutMs = static_cast<std::uint32_t>(
+      std::clamp<std::int64_t>(info.timeout.count(), 0, std::numeric_limits<std::uint32_t>::max()));
+  return call;
+}
+
 // A counter that only one thread at a time writes: no locked instruction.
 inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t n) noexcept {
   counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -66,13 +88,17 @@ class Execution {
     }
     requests_.resize(tasks.size());
     shared_ = schedule_->sharedParams() != nullptr;
-    if (schedule_->scratchBytes() > 0) {
-      scratch_ = engine_.takeScratch(schedule_->scratchBytes(), scratchCapacity_);
-    }
     if (tasks.empty()) finish();  // nothing to do (a world of one, an empty message)
   }
 
-  ~Execution() {
+  // Its scratch, from the engine's pool when it becomes active, back to the pool when it
+  // retires (driver only: the pool needs no lock of its own).
+  void takeScratch() {
+    if (schedule_->scratchBytes() > 0 && !scratch_) {
+      scratch_ = engine_.takeScratch(schedule_->scratchBytes(), scratchCapacity_);
+    }
+  }
+  void giveScratch() {
     if (scratch_) engine_.giveScratch(std::move(scratch_), scratchCapacity_);
   }
   Execution(const Execution&) = delete;
@@ -357,7 +383,6 @@ Engine::Engine(std::unique_ptr<transport::Mesh> mesh, const EngineOptions& optio
 
 std::unique_ptr<std::uint8_t[]> Engine::takeScratch(std::uint64_t bytes, std::uint64_t& capacity) {
   {
-    std::lock_guard<std::mutex> lock(scratchMutex_);
     // The smallest pooled buffer that is large enough.
     std::size_t best = scratchPool_.size();
     for (std::size_t i = 0; i < scratchPool_.size(); ++i) {
@@ -379,7 +404,6 @@ std::unique_ptr<std::uint8_t[]> Engine::takeScratch(std::uint64_t bytes, std::ui
 
 void Engine::giveScratch(std::unique_ptr<std::uint8_t[]> buffer, std::uint64_t capacity) {
   constexpr std::size_t kPooled = 8;
-  std::lock_guard<std::mutex> lock(scratchMutex_);
   if (scratchPool_.size() >= kPooled) {
     // Keep the larger buffers.
     auto smallest =
@@ -465,7 +489,8 @@ void Engine::run(std::shared_ptr<const Schedule> schedule, const Bindings& bindi
 }
 
 bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, CallInfo& info) {
-  if (asyncInFlight_.load() > 0 || !claimShared()) return false;
+  // (A failed or aborted context: the engine's way refuses the call.)
+  if (asyncInFlight_.load() > 0 || mesh_->stopped() || !claimShared()) return false;
   blockingCaller_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   struct Release {
     Engine& engine;
@@ -475,12 +500,13 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
     }
   } release{*this};
   countCall(info, 1);
-  recordAdmitted(info, CallState::kRunning);
+  recordAdmitted(info, CallState::kRunning, /*pending=*/true);
   const std::int64_t began = info.tracer != nullptr ? Tracer::nowNs() : 0;
   try {
     shared_->start(params, bindings, info, /*blocking=*/true);
   } catch (const Error& e) {
     failedCalls_.fetch_add(1, std::memory_order_relaxed);
+    recordPending(info);  // before the hang report looks for it
     const std::string note = hangNote(info);
     if (note.empty()) {
       recordEnded(info, &e);
@@ -492,6 +518,21 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
   }
   if (info.tracer != nullptr) {
     info.tracer->shared(info.traceId, info.collective, info.bytes, began, Tracer::nowNs());
+  }
+  if (info.recordPending) {
+    // Its one write, with the times its waits read (no clock of its own unless it never
+    // waited).
+    info.recordPending = false;
+    Recorder::Call call = recordedCall(info);
+    Clock::time_point first, last;
+    std::int64_t endedNs;
+    if (shared_->waitedSpan(&first, &last)) {
+      call.admittedNs = Recorder::nanosOf(first);
+      endedNs = Recorder::nanosOf(last);
+    } else {
+      endedNs = Recorder::coarseNowNs();
+    }
+    info.recorder->completed(call, endedNs);
   }
   recordEnded(info, nullptr);
   return true;
@@ -506,28 +547,24 @@ std::string Engine::hangNote(const CallInfo& info) const {
   }
 }
 
-void Engine::recordAdmitted(CallInfo& info, CallState state) noexcept {
+void Engine::recordAdmitted(CallInfo& info, CallState state, bool pending) noexcept {
   if (tracer_ && info.record) traceAdmitted(info);
   if (!recorder_ || !info.record) return;
-  Recorder::Call call;
-  call.seq = info.key.seq;
-  call.space = info.key.space;
-  call.fingerprint = info.fingerprint;
-  call.algorithm = info.algorithm != nullptr ? info.algorithm : info.collective;
-  call.peer = info.peer;
-  // A call with a deadline read the clock already. A blocking shared-memory call reads none
-  // unless it waits: a small one gets its time when it first sleeps or ends (it cannot last
-  // longer than a clock tick without sleeping), a large one the coarse clock's (no system
-  // call).
-  if (info.deadline != Clock::time_point::max()) {
-    call.admittedNs = Recorder::nanosOf(info.deadline - info.timeout);
-  } else if (info.fingerprint.count >= kTimedCount) {
-    call.admittedNs = Recorder::coarseNowNs();
-  }
-  call.timeoutMs = static_cast<std::uint32_t>(
-      std::clamp<std::int64_t>(info.timeout.count(), 0, std::numeric_limits<std::uint32_t>::max()));
   info.recorder = recorder_.get();
-  info.recordId = recorder_->admit(call, state);
+  // A short blocking collective (no clock read for it): one write when it ends.
+  if (pending && info.key.space == transport::Space::kCollective &&
+      info.deadline == Clock::time_point::max() && info.fingerprint.count < kTimedCount) {
+    info.recordId = info.key.seq + 1;
+    info.recordPending = true;
+    return;
+  }
+  info.recordId = recorder_->admit(recordedCall(info), state);
+}
+
+void Engine::recordPending(const CallInfo& info) noexcept {
+  if (!info.recordPending) return;
+  info.recordPending = false;
+  info.recorder->admit(recordedCall(info), CallState::kRunning);
 }
 
 void Engine::traceAdmitted(CallInfo& info) noexcept {
@@ -607,6 +644,7 @@ void Engine::recordEnded(const CallInfo& info, const Error* error) {
     info.tracer->endCall(info.traceId, info.collective, error != nullptr, Tracer::nowNs());
   }
   if (info.recorder == nullptr) return;
+  recordPending(info);
   if (error != nullptr) info.recorder->noteFailure(info.recordId, error->what());
   info.recorder->end(info.recordId, error != nullptr,
                      error != nullptr ? static_cast<std::uint8_t>(error->kind()) : 0,
@@ -706,8 +744,10 @@ std::exception_ptr Engine::errorOf(const Execution& execution) {
 // After a failure the context takes no more work: a new call ends at once with the first
 // error, worded for it. Returns true when it refused the call.
 bool Engine::refuseIfFailed(Execution& execution) {
+  // (An abort asked for takes effect here too: a call whose messages are there already
+  // would otherwise complete without a progress() that fails it.)
+  if (!mesh_->applyAbort()) return false;
   std::exception_ptr failed = mesh_->failure();
-  if (!failed) return false;
   countCall(execution.info(), 0);
   try {
     std::rethrow_exception(failed);
@@ -729,6 +769,8 @@ void Engine::registerActive(const Execution& execution) {
 // Moves started nonblocking calls into the active set, in the order they were started
 // (driver only).
 void Engine::admit() {
+  // None started (a nonblocking call counts itself before it joins incoming_): no lock.
+  if (asyncInFlight_.load() == 0) return;
   std::deque<std::shared_ptr<Execution>> arrived;
   {
     std::lock_guard<std::mutex> lock(stateMutex_);
@@ -750,6 +792,7 @@ void Engine::activate(std::shared_ptr<Execution> execution) {
   if (execution->async() && info.recorder != nullptr) {
     info.recorder->running(info.recordId, Recorder::coarseNowNs());
   }
+  execution->takeScratch();
   registerActive(*execution);
   if (execution->shared()) sharedQueue_.push_back(execution.get());
   active_.push_back(std::move(execution));
@@ -881,6 +924,7 @@ void Engine::checkSharedPeers() {
 void Engine::retire() {
   auto finished = [&](const std::shared_ptr<Execution>& e) {
     if (!e->finished()) return false;
+    e->giveScratch();
     if (e->info().key.space == transport::Space::kCollective) {
       mesh_->link().removeActive(e->info().key.seq);
     }

@@ -49,31 +49,71 @@ Recorder::Entry* Recorder::owned(std::uint64_t id) noexcept {
   return e.w[kId].load(kRelaxed) == id ? &e : nullptr;
 }
 
-std::uint64_t Recorder::admit(const Call& call, CallState state) noexcept {
-  const std::uint64_t id = call.space == transport::Space::kCollective
-                               ? call.seq + 1
-                               : kPointToPoint | (nextPointToPoint_.fetch_add(1, kRelaxed) + 1);
-  Entry& e = ringOf(id).at(id);
+void Recorder::claimCold(Entry& e, std::uint64_t id) noexcept {
+  if (e.w[kColdId].load(kRelaxed) == id) return;
+  e.w[kColdId].store(id, kRelaxed);
+  e.w[kSeq].store(0, kRelaxed);
+  e.w[kRunning].store(0, kRelaxed);
+}
+
+namespace {
+
+std::uint64_t packedOf(const Recorder::Call& call, CallState state) {
   std::uint64_t packed = 0;
   packed = withByte(packed, kColl, call.fingerprint.coll);
   packed = withByte(packed, kDtype, call.fingerprint.dtype);
   packed = withByte(packed, kOp, call.fingerprint.op);
   packed = withByte(packed, kSpace, static_cast<std::uint8_t>(call.space));
-  packed = withByte(packed, kState, static_cast<std::uint8_t>(state));
-  beginWrite(e);
+  return withByte(packed, kState, static_cast<std::uint8_t>(state));
+}
+
+}  // namespace
+
+// The first line's words of a new call (inside a write).
+void Recorder::writeAdmission(Entry& e, std::uint64_t id, const Call& call, std::uint64_t packed,
+                              std::int64_t admittedNs, std::uint32_t endedUs) noexcept {
   e.w[kId].store(id, kRelaxed);
-  e.w[kSeq].store(call.seq, kRelaxed);
   e.w[kPacked].store(packed, kRelaxed);
   e.w[kRootPeer].store(pack32(static_cast<std::uint32_t>(call.fingerprint.root),
                               static_cast<std::uint32_t>(call.peer)),
                        kRelaxed);
   e.w[kCount].store(call.fingerprint.count, kRelaxed);
   e.w[kAlgorithm].store(reinterpret_cast<std::uintptr_t>(call.algorithm), kRelaxed);
-  e.w[kAdmitted].store(static_cast<std::uint64_t>(call.admittedNs), kRelaxed);
-  e.w[kTimes].store(pack32(call.timeoutMs, 0), kRelaxed);
-  e.w[kRunning].store(
-      state == CallState::kRunning ? static_cast<std::uint64_t>(call.admittedNs) : 0, kRelaxed);
+  e.w[kAdmitted].store(static_cast<std::uint64_t>(admittedNs), kRelaxed);
+  e.w[kTimes].store(pack32(call.timeoutMs, endedUs), kRelaxed);
+}
+
+// The next call's entry, on its way into this core's cache while the caller goes on: its
+// admission then writes a line it owns already.
+void Recorder::prefetchNext(std::uint64_t id) noexcept {
+  __builtin_prefetch(&ringOf(id).at(id + 1), 1);
+}
+
+std::uint64_t Recorder::admit(const Call& call, CallState state) noexcept {
+  const bool collective = call.space == transport::Space::kCollective;
+  const std::uint64_t id =
+      collective ? call.seq + 1 : kPointToPoint | (nextPointToPoint_.fetch_add(1, kRelaxed) + 1);
+  Entry& e = ringOf(id).at(id);
+  beginWrite(e);
+  writeAdmission(e, id, call, packedOf(call, state), call.admittedNs, 0);
+  if (!collective) {
+    claimCold(e, id);
+    e.w[kSeq].store(call.seq, kRelaxed);
+  }
   endWrite(e);
+  return id;
+}
+
+std::uint64_t Recorder::completed(const Call& call, std::int64_t nowNs) noexcept {
+  const std::uint64_t id = call.seq + 1;
+  Entry& e = ringOf(id).at(id);
+  const std::int64_t admitted = call.admittedNs != 0 ? call.admittedNs : nowNs;
+  const std::int64_t us = nowNs > admitted ? (nowNs - admitted) / 1000 : 0;
+  beginWrite(e);
+  writeAdmission(e, id, call, packedOf(call, CallState::kCompleted), admitted,
+                 static_cast<std::uint32_t>(std::min<std::int64_t>(us, UINT32_MAX)));
+  endWrite(e);
+  prefetchNext(id);
   return id;
 }
 
@@ -84,6 +124,7 @@ void Recorder::running(std::uint64_t id, std::int64_t nowNs) noexcept {
   e->w[kPacked].store(withByte(e->w[kPacked].load(kRelaxed), kState,
                                static_cast<std::uint8_t>(CallState::kRunning)),
                       kRelaxed);
+  claimCold(*e, id);
   e->w[kRunning].store(static_cast<std::uint64_t>(nowNs), kRelaxed);
   endWrite(*e);
 }
@@ -95,6 +136,7 @@ void Recorder::waiting(std::uint64_t id, WaitKind kind, int peer, std::uint32_t 
   // Still the same wait (noted again while it lasts): it keeps the time it began.
   const std::uint64_t packed = e->w[kPacked].load(kRelaxed);
   if (byteOf(packed, kWaitKind) == static_cast<std::uint8_t>(kind) &&
+      e->w[kColdId].load(kRelaxed) == id &&
       e->w[kWaitPeer].load(kRelaxed) == static_cast<std::uint32_t>(peer) &&
       e->w[kSteps].load(kRelaxed) == pack32(step, steps) &&
       e->w[kWaitBytes].load(kRelaxed) == bytes) {
@@ -105,6 +147,7 @@ void Recorder::waiting(std::uint64_t id, WaitKind kind, int peer, std::uint32_t 
   if (e->w[kAdmitted].load(kRelaxed) == 0) {
     e->w[kAdmitted].store(static_cast<std::uint64_t>(sinceNs), kRelaxed);
   }
+  claimCold(*e, id);
   e->w[kPacked].store(withByte(packed, kWaitKind, static_cast<std::uint8_t>(kind)), kRelaxed);
   e->w[kWaitPeer].store(static_cast<std::uint32_t>(peer), kRelaxed);
   e->w[kSteps].store(pack32(step, steps), kRelaxed);
@@ -131,11 +174,7 @@ void Recorder::end(std::uint64_t id, bool failed, std::uint8_t errorKind,
   e->w[kPacked].store(packed, kRelaxed);
   e->w[kTimes].store(pack32(high32(e->w[kTimes].load(kRelaxed)), endedUs), kRelaxed);
   endWrite(*e);
-  // The next call's entry, on its way into this core's cache while the caller goes on: its
-  // admission then writes lines it owns already.
-  Entry& next = ringOf(id).at(id + 1);
-  __builtin_prefetch(&next, 1);
-  __builtin_prefetch(reinterpret_cast<const char*>(&next) + 64, 1);
+  prefetchNext(id);
 }
 
 void Recorder::noteFailure(std::uint64_t id, std::string what) {
@@ -162,7 +201,7 @@ bool Recorder::read(const Entry& e, CallRecord* out) {
     if (w[kId] == 0) return false;  // never written
     CallRecord r;
     r.id = w[kId];
-    r.seq = w[kSeq];
+    const bool cold = w[kColdId] == w[kId];  // the second line is this call's
     r.fingerprint.coll = byteOf(w[kPacked], kColl);
     r.fingerprint.dtype = byteOf(w[kPacked], kDtype);
     r.fingerprint.op = byteOf(w[kPacked], kOp);
@@ -177,9 +216,10 @@ bool Recorder::read(const Entry& e, CallRecord* out) {
     r.admittedNs = static_cast<std::int64_t>(w[kAdmitted]);
     r.timeoutMs = high32(w[kTimes]);
     r.endedUs = low32(w[kTimes]);
-    r.runningNs = static_cast<std::int64_t>(w[kRunning]);
+    r.seq = r.id & kPointToPoint ? (cold ? w[kSeq] : 0) : r.id - 1;
+    r.runningNs = cold ? static_cast<std::int64_t>(w[kRunning]) : 0;
     if (r.runningNs == 0 && r.state != CallState::kQueued) r.runningNs = r.admittedNs;
-    if (r.waitKind != WaitKind::kNone) {
+    if (r.waitKind != WaitKind::kNone && cold) {
       r.waitPeer = static_cast<std::int32_t>(static_cast<std::uint32_t>(w[kWaitPeer]));
       r.step = high32(w[kSteps]);
       r.steps = low32(w[kSteps]);

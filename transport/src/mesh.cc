@@ -8,6 +8,7 @@
 #include <map>
 
 #include "collx/base/log.h"
+#include "no_cancel.h"
 #include "self_device.h"
 #include "shm/shm_device.h"
 #include "tcp/tcp_device.h"
@@ -207,13 +208,15 @@ void Mesh::post(Request& request) {
   }
 }
 
+bool Mesh::applyAbort() noexcept {
+  if (failed_.load(std::memory_order_acquire)) return true;
+  if (!abortRequested_.load(std::memory_order_acquire)) return false;
+  fail(Aborted(Where{options_.rank, "transport", -1}, abortReason_));
+  return true;
+}
+
 bool Mesh::progress(std::chrono::microseconds wait, bool tryDirect) {
-  if (failed_.load(std::memory_order_acquire)) std::rethrow_exception(failure());
-  if (abortRequested_.load(std::memory_order_acquire)) {
-    Aborted error(Where{options_.rank, "transport", -1}, abortReason_);
-    fail(error);
-    throw error;
-  }
+  if (applyAbort()) std::rethrow_exception(failure());
   if (wait.count() > 0) {
     // Devices signalled through memory arm their doorbells, or say that there is no need.
     for (auto& device : devices_) {
@@ -236,7 +239,7 @@ bool Mesh::progress(std::chrono::microseconds wait, bool tryDirect) {
     ready = 1;
   } else {
     int timeoutMs = wait.count() > 0 ? static_cast<int>((wait.count() + 999) / 1000) : 0;
-    ready = ::poll(fds_.data(), fds_.size(), timeoutMs);
+    ready = detail::pollNoCancel(fds_.data(), fds_.size(), timeoutMs);
   }
   if (ready < 0 && errno != EINTR) {
     IoError error(Where{options_.rank, "transport", -1},
@@ -247,7 +250,7 @@ bool Mesh::progress(std::chrono::microseconds wait, bool tryDirect) {
   bool moved = false;
   if (ready > 0 && (fds_[0].revents & POLLIN)) {
     std::uint64_t value;
-    ssize_t ignored = ::read(wakeFd_, &value, sizeof(value));
+    ssize_t ignored = detail::readNoCancel(wakeFd_, &value, sizeof(value));
     (void)ignored;
     moved = true;
   }
@@ -277,6 +280,7 @@ void Mesh::abort(const std::string& why) noexcept {
 }
 
 std::exception_ptr Mesh::failure() const {
+  if (!failed_.load(std::memory_order_acquire)) return nullptr;  // set after failure_
   std::lock_guard<std::mutex> lock(failureMutex_);
   return failure_;
 }

@@ -157,6 +157,7 @@ void SharedGroup::checkCall(int member, const Waiting& waiting) {
 void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting) {
   const auto& name = waiting.name;
   const auto start = Clock::now();
+  waiting.lastLook = start;
   if (waiting.deadline == Clock::time_point::max()) waiting.deadline = start + waiting.timeout;
   const auto deadline = waiting.deadline;
   auto nextCheck = start + kCheckPeriod;
@@ -176,6 +177,7 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
       cpuRelax();
     }
     const auto now = Clock::now();
+    waiting.lastLook = now;
     if (now >= nextCheck) {
       check(member, name);
       checkCall(member, waiting);

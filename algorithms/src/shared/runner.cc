@@ -196,6 +196,15 @@ void Runner::abandon() noexcept {
   state_->call.reset();
 }
 
+bool Runner::waitedSpan(Clock::time_point* first, Clock::time_point* last) const noexcept {
+  const transport::Waiting& w = state_->scratch.waiting;
+  // (A world of one never waits, nor makes a Call that would set the Waiting.)
+  if (state_->group == nullptr || w.deadline == Clock::time_point::max()) return false;
+  *first = w.deadline - w.timeout;
+  *last = w.lastLook;
+  return true;
+}
+
 std::pair<int, std::uint64_t> Runner::awaited() {
   if (!busy()) return {-1, 0};
   return state_->call->waitingFor();

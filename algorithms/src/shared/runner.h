@@ -48,6 +48,9 @@ class Runner {
   std::string waitingFor();
   // The group member (index) and its use that the call waits for; {-1, 0}: none.
   std::pair<int, std::uint64_t> awaited();
+  // The last blocking call's waits: when the first began and when the clock was last read
+  // in them; false when it never waited (no clock was read).
+  bool waitedSpan(Clock::time_point* first, Clock::time_point* last) const noexcept;
 
  private:
   struct State;

@@ -236,6 +236,7 @@ class Call {
                                      std::chrono::steady_clock::time_point since) {
         const CallInfo& call = *scratch.info;
         if (call.recorder == nullptr) return;
+        Engine::recordPending(call);
         call.recorder->waiting(call.recordId, WaitKind::kShared, rank, 0, 0, use,
                                Recorder::nanosOf(since));
       };

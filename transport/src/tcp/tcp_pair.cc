@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "../no_cancel.h"
 #include "collx/base/copy.h"
 #include "collx/base/log.h"
 
@@ -198,7 +199,7 @@ bool TcpPair::flush(Stream& s) {
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<std::size_t>(n);
-    ssize_t written = ::sendmsg(s.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t written = detail::sendmsgNoCancel(s.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (written < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -278,7 +279,8 @@ bool TcpPair::receive(Stream& s) {
     const std::size_t asked =
         direct ? static_cast<std::size_t>(std::min<std::uint64_t>(rx.remaining, budget))
                : kStagingBytes;
-    n = ::recv(s.fd, direct ? static_cast<void*>(rx.dst) : rx.staging.get(), asked, MSG_DONTWAIT);
+    n = detail::recvNoCancel(s.fd, direct ? static_cast<void*>(rx.dst) : rx.staging.get(), asked,
+                             MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
@@ -312,8 +314,8 @@ bool TcpPair::receive(Stream& s) {
 void TcpPair::endOfStream(Stream& s) {
   const bool idle = !s.rx.inPayload && s.rx.headerGot == 0;
   if (!closing() || !idle) {
-    peerGone("the connection to " + rankName() + " (" + describe() + ") was closed: " +
-             rankName() + " died or was killed");
+    peerGone("the connection to " + rankName() + " (" + describe() + ") was closed: " + rankName() +
+             " died or was killed");
   }
   // The peer said goodbye: once every stream has ended, nothing it sent is still unread.
   s.open = false;

@@ -56,6 +56,9 @@ struct CallInfo {
   // Set by the engine: the flight recorder's entry of this call (recorder nullptr: none).
   Recorder* recorder = nullptr;
   std::uint64_t recordId = 0;
+  // A short blocking shared-memory call's entry is written once, when the call ends, unless
+  // it first sleeps in a wait or fails (Engine::recordPending writes it then).
+  mutable bool recordPending = false;
   // Set by the API: the call counter it counts under (EngineOptions::callCounters; the API
   // gives them their meaning) and its bytes.
   std::uint32_t counter = kUncounted;
@@ -163,6 +166,9 @@ class Engine {
   // The flight recorder (nullptr when off): the calls admitted, shared with whoever reads it
   // while the engine runs.
   const std::shared_ptr<Recorder>& recorder() const noexcept { return recorder_; }
+  // Writes the entry of a call whose admission was left for later (CallInfo::recordPending),
+  // before anything else is noted of it.
+  static void recordPending(const CallInfo& info) noexcept;
   // The trace every later call is written to (COLLX_TRACE; nullptr: none). Set once, before
   // the first call that should be traced; the engine keeps it until it goes away.
   void setTracer(std::shared_ptr<Tracer> tracer) noexcept { tracer_ = std::move(tracer); }
@@ -206,8 +212,9 @@ class Engine {
   std::string sharedPending(const Execution& execution);
   int sharedPendingPeer(const Execution& execution);
   void failAll(const Error& error);
-  // The flight recorder's part (each a no-op when it is off).
-  void recordAdmitted(CallInfo& info, CallState state) noexcept;
+  // The flight recorder's part (each a no-op when it is off). `pending`: the entry is written
+  // when the call ends (or recordPending), not now.
+  void recordAdmitted(CallInfo& info, CallState state, bool pending = false) noexcept;
   static void recordEnded(const CallInfo& info, const Error* error);
   // The hang report's text for a failing call ("" without one).
   std::string hangNote(const CallInfo& info) const;
@@ -228,7 +235,7 @@ class Engine {
   void unlockDrive();
 
   // Scratch buffers outlive calls: allocating (and page-faulting) megabytes per call would
-  // cost more than a large collective's reduction.
+  // cost more than a large collective's reduction. Driver only (drive_), as is the pool.
   std::unique_ptr<std::uint8_t[]> takeScratch(std::uint64_t bytes, std::uint64_t& capacity);
   void giveScratch(std::unique_ptr<std::uint8_t[]> buffer, std::uint64_t capacity);
 
@@ -260,8 +267,7 @@ class Engine {
   std::deque<Execution*> sharedQueue_;
   Execution* sharedRunning_ = nullptr;
   Clock::time_point nextPeerCheck_{};
-  std::mutex scratchMutex_;
-  std::vector<std::pair<std::uint64_t, std::unique_ptr<std::uint8_t[]>>> scratchPool_;
+  std::vector<std::pair<std::uint64_t, std::unique_ptr<std::uint8_t[]>>> scratchPool_;  // drive_
 
   std::mutex drive_;  // whoever holds it drives progress
   std::mutex stateMutex_;

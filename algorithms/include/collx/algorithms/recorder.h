@@ -80,6 +80,10 @@ class Recorder {
 
   // A new call (queued, or running at once); returns its id (a collective's: its seq + 1).
   std::uint64_t admit(const Call& call, CallState state) noexcept;
+  // A collective that ran and ended without ever being admitted (a short blocking call, whose
+  // entry is written once, completed: one write instead of two); returns its id. A call
+  // without an admission time takes `nowNs`.
+  std::uint64_t completed(const Call& call, std::int64_t nowNs) noexcept;
   // A queued call runs.
   void running(std::uint64_t id, std::int64_t nowNs) noexcept;
   // What a running call waits for (written by a thread about to sleep in it); the same wait
@@ -112,18 +116,22 @@ class Recorder {
   bool find(std::uint64_t id, CallRecord* out) const;
 
  private:
-  // Words of an entry (two cache lines), all atomics: readers race writers by design.
+  // Words of an entry, all atomics: readers race writers by design. The first cache line
+  // holds all that a collective's admission and end write; the second what only some calls
+  // write (a send's or receive's tag, a queued call's start, a wait), valid while kColdId
+  // is the entry's id, so that an admission leaves it alone.
   enum Word : int {
     kVersion,  // seqlock: odd while a write is in progress
     kId,
-    kSeq,
     kPacked,    // coll, dtype, op, space, state, errorKind, waitKind (8 bits each)
     kRootPeer,  // root (32) | peer (32)
     kCount,
     kAlgorithm,
     kAdmitted,
     kTimes,  // timeoutMs (32) | endedUs (32)
-    kRunning,
+    kColdId,
+    kSeq,      // point-to-point (a collective's is its id - 1)
+    kRunning,  // a queued call's start (0: the admission, unless queued)
     kWaitPeer,
     kSteps,  // step (32) | steps (32)
     kWaitBytes,
@@ -146,6 +154,11 @@ class Recorder {
     return id & kPointToPoint ? pointToPoint_ : collectives_;
   }
   Entry* owned(std::uint64_t id) noexcept;
+  // The second line, made this id's (inside a write).
+  static void claimCold(Entry& e, std::uint64_t id) noexcept;
+  void writeAdmission(Entry& e, std::uint64_t id, const Call& call, std::uint64_t packed,
+                      std::int64_t admittedNs, std::uint32_t endedUs) noexcept;
+  void prefetchNext(std::uint64_t id) noexcept;
   static void beginWrite(Entry& e) noexcept;
   static void endWrite(Entry& e) noexcept;
   static bool read(const Entry& e, CallRecord* out);

@@ -170,6 +170,14 @@ class Mesh {
 
   // The error that failed the mesh, if any (thread-safe).
   std::exception_ptr failure() const;
+  // Failed, or abort() was called (thread-safe, two loads).
+  bool stopped() const noexcept {
+    return failed_.load(std::memory_order_acquire) ||
+           abortRequested_.load(std::memory_order_acquire);
+  }
+  // Fails the mesh with Aborted if abort() was called, as the next progress() would (the
+  // driver only); true when the mesh has failed, for that or another reason.
+  bool applyAbort() noexcept;
   // Fails every request in flight with `error` and poisons the mesh (first error wins).
   void fail(const Error& error) noexcept;
 

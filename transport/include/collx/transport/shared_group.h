@@ -68,11 +68,15 @@ using CallNamer = std::function<std::string()>;
 // One call's waits: its deadline (time_point::max(): the first wait that has to wait starts
 // it, `timeout` from then), the timeout it came from (named in errors), its name.
 struct Waiting {
+  // time_point::max() until the call first waits: the wait starts it, `timeout` from then.
   mutable std::chrono::steady_clock::time_point deadline;
   std::chrono::milliseconds timeout{0};
   CallNamer name;
   std::uint64_t seq = 0;  // the call, to tell a member that runs another one at this seq
   Fingerprint fingerprint;
+  // The waits' last reading of the clock (a time the caller gets for free: the flight
+  // recorder's end of a call that waited).
+  mutable std::chrono::steady_clock::time_point lastLook;
   // Told once per wait, when the waiting thread first goes to sleep (after a millisecond at
   // least): the rank and the use it waits for, and when the wait began (the flight
   // recorder's note).
