@@ -519,22 +519,23 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
   if (info.tracer != nullptr) {
     info.tracer->shared(info.traceId, info.collective, info.bytes, began, Tracer::nowNs());
   }
-  if (info.recordPending) {
-    // Its one write, with the times its waits read (no clock of its own unless it never
-    // waited).
-    info.recordPending = false;
-    Recorder::Call call = recordedCall(info);
-    Clock::time_point first, last;
-    std::int64_t endedNs;
-    if (shared_->waitedSpan(&first, &last)) {
-      call.admittedNs = Recorder::nanosOf(first);
-      endedNs = Recorder::nanosOf(last);
-    } else {
-      endedNs = Recorder::coarseNowNs();
-    }
-    info.recorder->completed(call, endedNs);
+  if (!info.recordPending) {
+    recordEnded(info, nullptr);
+    return true;
   }
-  recordEnded(info, nullptr);
+  // Its one write (instead of recordEnded's), with the times its waits read: no clock of
+  // its own unless it never waited.
+  info.recordPending = false;
+  Recorder::Call call = recordedCall(info);
+  Clock::time_point first, last;
+  std::int64_t endedNs;
+  if (shared_->waitedSpan(&first, &last)) {
+    call.admittedNs = Recorder::nanosOf(first);
+    endedNs = Recorder::nanosOf(last);
+  } else {
+    endedNs = Recorder::coarseNowNs();
+  }
+  info.recorder->completed(call, endedNs);
   return true;
 }
 
@@ -551,8 +552,8 @@ void Engine::recordAdmitted(CallInfo& info, CallState state, bool pending) noexc
   if (tracer_ && info.record) traceAdmitted(info);
   if (!recorder_ || !info.record) return;
   info.recorder = recorder_.get();
-  // A short blocking collective (no clock read for it): one write when it ends.
-  if (pending && info.key.space == transport::Space::kCollective &&
+  // A short blocking collective (no clock read for it), not traced: one write when it ends.
+  if (pending && info.tracer == nullptr && info.key.space == transport::Space::kCollective &&
       info.deadline == Clock::time_point::max() && info.fingerprint.count < kTimedCount) {
     info.recordId = info.key.seq + 1;
     info.recordPending = true;
