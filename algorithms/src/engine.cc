@@ -31,6 +31,11 @@ constexpr std::chrono::milliseconds kNoteAfter(1);
 // when it is admitted.
 constexpr std::uint64_t kTimedCount = 8 << 10;
 
+std::uint32_t timeoutMsOf(const CallInfo& info) noexcept {
+  return static_cast<std::uint32_t>(
+      std::clamp<std::int64_t>(info.timeout.count(), 0, std::numeric_limits<std::uint32_t>::max()));
+}
+
 // A call as the flight recorder keeps it.
 Recorder::Call recordedCall(const CallInfo& info) noexcept {
   Recorder::Call call;
@@ -48,8 +53,7 @@ Recorder::Call recordedCall(const CallInfo& info) noexcept {
   } else if (info.fingerprint.count >= kTimedCount) {
     call.admittedNs = Recorder::coarseNowNs();
   }
-  call.timeoutMs = static_cast<std::uint32_t>(
-      std::clamp<std::int64_t>(info.timeout.count(), 0, std::numeric_limits<std::uint32_t>::max()));
+  call.timeoutMs = timeoutMsOf(info);
   return call;
 }
 
@@ -526,16 +530,18 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
   // Its one write (instead of recordEnded's), with the times its waits read: no clock of
   // its own unless it never waited.
   info.recordPending = false;
-  Recorder::Call call = recordedCall(info);
-  Clock::time_point first, last;
+  const transport::Waiting& waited = shared_->waiting();
+  std::int64_t admittedNs = 0;
   std::int64_t endedNs;
-  if (shared_->waitedSpan(&first, &last)) {
-    call.admittedNs = Recorder::nanosOf(first);
-    endedNs = Recorder::nanosOf(last);
+  if (waited.deadline != Clock::time_point::max()) {
+    admittedNs = Recorder::nanosOf(waited.deadline - waited.timeout);
+    endedNs = Recorder::nanosOf(waited.lastLook);
   } else {
     endedNs = Recorder::coarseNowNs();
   }
-  info.recorder->completed(call, endedNs);
+  info.recorder->completed(info.key.seq, info.fingerprint,
+                           info.algorithm != nullptr ? info.algorithm : info.collective,
+                           timeoutMsOf(info), admittedNs, endedNs);
   return true;
 }
 

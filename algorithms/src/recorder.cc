@@ -58,29 +58,32 @@ void Recorder::claimCold(Entry& e, std::uint64_t id) noexcept {
 
 namespace {
 
-std::uint64_t packedOf(const Recorder::Call& call, CallState state) {
+std::uint64_t packedOf(const transport::Fingerprint& fingerprint, transport::Space space,
+                       CallState state) {
   std::uint64_t packed = 0;
-  packed = withByte(packed, kColl, call.fingerprint.coll);
-  packed = withByte(packed, kDtype, call.fingerprint.dtype);
-  packed = withByte(packed, kOp, call.fingerprint.op);
-  packed = withByte(packed, kSpace, static_cast<std::uint8_t>(call.space));
+  packed = withByte(packed, kColl, fingerprint.coll);
+  packed = withByte(packed, kDtype, fingerprint.dtype);
+  packed = withByte(packed, kOp, fingerprint.op);
+  packed = withByte(packed, kSpace, static_cast<std::uint8_t>(space));
   return withByte(packed, kState, static_cast<std::uint8_t>(state));
 }
 
 }  // namespace
 
 // The first line's words of a new call (inside a write).
-void Recorder::writeAdmission(Entry& e, std::uint64_t id, const Call& call, std::uint64_t packed,
-                              std::int64_t admittedNs, std::uint32_t endedUs) noexcept {
+void Recorder::writeAdmission(Entry& e, std::uint64_t id, std::uint64_t packed,
+                              const transport::Fingerprint& fingerprint, int peer,
+                              const char* algorithm, std::int64_t admittedNs,
+                              std::uint32_t timeoutMs, std::uint32_t endedUs) noexcept {
   e.w[kId].store(id, kRelaxed);
   e.w[kPacked].store(packed, kRelaxed);
-  e.w[kRootPeer].store(pack32(static_cast<std::uint32_t>(call.fingerprint.root),
-                              static_cast<std::uint32_t>(call.peer)),
-                       kRelaxed);
-  e.w[kCount].store(call.fingerprint.count, kRelaxed);
-  e.w[kAlgorithm].store(reinterpret_cast<std::uintptr_t>(call.algorithm), kRelaxed);
+  e.w[kRootPeer].store(
+      pack32(static_cast<std::uint32_t>(fingerprint.root), static_cast<std::uint32_t>(peer)),
+      kRelaxed);
+  e.w[kCount].store(fingerprint.count, kRelaxed);
+  e.w[kAlgorithm].store(reinterpret_cast<std::uintptr_t>(algorithm), kRelaxed);
   e.w[kAdmitted].store(static_cast<std::uint64_t>(admittedNs), kRelaxed);
-  e.w[kTimes].store(pack32(call.timeoutMs, endedUs), kRelaxed);
+  e.w[kTimes].store(pack32(timeoutMs, endedUs), kRelaxed);
 }
 
 // The next call's entry, on its way into this core's cache while the caller goes on: its
@@ -95,7 +98,8 @@ std::uint64_t Recorder::admit(const Call& call, CallState state) noexcept {
       collective ? call.seq + 1 : kPointToPoint | (nextPointToPoint_.fetch_add(1, kRelaxed) + 1);
   Entry& e = ringOf(id).at(id);
   beginWrite(e);
-  writeAdmission(e, id, call, packedOf(call, state), call.admittedNs, 0);
+  writeAdmission(e, id, packedOf(call.fingerprint, call.space, state), call.fingerprint, call.peer,
+                 call.algorithm, call.admittedNs, call.timeoutMs, 0);
   if (!collective) {
     claimCold(e, id);
     e.w[kSeq].store(call.seq, kRelaxed);
@@ -104,13 +108,16 @@ std::uint64_t Recorder::admit(const Call& call, CallState state) noexcept {
   return id;
 }
 
-std::uint64_t Recorder::completed(const Call& call, std::int64_t nowNs) noexcept {
-  const std::uint64_t id = call.seq + 1;
-  Entry& e = ringOf(id).at(id);
-  const std::int64_t admitted = call.admittedNs != 0 ? call.admittedNs : nowNs;
-  const std::int64_t us = nowNs > admitted ? (nowNs - admitted) / 1000 : 0;
+std::uint64_t Recorder::completed(std::uint64_t seq, const transport::Fingerprint& fingerprint,
+                                  const char* algorithm, std::uint32_t timeoutMs,
+                                  std::int64_t admittedNs, std::int64_t endedNs) noexcept {
+  const std::uint64_t id = seq + 1;
+  Entry& e = collectives_.at(id);
+  if (admittedNs == 0) admittedNs = endedNs;
+  const std::int64_t us = endedNs > admittedNs ? (endedNs - admittedNs) / 1000 : 0;
   beginWrite(e);
-  writeAdmission(e, id, call, packedOf(call, CallState::kCompleted), admitted,
+  writeAdmission(e, id, packedOf(fingerprint, transport::Space::kCollective, CallState::kCompleted),
+                 fingerprint, -1, algorithm, admittedNs, timeoutMs,
                  static_cast<std::uint32_t>(std::min<std::int64_t>(us, UINT32_MAX)));
   endWrite(e);
   prefetchNext(id);

@@ -135,8 +135,10 @@ struct Runner::State {
   std::optional<Step<>> top;
 };
 
-Runner::Runner(transport::SharedGroup* group) : state_(std::make_unique<State>()) {
+Runner::Runner(transport::SharedGroup* group)
+    : state_(std::make_unique<State>()), waiting_(&state_->scratch.waiting) {
   state_->group = group;
+  state_->scratch.waiting.deadline = Clock::time_point::max();  // (never waited)
 }
 
 Runner::~Runner() { abandon(); }
@@ -194,15 +196,6 @@ void Runner::abandon() noexcept {
   if (!busy()) return;
   state_->top.reset();  // destroys the suspended frames, innermost last
   state_->call.reset();
-}
-
-bool Runner::waitedSpan(Clock::time_point* first, Clock::time_point* last) const noexcept {
-  const transport::Waiting& w = state_->scratch.waiting;
-  // (A world of one never waits, nor makes a Call that would set the Waiting.)
-  if (state_->group == nullptr || w.deadline == Clock::time_point::max()) return false;
-  *first = w.deadline - w.timeout;
-  *last = w.lastLook;
-  return true;
 }
 
 std::pair<int, std::uint64_t> Runner::awaited() {

@@ -48,14 +48,16 @@ class Runner {
   std::string waitingFor();
   // The group member (index) and its use that the call waits for; {-1, 0}: none.
   std::pair<int, std::uint64_t> awaited();
-  // The last blocking call's waits: when the first began and when the clock was last read
-  // in them; false when it never waited (no clock was read).
-  bool waitedSpan(Clock::time_point* first, Clock::time_point* last) const noexcept;
+  // The waits of the last call (blocking): its deadline is still time_point::max() when it
+  // never waited, else `timeout` after its first wait began; lastLook is their last reading
+  // of the clock. (A world of one never waits.)
+  const transport::Waiting& waiting() const noexcept { return *waiting_; }
 
  private:
   struct State;
   bool resume(bool starting);
   std::unique_ptr<State> state_;
+  const transport::Waiting* waiting_;
   std::uint64_t resumptions_ = 0;
 };
 

@@ -81,9 +81,11 @@ class Recorder {
   // A new call (queued, or running at once); returns its id (a collective's: its seq + 1).
   std::uint64_t admit(const Call& call, CallState state) noexcept;
   // A collective that ran and ended without ever being admitted (a short blocking call, whose
-  // entry is written once, completed: one write instead of two); returns its id. A call
-  // without an admission time takes `nowNs`.
-  std::uint64_t completed(const Call& call, std::int64_t nowNs) noexcept;
+  // entry is written once, completed: one write instead of two), from admittedNs (0: unknown,
+  // it takes endedNs) to endedNs; returns its id.
+  std::uint64_t completed(std::uint64_t seq, const transport::Fingerprint& fingerprint,
+                          const char* algorithm, std::uint32_t timeoutMs, std::int64_t admittedNs,
+                          std::int64_t endedNs) noexcept;
   // A queued call runs.
   void running(std::uint64_t id, std::int64_t nowNs) noexcept;
   // What a running call waits for (written by a thread about to sleep in it); the same wait
@@ -156,8 +158,10 @@ class Recorder {
   Entry* owned(std::uint64_t id) noexcept;
   // The second line, made this id's (inside a write).
   static void claimCold(Entry& e, std::uint64_t id) noexcept;
-  void writeAdmission(Entry& e, std::uint64_t id, const Call& call, std::uint64_t packed,
-                      std::int64_t admittedNs, std::uint32_t endedUs) noexcept;
+  static void writeAdmission(Entry& e, std::uint64_t id, std::uint64_t packed,
+                             const transport::Fingerprint& fingerprint, int peer,
+                             const char* algorithm, std::int64_t admittedNs,
+                             std::uint32_t timeoutMs, std::uint32_t endedUs) noexcept;
   void prefetchNext(std::uint64_t id) noexcept;
   static void beginWrite(Entry& e) noexcept;
   static void endWrite(Entry& e) noexcept;
