@@ -4,10 +4,11 @@
 //
 // Per size: one checked call (#wrong counts the elements that differ from the reference on
 // any rank), warmup, then iterations timed one by one (their number scaled to the size and
-// agreed by all ranks). time = max over ranks of each rank's middle mean (the mean of its
-// calls between the 25th and 75th percentile: as deaf to outliers as the median, and finer
-// than the clock's tick, 10 ns on some VMs, which a median of short calls snaps to); p50
-// and p99 are taken over the iterations, each iteration's time being the slowest rank's. Columns
+// agreed by all ranks). time = max over ranks of each rank's median (--time-stat middle: of
+// the mean of its calls between the 25th and 75th percentile, as deaf to outliers as the
+// median and finer than the clock's tick, 10 ns on some VMs, which a median of short calls
+// snaps to); p50 and p99 are taken over the iterations, each iteration's time being the
+// slowest rank's. Columns
 // follow nccl-tests: algbw = bytes / time, busbw = algbw * (2(P-1)/P allreduce, (P-1)/P
 // allgather(v), reduce_scatter, gather, scatter and alltoall, 1 broadcast and reduce), GB/s
 // = 1e9 B/s. Sizes: allreduce, broadcast and reduce count the vector, the others the whole
@@ -76,13 +77,12 @@ using collx::DataType;
 
 constexpr const char* kAbout =
     R"(Sweeps message sizes for one collective and prints, per size: size, count, type, time (us,
-max over ranks of the mean of each rank's middle half of calls), p50 and p99 (us), algbw
-and busbw (GB/s) and #wrong (elements that differed from the reference on any rank; must
-be 0). With -a all, every algorithm of the collective that can run in this job, one after
-the other over the same sizes (the algo column, and the CSV's and JSON's algorithm, say
-which). --plot draws busbw and time against size, log-log, one line per algorithm. On a
-terminal, rank 0 shows its progress on stderr (one line, rewritten); elsewhere (a pipe, a
-file, CI) nothing.
+max over ranks of the median; --time-stat), p50 and p99 (us), algbw and busbw (GB/s) and
+#wrong (elements that differed from the reference on any rank; must be 0). With -a all,
+every algorithm of the collective that can run in this job, one after the other over the
+same sizes (the algo column, and the CSV's and JSON's algorithm, say which). --plot draws
+busbw and time against size, log-log, one line per algorithm. On a terminal, rank 0 shows
+its progress on stderr (one line, rewritten); elsewhere (a pipe, a file, CI) nothing.
 )";
 
 constexpr const char* kFooter =
@@ -124,6 +124,7 @@ struct Args {
   std::string plot;  // a .png or .svg to draw
   std::string plotPython = COLLX_PLOT_PYTHON;
   bool stats = false;
+  bool middleMean = false;  // --time-stat middle
 };
 
 std::string lowerExtension(const std::string& path) {
@@ -156,6 +157,17 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
              [&a](const std::string& text, const std::string& what) {
                a.minTime =
                    std::chrono::duration<double>(collx::parseDurationNs(text, what)).count();
+             });
+  cli.custom("--time-stat", "STAT",
+             "a rank's typical call: median (default, as the peers' benchmarks take it) or "
+             "middle (the mean of its middle half of calls, 25th to 75th percentile: finer "
+             "than the clock's tick, 10 ns on some VMs, to tell small differences apart)",
+             [&a](const std::string& text, const std::string& what) {
+               if (text != "median" && text != "middle") {
+                 throw collx::InvalidArgument(collx::Where{-1, "collx-bench", -1},
+                                              what + ": '" + text + "': median or middle");
+               }
+               a.middleMean = text == "middle";
              });
   cli.flag("--no-check", a.noCheck, "skip the checked call");
   cli.text("--csv", a.csv, "FILE", "also write the results as CSV");
@@ -555,14 +567,14 @@ class Bench {
       call(count, in, out);
       sample = seconds(Clock::now() - t0) * 1e6;
     }
-    // Per iteration, the slowest rank; per rank, the middle mean.
+    // Per iteration, the slowest rank; per rank, its typical call.
     std::vector<double> slowest = samples;
     collx::AllreduceOptions max;
     max.op = collx::ReduceOpKind::kMax;
     collx::allreduce(ctx_, slowest.data(), slowest.data(), slowest.size(), DataType::kFloat64, max);
-    double middle = middleMean(samples);
-    collx::allreduce(ctx_, &middle, &middle, 1, DataType::kFloat64, max);
-    res.timeUs = middle;
+    double typical = a_.middleMean ? middleMean(samples) : percentile(samples, 0.5);
+    collx::allreduce(ctx_, &typical, &typical, 1, DataType::kFloat64, max);
+    res.timeUs = typical;
     res.p50Us = percentile(slowest, 0.5);
     res.p99Us = percentile(slowest, 0.99);
     double sec = res.timeUs / 1e6;

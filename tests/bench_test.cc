@@ -221,6 +221,29 @@ TEST_F(BenchPlot, SvgHasTheAxesAndOneLegendEntryPerAlgorithm) {
   }
 }
 
+// --time-stat middle: each rank's mean of its middle half of calls, which cannot exceed the
+// 99th percentile of the slowest rank's calls; another statistic is refused before running.
+TEST(BenchTimeStat, MiddleMeanStaysWithinTheCallsAndOtherStatsAreRefused) {
+  test::TempDir dir;
+  const std::string json = dir.path() + "/result.json";
+  test::Process job({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",
+                     test::binDir() + "/collx-bench", "--sizes", "4,64K", "-n", "40",
+                     "--time-stat", "middle", "--json", json});
+  ASSERT_TRUE(job.wait(90s));
+  ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
+  std::ifstream in(json);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  ASSERT_EQ(doc.at("results").size(), 2u) << doc;
+  for (const nlohmann::json& row : doc.at("results")) {
+    EXPECT_GT(row.at("time_us").get<double>(), 0.0) << row;
+    EXPECT_LE(row.at("time_us").get<double>(), row.at("p99_us").get<double>()) << row;
+  }
+  test::Process bad({test::binDir() + "/collx-bench", "--time-stat", "mean"});
+  ASSERT_TRUE(bad.wait(30s));
+  EXPECT_EQ(bad.exitCode(), 2) << bad.out() << bad.err();
+  EXPECT_NE(bad.err().find("median or middle"), std::string::npos) << bad.err();
+}
+
 TEST(BenchPlotArguments, BadExtensionFailsBeforeRunning) {
   test::TempDir dir;
   for (const std::string name : {"out.pdf", "out", "out.png.txt"}) {

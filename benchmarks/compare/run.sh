@@ -22,7 +22,10 @@
 #        same rounds, as the peer "base": a change against the tree before it; ONLY must
 #        include "base", which it does by default when BASE is set), BASE_ENV="NAME=VALUE
 #        ..." (variables for the base's runs only: BASE=build BASE_ENV=COLLX_TRACE_BUFFER=0
-#        prices a feature against itself turned off in one tree),
+#        prices a feature against itself turned off in one tree), TIME_STAT=middle
+#        (collx-bench --time-stat for collx and base: the mean of each rank's middle half of
+#        calls instead of the median the peers take, finer than a 10 ns clock tick; for
+#        collx against collx),
 #        PLOT=OUT_DIR/compare.png (the picture, .png or .svg; PLOT=none draws none; needs
 #        python3-matplotlib)
 set -euo pipefail
@@ -46,6 +49,7 @@ else
 fi
 REPEAT=${REPEAT:-1}
 BASE_ENV=${BASE_ENV:-}
+TIME_STAT=${TIME_STAT:-}
 PER_SIZE=${PER_SIZE:-0}
 PLOT=${PLOT:-$out/compare.png}
 plot_script=$here/../plot/collx_plot.py
@@ -133,13 +137,14 @@ for P in $PS; do
         sizes=$(echo "$chunk" | tr ',' '\n' \
           | awk -v P="$P" '{printf "%s%d", (NR > 1 ? "," : ""), $1 * P}')
       fi
-      local extra=()
+      local extra=() stat=()
       [ "$impl" = base ] && [ -n "$BASE_ENV" ] && read -r -a extra <<< "$BASE_ENV"
+      [ -n "$TIME_STAT" ] && stat=(--time-stat "$TIME_STAT")
       # (its stderr to a file: collx-bench's own progress line would fight this one)
       progress "round $round, P=$P, $impl, sizes $chunk"
       if ! env "${extra[@]}" COLLX_TRANSPORT=$TRANSPORT "$dir/bin/collx-run" -n "$P" -- \
         "$dir/bin/collx-bench" -c "$COLL" --sizes "$sizes" --min-time "$MIN_TIME" $inplace \
-        --csv "$out/${impl}_p$P.csv" > "$out/${impl}_p$P.txt" 2> "$out/${impl}_p$P.err"; then
+        "${stat[@]}" --csv "$out/${impl}_p$P.csv" > "$out/${impl}_p$P.txt" 2> "$out/${impl}_p$P.err"; then
         clear_progress
         cat "$out/${impl}_p$P.err" >&2
         echo "run.sh: $impl at P=$P failed (above; its table: $out/${impl}_p$P.txt)" >&2
