@@ -75,6 +75,39 @@ TEST(BootstrapResolve, CollxVariables) {
   EXPECT_EQ(originOf(b, "rank"), "COLLX_RANK=2");
 }
 
+TEST(BootstrapResolve, TheJobSecretAndWhereItCameFrom) {
+  Bootstrap none =
+      resolveEnv({{"COLLX_RANK", "0"}, {"COLLX_WORLD_SIZE", "2"}, {"COLLX_STORE", "tcp://h:1"}});
+  EXPECT_EQ(none.secret, nullptr);
+  EXPECT_FALSE(none.insecure);
+  EXPECT_EQ(originOf(none, "secret"), "none (unauthenticated)");
+  Bootstrap insecure = resolveEnv({{"COLLX_RANK", "0"},
+                                   {"COLLX_WORLD_SIZE", "2"},
+                                   {"COLLX_STORE", "tcp://h:1"},
+                                   {"COLLX_INSECURE", "1"}});
+  EXPECT_TRUE(insecure.insecure);
+  EXPECT_EQ(originOf(insecure, "secret"), "none (COLLX_INSECURE=1)");
+  const std::string secret = "sixteen bytes or more of secret";
+  Bootstrap given = resolveEnv({{"COLLX_RANK", "0"},
+                                {"COLLX_WORLD_SIZE", "2"},
+                                {"COLLX_STORE", "tcp://h:1"},
+                                {"COLLX_JOB_SECRET", secret}});
+  ASSERT_NE(given.secret, nullptr);
+  EXPECT_EQ(originOf(given, "secret"), "COLLX_JOB_SECRET");
+  for (const auto& [what, origin] : given.origin) {
+    EXPECT_EQ(origin.find(secret), std::string::npos) << what;
+  }
+  try {
+    resolveEnv({{"COLLX_RANK", "0"},
+                {"COLLX_WORLD_SIZE", "2"},
+                {"COLLX_STORE", "tcp://h:1"},
+                {"COLLX_JOB_SECRET", "short"}});
+    ADD_FAILURE() << "a 5-byte secret accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("16 to 1024"), std::string::npos) << e.what();
+  }
+}
+
 TEST(BootstrapResolve, Torchrun) {
   Bootstrap b = resolveEnv({{"RANK", "1"},
                             {"WORLD_SIZE", "8"},

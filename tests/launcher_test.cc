@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -144,7 +145,7 @@ TEST(LauncherTest, NodesAgreeOnTorchsMaster) {
     nodes.push_back(std::make_unique<Process>(
         std::vector<std::string>{launcher(), "-n", "2", "--nnodes", "2", "--node-rank",
                                  std::to_string(node), "--store", store.url(), "--job-id",
-                                 "torch-master-test", "--", "sh", "-c", show},
+                                 "torch-master-test", "--insecure", "--", "sh", "-c", show},
         cleanEnv()));
   }
   std::regex line(R"((\d) 4 (\d) 2 (\d) 127\.0\.0\.1 (\d+))");
@@ -359,6 +360,62 @@ TEST(LauncherTest, WarnsOfUnknownVariablesOnly) {
   }
 }
 
+// collx-run makes a secret for a job on one node and gives it to the ranks in their
+// environment only: not on theirs or collx-run's command line, and collx ranks do not warn
+// that the job is open.
+TEST(LauncherTest, AJobOnOneNodeGetsASecretThroughTheEnvironmentOnly) {
+  const std::string check =
+      "s=$COLLX_JOB_SECRET; "
+      "for p in $$ $PPID; do case \"$(tr '\\0' ' ' < /proc/$p/cmdline)\" in "
+      "*\"$s\"*) echo LEAK;; esac; done; echo ${#s}";
+  RunResult r = runLauncher({"-n", "2", "--", "sh", "-c", check});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(lines(r.out), (std::vector<std::string>{"64", "64"})) << r.out;
+  RunResult job =
+      runLauncher({"-n", "2", "--", test::binDir() + "/collx-test-worker", "count", "100"});
+  EXPECT_EQ(job.code, 0) << job.err;
+  EXPECT_EQ(job.err.find("unauthenticated"), std::string::npos) << job.err;
+}
+
+TEST(LauncherTest, SecretFileInsecureAndSeveralNodes) {
+  TempDir dir;
+  const std::string file = dir.path() + "/secret";
+  std::ofstream(file) << "a secret shared by every node\n";
+  ::chmod(file.c_str(), 0644);
+  RunResult open = runLauncher({"-n", "1", "--secret-file", file, "--", "true"});
+  EXPECT_EQ(open.code, 2) << open.err;
+  EXPECT_NE(open.err.find("chmod 600 " + file), std::string::npos) << open.err;
+  EXPECT_EQ(open.err.find("a secret shared"), std::string::npos) << open.err;
+  ::chmod(file.c_str(), 0600);
+  // The ranks get the file's path, never the secret.
+  RunResult byFile = runLauncher({"-n", "2", "--secret-file", file, "--", "sh", "-c",
+                                  "echo \"$COLLX_JOB_SECRET_FILE [$COLLX_JOB_SECRET]\""});
+  EXPECT_EQ(byFile.code, 0) << byFile.err;
+  EXPECT_EQ(lines(byFile.out), (std::vector<std::string>{file + " []", file + " []"}));
+  // Several nodes: a secret, or --insecure.
+  RunResult nodes =
+      runLauncher({"-n", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--", "true"});
+  EXPECT_EQ(nodes.code, 2) << nodes.err;
+  EXPECT_NE(nodes.err.find("--secret-file"), std::string::npos) << nodes.err;
+  EXPECT_NE(nodes.err.find("--insecure"), std::string::npos) << nodes.err;
+  // --insecure: no secret, and each collx rank says once that the job is open.
+  RunResult insecure = runLauncher(
+      {"-n", "2", "--insecure", "--", "sh", "-c", "echo \"[$COLLX_JOB_SECRET] $COLLX_INSECURE\""});
+  EXPECT_EQ(insecure.code, 0) << insecure.err;
+  EXPECT_EQ(lines(insecure.out), (std::vector<std::string>{"[] 1", "[] 1"}));
+  RunResult job = runLauncher(
+      {"-n", "2", "--insecure", "--", test::binDir() + "/collx-test-worker", "count", "100"});
+  EXPECT_EQ(job.code, 0) << job.err;
+  std::size_t warnings = 0;
+  for (std::size_t at = job.err.find("runs without a secret (--insecure)"); at != std::string::npos;
+       at = job.err.find("runs without a secret", at + 1)) {
+    ++warnings;
+  }
+  EXPECT_EQ(warnings, 2u) << job.err;
+  RunResult both = runLauncher({"-n", "1", "--insecure", "--secret-file", file, "--", "true"});
+  EXPECT_EQ(both.code, 2) << both.err;
+}
+
 TEST(LauncherTest, LogLinesCarryTheRankAndHonourPerLoggerLevels) {
   auto env = cleanEnv();
   env["COLLX_LOG_LEVEL"] = "warn,collx.rdzv=debug";
@@ -546,6 +603,7 @@ TEST(LauncherTest, TwoNodesOnOneHost) {
       "\"$1\" --rendezvous && if [ $COLLX_RANK -ge 2 ]; then "
       "\"$2\" \"$COLLX_STORE\" set late-$COLLX_RANK x 500; fi";
   auto env = cleanEnv();
+  env["COLLX_JOB_SECRET"] = "both nodes' secret, for this test";  // several nodes need one
   std::vector<std::unique_ptr<Process>> nodes;
   for (int node = 1; node >= 0; --node) {  // node 1 first: it must wait for node 0's store
     nodes.push_back(std::make_unique<Process>(

@@ -99,6 +99,10 @@ done
 # Runs `collx-bench ARGS` on every host at once (extra environment in ENV_EXTRA); host 0's
 # output in $WORK/<name>.0, and each host's /dev/shm after its ranks ended in
 # $WORK/<name>.shm.<i>. Returns the first non-zero exit code.
+# The job's secret, one file every host reads (the hosts share this filesystem).
+SECRET=$WORK/secret
+(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$SECRET")
+
 RUN=0
 run_bench() {
   local name=$1
@@ -116,7 +120,8 @@ run_bench() {
       ls -A /dev/shm >"$shm"
       exit $code' sh "$PREFIX-host$i" "$WORK/$name.$i" "$WORK/$name.shm.$i" \
       "$BIN/collx-run" -n "$RANKS" --nnodes "$HOSTS" --node-rank "$i" \
-      --master-addr "$NET.10" --master-port "$port" --job-id "mh$ID-$RUN" --timeout 60s -- \
+      --master-addr "$NET.10" --master-port "$port" --job-id "mh$ID-$RUN" --timeout 60s \
+      --secret-file "$SECRET" -- \
       "$BIN/collx-bench" "$@" &
     PIDS+=($!)
   done

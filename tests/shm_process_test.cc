@@ -12,6 +12,7 @@
 #include "collx/rendezvous/prefix_store.h"
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
+#include "collx/secure/job_secret.h"
 #include "collx/transport/mesh.h"
 #include "collx/transport/shm_segments.h"
 #include "util/test_util.h"
@@ -214,6 +215,8 @@ bool waitFor(const std::function<bool()>& condition, std::chrono::milliseconds t
 // waits in the shared-memory handshake. Returns rank 0's pid.
 class HalfJob {
  public:
+  // The job's secret (a job on two nodes needs one), which this test's store client proves.
+  static constexpr const char* kSecret = "the half job's secret, for this test";
   explicit HalfJob(const std::string& arena) {
     const std::string port = std::to_string(test::freePort());
     job_ = "shm-cleanup-" + std::to_string(::getpid()) + "-" + arena;
@@ -225,9 +228,11 @@ class HalfJob {
         std::map<std::string, std::string>{{"COLLX_SHM_ARENA", arena},
                                            {"COLLX_TIMEOUT", "60s"},
                                            {"COLLX_STORE", ""},
-                                           {"COLLX_JOB_ID", ""}});
+                                           {"COLLX_JOB_ID", ""},
+                                           {"COLLX_JOB_SECRET", kSecret}});
     rendezvous::StoreOptions options;
     options.timeout = 30s;
+    options.secret = secure::JobSecret::fromText(kSecret, "test");
     store_ = std::make_shared<rendezvous::PrefixStore>(
         "collx/" + job_ + "/0", rendezvous::openStore("tcp://127.0.0.1:" + port, options), options);
     // Rank 0's join record names its pid.

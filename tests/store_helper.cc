@@ -1,15 +1,18 @@
 // collx-test-store-helper URL set KEY VALUE DELAY_MS | URL get KEY - DELAY_MS | serve PORT
 // A second process for the store tests: sets a key after a delay, or waits for one and
 // prints its value; or serves a TCP store on 127.0.0.1:PORT until it is killed (a server
-// the tests can stop with SIGSTOP).
+// the tests can stop with SIGSTOP). With COLLX_JOB_SECRET(_FILE) set (a rank's environment
+// under collx-run), it proves the job's secret, or asks for it.
 #include <unistd.h>
 
 #include <chrono>
 #include <iostream>
 #include <thread>
 
+#include "collx/base/config.h"
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
+#include "collx/secure/job_secret.h"
 
 namespace {
 
@@ -20,6 +23,7 @@ constexpr const char* kUsage =
 [[noreturn]] void serve(const std::string& port) {
   collx::rendezvous::TcpStoreServer::Options options;
   options.port = static_cast<std::uint16_t>(std::stoi(port));
+  options.secret = collx::secure::JobSecret::fromConfig(collx::Config::process());
   collx::rendezvous::TcpStoreServer server(options);
   std::cout << server.url() << std::endl;
   while (true) ::pause();  // until a signal ends the process
@@ -36,6 +40,7 @@ int main(int argc, char** argv) {
     }
     collx::rendezvous::StoreOptions options;
     options.timeout = std::chrono::seconds(20);
+    options.secret = collx::secure::JobSecret::fromConfig(collx::Config::process());
     auto store = collx::rendezvous::openStore(argv[1], options);
     std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(argv[5])));
     std::string op = argv[2];

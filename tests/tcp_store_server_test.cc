@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "collx/rendezvous/tcp_store.h"
+#include "collx/secure/job_secret.h"
 #include "tcp_store_protocol.h"
 #include "util/test_util.h"
 
@@ -40,11 +41,13 @@ class RawClient {
     ASSERT_EQ(::send(fd_, data, size, MSG_NOSIGNAL), static_cast<ssize_t>(size));
   }
   void send(const std::vector<std::uint8_t>& bytes) { send(bytes.data(), bytes.size()); }
-  void hello(std::uint32_t version = proto::kVersion) {
-    std::uint8_t bytes[8];
+  // This protocol's hello (a client without a secret), or another version's first 8 bytes.
+  void hello(std::uint32_t version = proto::kVersion, std::uint32_t flags = 0) {
+    std::uint8_t bytes[proto::kClientHelloBytes] = {};
     std::memcpy(bytes, proto::kMagic, 4);
     std::memcpy(bytes + 4, &version, 4);
-    send(bytes, 8);
+    std::memcpy(bytes + 8, &flags, 4);
+    send(bytes, version == proto::kVersion ? proto::kClientHelloBytes : proto::kHelloHeadBytes);
   }
   // Reads exactly n bytes; fewer if the peer closes or 5 s pass.
   std::vector<std::uint8_t> read(std::size_t n) {
@@ -416,6 +419,123 @@ TEST(TcpStoreClient, ReconnectsAfterTheServerRestarts) {
   server = std::make_unique<TcpStoreServer>(o);
   store.set("b", "2");  // the next call connects again
   EXPECT_EQ(toString(store.get("b")), "2");
+}
+
+// ---- the job secret (issue 20): a challenge and response before anything is served ----
+
+std::shared_ptr<const secure::JobSecret> secretOf(const char* text) {
+  return secure::JobSecret::fromText(text, "test");
+}
+
+TcpStoreServer::Options withSecret(const char* text) {
+  TcpStoreServer::Options o;
+  o.secret = secretOf(text);
+  return o;
+}
+
+StoreOptions clientWith(std::shared_ptr<const secure::JobSecret> secret) {
+  StoreOptions o;
+  o.timeout = 5s;
+  o.secret = std::move(secret);
+  return o;
+}
+
+std::string connectError(int port, std::shared_ptr<const secure::JobSecret> secret) {
+  try {
+    TcpStore store("127.0.0.1", static_cast<std::uint16_t>(port), clientWith(std::move(secret)));
+    return "";
+  } catch (const IoError& e) {
+    return e.what();
+  }
+}
+
+TEST(TcpStoreAuth, TheJobsRanksAreServedAndOthersAreRefusedWithAClearError) {
+  TcpStoreServer server(withSecret("the job's own secret"));
+  TcpStore good("127.0.0.1", server.port(), clientWith(secretOf("the job's own secret")));
+  good.set("k", "v");
+  EXPECT_EQ(toString(good.get("k")), "v");
+  // Another secret: the server's proof does not hold for it (it never sends its own).
+  EXPECT_NE(connectError(server.port(), secretOf("some other secret")).find("another secret"),
+            std::string::npos);
+  // No secret: the server asks for one.
+  EXPECT_NE(connectError(server.port(), nullptr).find("this rank has none"), std::string::npos);
+  // A rank with a secret refuses a store that serves without one.
+  TcpStoreServer open;
+  EXPECT_NE(connectError(open.port(), secretOf("the job's own secret"))
+                .find("without asking for the job's secret"),
+            std::string::npos);
+  EXPECT_EQ(toString(good.get("k")), "v");  // the job goes on
+}
+
+TEST(TcpStoreAuth, AStrangerSpeakingTheProtocolLearnsNothing) {
+  TcpStoreServer server(withSecret("the job's own secret"));
+  TcpStore good("127.0.0.1", server.port(), clientWith(secretOf("the job's own secret")));
+  good.set("key", "valuable");
+  auto holds = [](const std::vector<std::uint8_t>& bytes) {
+    return std::string(bytes.begin(), bytes.end()).find("valuable") != std::string::npos;
+  };
+  {
+    // Says it holds the secret, gets the challenge, answers with garbage.
+    RawClient stranger(server.port());
+    stranger.hello(proto::kVersion, proto::kHoldsSecret);
+    auto challenge = stranger.read(proto::kServerHelloBytes + proto::kChallengeBytes);
+    ASSERT_EQ(challenge.size(), proto::kServerHelloBytes + proto::kChallengeBytes);
+    std::uint32_t status;
+    std::memcpy(&status, challenge.data() + 8, 4);
+    EXPECT_EQ(status, proto::kHelloChallenge);
+    stranger.send(std::vector<std::uint8_t>(proto::kProofBytes, 0x5a));
+    auto result = stranger.read(proto::kAuthResultBytes);
+    ASSERT_EQ(result.size(), proto::kAuthResultBytes);
+    std::memcpy(&status, result.data(), 4);
+    EXPECT_EQ(status, proto::kHelloAuthFailed);
+    EXPECT_TRUE(stranger.closedByPeer());
+  }
+  {
+    // Skips the proof: a get request where the proof goes is read as a (wrong) proof.
+    RawClient stranger(server.port());
+    stranger.hello(proto::kVersion, proto::kHoldsSecret);
+    stranger.read(proto::kServerHelloBytes + proto::kChallengeBytes);
+    proto::Writer get;
+    get.u8(static_cast<std::uint8_t>(proto::Op::kGet)).u64(100).u32(1).str("key");
+    std::vector<std::uint8_t> frame = get.finish();
+    frame.resize(std::max<std::size_t>(frame.size(), proto::kProofBytes));
+    stranger.send(frame);
+    EXPECT_FALSE(holds(stranger.read(4096)));
+    EXPECT_TRUE(stranger.closedByPeer());
+  }
+  {
+    // Holds no secret: refused after the hello.
+    RawClient stranger(server.port());
+    stranger.hello();
+    auto answer = stranger.read(proto::kServerHelloBytes);
+    ASSERT_EQ(answer.size(), proto::kServerHelloBytes);
+    std::uint32_t status;
+    std::memcpy(&status, answer.data() + 8, 4);
+    EXPECT_EQ(status, proto::kHelloAuthRequired);
+    EXPECT_TRUE(stranger.closedByPeer());
+  }
+  EXPECT_EQ(toString(good.get("key")), "valuable");
+}
+
+TEST(TcpStoreAuth, AClientThatDoesNotFinishTheHandshakeIsClosed) {
+  TcpStoreServer::Options o = withSecret("the job's own secret");
+  o.handshakeTimeout = 200ms;
+  TcpStoreServer server(o);
+  RawClient silent(server.port());
+  RawClient half(server.port());
+  half.hello(proto::kVersion, proto::kHoldsSecret);  // then never proves anything
+  EXPECT_TRUE(silent.closedByPeer(3s));
+  EXPECT_TRUE(half.closedByPeer(3s));
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (server.connections() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(server.connections(), 0u);
+  // A client that finishes in time stays, past the handshake timeout.
+  TcpStore good("127.0.0.1", server.port(), clientWith(secretOf("the job's own secret")));
+  std::this_thread::sleep_for(400ms);
+  good.set("k", "v");
+  EXPECT_EQ(toString(good.get("k")), "v");
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <functional>
 #include <thread>
 
+#include "collx/secure/job_secret.h"
 #include "collx/transport/mesh.h"
 #include "collx/transport/shared_group.h"
 #include "collx/transport/shm_segments.h"
@@ -185,6 +186,104 @@ TEST(Transport, StrangersAtTheListenerAreRefusedAndTheRanksCarryOn) {
   });
   exchangeRing(meshes, 10000);
   for (int fd : strangers) ::close(fd);
+}
+
+// ---- the job's secret on the ranks' connections ----
+
+std::shared_ptr<const secure::JobSecret> secretNamed(const char* text) {
+  return text ? secure::JobSecret::fromText(text, "test") : nullptr;
+}
+
+// Connects rank 0 (secret a) and rank 1 (secret b), each from its own thread; their errors
+// ("" when connected).
+std::pair<std::string, std::string> connectTwo(const char* a, const char* b) {
+  MeshOptions oa = optionsFor(0, 2), ob = optionsFor(1, 2);
+  oa.secret = secretNamed(a);
+  ob.secret = secretNamed(b);
+  Mesh m0(oa), m1(ob);
+  const std::vector<std::string> addresses = {m0.address(), m1.address()};
+  std::string e0, e1;
+  std::thread other([&] {
+    try {
+      m1.connect(addresses, Clock::now() + 1500ms);
+    } catch (const Error& e) {
+      e1 = e.what();
+    }
+  });
+  try {
+    m0.connect(addresses, Clock::now() + 1500ms);
+  } catch (const Error& e) {
+    e0 = e.what();
+  }
+  other.join();
+  return {e0, e1};
+}
+
+TEST(TransportSecret, RanksWithTheJobsSecretConnectAndCarryMessages) {
+  auto meshes = connectAll(3, 2, "127.0.0.1", nullptr, "tcp",
+                           [](MeshOptions& o) { o.secret = secretNamed("the job's own secret"); });
+  exchangeRing(meshes, 100000);
+}
+
+TEST(TransportSecret, DifferentOrMissingSecretsFailWithAClearError) {
+  auto [e0, e1] = connectTwo("the job's own secret", "another secret entirely");
+  // Rank 1 dials rank 0, whose proof does not hold for rank 1's secret: rank 1 stops at
+  // once, proving nothing; rank 0 never gets its connection.
+  EXPECT_NE(e1.find("could not prove that it holds the job's secret"), std::string::npos) << e1;
+  EXPECT_NE(e0.find("rank 1"), std::string::npos) << e0;
+  auto [f0, f1] = connectTwo("the job's own secret", nullptr);
+  EXPECT_NE(f1.find("one of the two ranks holds a job secret and the other does not"),
+            std::string::npos)
+      << f1;
+  auto [g0, g1] = connectTwo(nullptr, nullptr);  // an unauthenticated job still connects
+  EXPECT_EQ(g0, "");
+  EXPECT_EQ(g1, "");
+}
+
+TEST(TransportSecret, AStrangerWithTheRightHelloTakesNoSlot) {
+  // A stranger knows the job id (so the hello's job hash) and dials rank 0 first, as rank 1
+  // stream 0, then fails the challenge: the real rank 1 still gets the stream.
+  std::thread stranger;
+  int fd = -1;
+  std::uint32_t status = 99, verdict = 99;
+  auto meshes = connectAll(
+      2, 1, "127.0.0.1",
+      [&](std::vector<std::string>& addresses) {
+        fd = connectRaw(addresses[0].substr(addresses[0].find("tcp=")));
+        stranger = std::thread([&] {
+          struct {
+            char magic[4] = {'C', 'L', 'X', 'T'};
+            std::uint32_t version = 3;
+            std::uint64_t job = 0;
+            std::int64_t generation = 0;
+            std::int32_t from = 1;
+            std::int32_t to = 0;
+            std::uint32_t stream = 0;
+            std::uint32_t streams = 1;
+            std::uint64_t eagerLimit = 4096;
+            std::uint32_t flags = 1;  // "holds the secret"
+            std::uint32_t reserved = 0;
+            std::uint8_t nonce[32] = {};
+          } hello;
+          static_assert(sizeof(hello) == 88);
+          hello.job = transport::jobHash("transport-test", 0);
+          if (::send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) != 88) return;
+          std::uint8_t ack[80];
+          if (::recv(fd, ack, sizeof(ack), MSG_WAITALL) != 80) return;
+          std::memcpy(&status, ack + 4, 4);
+          std::uint8_t proof[32];
+          std::memset(proof, 0x5a, sizeof(proof));
+          if (::send(fd, proof, sizeof(proof), MSG_NOSIGNAL) != 32) return;
+          if (::recv(fd, &verdict, 4, MSG_WAITALL) != 4) verdict = 98;
+        });
+        std::this_thread::sleep_for(100ms);  // its hello is in rank 0's backlog first
+      },
+      "tcp", [](MeshOptions& o) { o.secret = secretNamed("the job's own secret"); });
+  stranger.join();
+  EXPECT_EQ(status, 0u);   // challenged: the slot is not given at the hello
+  EXPECT_EQ(verdict, 5u);  // kAckAuthFailed
+  exchangeRing(meshes, 10000);
+  ::close(fd);
 }
 
 TEST(Transport, AMissingPeerIsATimeoutNamingIt) {

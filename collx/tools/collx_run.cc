@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "collx/collx.h"
+#include "collx/secure/job_secret.h"
 #include "collx/settings.h"
 #include "collx/transport/shm_segments.h"
 #include "launcher.h"
@@ -66,6 +67,8 @@ struct Args {
   std::chrono::milliseconds grace{5000};
   bool tag = false;
   std::string bind = "auto";
+  std::string secretFile;
+  bool insecure = false;
   std::vector<std::string> command;
 };
 
@@ -113,6 +116,15 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   cli.text("--job-id", args.jobId, "ID",
            "job id (default: COLLX_JOB_ID, else a fresh random id that node 0 shares through the "
            "store)");
+  cli.text("--secret-file", args.secretFile, "FILE",
+           "the job's secret: a file whose first line is it, that only its owner can read "
+           "(chmod 600), on a filesystem every node shares; the ranks get its path as "
+           "COLLX_JOB_SECRET_FILE. Default: COLLX_JOB_SECRET or COLLX_JOB_SECRET_FILE if set, "
+           "else a fresh secret for a job on one node (given to the ranks in their "
+           "environment, never on a command line); a job on several nodes needs one");
+  cli.flag("--insecure", args.insecure,
+           "run the job without a secret: anyone who can reach its store or its ranks' ports "
+           "can join it (every rank warns)");
   cli.duration("--timeout", args.timeout, "T",
                "stop the job after T (e.g. 90s, 10m; a number is seconds); exit code 124");
   cli.duration("--grace", args.grace, "T", "wait T between SIGTERM and SIGKILL (default 5s)");
@@ -140,6 +152,20 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   if (args.nnodes > 1 && args.store.empty() && args.masterAddr.empty()) {
     cli.fail("--nnodes > 1 needs --master-addr (node 0's address) or --store");
   }
+  if (args.insecure && !args.secretFile.empty()) {
+    cli.fail("--insecure and --secret-file: choose one");
+  }
+  if (!args.secretFile.empty()) {
+    std::error_code ec;
+    const auto absolute = std::filesystem::absolute(args.secretFile, ec);
+    if (!ec) args.secretFile = absolute.string();
+    try {  // the same checks as the ranks', before they start
+      collx::secure::JobSecret::fromConfig(
+          collx::Config(collx::Config::Environment{{"COLLX_JOB_SECRET_FILE", args.secretFile}}));
+    } catch (const collx::Error& e) {
+      cli.fail("--secret-file: " + e.detail());
+    }
+  }
   if (!args.store.empty()) {
     try {
       collx::rendezvous::StoreUrl::parse(args.store);
@@ -161,12 +187,13 @@ std::string randomJobId() {
 // With several nodes, node 0's store must outlive every node's ranks: each launcher records
 // that its ranks are done, and the one hosting the store waits (bounded) for all of them.
 void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::string& jobId,
-                     bool hostsStore) {
+                     bool hostsStore, std::shared_ptr<const collx::secure::JobSecret> secret) {
   using namespace collx::rendezvous;
   const std::string key = "collx-run/" + jobId + "/nodes-done";
   try {
     StoreOptions options;
     options.timeout = std::chrono::seconds(30);
+    options.secret = std::move(secret);
     auto store = openStore(storeUrl, options);
     std::int64_t done = store->add(key, 1);
     if (!hostsStore) return;
@@ -249,10 +276,11 @@ std::string addressToward(const std::string& host) {
 // One node: 127.0.0.1 and --torch-port or a free port. Several: node 0 decides (--master-addr,
 // else its address toward the store; --torch-port, else a port free on node 0) and shares the
 // pair through the store, so that every node's ranks meet at the same place.
-TorchMaster torchMaster(const Args& args, const std::string& storeUrl, const std::string& jobId) {
+TorchMaster torchMaster(const Args& args, const std::string& storeUrl, const std::string& jobId,
+                        const collx::rendezvous::StoreOptions& storeOptions) {
   using namespace collx::rendezvous;
   if (args.nnodes == 1) return {"127.0.0.1", args.torchPort != 0 ? args.torchPort : unusedPort()};
-  auto store = openStore(storeUrl);
+  auto store = openStore(storeUrl, storeOptions);
   const std::string key = "collx-run/" + jobId + "/torch-master";
   TorchMaster master;
   if (args.nodeRank == 0) {
@@ -279,16 +307,54 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
     return 127;
   }
 
+  // The job's secret, for the ranks' environment: --secret-file's path, the secret collx-run
+  // was given (the ranks inherit its variable), or one made here for a job on one node.
+  // collx-run's own store (server and clients) asks for it too.
+  std::vector<std::string> secretEnv;
+  std::shared_ptr<const collx::secure::JobSecret> secret;
+  const collx::Config& config = collx::Config::process();
+  const bool given = config.env("COLLX_JOB_SECRET") || config.env("COLLX_JOB_SECRET_FILE");
+  if (!args.secretFile.empty()) {
+    secretEnv = {"COLLX_JOB_SECRET_FILE=" + args.secretFile, "COLLX_JOB_SECRET="};
+    secret = collx::secure::JobSecret::fromConfig(
+        collx::Config(collx::Config::Environment{{"COLLX_JOB_SECRET_FILE", args.secretFile}}));
+  } else if (given) {
+    if (args.insecure) cli.fail("--insecure, but COLLX_JOB_SECRET(_FILE) is set: unset it");
+    try {
+      secret = collx::secure::JobSecret::fromConfig(config);
+    } catch (const collx::Error& e) {
+      cli.fail(e.detail());
+    }
+  } else if (args.insecure) {
+    secretEnv = {"COLLX_INSECURE=1"};
+  } else if (args.nnodes == 1 && args.store.rfind("tcp:", 0) == 0) {
+    // Somebody else's TCP store: its server has the secret it was given, or none; the ranks
+    // without one run unauthenticated (and say so).
+  } else if (args.nnodes == 1) {
+    const std::string text = collx::secure::newSecretText();
+    secret = collx::secure::JobSecret::fromText(text, "collx-run's");
+    secretEnv = {"COLLX_JOB_SECRET=" + text};
+  } else {
+    cli.fail(
+        "a job on several nodes needs the same secret on every node: make one on a filesystem "
+        "they share (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > "
+        "~/.collx-secret) and give each node's collx-run --secret-file ~/.collx-secret (or set "
+        "COLLX_JOB_SECRET_FILE); --insecure runs it without one");
+  }
+
   // The store: given, or started here (node 0), or node 0's (other nodes).
   std::unique_ptr<TcpStoreServer> server;
   std::string storeUrl = args.store;
+  StoreOptions storeOptions;
+  storeOptions.secret = secret;
   if (storeUrl.empty()) {
+    TcpStoreServer::Options options;  // 127.0.0.1, a free port
+    options.secret = secret;
     if (args.nnodes == 1) {
-      server = std::make_unique<TcpStoreServer>();  // 127.0.0.1, a free port
+      server = std::make_unique<TcpStoreServer>(options);
       storeUrl = server->url();
     } else {
       if (args.nodeRank == 0) {
-        TcpStoreServer::Options options;
         options.host = args.masterAddr.find(':') != std::string::npos ? "::" : "0.0.0.0";
         options.port = static_cast<std::uint16_t>(args.masterPort);
         server = std::make_unique<TcpStoreServer>(options);
@@ -306,7 +372,7 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
     if (args.nnodes == 1) {
       jobId = randomJobId();
     } else {
-      auto store = openStore(storeUrl);
+      auto store = openStore(storeUrl, storeOptions);
       if (args.nodeRank == 0) {
         jobId = randomJobId();
         store->set("collx-run/job-id", jobId);
@@ -326,7 +392,7 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
     if (args.nodeRank == 0) removeDir = parsed.path;
   }
 
-  const TorchMaster torch = torchMaster(args, storeUrl, jobId);
+  const TorchMaster torch = torchMaster(args, storeUrl, jobId, storeOptions);
 
   // Shared-memory arenas whose owners were killed (a launcher killed with its ranks leaves
   // them): their pids are gone, so they can go too.
@@ -376,11 +442,13 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
          "GROUP_RANK=" + std::to_string(args.nodeRank), "MASTER_ADDR=" + torch.addr,
          "MASTER_PORT=" + std::to_string(torch.port)},
         bind ? cpus[static_cast<std::size_t>(local) % cpus.size()] : -1});
+    auto& env = options.ranks.back().env;
+    env.insert(env.end(), secretEnv.begin(), secretEnv.end());
   }
   int code = collx::run::supervise(options);
   // Every rank has exited: what a killed one could not remove, we do.
   collx::transport::removeShmLeftovers(pids);
-  if (args.nnodes > 1) awaitOtherNodes(args, storeUrl, jobId, server != nullptr);
+  if (args.nnodes > 1) awaitOtherNodes(args, storeUrl, jobId, server != nullptr, secret);
   if (!removeDir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(removeDir, ec);

@@ -282,7 +282,9 @@ PYBIND11_MODULE(_collx, m) {
           if (setting->automatic()) d["automatic_rule"] = setting->defaultText();
           // The text in effect, as set (an invalid value too: reading it raises), else the
           // default ("" when computed).
-          d["value"] = config.env(setting->name()).value_or(d["default"].cast<std::string>());
+          d["value"] = setting->hidden() && setting->isSet(config)
+                           ? std::string(SettingInfo::kHiddenText)
+                           : config.env(setting->name()).value_or(d["default"].cast<std::string>());
           d["set"] = setting->isSet(config);
           d["source"] = setting->source(config);
           d["help"] = setting->help();

@@ -12,6 +12,7 @@
 
 #include "collx/base/hex.h"
 #include "collx/base/log.h"
+#include "collx/secure/job_secret.h"
 #include "socket_io.h"
 #include "tcp_store_protocol.h"
 
@@ -48,7 +49,7 @@ struct TcpStore::Reply {
 };
 
 TcpStore::TcpStore(std::string host, std::uint16_t port, const StoreOptions& options)
-    : Store(options), host_(std::move(host)), port_(port) {
+    : Store(options), host_(std::move(host)), port_(port), secret_(options.secret) {
   if (host_.size() > 2 && host_.front() == '[' && host_.back() == ']') {
     host_ = host_.substr(1, host_.size() - 2);
   }
@@ -66,7 +67,9 @@ TcpStore::~TcpStore() {
 std::string TcpStore::describe() const { return tcpUrl(host_, port_); }
 
 std::unique_ptr<Store> TcpStore::doReopen(const StoreOptions& options) const {
-  return std::make_unique<TcpStore>(host_, port_, options);
+  StoreOptions same = options;
+  if (!same.secret) same.secret = secret_;  // the same job's store: the same proof
+  return std::make_unique<TcpStore>(host_, port_, same);
 }
 
 void TcpStore::closeLocked() noexcept {
@@ -75,7 +78,6 @@ void TcpStore::closeLocked() noexcept {
 }
 
 void TcpStore::connectLocked(Clock::time_point deadline, std::string_view op) {
-  using sockio::Result;
   auto step = std::chrono::milliseconds(10);
   std::string lastError;
   const auto started = Clock::now();
@@ -83,47 +85,8 @@ void TcpStore::connectLocked(Clock::time_point deadline, std::string_view op) {
     int fd = sockio::connectTcp(host_, port_, deadline, lastError);
     if (fd >= 0) {
       fd_ = fd;
-      std::uint8_t hello[proto::kClientHelloBytes];
-      std::memcpy(hello, proto::kMagic, 4);
-      std::uint32_t version = proto::kVersion;
-      std::memcpy(hello + 4, &version, 4);
-      sockio::Outcome out = sockio::sendAll(fd_, hello, sizeof(hello), deadline);
-      std::uint8_t answer[proto::kServerHelloBytes];
-      if (out.result == Result::kOk) out = sockio::recvAll(fd_, answer, 4, deadline);
-      if (out.result == Result::kOk && std::memcmp(answer, proto::kMagic, 4) != 0) {
-        closeLocked();
-        throw IoError(where(op),
-                      describe() + " is not a collx store: it answered " + printable(answer, 4));
-      }
-      if (out.result == Result::kOk) out = sockio::recvAll(fd_, answer + 4, 8, deadline);
-      if (out.result == Result::kTimeout) {
-        closeLocked();
-        throw TimeoutError(
-            where(op),
-            "connected, but no collx store handshake came back within " +
-                ms(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started)) +
-                ": is it a collx store?");
-      }
-      if (out.result != Result::kOk) {
-        closeLocked();
-        throw IoError(where(op), "the connection failed during the store handshake (" +
-                                     out.describe() +
-                                     "): is it a collx store, and is it still running?");
-      }
-      std::uint32_t serverVersion, status;
-      std::memcpy(&serverVersion, answer + 4, 4);
-      std::memcpy(&status, answer + 8, 4);
-      if (status == proto::kHelloOk) return;
-      closeLocked();
-      if (status == proto::kHelloBadVersion) {
-        throw IoError(where(op), "the store speaks protocol v" + std::to_string(serverVersion) +
-                                     ", this client v" + std::to_string(proto::kVersion));
-      }
-      if (status == proto::kHelloTooManyConnections) {
-        throw IoError(where(op), "the store refused the connection: it has too many connections");
-      }
-      throw IoError(where(op),
-                    "the store refused the connection (status " + std::to_string(status) + ")");
+      handshakeLocked(deadline, op, started);
+      return;
     }
     if (Clock::now() >= deadline) {
       throw TimeoutError(
@@ -135,6 +98,99 @@ void TcpStore::connectLocked(Clock::time_point deadline, std::string_view op) {
     COLLX_DEBUG(kRdzv, "store {}: connect failed ({}); retrying", describe(), lastError);
     detail::backoffSleep(step, deadline, std::chrono::milliseconds(500));
   }
+}
+
+void TcpStore::handshakeLocked(Clock::time_point deadline, std::string_view op,
+                               Clock::time_point started) {
+  using sockio::Result;
+  auto fail = [&](const sockio::Outcome& out) {
+    closeLocked();
+    if (out.result == Result::kTimeout) {
+      throw TimeoutError(
+          where(op),
+          "connected, but no collx store handshake came back within " +
+              ms(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started)) +
+              ": is it a collx store?");
+    }
+    throw IoError(where(op), "the connection failed during the store handshake (" + out.describe() +
+                                 "): is it a collx store, and is it still running?");
+  };
+  const secure::Nonce clientNonce = secure::randomNonce();
+  std::uint8_t hello[proto::kClientHelloBytes];
+  std::memcpy(hello, proto::kMagic, 4);
+  const std::uint32_t version = proto::kVersion;
+  const std::uint32_t flags = secret_ ? proto::kHoldsSecret : 0;
+  std::memcpy(hello + 4, &version, 4);
+  std::memcpy(hello + 8, &flags, 4);
+  std::memcpy(hello + 12, clientNonce.data(), clientNonce.size());
+  sockio::Outcome out = sockio::sendAll(fd_, hello, sizeof(hello), deadline);
+  std::uint8_t answer[proto::kServerHelloBytes];
+  if (out.result == Result::kOk) out = sockio::recvAll(fd_, answer, 4, deadline);
+  if (out.result == Result::kOk && std::memcmp(answer, proto::kMagic, 4) != 0) {
+    closeLocked();
+    throw IoError(where(op),
+                  describe() + " is not a collx store: it answered " + printable(answer, 4));
+  }
+  if (out.result == Result::kOk) out = sockio::recvAll(fd_, answer + 4, 8, deadline);
+  if (out.result != Result::kOk) fail(out);
+  std::uint32_t serverVersion, status;
+  std::memcpy(&serverVersion, answer + 4, 4);
+  std::memcpy(&status, answer + 8, 4);
+  if (status == proto::kHelloOk) {
+    if (!secret_) return;
+    closeLocked();
+    throw IoError(where(op), "the store at " + describe() +
+                                 " serves clients without asking for the job's secret, and "
+                                 "this rank holds one (" +
+                                 secret_->origin() +
+                                 "): it is not this job's store, or it was started without "
+                                 "the secret; refusing it");
+  }
+  if (status == proto::kHelloChallenge && secret_) {
+    std::uint8_t challenge[proto::kChallengeBytes];
+    out = sockio::recvAll(fd_, challenge, sizeof(challenge), deadline);
+    if (out.result != Result::kOk) fail(out);
+    const std::span<const std::uint8_t> serverNonce(challenge, proto::kNonceBytes);
+    secure::Tag serverProof;
+    std::memcpy(serverProof.data(), challenge + proto::kNonceBytes, serverProof.size());
+    // The server proves the secret first: a store that cannot learns nothing from us.
+    if (!secret_->verify(secure::Purpose::kStore,
+                         {proto::kServerProofLabel, clientNonce, serverNonce}, serverProof)) {
+      closeLocked();
+      throw IoError(where(op), "the store at " + describe() +
+                                   " could not prove that it holds the job's secret: it is not "
+                                   "this job's store, or it was given another secret");
+    }
+    const secure::Tag proof =
+        secret_->mac(secure::Purpose::kStore, {proto::kClientProofLabel, clientNonce, serverNonce});
+    out = sockio::sendAll(fd_, proof.data(), proof.size(), deadline);
+    std::uint8_t result[proto::kAuthResultBytes];
+    if (out.result == Result::kOk) out = sockio::recvAll(fd_, result, sizeof(result), deadline);
+    if (out.result != Result::kOk) fail(out);
+    std::memcpy(&status, result, 4);
+    if (status == proto::kHelloOk) return;
+  }
+  closeLocked();
+  if (status == proto::kHelloBadVersion) {
+    throw IoError(where(op), "the store speaks protocol v" + std::to_string(serverVersion) +
+                                 ", this client v" + std::to_string(proto::kVersion));
+  }
+  if (status == proto::kHelloTooManyConnections) {
+    throw IoError(where(op), "the store refused the connection: it has too many connections");
+  }
+  if (status == proto::kHelloAuthRequired) {
+    throw IoError(where(op), "the store at " + describe() +
+                                 " asks for the job's secret, and this rank has none: set "
+                                 "COLLX_JOB_SECRET or COLLX_JOB_SECRET_FILE as the job's other "
+                                 "ranks have it (collx-run sets one)");
+  }
+  if (status == proto::kHelloAuthFailed) {
+    throw IoError(where(op), "the store at " + describe() +
+                                 " refused this rank's proof of the job's secret: the ranks "
+                                 "were given different secrets");
+  }
+  throw IoError(where(op),
+                "the store refused the connection (status " + std::to_string(status) + ")");
 }
 
 TcpStore::Reply TcpStore::roundTrip(std::string_view op, std::vector<std::uint8_t>& frame,

@@ -1,8 +1,19 @@
 // The TCP store's wire protocol (internal to the client and the server).
 //
-// Connection: the client sends a hello, "CLXS" + u32 version; the server answers
-// "CLXS" + u32 version + u32 status (kHelloOk, kHelloBadVersion, kHelloTooManyConnections)
-// and closes the connection unless the status is kHelloOk.
+// Connection: the client sends a hello, "CLXS" + u32 version + u32 flags (kHoldsSecret) +
+// a nonce Nc (32 random bytes); the server answers "CLXS" + u32 version + u32 status:
+// - kHelloOk: a server without a job secret serves at once (a client that holds a secret
+//   refuses it: it is not its job's store);
+// - kHelloChallenge, followed by the server's nonce Ns and its proof
+//   Ms = HMAC(store key, "server" | Nc | Ns): the client checks Ms first (a fake store cannot
+//   make it), then sends its proof Mc = HMAC(store key, "client" | Nc | Ns); the server
+//   answers u32 kHelloOk, or kHelloAuthFailed and closes. Nothing is served before that, and
+//   a client that fails learns nothing of the keys. The secret never crosses the network;
+//   the store key is the job secret's (secure::Purpose::kStore).
+// - kHelloBadVersion, kHelloTooManyConnections, kHelloAuthRequired (the client holds no
+//   secret): the server closes the connection.
+// A client that does not finish the handshake within the server's handshake timeout is
+// closed.
 //
 // Then requests and replies alternate, one request in flight per connection:
 //   request: u32 length | u8 op     | payload        (length counts op + payload)
@@ -34,12 +45,24 @@
 namespace collx::rendezvous::proto {
 
 inline constexpr char kMagic[4] = {'C', 'L', 'X', 'S'};
-inline constexpr std::uint32_t kVersion = 1;
-inline constexpr std::size_t kClientHelloBytes = 8;
+inline constexpr std::uint32_t kVersion = 2;
+inline constexpr std::size_t kHelloHeadBytes = 8;     // magic, version: any version has them
+inline constexpr std::size_t kClientHelloBytes = 44;  // + flags, Nc
 inline constexpr std::size_t kServerHelloBytes = 12;
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kProofBytes = 32;
+inline constexpr std::size_t kChallengeBytes = kNonceBytes + kProofBytes;  // Ns, Ms
+inline constexpr std::size_t kAuthResultBytes = 4;
+inline constexpr std::uint32_t kHoldsSecret = 1;  // client hello flag
 inline constexpr std::uint32_t kHelloOk = 0;
 inline constexpr std::uint32_t kHelloBadVersion = 1;
 inline constexpr std::uint32_t kHelloTooManyConnections = 2;
+inline constexpr std::uint32_t kHelloChallenge = 3;
+inline constexpr std::uint32_t kHelloAuthRequired = 4;
+inline constexpr std::uint32_t kHelloAuthFailed = 5;
+// The parts the proofs are made of (secure::JobSecret::mac with Purpose::kStore).
+inline constexpr const char* kServerProofLabel = "server";
+inline constexpr const char* kClientProofLabel = "client";
 
 enum class Op : std::uint8_t {
   kPing = 1,

@@ -13,6 +13,7 @@
 #include "collx/base/hex.h"
 #include "collx/base/log.h"
 #include "collx/rendezvous/tcp_store.h"
+#include "collx/secure/job_secret.h"
 #include "tcp_store_protocol.h"
 
 namespace collx::rendezvous {
@@ -57,6 +58,10 @@ std::vector<std::uint8_t> okReply() {
 struct TcpStoreServer::Impl {
   explicit Impl(const Options& opts) : options(opts), acceptor(io), retryTimer(io) {}
 
+  // A refused client, logged with its address: at most kRefusalsLogged a minute, then one
+  // line that counts the rest (a flood of strangers does not flood the log).
+  void logRefusal(const std::string& peer, const std::string& why);
+
   void accept();
   void notify(const std::string& key);
   // Completes `waiter` if every key exists, else parks it under its first missing key.
@@ -78,14 +83,32 @@ struct TcpStoreServer::Impl {
   std::string urlHost;
   std::thread thread;
   std::atomic<bool> stopped{false};
+  std::chrono::steady_clock::time_point refusalWindow{};
+  int refusalsInWindow = 0;
 };
+
+void TcpStoreServer::Impl::logRefusal(const std::string& peer, const std::string& why) {
+  constexpr int kRefusalsLogged = 10;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - refusalWindow >= std::chrono::minutes(1)) {
+    if (refusalsInWindow > kRefusalsLogged) {
+      COLLX_WARN(kRdzv, "store server: and {} more refused connections in that minute",
+                 refusalsInWindow - kRefusalsLogged);
+    }
+    refusalWindow = now;
+    refusalsInWindow = 0;
+  }
+  if (++refusalsInWindow <= kRefusalsLogged) {
+    COLLX_WARN(kRdzv, "store server: refused the connection from {}: {}", peer, why);
+  }
+}
 
 namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(TcpStoreServer::Impl& server, tcp::socket socket)
-      : server_(server), socket_(std::move(socket)) {
+      : server_(server), socket_(std::move(socket)), handshakeTimer_(server.io) {
     asio::error_code ec;
     auto endpoint = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown peer")
@@ -106,15 +129,26 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(hello_),
+    // A client that does not finish the handshake in time (silent, slow, a stranger) is
+    // closed: it cannot hold a connection slot.
+    handshakeTimer_.expires_after(server_.options.handshakeTimeout);
+    handshakeTimer_.async_wait([this, self](const asio::error_code& ec) {
+      if (ec || authenticated_ || !socket_.is_open()) return;
+      server_.logRefusal(peer_, "no handshake within " +
+                                    std::to_string(server_.options.handshakeTimeout.count()) +
+                                    " ms");
+      close();
+    });
+    asio::async_read(socket_, asio::buffer(hello_.data(), proto::kHelloHeadBytes),
                      [this, self](const asio::error_code& ec, std::size_t) {
-                       if (ec) return;
+                       if (ec) return close();  // (and its handshake timer)
                        onHello();
                      });
   }
 
   void close() {
     asio::error_code ignored;
+    handshakeTimer_.cancel();
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
   }
@@ -145,32 +179,98 @@ class Session : public std::enable_shared_from_this<Session> {
       sendHello(proto::kHelloBadVersion, true);
       return;
     }
-    sendHello(proto::kHelloOk, false);
+    auto self = shared_from_this();
+    asio::async_read(socket_,
+                     asio::buffer(hello_.data() + proto::kHelloHeadBytes,
+                                  proto::kClientHelloBytes - proto::kHelloHeadBytes),
+                     [this, self](const asio::error_code& ec, std::size_t) {
+                       if (ec) return close();
+                       onHelloRest();
+                     });
   }
 
-  void sendHello(std::uint32_t status, bool thenClose) {
-    proto::Writer w;  // reuse the little-endian encoding, without a length prefix
+  // Flags and the client's nonce: serve at once (no secret here), refuse a client without
+  // the secret, or challenge it (this server proves the secret first).
+  void onHelloRest() {
+    std::uint32_t flags;
+    std::memcpy(&flags, hello_.data() + 8, 4);
+    const auto& secret = server_.options.secret;
+    if (!secret) {
+      authenticated_ = true;
+      sendHello(proto::kHelloOk, false);
+      return;
+    }
+    if ((flags & proto::kHoldsSecret) == 0) {
+      server_.logRefusal(peer_, "it holds no job secret");
+      sendHello(proto::kHelloAuthRequired, true);
+      return;
+    }
+    std::memcpy(clientNonce_.data(), hello_.data() + 12, clientNonce_.size());
+    serverNonce_ = secure::randomNonce();
+    const secure::Tag proof = secret->mac(secure::Purpose::kStore,
+                                          {proto::kServerProofLabel, clientNonce_, serverNonce_});
+    std::vector<std::uint8_t> frame = helloFrame(proto::kHelloChallenge);
+    frame.insert(frame.end(), serverNonce_.begin(), serverNonce_.end());
+    frame.insert(frame.end(), proof.begin(), proof.end());
+    send(std::move(frame), false, &Session::readProof);
+  }
+
+  void readProof() {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(proof_),
+                     [this, self](const asio::error_code& ec, std::size_t) {
+                       if (ec) return close();
+                       onProof();
+                     });
+  }
+
+  void onProof() {
+    std::vector<std::uint8_t> result(proto::kAuthResultBytes);
+    std::uint32_t status = proto::kHelloOk;
+    if (!server_.options.secret->verify(secure::Purpose::kStore,
+                                        {proto::kClientProofLabel, clientNonce_, serverNonce_},
+                                        proof_)) {
+      server_.logRefusal(peer_, "it failed the job secret's challenge (another secret, or none)");
+      status = proto::kHelloAuthFailed;
+      std::memcpy(result.data(), &status, 4);
+      send(std::move(result), true);
+      return;
+    }
+    authenticated_ = true;
+    handshakeTimer_.cancel();
+    std::memcpy(result.data(), &status, 4);
+    send(std::move(result), false);
+  }
+
+  std::vector<std::uint8_t> helloFrame(std::uint32_t status) {
     std::vector<std::uint8_t> frame(proto::kServerHelloBytes);
     std::memcpy(frame.data(), proto::kMagic, 4);
     std::uint32_t version = proto::kVersion;
     std::memcpy(frame.data() + 4, &version, 4);
     std::memcpy(frame.data() + 8, &status, 4);
-    send(std::move(frame), thenClose);
+    return frame;
   }
 
-  // One write in flight at most: requests and replies alternate.
-  void send(std::vector<std::uint8_t> frame, bool thenClose) {
+  void sendHello(std::uint32_t status, bool thenClose) {
+    if (!thenClose) handshakeTimer_.cancel();  // (kHelloOk without a secret)
+    send(helloFrame(status), thenClose);
+  }
+
+  // One write in flight at most: requests and replies alternate. Then `next` (the next
+  // request's header, or the handshake's next step).
+  void send(std::vector<std::uint8_t> frame, bool thenClose,
+            void (Session::*next)() = &Session::readHeader) {
     out_ = std::move(frame);
     auto self = shared_from_this();
     asio::async_write(socket_, asio::buffer(out_),
-                      [this, self, thenClose](const asio::error_code& ec, std::size_t) {
+                      [this, self, thenClose, next](const asio::error_code& ec, std::size_t) {
                         out_.clear();
                         out_.shrink_to_fit();
                         if (ec || thenClose) {
                           close();
                           return;
                         }
-                        readHeader();
+                        (this->*next)();
                       });
   }
 
@@ -388,6 +488,11 @@ class Session : public std::enable_shared_from_this<Session> {
   tcp::socket socket_;
   std::string peer_;
   std::array<std::uint8_t, proto::kClientHelloBytes> hello_{};
+  asio::steady_timer handshakeTimer_;
+  bool authenticated_ = false;  // the handshake is done: requests are served
+  secure::Nonce clientNonce_{};
+  secure::Nonce serverNonce_{};
+  secure::Tag proof_{};
   std::array<std::uint8_t, 4> header_{};
   std::vector<std::uint8_t> body_;
   std::vector<std::uint8_t> out_;

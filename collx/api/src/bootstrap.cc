@@ -6,6 +6,7 @@
 #include "collx/base/error.h"
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
+#include "collx/secure/job_secret.h"
 
 namespace collx {
 
@@ -105,6 +106,13 @@ void validateJobId(const std::string& jobId, const std::string& source) {
 }
 
 }  // namespace
+
+const Setting<kind::Bool> kInsecure(
+    {.name = "COLLX_INSECURE",
+     .component = "security",
+     .defaultValue = false,
+     .help = "The job runs without a secret on purpose (collx-run --insecure sets it): each "
+             "rank's warning that anyone who can reach the job can join it says so."});
 
 Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& config) {
   Bootstrap b;
@@ -279,6 +287,17 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
   } catch (const InvalidArgument& e) {
     fail(e.detail());
   }
+  // ---- the job's secret ----
+  try {
+    b.secret = options.secret ? options.secret : secure::JobSecret::fromConfig(config);
+    b.insecure = kInsecure.get(config);
+  } catch (const InvalidArgument& e) {
+    fail(e.detail());
+  }
+  b.origin.emplace_back(
+      "secret", !b.secret ? (b.insecure ? "none (COLLX_INSECURE=1)" : "none (unauthenticated)")
+                : options.secret ? "options"
+                                 : b.secret->origin());
   return b;
 }
 

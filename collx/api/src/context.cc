@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -243,6 +244,7 @@ void Context::connect(const ContextOptions& options) {
   mesh.size = size_;
   mesh.jobId = jobId_;
   mesh.generation = generation_;
+  mesh.secret = options.secret;
   mesh.describer = detail::describeMessage;
   if (options.transport) mesh.transport = *options.transport;
   if (options.tcpStreams) mesh.tcpStreams = *options.tcpStreams;
@@ -449,6 +451,31 @@ Context::~Context() {
   leave();
 }
 
+namespace {
+
+// Once per process: a job without a secret is open to whoever can reach it.
+void warnUnauthenticated(const Bootstrap& b) {
+  static std::once_flag once;
+  std::call_once(once, [&b] {
+    if (b.insecure) {
+      COLLX_WARN(kCore,
+                 "rank {}: job {} runs without a secret (--insecure): anyone who can reach its "
+                 "store or its ranks' ports can join it, read its keys or break it",
+                 b.rank, b.jobId);
+      return;
+    }
+    COLLX_WARN(kCore,
+               "rank {}: job {} is unauthenticated: anyone who can reach its store or its ranks' "
+               "ports can join it, read its keys or break it. Give every rank the same secret: "
+               "umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > "
+               "~/.collx-secret, then COLLX_JOB_SECRET_FILE=~/.collx-secret (collx-run makes "
+               "one by itself for a job on one node)",
+               b.rank, b.jobId);
+  });
+}
+
+}  // namespace
+
 std::shared_ptr<Context> init(const BootstrapOptions& options) {
   Bootstrap b = Bootstrap::resolve(options, Config::process());
   log::setProcessRank(b.rank);
@@ -457,10 +484,12 @@ std::shared_ptr<Context> init(const BootstrapOptions& options) {
   rendezvous::StoreOptions storeOptions;
   storeOptions.timeout = b.timeout;
   storeOptions.rank = b.rank;
+  storeOptions.secret = b.secret;
   if (!store) {
     if (b.rank0HostsStore && b.rank == 0) {
       rendezvous::StoreUrl url = rendezvous::StoreUrl::parse(b.storeUrl);
       rendezvous::TcpStoreServer::Options serverOptions;
+      serverOptions.secret = b.secret;
       bool loopback =
           url.host == "localhost" || url.host.rfind("127.", 0) == 0 || url.host == "::1";
       serverOptions.host =
@@ -487,6 +516,8 @@ std::shared_ptr<Context> init(const BootstrapOptions& options) {
     if (url.scheme == "tcp" || url.scheme == "redis") contextOptions.routeHost = url.host;
   }
   contextOptions.storeServer = std::move(server);
+  contextOptions.secret = b.secret;
+  if (!b.secret && b.worldSize > 1) warnUnauthenticated(b);
   return Context::create(store, b.rank, b.worldSize, contextOptions);
 }
 

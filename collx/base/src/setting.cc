@@ -331,12 +331,17 @@ template <typename Kind>
 AutoSetting<Kind>::AutoSetting(Declaration d)
     : TypedSetting<Kind>(std::move(d.name), std::move(d.component), true, std::move(d.help),
                          declaredRange<Kind>(d)),
-      automatic_(std::move(d.automatic)) {}
+      automatic_(std::move(d.automatic)) {
+  if constexpr (requires { d.hidden; }) {
+    if (d.hidden) this->hide();
+  }
+}
 
 template <typename Kind>
 std::string AutoSetting<Kind>::valueText(const Config& config) const {
   auto value = get(config);
-  return value ? this->format(*value) : std::string();
+  if (!value) return std::string();
+  return this->hidden() ? SettingInfo::kHiddenText : this->format(*value);
 }
 
 template class TypedSetting<kind::Integer>;

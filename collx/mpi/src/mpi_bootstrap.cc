@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <random>
@@ -10,6 +11,7 @@
 #include "collx/mpi.h"
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
+#include "collx/secure/job_secret.h"
 
 namespace collx {
 
@@ -51,6 +53,26 @@ std::shared_ptr<Context> initFromMpi(MPI_Comm comm, const BootstrapOptions& opti
   BootstrapOptions resolved = options;
   resolved.rank = rank;
   resolved.worldSize = size;
+  // The job's secret: the environment's, else one rank 0 makes and sends over MPI (a channel
+  // the job trusts already), so that a job under mpirun is authenticated with nothing set.
+  if (!resolved.secret) {
+    std::string text;
+    try {
+      resolved.secret = secure::JobSecret::fromConfig(config);
+    } catch (const Error& e) {
+      text = std::string("error:") + e.detail();  // every rank fails alike, below
+    }
+    int given = resolved.secret ? 1 : 0;
+    int allGiven = 0;
+    check(MPI_Allreduce(&given, &allGiven, 1, MPI_INT, MPI_MIN, comm), rank, "MPI_Allreduce");
+    if (!text.empty()) throw InvalidArgument(Where{rank, "initFromMpi", -1}, text.substr(6));
+    if (!allGiven) {
+      text = rank == 0 ? secure::newSecretText() : std::string();
+      text = broadcast(comm, rank, text);
+      resolved.secret = secure::JobSecret::fromText(text, "rank 0's, sent over MPI");
+      std::fill(text.begin(), text.end(), '\0');
+    }
+  }
   std::shared_ptr<rendezvous::TcpStoreServer> server;
   if (!options.storeObject && !options.store && !kStore.isSet(config)) {
     // Rank 0 hosts the store; loopback only when the whole communicator shares its host.
@@ -67,6 +89,7 @@ std::shared_ptr<Context> initFromMpi(MPI_Comm comm, const BootstrapOptions& opti
     if (rank == 0) {
       rendezvous::TcpStoreServer::Options serverOptions;
       serverOptions.host = allSameHost ? "127.0.0.1" : "0.0.0.0";
+      serverOptions.secret = resolved.secret;
       try {
         server = std::make_shared<rendezvous::TcpStoreServer>(serverOptions);
         char host[256] = {};
@@ -99,6 +122,7 @@ std::shared_ptr<Context> initFromMpi(MPI_Comm comm, const BootstrapOptions& opti
   rendezvous::StoreOptions storeOptions;
   storeOptions.timeout = b.timeout;
   storeOptions.rank = b.rank;
+  storeOptions.secret = b.secret;
   std::shared_ptr<rendezvous::Store> store =
       options.storeObject ? options.storeObject : rendezvous::openStore(b.storeUrl, storeOptions);
   ContextOptions contextOptions;
@@ -108,6 +132,7 @@ std::shared_ptr<Context> initFromMpi(MPI_Comm comm, const BootstrapOptions& opti
   contextOptions.timeout = b.timeout;
   contextOptions.leaveBarrier = resolved.store.has_value() && !options.store;
   contextOptions.storeServer = std::move(server);
+  contextOptions.secret = b.secret;
   return Context::create(store, b.rank, b.worldSize, contextOptions);
 }
 

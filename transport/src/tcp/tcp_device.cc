@@ -1,6 +1,5 @@
 #include "tcp_device.h"
 
-#include <asio.hpp>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -9,10 +8,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <asio.hpp>
 #include <cstring>
 #include <map>
 
 #include "collx/base/log.h"
+#include "collx/secure/job_secret.h"
 
 namespace collx::transport::tcp {
 
@@ -20,8 +21,21 @@ using asio::ip::tcp;
 
 namespace {
 
+// A connection between two ranks (the higher dials the lower, once per stream):
+//   dialer -> acceptor  Hello: who, which stream, its eager limit, whether it holds the job's
+//                       secret, and its nonce Nd
+//   acceptor -> dialer  Ack: a status, its eager limit, its nonce Na and its proof
+//                       Ma = HMAC(pair key, "acceptor" | job id | Hello | Na | its eager limit)
+//   dialer -> acceptor  Proof: Md = HMAC(pair key, "dialer" | job id | Hello | Na | Ma)
+//   acceptor -> dialer  Final: a status (kAckOk: the connection is the pair's stream)
+// Each proof is bound to the job, the generation, both ranks, the stream and both nonces, so
+// it is good for this one connection. The dialer checks Ma before it proves anything, and
+// the acceptor gives the stream's slot only to a connection whose proof holds: a stranger
+// is refused, logged with its address, and the job goes on. Without a secret on both sides
+// the proofs are left zero. (The pair key is the job secret's: secure::Purpose::kPair.)
 constexpr char kHelloMagic[4] = {'C', 'L', 'X', 'T'};
-constexpr std::uint32_t kHelloVersion = 2;
+constexpr std::uint32_t kHelloVersion = 3;
+constexpr std::uint32_t kHoldsSecret = 1;
 
 struct Hello {
   char magic[4];
@@ -33,15 +47,20 @@ struct Hello {
   std::uint32_t stream;
   std::uint32_t streams;
   std::uint64_t eagerLimit;  // the dialer's: the pair's is the smaller of both sides'
+  std::uint32_t flags;       // kHoldsSecret
+  std::uint32_t reserved;
+  secure::Nonce nonce;
 };
-static_assert(sizeof(Hello) == 48);
+static_assert(sizeof(Hello) == 88);
 
 struct Ack {
   char magic[4];
   std::uint32_t status;
   std::uint64_t eagerLimit;  // the acceptor's
+  secure::Nonce nonce;
+  secure::Tag proof;
 };
-static_assert(sizeof(Ack) == 16);
+static_assert(sizeof(Ack) == 80);
 
 enum AckStatus : std::uint32_t {
   kAckOk = 0,
@@ -49,17 +68,46 @@ enum AckStatus : std::uint32_t {
   kAckWrongRank = 2,
   kAckDuplicate = 3,
   kAckBadStream = 4,
+  kAckAuthFailed = 5,
+  kAckSecretMismatch = 6,
 };
 
 const char* ackText(std::uint32_t status) {
   switch (status) {
-    case kAckOk: return "ok";
-    case kAckWrongJob: return "it belongs to another job or generation";
-    case kAckWrongRank: return "it is not the rank this connection was meant for";
-    case kAckDuplicate: return "a connection for that stream already exists";
-    case kAckBadStream: return "the stream counts differ (COLLX_TCP_STREAMS)";
+    case kAckOk:
+      return "ok";
+    case kAckWrongJob:
+      return "it belongs to another job or generation";
+    case kAckWrongRank:
+      return "it is not the rank this connection was meant for";
+    case kAckDuplicate:
+      return "a connection for that stream already exists";
+    case kAckBadStream:
+      return "the stream counts differ (COLLX_TCP_STREAMS)";
+    case kAckAuthFailed:
+      return "this rank's proof of the job's secret did not hold (the ranks were given different "
+             "secrets)";
+    case kAckSecretMismatch:
+      return "one of the two ranks holds a job secret and the other does not";
   }
   return "unknown refusal";
+}
+
+std::span<const std::uint8_t> bytesOf(const void* data, std::size_t size) {
+  return {static_cast<const std::uint8_t*>(data), size};
+}
+
+secure::Tag acceptorProof(const secure::JobSecret& secret, const std::string& job,
+                          const Hello& hello, const Ack& ack) {
+  return secret.mac(secure::Purpose::kPair,
+                    {"acceptor", job, bytesOf(&hello, sizeof hello), ack.nonce,
+                     bytesOf(&ack.eagerLimit, sizeof ack.eagerLimit)});
+}
+
+secure::Tag dialerProof(const secure::JobSecret& secret, const std::string& job, const Hello& hello,
+                        const Ack& ack) {
+  return secret.mac(secure::Purpose::kPair,
+                    {"dialer", job, bytesOf(&hello, sizeof hello), ack.nonce, ack.proof});
 }
 
 std::string hostPort(const asio::ip::address& address, std::uint16_t port) {
@@ -100,7 +148,8 @@ std::string interfaceAddress(const std::string& name, const Where& where) {
     if (name != i->ifa_name) continue;
     char buf[INET6_ADDRSTRLEN] = {};
     if (i->ifa_addr->sa_family == AF_INET && v4.empty()) {
-      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof(buf));
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf,
+                  sizeof(buf));
       v4 = buf;
     } else if (i->ifa_addr->sa_family == AF_INET6 && v6.empty()) {
       auto* a6 = reinterpret_cast<sockaddr_in6*>(i->ifa_addr);
@@ -113,9 +162,9 @@ std::string interfaceAddress(const std::string& name, const Where& where) {
   if (!v4.empty()) return v4;
   if (!v6.empty()) return v6;
   if (!names.empty()) names.pop_back();
-  throw InvalidArgument(where, "COLLX_IFNAME=" + name +
-                                   ": no such interface with an address (interfaces: " + names +
-                                   ")");
+  throw InvalidArgument(
+      where,
+      "COLLX_IFNAME=" + name + ": no such interface with an address (interfaces: " + names + ")");
 }
 
 // The local address whose route reaches `host` (no packet is sent: a UDP connect only
@@ -236,9 +285,11 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
   };
 
   // Outgoing: this rank dials every lower rank, once per stream, retrying until the deadline.
+  const std::shared_ptr<const secure::JobSecret>& secret = options_.secret;
   std::function<void(std::size_t, int)> dial = [&](std::size_t i, int stream) {
     auto socket = std::make_shared<tcp::socket>(io);
     auto hello = std::make_shared<Hello>();
+    std::memset(hello.get(), 0, sizeof(Hello));
     std::memcpy(hello->magic, kHelloMagic, 4);
     hello->version = kHelloVersion;
     hello->job = job;
@@ -248,7 +299,11 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
     hello->stream = static_cast<std::uint32_t>(stream);
     hello->streams = static_cast<std::uint32_t>(streams);
     hello->eagerLimit = options_.eagerLimit;
+    hello->flags = secret ? kHoldsSecret : 0;
+    if (secret) hello->nonce = secure::randomNonce();
     auto ack = std::make_shared<Ack>();
+    auto proof = std::make_shared<secure::Tag>();
+    auto verdict = std::make_shared<std::uint32_t>(kAckOk);
     auto retry = [&, i, stream](const std::string& why) {
       lastError[i] = why;
       auto wait = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(50));
@@ -256,31 +311,64 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
         if (!ec) dial(i, stream);
       });
     };
+    auto refused = [&, i](std::uint32_t status) {
+      fatal = "rank " + std::to_string(peers[i]) + " (" + addresses[i] +
+              ") refused the connection: " + ackText(status);
+      finished();
+    };
+    // The last step: the acceptor's verdict on this rank's proof.
+    auto readVerdict = [&, socket, ack, verdict, i, stream, retry, refused] {
+      asio::async_read(*socket, asio::buffer(verdict.get(), sizeof(std::uint32_t)),
+                       [&, socket, ack, verdict, i, stream, retry, refused](
+                           const asio::error_code& ec, std::size_t) {
+                         if (ec) return retry("no answer to the proof: " + ec.message());
+                         if (*verdict != kAckOk) return refused(*verdict);
+                         eagerLimits[i] = std::min(eagerLimits[i], ack->eagerLimit);
+                         fds[i][stream] = socket->release();
+                         ++doneOut;
+                         finished();
+                       });
+    };
     tcp::endpoint endpoint = parseEndpoint(addresses[i], where);
-    socket->async_connect(endpoint, [&, socket, hello, ack, i, stream, retry](const asio::error_code& ec) {
+    socket->async_connect(endpoint, [&, socket, hello, ack, proof, i, retry, refused,
+                                     readVerdict](const asio::error_code& ec) {
       if (ec) return retry(ec.message());
-      asio::async_write(*socket, asio::buffer(hello.get(), sizeof(Hello)),
-                        [&, socket, hello, ack, i, stream, retry](const asio::error_code& ec2, std::size_t) {
-        if (ec2) return retry(ec2.message());
-        asio::async_read(*socket, asio::buffer(ack.get(), sizeof(Ack)),
-                         [&, socket, ack, i, stream, retry](const asio::error_code& ec3, std::size_t) {
-          if (ec3) return retry("no answer to the hello: " + ec3.message());
-          if (std::memcmp(ack->magic, kHelloMagic, 4) != 0) {
-            fatal = "what listens at " + addresses[i] + " for rank " + std::to_string(peers[i]) +
-                    " is not a collx rank";
-            return finished();
-          }
-          if (ack->status != kAckOk) {
-            fatal = "rank " + std::to_string(peers[i]) + " (" + addresses[i] +
-                    ") refused the connection: " + ackText(ack->status);
-            return finished();
-          }
-          eagerLimits[i] = std::min(eagerLimits[i], ack->eagerLimit);
-          fds[i][stream] = socket->release();
-          ++doneOut;
-          finished();
-        });
-      });
+      asio::async_write(
+          *socket, asio::buffer(hello.get(), sizeof(Hello)),
+          [&, socket, hello, ack, proof, i, retry, refused, readVerdict](
+              const asio::error_code& ec2, std::size_t) {
+            if (ec2) return retry(ec2.message());
+            asio::async_read(
+                *socket, asio::buffer(ack.get(), sizeof(Ack)),
+                [&, socket, hello, ack, proof, i, retry, refused, readVerdict](
+                    const asio::error_code& ec3, std::size_t) {
+                  if (ec3) return retry("no answer to the hello: " + ec3.message());
+                  if (std::memcmp(ack->magic, kHelloMagic, 4) != 0) {
+                    fatal = "what listens at " + addresses[i] + " for rank " +
+                            std::to_string(peers[i]) + " is not a collx rank";
+                    return finished();
+                  }
+                  if (ack->status != kAckOk) return refused(ack->status);
+                  if (secret) {
+                    // The acceptor proves the secret first: this rank proves nothing to a stranger.
+                    if (!secure::sameBytes(acceptorProof(*secret, options_.jobId, *hello, *ack),
+                                           ack->proof)) {
+                      fatal =
+                          "rank " + std::to_string(peers[i]) + " at " + addresses[i] +
+                          " could not prove that it holds the job's secret: the ranks were given "
+                          "different secrets, or something else listens there";
+                      return finished();
+                    }
+                    *proof = dialerProof(*secret, options_.jobId, *hello, *ack);
+                  }
+                  asio::async_write(
+                      *socket, asio::buffer(proof->data(), proof->size()),
+                      [proof, retry, readVerdict](const asio::error_code& ec4, std::size_t) {
+                        if (ec4) return retry(ec4.message());
+                        readVerdict();
+                      });
+                });
+          });
     });
   };
   for (std::size_t i = 0; i < peers.size(); ++i) {
@@ -289,7 +377,8 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
     }
   }
 
-  // Incoming: every higher rank dials us. Anything else that connects is refused and logged.
+  // Incoming: every higher rank dials us. Anything else that connects is refused and logged,
+  // and takes no stream's slot: a slot goes to a connection only once its proof holds.
   std::function<void()> acceptNext = [&] {
     impl_->acceptor.async_accept([&](const asio::error_code& ec, tcp::socket accepted) {
       if (ec) {
@@ -302,63 +391,118 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
       asio::error_code ignored;
       auto remote = socket->remote_endpoint(ignored);
       if (!ignored) from = hostPort(remote.address(), remote.port());
-      asio::async_read(*socket, asio::buffer(hello.get(), sizeof(Hello)),
-                       [&, socket, hello, from](const asio::error_code& ec2, std::size_t) {
-        if (ec2) {
-          COLLX_WARN(kTcp, "rank {}: dropped a connection from {} that sent no hello: {}", self,
-                     from, ec2.message());
-          return;
-        }
-        auto refuse = [&, socket, from](std::uint32_t status, const std::string& why) {
-          COLLX_WARN(kTcp, "rank {}: refused a connection from {}: {}", self, from, why);
-          if (status == 0xFFFFFFFFu) return;  // not even a collx hello: just close
-          auto ack = std::make_shared<Ack>();
-          std::memcpy(ack->magic, kHelloMagic, 4);
-          ack->status = status;
-          asio::async_write(*socket, asio::buffer(ack.get(), sizeof(Ack)),
-                            [socket, ack](const asio::error_code&, std::size_t) {});
-        };
-        if (std::memcmp(hello->magic, kHelloMagic, 4) != 0 || hello->version != kHelloVersion) {
-          return refuse(0xFFFFFFFFu, "not a collx rank (bad hello)");
-        }
-        if (hello->job != job || hello->generation != options_.generation) {
-          return refuse(kAckWrongJob, "rank " + std::to_string(hello->from) +
-                                          " of another job or generation");
-        }
-        auto it = index.find(hello->from);
-        if (hello->to != self || it == index.end() || hello->from <= self) {
-          return refuse(kAckWrongRank, "hello from rank " + std::to_string(hello->from) +
-                                           " to rank " + std::to_string(hello->to));
-        }
-        if (hello->streams != static_cast<std::uint32_t>(streams) ||
-            hello->stream >= static_cast<std::uint32_t>(streams)) {
-          return refuse(kAckBadStream, "rank " + std::to_string(hello->from) + " uses " +
-                                           std::to_string(hello->streams) + " streams, this rank " +
-                                           std::to_string(streams));
-        }
-        int* slot = &fds[it->second][hello->stream];
-        if (*slot != -1) {
-          return refuse(kAckDuplicate, "a second connection from rank " +
-                                           std::to_string(hello->from) + " stream " +
-                                           std::to_string(hello->stream));
-        }
-        *slot = -2;  // reserved until the ack is out
-        eagerLimits[it->second] = std::min(eagerLimits[it->second], hello->eagerLimit);
-        auto ack = std::make_shared<Ack>();
-        std::memcpy(ack->magic, kHelloMagic, 4);
-        ack->status = kAckOk;
-        ack->eagerLimit = options_.eagerLimit;
-        asio::async_write(*socket, asio::buffer(ack.get(), sizeof(Ack)),
-                          [&, socket, ack, slot](const asio::error_code& ec3, std::size_t) {
-          if (ec3) {
-            *slot = -1;
-            return;
-          }
-          *slot = socket->release();
-          ++doneIn;
-          finished();
-        });
-      });
+      asio::async_read(
+          *socket, asio::buffer(hello.get(), sizeof(Hello)),
+          [&, socket, hello, from](const asio::error_code& ec2, std::size_t) {
+            if (ec2) {
+              COLLX_WARN(kTcp, "rank {}: dropped a connection from {} that sent no hello: {}", self,
+                         from, ec2.message());
+              return;
+            }
+            auto refuse = [&, socket, from](std::uint32_t status, const std::string& why) {
+              COLLX_WARN(kTcp, "rank {}: refused a connection from {}: {}", self, from, why);
+              if (status == 0xFFFFFFFFu) return;  // not even a collx hello: just close
+              auto ack = std::make_shared<Ack>();
+              std::memset(ack.get(), 0, sizeof(Ack));
+              std::memcpy(ack->magic, kHelloMagic, 4);
+              ack->status = status;
+              asio::async_write(*socket, asio::buffer(ack.get(), sizeof(Ack)),
+                                [socket, ack](const asio::error_code&, std::size_t) {});
+            };
+            if (std::memcmp(hello->magic, kHelloMagic, 4) != 0 || hello->version != kHelloVersion) {
+              return refuse(0xFFFFFFFFu, "not a collx rank (bad hello)");
+            }
+            if (hello->job != job || hello->generation != options_.generation) {
+              return refuse(kAckWrongJob, "rank " + std::to_string(hello->from) +
+                                              " of another job or generation");
+            }
+            auto it = index.find(hello->from);
+            if (hello->to != self || it == index.end() || hello->from <= self) {
+              return refuse(kAckWrongRank, "hello from rank " + std::to_string(hello->from) +
+                                               " to rank " + std::to_string(hello->to));
+            }
+            if (hello->streams != static_cast<std::uint32_t>(streams) ||
+                hello->stream >= static_cast<std::uint32_t>(streams)) {
+              return refuse(kAckBadStream, "rank " + std::to_string(hello->from) + " uses " +
+                                               std::to_string(hello->streams) +
+                                               " streams, this rank " + std::to_string(streams));
+            }
+            const bool theirs = (hello->flags & kHoldsSecret) != 0;
+            if (theirs != (secret != nullptr)) {
+              return refuse(kAckSecretMismatch,
+                            "it says it is rank " + std::to_string(hello->from) + " and " +
+                                (theirs ? "holds a job secret; this rank has none"
+                                        : "holds no job secret; this rank has one"));
+            }
+            auto ack = std::make_shared<Ack>();
+            std::memset(ack.get(), 0, sizeof(Ack));
+            std::memcpy(ack->magic, kHelloMagic, 4);
+            ack->status = kAckOk;
+            ack->eagerLimit = options_.eagerLimit;
+            if (secret) {
+              ack->nonce = secure::randomNonce();
+              ack->proof = acceptorProof(*secret, options_.jobId, *hello, *ack);
+            }
+            auto proof = std::make_shared<secure::Tag>();
+            const std::size_t peerIndex = it->second;
+            asio::async_write(
+                *socket, asio::buffer(ack.get(), sizeof(Ack)),
+                [&, socket, hello, ack, proof, from, peerIndex](const asio::error_code& ec3,
+                                                                std::size_t) {
+                  if (ec3) return;
+                  asio::async_read(
+                      *socket, asio::buffer(proof->data(), proof->size()),
+                      [&, socket, hello, ack, proof, from, peerIndex](const asio::error_code& ec4,
+                                                                      std::size_t) {
+                        if (ec4) {
+                          COLLX_WARN(kTcp,
+                                     "rank {}: dropped a connection from {} that sent no proof: {}",
+                                     self, from, ec4.message());
+                          return;
+                        }
+                        auto verdict = std::make_shared<std::uint32_t>(kAckOk);
+                        auto answer = [socket, verdict](std::uint32_t status) {
+                          *verdict = status;
+                          asio::async_write(
+                              *socket, asio::buffer(verdict.get(), sizeof(std::uint32_t)),
+                              [socket, verdict](const asio::error_code&, std::size_t) {});
+                        };
+                        if (secret &&
+                            !secure::sameBytes(dialerProof(*secret, options_.jobId, *hello, *ack),
+                                               *proof)) {
+                          COLLX_WARN(
+                              kTcp,
+                              "rank {}: refused a connection from {} (it says it is rank {}): it "
+                              "failed the job secret's challenge",
+                              self, from, hello->from);
+                          return answer(kAckAuthFailed);
+                        }
+                        int* slot = &fds[peerIndex][hello->stream];
+                        if (*slot != -1) {
+                          COLLX_WARN(
+                              kTcp,
+                              "rank {}: refused a connection from {}: a second connection from "
+                              "rank {} stream {}",
+                              self, from, hello->from, hello->stream);
+                          return answer(kAckDuplicate);
+                        }
+                        *slot = -2;  // reserved until the verdict is out
+                        eagerLimits[peerIndex] =
+                            std::min(eagerLimits[peerIndex], hello->eagerLimit);
+                        asio::async_write(
+                            *socket, asio::buffer(verdict.get(), sizeof(std::uint32_t)),
+                            [&, socket, verdict, slot](const asio::error_code& ec5, std::size_t) {
+                              if (ec5) {
+                                *slot = -1;
+                                return;
+                              }
+                              *slot = socket->release();
+                              ++doneIn;
+                              finished();
+                            });
+                      });
+                });
+          });
       if (doneIn < needIn) acceptNext();
     });
   };

@@ -11,6 +11,8 @@
 // (rank 0 hosts that store, as torch's env:// does), else, for a world of one, a store in
 // this process. The job id: COLLX_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID[.SLURM_STEP_ID],
 // OMPI_MCA_ess_base_jobid, else "default". The generation: COLLX_GENERATION (default 0).
+// The job's secret: BootstrapOptions::secret, else COLLX_JOB_SECRET or COLLX_JOB_SECRET_FILE
+// (collx-run sets one), else none: the job is unauthenticated, and init() says so once.
 // With nothing set at all, the process is rank 0 of a world of one.
 //
 // A missing, malformed or contradictory value (a rank outside the world, half of a source)
@@ -27,6 +29,10 @@
 #include "collx/base/setting.h"
 
 namespace collx {
+
+namespace secure {
+class JobSecret;
+}  // namespace secure
 
 // The bootstrap's settings that other code asks about (the MPI bootstrap: whether a store or
 // a job id was given). COLLX_RANK, COLLX_WORLD_SIZE, COLLX_LOCAL_RANK and COLLX_GENERATION
@@ -49,6 +55,8 @@ struct BootstrapOptions {
   std::optional<std::string> jobId;
   std::optional<std::int64_t> generation;
   std::optional<std::chrono::milliseconds> timeout;
+  // The job's secret (collx internal: secure::JobSecret), when given in code.
+  std::shared_ptr<const secure::JobSecret> secret;
 };
 
 // The resolved parameters, with where each came from ("COLLX_RANK=3", "options", ...).
@@ -64,6 +72,8 @@ struct Bootstrap {
   std::int64_t generation = 0;
   std::chrono::milliseconds timeout{0};
   std::string launcher;  // "options", "collx", "torchrun", "openmpi", "slurm", "none"
+  std::shared_ptr<const secure::JobSecret> secret;  // nullptr: the job is unauthenticated
+  bool insecure = false;  // COLLX_INSECURE: without a secret on purpose (collx-run --insecure)
   std::vector<std::pair<std::string, std::string>> origin;  // value name -> its source
 
   static Bootstrap resolve(const BootstrapOptions& options, const Config& config);

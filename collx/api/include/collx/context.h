@@ -32,6 +32,10 @@ class Store;
 class TcpStoreServer;
 }  // namespace rendezvous
 
+namespace secure {
+class JobSecret;
+}  // namespace secure
+
 namespace detail {
 struct Runtime;
 class HangReporter;
@@ -67,6 +71,9 @@ struct ContextOptions {
   std::optional<std::size_t> traceBuffer;
   // The directory this rank writes its Chrome trace to ("": none); unset means COLLX_TRACE.
   std::optional<std::string> traceDir;
+  // The job's secret (Bootstrap::resolve: COLLX_JOB_SECRET or COLLX_JOB_SECRET_FILE), which
+  // the job's connections prove; nullptr: the job is unauthenticated.
+  std::shared_ptr<const secure::JobSecret> secret;
 };
 
 // What a rank told the others when it joined.

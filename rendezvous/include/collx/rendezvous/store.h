@@ -22,6 +22,10 @@
 #include "collx/base/error.h"
 #include "collx/base/setting.h"
 
+namespace collx::secure {
+class JobSecret;
+}  // namespace collx::secure
+
 namespace collx::rendezvous {
 
 using Bytes = std::vector<std::uint8_t>;
@@ -41,6 +45,9 @@ struct StoreOptions {
   std::optional<std::chrono::milliseconds> timeout;
   // The rank that uses this store, named in error messages (-1: not a rank).
   int rank = -1;
+  // The job's secret, which a TCP store client proves to its server (and the server to it);
+  // nullptr: none (a server that asks for one refuses the client).
+  std::shared_ptr<const secure::JobSecret> secret;
 };
 
 class Store {

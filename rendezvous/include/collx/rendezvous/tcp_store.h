@@ -27,6 +27,11 @@ class TcpStoreServer {
     std::size_t maxValueBytes = std::size_t{1} << 30;
     std::size_t maxKeysPerRequest = 1 << 16;
     std::size_t maxConnections = 4096;
+    // The job's secret: clients must prove it before anything is served (and the server
+    // proves it to them); nullptr: every client is served (an unauthenticated job).
+    std::shared_ptr<const secure::JobSecret> secret;
+    // A client that has not finished the handshake by then is closed.
+    std::chrono::milliseconds handshakeTimeout{10000};
   };
 
   // Binds and starts serving on a thread of its own. Throws IoError when it cannot bind.
@@ -81,6 +86,9 @@ class TcpStore final : public Store {
  private:
   struct Reply;
   void connectLocked(Clock::time_point deadline, std::string_view op);
+  // The handshake on a connected socket (the hello, and the job secret's challenge when the
+  // server asks for it); throws IoError or TimeoutError, closing the socket.
+  void handshakeLocked(Clock::time_point deadline, std::string_view op, Clock::time_point started);
   void closeLocked() noexcept;
   // Sends one request frame and reads its reply; `serverWait` is how long the server may
   // legitimately hold the request (a wait), on top of the store's timeout for the I/O.
@@ -89,6 +97,7 @@ class TcpStore final : public Store {
 
   std::string host_;
   std::uint16_t port_;
+  std::shared_ptr<const secure::JobSecret> secret_;
   std::mutex mutex_;
   int fd_ = -1;
 };

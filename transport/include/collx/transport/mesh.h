@@ -24,6 +24,10 @@
 #include "collx/transport/request.h"
 #include "collx/transport/shared_group.h"
 
+namespace collx::secure {
+class JobSecret;
+}  // namespace collx::secure
+
 namespace collx::transport {
 
 using Clock = std::chrono::steady_clock;
@@ -45,6 +49,9 @@ struct MeshOptions {
   int size = 1;
   std::string jobId = "default";
   std::int64_t generation = 0;
+  // The job's secret, which every tcp connection between ranks proves both ways before it
+  // is used; nullptr: none (then no rank of the job may have one).
+  std::shared_ptr<const secure::JobSecret> secret;
   Describer describer;
   // "auto" (the best transport per peer: self, shm within a host, ibverbs between hosts
   // that both have a usable RDMA port, tcp) or a transport name that every pair must use

@@ -77,11 +77,15 @@ class SettingInfo {
   virtual std::string valueText(const Config& config) const = 0;
   // Where the value in effect comes from: "environment", "default" or "automatic".
   const char* source(const Config& config) const;
+  // A secret: valueText() is kHiddenText when it is set, and nothing shows its value.
+  bool hidden() const noexcept { return hidden_; }
+  static constexpr const char* kHiddenText = "(set, hidden)";
 
  protected:
   SettingInfo(std::string name, std::string component, SettingType type, bool automatic,
               std::string help);
   ~SettingInfo();
+  void hide() noexcept { hidden_ = true; }
 
  private:
   std::string name_;
@@ -89,6 +93,7 @@ class SettingInfo {
   SettingType type_;
   bool automatic_;
   std::string help_;
+  bool hidden_ = false;
 };
 
 // Every registered setting, sorted by name (a name declared twice appears twice: a bug the
@@ -228,6 +233,9 @@ struct AutoDeclaration<kind::String> {
   std::string component;
   std::string automatic;
   std::string help;
+  // A secret (COLLX_JOB_SECRET): its value is never shown (valueText says only that it is
+  // set).
+  bool hidden = false;
 };
 
 }  // namespace detail
