@@ -243,6 +243,30 @@ TEST(TcpStoreServerLimits, TooManyConnectionsIsAClearRefusal) {
   EXPECT_EQ(toString(second.get("k")), "v");
 }
 
+TEST(TcpStoreServerLimits, AStalledRequestIsDroppedWithItsConnection) {
+  TcpStoreServer::Options o;
+  o.stallTimeout = 200ms;
+  TcpStoreServer server(o);
+  RawClient slow(server.port());
+  slow.hello();
+  ASSERT_EQ(slow.read(proto::kServerHelloBytes).size(), proto::kServerHelloBytes);
+  const std::uint32_t announced = 512u << 20;  // then 10 bytes, and nothing more
+  slow.send(&announced, 4);
+  slow.send(std::vector<std::uint8_t>(10, 1));
+  EXPECT_TRUE(slow.closedByPeer(3s));
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (server.connections() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(server.connections(), 0u);
+  // A request that keeps coming is not a stalled one, however long it takes as a whole.
+  StoreOptions clientOptions;
+  clientOptions.timeout = 5s;
+  TcpStore good("127.0.0.1", server.port(), clientOptions);
+  good.set("big", std::string(3u << 20, 'x'));
+  EXPECT_EQ(good.get("big").size(), 3u << 20);
+}
+
 TEST(TcpStoreServerLifetime, StoppingTheServerFailsWaitersAtOnce) {
   auto server = std::make_unique<TcpStoreServer>();
   StoreOptions so;

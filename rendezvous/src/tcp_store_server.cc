@@ -108,7 +108,10 @@ namespace {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(TcpStoreServer::Impl& server, tcp::socket socket)
-      : server_(server), socket_(std::move(socket)), handshakeTimer_(server.io) {
+      : server_(server),
+        socket_(std::move(socket)),
+        handshakeTimer_(server.io),
+        stallTimer_(server.io) {
     asio::error_code ec;
     auto endpoint = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown peer")
@@ -149,6 +152,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void close() {
     asio::error_code ignored;
     handshakeTimer_.cancel();
+    stallTimer_.cancel();
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
   }
@@ -292,16 +296,34 @@ class Session : public std::enable_shared_from_this<Session> {
                  true);
             return;
           }
-          body_.resize(length);
+          expected_ = length;
+          body_.clear();
           readBody();
         });
   }
 
+  // The request's body, a piece at a time (its buffer grows with the bytes that came, not
+  // with what the header announced); a client that stops sending for stallTimeout is closed.
   void readBody() {
+    constexpr std::size_t kPiece = std::size_t{1} << 20;
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(body_),
+    stallTimer_.expires_after(server_.options.stallTimeout);
+    stallTimer_.async_wait([this, self](const asio::error_code& ec) {
+      if (ec || !socket_.is_open()) return;
+      COLLX_WARN(kRdzv,
+                 "store server: closing connection from {}: its request stopped after {} of {} "
+                 "bytes for {} ms",
+                 peer_, body_.size(), expected_, server_.options.stallTimeout.count());
+      close();
+    });
+    const std::size_t at = body_.size();
+    const std::size_t piece = std::min(expected_ - at, kPiece);
+    body_.resize(at + piece);
+    asio::async_read(socket_, asio::buffer(body_.data() + at, piece),
                      [this, self](const asio::error_code& ec, std::size_t) {
-                       if (ec) return;
+                       stallTimer_.cancel();
+                       if (ec) return close();
+                       if (body_.size() < expected_) return readBody();
                        handle();
                      });
   }
@@ -489,6 +511,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string peer_;
   std::array<std::uint8_t, proto::kClientHelloBytes> hello_{};
   asio::steady_timer handshakeTimer_;
+  asio::steady_timer stallTimer_;
+  std::size_t expected_ = 0;    // the request's bytes, as its header said
   bool authenticated_ = false;  // the handshake is done: requests are served
   secure::Nonce clientNonce_{};
   secure::Nonce serverNonce_{};

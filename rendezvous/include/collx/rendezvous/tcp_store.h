@@ -32,6 +32,9 @@ class TcpStoreServer {
     std::shared_ptr<const secure::JobSecret> secret;
     // A client that has not finished the handshake by then is closed.
     std::chrono::milliseconds handshakeTimeout{10000};
+    // A request whose bytes stop coming for this long (its header announced more) is
+    // dropped with its connection; its buffer grows as its bytes arrive, never ahead of them.
+    std::chrono::milliseconds stallTimeout{30000};
   };
 
   // Binds and starts serving on a thread of its own. Throws IoError when it cannot bind.
