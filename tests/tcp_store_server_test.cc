@@ -541,6 +541,26 @@ TEST(TcpStoreAuth, AStrangerSpeakingTheProtocolLearnsNothing) {
   EXPECT_EQ(toString(good.get("key")), "valuable");
 }
 
+TEST(TcpStoreAuth, AFloodOfClientsThatNeverProveAnythingDoesNotKeepTheRanksOut) {
+  TcpStoreServer::Options o = withSecret("the job's own secret");
+  o.maxPendingHandshakes = 8;
+  o.maxConnections = 32;
+  TcpStoreServer server(o);
+  std::vector<std::unique_ptr<RawClient>> flood;
+  for (int i = 0; i < 40; ++i) {
+    flood.push_back(std::make_unique<RawClient>(server.port()));
+    if (i % 2 == 0) flood.back()->hello(proto::kVersion, proto::kHoldsSecret);  // then nothing
+  }
+  std::this_thread::sleep_for(200ms);
+  // Without the cap on handshakes, 40 open connections over a limit of 32 would refuse it.
+  TcpStore good("127.0.0.1", server.port(), clientWith(secretOf("the job's own secret")));
+  good.set("k", "v");
+  EXPECT_EQ(toString(good.get("k")), "v");
+  int closed = 0;
+  for (int i = 0; i < 30; ++i) closed += flood[static_cast<std::size_t>(i)]->closedByPeer(1s);
+  EXPECT_EQ(closed, 30);  // the oldest made room
+}
+
 TEST(TcpStoreAuth, AClientThatDoesNotFinishTheHandshakeIsClosed) {
   TcpStoreServer::Options o = withSecret("the job's own secret");
   o.handshakeTimeout = 200ms;

@@ -6,6 +6,7 @@
 #include <asio.hpp>
 #include <atomic>
 #include <bit>
+#include <deque>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -85,6 +86,8 @@ struct TcpStoreServer::Impl {
   std::atomic<bool> stopped{false};
   std::chrono::steady_clock::time_point refusalWindow{};
   int refusalsInWindow = 0;
+  // Sessions in their handshake, oldest first (and some that finished, dropped lazily).
+  std::deque<std::weak_ptr<Session>> pending;
 };
 
 void TcpStoreServer::Impl::logRefusal(const std::string& peer, const std::string& why) {
@@ -147,6 +150,16 @@ class Session : public std::enable_shared_from_this<Session> {
                        if (ec) return close();  // (and its handshake timer)
                        onHello();
                      });
+  }
+
+  bool authenticated() const noexcept { return authenticated_; }
+  bool open() const noexcept { return socket_.is_open(); }
+  // Closed to make room for newer clients while still in its handshake.
+  void evict() {
+    server_.logRefusal(peer_, "closed in its handshake: more than " +
+                                  std::to_string(server_.options.maxPendingHandshakes) +
+                                  " clients were in theirs");
+    close();
   }
 
   void close() {
@@ -541,8 +554,18 @@ void TcpStoreServer::Impl::accept() {
     }
     asio::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
+    // A flood of clients that never finish their handshake: the oldest makes room.
+    while (!pending.empty()) {
+      auto oldest = pending.front().lock();
+      const bool waiting = oldest && !oldest->authenticated() && oldest->open();
+      if (waiting && pending.size() < options.maxPendingHandshakes) break;
+      pending.pop_front();
+      if (waiting) oldest->evict();
+    }
     bool reject = connections.load() >= options.maxConnections;
-    std::make_shared<Session>(*this, std::move(socket))->start(reject);
+    auto session = std::make_shared<Session>(*this, std::move(socket));
+    if (!reject) pending.push_back(session);
+    session->start(reject);
     accept();
   });
 }

@@ -32,6 +32,9 @@ class TcpStoreServer {
     std::shared_ptr<const secure::JobSecret> secret;
     // A client that has not finished the handshake by then is closed.
     std::chrono::milliseconds handshakeTimeout{10000};
+    // Clients in their handshake at most: beyond, the oldest of them is closed, so that a
+    // flood of connections that never prove anything cannot keep the job's ranks out.
+    std::size_t maxPendingHandshakes = 256;
     // A request whose bytes stop coming for this long (its header announced more) is
     // dropped with its connection; its buffer grows as its bytes arrive, never ahead of them.
     std::chrono::milliseconds stallTimeout{30000};
