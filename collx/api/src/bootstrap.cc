@@ -301,4 +301,8 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
   return b;
 }
 
+std::shared_ptr<const secure::JobSecret> jobSecretOf(const Config& config) {
+  return secure::JobSecret::fromConfig(config);
+}
+
 }  // namespace collx

@@ -79,4 +79,9 @@ struct Bootstrap {
   static Bootstrap resolve(const BootstrapOptions& options, const Config& config);
 };
 
+// The job's secret as `config` gives it (COLLX_JOB_SECRET or COLLX_JOB_SECRET_FILE), or
+// nullptr: for contexts made without the bootstrap (the PyTorch backend). Throws
+// InvalidArgument as Bootstrap::resolve does.
+std::shared_ptr<const secure::JobSecret> jobSecretOf(const Config& config);
+
 }  // namespace collx
