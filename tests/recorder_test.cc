@@ -244,7 +244,9 @@ TEST(Recorder, ReadersNeverSeeATornEntry) {
   Recorder r(16);
   constexpr std::uint64_t kCalls = 200000;
   std::atomic<bool> done{false};
+  std::atomic<int> reading{0};  // the writer starts once both readers do
   std::thread writer([&] {
+    while (reading.load() < 2) std::this_thread::yield();
     for (std::uint64_t n = 1; n <= kCalls; ++n) {
       if (n % 3 == 0) {  // a short call, written once when it ended, n us after admission
         complete(r, callFor(n), static_cast<std::int64_t>(n * 1000 + n * 1000));
@@ -262,7 +264,8 @@ TEST(Recorder, ReadersNeverSeeATornEntry) {
   std::atomic<std::uint64_t> seen{0};
   std::atomic<int> torn{0};
   auto reader = [&] {
-    while (!done) {
+    ++reading;
+    do {  // (at least one pass, however fast the writer)
       for (const CallRecord& c : r.snapshot()) {
         const Recorder::Call expected = callFor(c.id);
         bool ok = c.seq == expected.seq && c.fingerprint == expected.fingerprint &&
@@ -283,7 +286,7 @@ TEST(Recorder, ReadersNeverSeeATornEntry) {
         if (!ok) ++torn;
         ++seen;
       }
-    }
+    } while (!done);
   };
   std::thread a(reader), b(reader);
   writer.join();
