@@ -263,30 +263,32 @@ TEST(Recorder, ReadersNeverSeeATornEntry) {
   });
   std::atomic<std::uint64_t> seen{0};
   std::atomic<int> torn{0};
+  auto check = [&] {
+    for (const CallRecord& c : r.snapshot()) {
+      const Recorder::Call expected = callFor(c.id);
+      bool ok = c.seq == expected.seq && c.fingerprint == expected.fingerprint &&
+                c.peer == (c.id % 3 == 0 ? -1 : expected.peer) &&
+                c.admittedNs == expected.admittedNs &&
+                std::string(c.algorithm) == expected.algorithm;
+      if (c.state != CallState::kQueued) {
+        ok = ok && c.runningNs == c.admittedNs + (c.id % 3 == 0 ? 0 : 1);
+      }
+      if (c.waitKind != WaitKind::kNone) {
+        ok = ok && c.waitPeer == static_cast<int>(c.id % 17) && c.waitBytes == c.id * 5 &&
+             c.step == c.id % 100 && c.waitSinceNs == c.admittedNs + 2;
+      }
+      if (c.state == CallState::kCompleted || c.state == CallState::kFailed) {
+        ok = ok && c.endedUs == c.id &&
+             (c.state == CallState::kFailed) == (c.id % 7 == 0 && c.id % 3 != 0);
+      }
+      if (!ok) ++torn;
+      ++seen;
+    }
+  };
   auto reader = [&] {
     ++reading;
-    do {  // (at least one pass, however fast the writer)
-      for (const CallRecord& c : r.snapshot()) {
-        const Recorder::Call expected = callFor(c.id);
-        bool ok = c.seq == expected.seq && c.fingerprint == expected.fingerprint &&
-                  c.peer == (c.id % 3 == 0 ? -1 : expected.peer) &&
-                  c.admittedNs == expected.admittedNs &&
-                  std::string(c.algorithm) == expected.algorithm;
-        if (c.state != CallState::kQueued) {
-          ok = ok && c.runningNs == c.admittedNs + (c.id % 3 == 0 ? 0 : 1);
-        }
-        if (c.waitKind != WaitKind::kNone) {
-          ok = ok && c.waitPeer == static_cast<int>(c.id % 17) && c.waitBytes == c.id * 5 &&
-               c.step == c.id % 100 && c.waitSinceNs == c.admittedNs + 2;
-        }
-        if (c.state == CallState::kCompleted || c.state == CallState::kFailed) {
-          ok = ok && c.endedUs == c.id &&
-               (c.state == CallState::kFailed) == (c.id % 7 == 0 && c.id % 3 != 0);
-        }
-        if (!ok) ++torn;
-        ++seen;
-      }
-    } while (!done);
+    while (!done) check();  // racing the writer
+    check();                // and once more after it (however fast it was)
   };
   std::thread a(reader), b(reader);
   writer.join();
