@@ -8,6 +8,7 @@
 #include <set>
 
 #include "collx/base/error.h"
+#include "collx/base/hex.h"
 #include "collx/base/setting.h"
 #include "collx/secure/job_secret.h"
 #include "util/test_util.h"
@@ -15,15 +16,7 @@
 namespace collx::secure {
 namespace {
 
-std::string hex(const Tag& tag) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (std::uint8_t b : tag) {
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
-}
+std::string hex(const Tag& tag) { return hexBytes(tag.data(), tag.size()); }
 
 std::span<const std::uint8_t> bytesOf(std::string_view text) {
   return {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()};

@@ -36,13 +36,18 @@ std::uint32_t timeoutMsOf(const CallInfo& info) noexcept {
       std::clamp<std::int64_t>(info.timeout.count(), 0, std::numeric_limits<std::uint32_t>::max()));
 }
 
+// The name the flight recorder keeps for a call's algorithm (point to point: its kind).
+const char* recordedAlgorithm(const CallInfo& info) noexcept {
+  return info.algorithm != nullptr ? info.algorithm : info.collective;
+}
+
 // A call as the flight recorder keeps it.
 Recorder::Call recordedCall(const CallInfo& info) noexcept {
   Recorder::Call call;
   call.seq = info.key.seq;
   call.space = info.key.space;
   call.fingerprint = info.fingerprint;
-  call.algorithm = info.algorithm != nullptr ? info.algorithm : info.collective;
+  call.algorithm = recordedAlgorithm(info);
   call.peer = info.peer;
   // A call with a deadline read the clock already. A blocking shared-memory call reads none
   // of its own: a small one gets its times from its waits' readings or, if it never waited,
@@ -539,8 +544,7 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
   } else {
     endedNs = Recorder::coarseNowNs();
   }
-  info.recorder->completed(info.key.seq, info.fingerprint,
-                           info.algorithm != nullptr ? info.algorithm : info.collective,
+  info.recorder->completed(info.key.seq, info.fingerprint, recordedAlgorithm(info),
                            timeoutMsOf(info), admittedNs, endedNs);
   return true;
 }

@@ -24,6 +24,12 @@ std::uint64_t withByte(std::uint64_t w, int at, std::uint8_t value) {
 std::uint8_t byteOf(std::uint64_t w, int at) { return static_cast<std::uint8_t>(w >> (8 * at)); }
 enum PackedByte : int { kColl, kDtype, kOp, kSpace, kState, kErrorKind, kWaitKind };
 
+// An entry's endedUs: microseconds from admission to the end (0 if none passed; saturating).
+std::uint32_t microsBetween(std::int64_t admittedNs, std::int64_t endedNs) {
+  const std::int64_t us = endedNs > admittedNs ? (endedNs - admittedNs) / 1000 : 0;
+  return static_cast<std::uint32_t>(std::min<std::int64_t>(us, UINT32_MAX));
+}
+
 }  // namespace
 
 Recorder::Ring::Ring(std::size_t capacity)
@@ -114,11 +120,10 @@ std::uint64_t Recorder::completed(std::uint64_t seq, const transport::Fingerprin
   const std::uint64_t id = seq + 1;
   Entry& e = collectives_.at(id);
   if (admittedNs == 0) admittedNs = endedNs;
-  const std::int64_t us = endedNs > admittedNs ? (endedNs - admittedNs) / 1000 : 0;
   beginWrite(e);
   writeAdmission(e, id, packedOf(fingerprint, transport::Space::kCollective, CallState::kCompleted),
                  fingerprint, -1, algorithm, admittedNs, timeoutMs,
-                 static_cast<std::uint32_t>(std::min<std::int64_t>(us, UINT32_MAX)));
+                 microsBetween(admittedNs, endedNs));
   endWrite(e);
   prefetchNext(id);
   return id;
@@ -168,8 +173,7 @@ void Recorder::end(std::uint64_t id, bool failed, std::uint8_t errorKind,
   Entry* e = owned(id);
   if (e == nullptr) return;
   const auto admitted = static_cast<std::int64_t>(e->w[kAdmitted].load(kRelaxed));
-  const std::int64_t us = admitted != 0 && nowNs > admitted ? (nowNs - admitted) / 1000 : 0;
-  const auto endedUs = static_cast<std::uint32_t>(std::min<std::int64_t>(us, UINT32_MAX));
+  const std::uint32_t endedUs = admitted != 0 ? microsBetween(admitted, nowNs) : 0;
   beginWrite(*e);
   // A short call admitted without a clock (it never waited): it ran within this tick.
   if (admitted == 0) e->w[kAdmitted].store(static_cast<std::uint64_t>(nowNs), kRelaxed);

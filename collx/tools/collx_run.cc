@@ -68,6 +68,7 @@ struct Args {
   bool tag = false;
   std::string bind = "auto";
   std::string secretFile;
+  std::shared_ptr<const collx::secure::JobSecret> fileSecret;  // read from secretFile
   bool insecure = false;
   std::vector<std::string> command;
 };
@@ -160,7 +161,7 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
     const auto absolute = std::filesystem::absolute(args.secretFile, ec);
     if (!ec) args.secretFile = absolute.string();
     try {  // the same checks as the ranks', before they start
-      collx::secure::JobSecret::fromConfig(
+      args.fileSecret = collx::secure::JobSecret::fromConfig(
           collx::Config(collx::Config::Environment{{"COLLX_JOB_SECRET_FILE", args.secretFile}}));
     } catch (const collx::Error& e) {
       cli.fail("--secret-file: " + e.detail());
@@ -316,8 +317,7 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
   const bool given = config.env("COLLX_JOB_SECRET") || config.env("COLLX_JOB_SECRET_FILE");
   if (!args.secretFile.empty()) {
     secretEnv = {"COLLX_JOB_SECRET_FILE=" + args.secretFile, "COLLX_JOB_SECRET="};
-    secret = collx::secure::JobSecret::fromConfig(
-        collx::Config(collx::Config::Environment{{"COLLX_JOB_SECRET_FILE", args.secretFile}}));
+    secret = args.fileSecret;
   } else if (given) {
     if (args.insecure) cli.fail("--insecure, but COLLX_JOB_SECRET(_FILE) is set: unset it");
     try {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collx/base/error.h"
+#include "collx/base/hex.h"
 #include "collx/base/setting.h"
 
 namespace collx::secure {
@@ -132,12 +133,7 @@ Nonce randomNonce() {
 std::string newSecretText() {
   std::array<std::uint8_t, 32> bytes;
   randomBytes(bytes);
-  static const char kHex[] = "0123456789abcdef";
-  std::string text;
-  for (std::uint8_t b : bytes) {
-    text += kHex[b >> 4];
-    text += kHex[b & 15];
-  }
+  std::string text = hexBytes(bytes.data(), bytes.size());
   OPENSSL_cleanse(bytes.data(), bytes.size());
   return text;
 }
