@@ -335,11 +335,11 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
     secret = collx::secure::JobSecret::fromText(text, "collx-run's");
     secretEnv = {"COLLX_JOB_SECRET=" + text};
   } else {
-    cli.fail(
-        "a job on several nodes needs the same secret on every node: make one on a filesystem "
-        "they share (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > "
-        "~/.collx-secret) and give each node's collx-run --secret-file ~/.collx-secret (or set "
-        "COLLX_JOB_SECRET_FILE); --insecure runs it without one");
+    cli.fail(std::string("a job on several nodes needs the same secret on every node: make one "
+                         "on a filesystem they share (") +
+             collx::secure::kMakeSecretFile +
+             ") and give each node's collx-run --secret-file ~/.collx-secret (or set "
+             "COLLX_JOB_SECRET_FILE); --insecure runs it without one");
   }
 
   // The store: given, or started here (node 0), or node 0's (other nodes).

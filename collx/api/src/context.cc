@@ -19,6 +19,7 @@
 #include "collx/rendezvous/prefix_store.h"
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
+#include "collx/secure/job_secret.h"
 #include "collx/settings.h"
 #include "hang_report.h"
 #include "process_probe.h"
@@ -467,10 +468,9 @@ void warnUnauthenticated(const Bootstrap& b) {
     COLLX_WARN(kCore,
                "rank {}: job {} is unauthenticated: anyone who can reach its store or its ranks' "
                "ports can join it, read its keys or break it. Give every rank the same secret: "
-               "umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > "
-               "~/.collx-secret, then COLLX_JOB_SECRET_FILE=~/.collx-secret (collx-run makes "
-               "one by itself for a job on one node)",
-               b.rank, b.jobId);
+               "{}, then COLLX_JOB_SECRET_FILE=~/.collx-secret (collx-run makes one by itself "
+               "for a job on one node)",
+               b.rank, b.jobId, secure::kMakeSecretFile);
   });
 }
 

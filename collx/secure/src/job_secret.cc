@@ -54,7 +54,7 @@ void checkLength(std::string_view secret, const std::string& from) {
   if (secret.size() < kMinSecret || secret.size() > kMaxSecret) {
     bad(from + ": the secret has " + std::to_string(secret.size()) + " bytes; it takes " +
         std::to_string(kMinSecret) + " to " + std::to_string(kMaxSecret) +
-        " (make one: head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')");
+        " (make one: " + kMakeSecretFile + ")");
   }
 }
 

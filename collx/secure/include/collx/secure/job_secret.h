@@ -78,6 +78,10 @@ Tag hmacSha256(std::span<const std::uint8_t> key, std::span<const std::uint8_t> 
 // Bytes from the kernel's random source (getrandom); throws IoError if it fails.
 void randomBytes(std::span<std::uint8_t> out);
 Nonce randomNonce();
+// How a user makes a secret file, for the messages that ask for one.
+inline constexpr const char* kMakeSecretFile =
+    "umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > ~/.collx-secret";
+
 // A new secret: 32 random bytes as 64 hex digits (what collx-run makes for a job).
 std::string newSecretText();
 // Whether a and b hold the same bytes, in time that depends on their size only.
