@@ -394,9 +394,21 @@ TEST(JoinGenerations, AJobFormsAgainUnderANewGeneration) {
     }
     for (auto& t : threads) t.join();
     EXPECT_EQ(joined.load(), 3) << "generation " << generation;
+    // The last rank to leave erased the generation's keys.
+    const std::string prefix = "collx/default/" + std::to_string(generation) + "/";
+    for (const char* key : {"rank/0", "rank/2", "transport/1", "world_size", "left"}) {
+      EXPECT_FALSE(store->check({prefix + key})) << prefix + key;
+    }
   }
-  // Joining an old generation again finds the earlier claims: a clear mismatch, not a hang.
-  EXPECT_THROW(Context::create(store, 0, 3, quick(/*localRank=*/7, 1)), MismatchError);
+  // Joining a generation that is still open finds its claims: a clear mismatch, not a hang.
+  std::vector<std::shared_ptr<Context>> open(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] { open[r] = Context::create(store, r, 3, quick(r, 3)); });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_THROW(Context::create(store, 0, 3, quick(/*localRank=*/7, 3)), MismatchError);
+  EXPECT_TRUE(store->check({"collx/default/3/rank/0"}));
 }
 
 // ---- real processes through the launcher conventions ------------------------------------

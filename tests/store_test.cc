@@ -1,6 +1,8 @@
 // One suite for every Store: semantics, timeouts, concurrency, large and binary values, and
 // waiters woken from another process. Parameterized over hash, file, tcp, prefix and redis.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -14,7 +16,9 @@
 #include "collx/rendezvous/file_store.h"
 #include "collx/rendezvous/hash_store.h"
 #include "collx/rendezvous/prefix_store.h"
+#include "collx/rendezvous/signed_store.h"
 #include "collx/rendezvous/tcp_store.h"
+#include "collx/secure/job_secret.h"
 #include "collx_rendezvous_config.h"
 #include "util/test_util.h"
 #if COLLX_HAVE_REDIS
@@ -85,6 +89,23 @@ class PrefixBackend : public Backend {
   TcpStoreServer server_;
 };
 
+std::shared_ptr<const secure::JobSecret> testSecret(
+    std::string_view text = "a secret of this test") {
+  return secure::JobSecret::fromText(text, "the test's");
+}
+
+// A store that others can write, with the job's values signed.
+class SignedFileBackend : public Backend {
+ public:
+  std::shared_ptr<Store> client(const StoreOptions& options) override {
+    return std::make_shared<SignedStore>(std::make_shared<FileStore>(dir_.path() + "/s", options),
+                                         testSecret(), options);
+  }
+
+ private:
+  TempDir dir_;
+};
+
 #if COLLX_HAVE_REDIS
 class RedisBackend : public Backend {
  public:
@@ -116,6 +137,7 @@ std::vector<Kind> kinds() {
       {"file", [] { return std::make_unique<FileBackend>(); }, true},
       {"tcp", [] { return std::make_unique<TcpBackend>(); }, true},
       {"prefix", [] { return std::make_unique<PrefixBackend>(); }, false},
+      {"signed", [] { return std::make_unique<SignedFileBackend>(); }, false},
   };
 #if COLLX_HAVE_REDIS
   out.push_back({"redis", [] { return std::make_unique<RedisBackend>(); }, true});
@@ -212,7 +234,12 @@ TEST_P(StoreTest, AddCountsAtomically) {
   EXPECT_EQ(store->add("counter", 5), 5);
   EXPECT_EQ(store->add("counter", -2), 3);
   EXPECT_EQ(store->add("counter", 0), 3);
-  EXPECT_EQ(toString(store->get("counter")), "3");
+  if (GetParam().name == "signed") {
+    // Counters are not signed, so get() cannot vouch for one: add(key, 0) reads it.
+    EXPECT_THROW(store->get("counter"), IoError);
+  } else {
+    EXPECT_EQ(toString(store->get("counter")), "3");
+  }
   store->set("text", "not a number");
   EXPECT_THROW(store->add("text", 1), InvalidArgument);
   EXPECT_EQ(toString(store->get("text")), "not a number");
@@ -546,6 +573,92 @@ TEST(FileStoreTest, LeavesNoTemporaryFiles) {
 
 TEST(FileStoreTest, UnwritableDirectoryIsAnIoError) {
   EXPECT_THROW(FileStore("/proc/collx-cannot-exist"), IoError);
+}
+
+TEST(FileStoreTest, DirectoryAndFilesAreForThisUserOnly) {
+  TempDir dir;
+  const std::string path = dir.path() + "/a/b";
+  FileStore store(path);
+  store.set("k", "v");
+  store.add("n", 1);
+  auto mode = [](const std::string& p) {
+    struct stat st {};
+    EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+    return st.st_mode & 0777;
+  };
+  EXPECT_EQ(mode(dir.path() + "/a"), 0700u);
+  EXPECT_EQ(mode(path), 0700u);
+  for (const auto& entry : std::filesystem::directory_iterator(path)) {
+    EXPECT_EQ(mode(entry.path().string()), 0600u) << entry.path();
+  }
+}
+
+TEST(FileStoreTest, ALinkOrADirectoryInPlaceOfAValueIsRefused) {
+  TempDir dir;
+  FileStore store(dir.path());
+  store.set("real", "secret things");
+  ASSERT_EQ(::symlink((dir.path() + "/real").c_str(), (dir.path() + "/link").c_str()), 0);
+  ASSERT_EQ(::mkdir((dir.path() + "/folder").c_str(), 0700), 0);
+  EXPECT_THROW(store.get("link", 100ms), IoError);
+  try {
+    store.get("folder", 100ms);
+    FAIL() << "a directory was read as a value";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
+}
+
+// What another client of a shared store writes is refused, naming the key: a value without
+// a tag, a value with another secret's tag, a value moved from another key.
+TEST(SignedStoreTest, ForgedAndMovedValuesAreRefusedNamingTheKey) {
+  TempDir dir;
+  auto raw = std::make_shared<FileStore>(dir.path());
+  SignedStore store(raw, testSecret());
+  SignedStore stranger(raw, testSecret("another secret, not the job's"));
+  store.set("rank/0", "host a pid 1");
+  EXPECT_EQ(toString(store.get("rank/0")), "host a pid 1");
+  EXPECT_NE(toString(raw->get("rank/0")), "host a pid 1");  // stored with its tag
+
+  auto refused = [&](const std::string& key) {
+    try {
+      store.get(key, 100ms);
+    } catch (const IoError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  raw->set("rank/1", "host evil pid 2");
+  EXPECT_NE(refused("rank/1").find("value of key 'rank/1'"), std::string::npos)
+      << refused("rank/1");
+  EXPECT_NE(refused("rank/1").find("not signed with this job's secret"), std::string::npos);
+  stranger.set("rank/2", "host evil pid 3");
+  EXPECT_NE(refused("rank/2").find("rank/2"), std::string::npos);
+  EXPECT_THROW(stranger.get("rank/0", 100ms), IoError);
+  raw->set("rank/3", raw->get("rank/0"));  // a good value under another key
+  EXPECT_NE(refused("rank/3").find("rank/3"), std::string::npos);
+  // compareSet returns only values it can vouch for.
+  EXPECT_THROW(store.compareSet("rank/1", {}, toBytes("mine")), IoError);
+  EXPECT_EQ(toString(store.compareSet("rank/0", toBytes("host a pid 1"), toBytes("x"))), "x");
+  // Counters are not signed (see signed_store.h).
+  EXPECT_EQ(store.add("left", 2), 2);
+  EXPECT_EQ(raw->add("left", 1), 3);
+}
+
+TEST(SignedStoreTest, WrapsOnlyWhatOthersCanWrite) {
+  TempDir dir;
+  auto secret = testSecret();
+  std::shared_ptr<Store> file = std::make_shared<FileStore>(dir.path());
+  EXPECT_NE(SignedStore::wrapIfNeeded(file, secret), file);
+  EXPECT_EQ(SignedStore::wrapIfNeeded(file, nullptr), file);
+  std::shared_ptr<Store> hash = std::make_shared<HashStore>();
+  EXPECT_EQ(SignedStore::wrapIfNeeded(hash, secret), hash);
+  TcpStoreServer::Options options;
+  options.secret = secret;
+  TcpStoreServer server(options);
+  StoreOptions client;
+  client.secret = secret;
+  std::shared_ptr<Store> tcp = std::make_shared<TcpStore>("127.0.0.1", server.port(), client);
+  EXPECT_EQ(SignedStore::wrapIfNeeded(tcp, secret), tcp);
 }
 
 }  // namespace

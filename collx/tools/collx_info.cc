@@ -134,10 +134,11 @@ void printInfo() {
 int rendezvous() {
   collx::Bootstrap b = collx::Bootstrap::resolve({}, collx::Config::process());
   auto context = collx::init();
-  std::string out = "rank " + std::to_string(context->rank()) + " of " +
-                    std::to_string(context->size()) + ": job " + context->jobId() + " generation " +
-                    std::to_string(context->generation()) + ", launcher " + b.launcher +
-                    ", store " + (b.storeUrl.empty() ? "(object)" : b.storeUrl) + "\n";
+  std::string out =
+      "rank " + std::to_string(context->rank()) + " of " + std::to_string(context->size()) +
+      ": job " + context->jobId() + " generation " + std::to_string(context->generation()) +
+      ", launcher " + b.launcher + ", store " +
+      (b.storeUrl.empty() ? "(object)" : collx::rendezvous::hidePassword(b.storeUrl)) + "\n";
   for (const auto& [what, origin] : b.origin) out += "  " + what + " from " + origin + "\n";
   out += "  peers:";
   for (const collx::PeerInfo& peer : context->peers()) {

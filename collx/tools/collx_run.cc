@@ -18,7 +18,9 @@
 #include <thread>
 
 #include "cli.h"
+#include "collx/base/hex.h"
 #include "collx/collx.h"
+#include "collx/rendezvous/signed_store.h"
 #include "collx/secure/job_secret.h"
 #include "collx/settings.h"
 #include "collx/transport/shm_segments.h"
@@ -185,18 +187,52 @@ std::string randomJobId() {
   return id;
 }
 
+// collx-run's own store: with a secret, what others can write is signed.
+std::shared_ptr<collx::rendezvous::Store> openRunStore(
+    const std::string& url, const collx::rendezvous::StoreOptions& options) {
+  using namespace collx::rendezvous;
+  return SignedStore::wrapIfNeeded(openStore(url, options), options.secret);
+}
+
+// The keys collx-run writes in the store of a job on several nodes. The one that gives node
+// 0's job id to the others is found before the job id is known: with a secret its name is
+// one only the secret's holders can tell, so that jobs sharing a store do not collide.
+struct RunKeys {
+  RunKeys(const std::string& jobId)
+      : torchMaster(prefix(jobId) + "torch-master"), nodesDone(prefix(jobId) + "nodes-done") {}
+  static std::string prefix(const std::string& jobId) { return "collx-run/" + jobId + "/"; }
+  static std::string jobIdKey(const collx::secure::JobSecret* secret) {
+    if (secret == nullptr) return "collx-run/job-id";
+    const collx::secure::Tag tag = secret->mac(collx::secure::Purpose::kLauncher, {"job-id"});
+    return "collx-run/" + collx::hexBytes(tag.data(), 8) + "/job-id";
+  }
+  std::string torchMaster;
+  std::string nodesDone;
+};
+
 // With several nodes, node 0's store must outlive every node's ranks: each launcher records
-// that its ranks are done, and the one hosting the store waits (bounded) for all of them.
+// that its ranks are done, and the one hosting the store waits (bounded) for all of them. The
+// last node erases collx-run's keys (the one hosting the store, if it is not the last, the
+// counter after it).
 void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::string& jobId,
                      bool hostsStore, std::shared_ptr<const collx::secure::JobSecret> secret) {
   using namespace collx::rendezvous;
-  const std::string key = "collx-run/" + jobId + "/nodes-done";
+  const RunKeys keys(jobId);
+  const std::string& key = keys.nodesDone;
   try {
     StoreOptions options;
     options.timeout = std::chrono::seconds(30);
-    options.secret = std::move(secret);
-    auto store = openStore(storeUrl, options);
+    options.secret = secret;
+    auto store = openRunStore(storeUrl, options);
     std::int64_t done = store->add(key, 1);
+    if (done == args.nnodes) {
+      store->erase(keys.torchMaster);
+      store->erase(RunKeys::jobIdKey(secret.get()));
+      // Node 0's store waits for the count before it stops; any other store loses it now.
+      const bool hostWaits = args.store.empty() && !hostsStore;
+      if (!hostWaits) store->erase(key);
+      return;
+    }
     if (!hostsStore) return;
     const auto deadline = std::chrono::steady_clock::now() + kStoreLinger;
     while (done < args.nnodes) {
@@ -213,6 +249,7 @@ void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::s
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       done = store->add(key, 0);
     }
+    store->erase(key);
   } catch (const collx::Error& e) {
     std::cerr << "collx-run: could not tell the other nodes that node " << args.nodeRank
               << " is done: " << e.what() << "\n";
@@ -281,8 +318,8 @@ TorchMaster torchMaster(const Args& args, const std::string& storeUrl, const std
                         const collx::rendezvous::StoreOptions& storeOptions) {
   using namespace collx::rendezvous;
   if (args.nnodes == 1) return {"127.0.0.1", args.torchPort != 0 ? args.torchPort : unusedPort()};
-  auto store = openStore(storeUrl, storeOptions);
-  const std::string key = "collx-run/" + jobId + "/torch-master";
+  auto store = openRunStore(storeUrl, storeOptions);
+  const std::string key = RunKeys(jobId).torchMaster;
   TorchMaster master;
   if (args.nodeRank == 0) {
     master.addr =
@@ -293,6 +330,10 @@ TorchMaster torchMaster(const Args& args, const std::string& storeUrl, const std
   }
   const std::string value = toString(store->get(key));  // "<port> <address>"
   const std::size_t space = value.find(' ');
+  if (space == std::string::npos || space + 1 == value.size() || value.size() > 300) {
+    throw collx::IoError(collx::Where{-1, "collx-run", -1},
+                         "node 0's '" + key + "' in the store is not '<port> <address>'");
+  }
   master.port = static_cast<int>(collx::parseInt(value.substr(0, space), 1, 65535, key));
   master.addr = value.substr(space + 1);
   return master;
@@ -372,12 +413,13 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
     if (args.nnodes == 1) {
       jobId = randomJobId();
     } else {
-      auto store = openStore(storeUrl, storeOptions);
+      auto store = openRunStore(storeUrl, storeOptions);
+      const std::string key = RunKeys::jobIdKey(secret.get());
       if (args.nodeRank == 0) {
         jobId = randomJobId();
-        store->set("collx-run/job-id", jobId);
+        store->set(key, jobId);
       } else {
-        jobId = toString(store->get("collx-run/job-id"));
+        jobId = toString(store->get(key));
       }
     }
   }
@@ -388,7 +430,7 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
   if (parsed.scheme == "file") {
     parsed.path += "/collx-run-" + jobId;
     storeUrl = parsed.str();
-    std::filesystem::create_directories(parsed.path);
+    FileStore made(parsed.path);  // for this user only (0700)
     if (args.nodeRank == 0) removeDir = parsed.path;
   }
 

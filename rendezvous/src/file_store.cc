@@ -7,7 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "collx/base/log.h"
@@ -77,7 +77,8 @@ std::string encodeKey(const std::string& key) {
 class FileStore::Lock {
  public:
   Lock(const FileStore& store, std::string_view op)
-      : fd_(::open((store.directory_ + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+      : fd_(::open((store.directory_ + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                   0600)) {
     if (fd_.get() < 0) {
       int err = errno;
       throw IoError(store.where(op),
@@ -114,12 +115,31 @@ FileStore::FileStore(std::string directory, const StoreOptions& options)
     throw InvalidArgument(Where{rank(), "FileStore", -1}, "the directory is empty");
   }
   while (directory_.size() > 1 && directory_.back() == '/') directory_.pop_back();
-  std::error_code ec;
-  std::filesystem::create_directories(directory_, ec);
-  if (ec || !std::filesystem::is_directory(directory_)) {
+  // What is missing of the path is made for this user only (0700): the store's keys carry
+  // host names, pids and addresses.
+  for (std::size_t end = directory_.find('/', 1);; end = directory_.find('/', end + 1)) {
+    const std::string part = directory_.substr(0, end);
+    if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
+      const int err = errno;
+      throw IoError(Where{rank(), "FileStore", -1},
+                    "cannot create the store directory " + part + ": " + errnoText(err));
+    }
+    if (end == std::string::npos) break;
+  }
+  struct stat st {};
+  if (::stat(directory_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     throw IoError(Where{rank(), "FileStore", -1},
-                  "cannot create the store directory " + directory_ + ": " +
-                      (ec ? ec.message() : std::string("not a directory")));
+                  "cannot create the store directory " + directory_ + ": not a directory");
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+    static std::once_flag once;
+    std::call_once(once, [&] {
+      COLLX_WARN(kRdzv,
+                 "the store directory {} may be written by other users (mode {:o}): they can "
+                 "delete or replace its keys (a job with a secret still refuses what they "
+                 "write); use a directory of your own",
+                 directory_, st.st_mode & 07777);
+    });
   }
 }
 
@@ -138,7 +158,7 @@ bool FileStore::exists(const std::string& key) const {
 
 std::optional<Bytes> FileStore::read(const std::string& key, std::string_view op) const {
   std::string path = pathOf(key);
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (fd.get() < 0) {
     int err = errno;
     if (err == ENOENT) return std::nullopt;
@@ -148,6 +168,9 @@ std::optional<Bytes> FileStore::read(const std::string& key, std::string_view op
   if (::fstat(fd.get(), &st) != 0) {
     int err = errno;
     throw IoError(where(op), "cannot stat " + path + ": " + errnoText(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    throw IoError(where(op), path + " is not a regular file: not a value this store wrote");
   }
   Bytes value(static_cast<std::size_t>(st.st_size));
   std::size_t done = 0;
@@ -170,7 +193,7 @@ std::string FileStore::writeTemp(const Bytes& value, std::string_view op) const 
   std::string tmp = directory_ + "/.tmp-" + std::to_string(::getpid()) + "-" +
                     std::to_string(counter.fetch_add(1));
   {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (fd.get() < 0) {
       int err = errno;
       throw IoError(where(op), "cannot create " + tmp + ": " + errnoText(err));

@@ -1,3 +1,4 @@
+#include <cctype>
 #include <charconv>
 
 #include "collx/rendezvous/file_store.h"
@@ -15,8 +16,47 @@ namespace {
 
 [[noreturn]] void badUrl(const std::string& url, const std::string& why) {
   throw InvalidArgument(Where{-1, "store URL", -1},
-                        "'" + url + "': " + why +
-                            " (expected tcp://host:port, file:///path, redis://host:port[/db])");
+                        "'" + hidePassword(url) + "': " + why +
+                            " (expected tcp://host:port, file:///path, "
+                            "redis://[[user]:password@]host:port[/db])");
+}
+
+int hexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string percentDecode(const std::string& url, std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    const int hi = i + 2 < text.size() ? hexValue(text[i + 1]) : -1;
+    const int lo = hi >= 0 ? hexValue(text[i + 2]) : -1;
+    if (lo < 0) badUrl(url, "a '%' in the user or password is not followed by two hex digits");
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+std::string percentEncode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
 }
 
 // "host:port" or "[v6]:port" (port required when `defaultPort` is 0).
@@ -68,7 +108,19 @@ StoreUrl StoreUrl::parse(const std::string& url) {
     parseHostPort(url, rest, 0, out);
   } else if (out.scheme == "redis") {
     std::size_t slash = rest.find('/');
-    parseHostPort(url, rest.substr(0, slash), 6379, out);
+    std::string_view authority = rest.substr(0, slash);
+    if (std::size_t at = authority.rfind('@'); at != std::string_view::npos) {
+      std::string_view userinfo = authority.substr(0, at);
+      authority = authority.substr(at + 1);
+      std::size_t colon = userinfo.find(':');
+      if (colon == std::string_view::npos) {
+        badUrl(url, "the user information has no password (redis://user:password@host)");
+      }
+      out.user = percentDecode(url, userinfo.substr(0, colon));
+      out.password = percentDecode(url, userinfo.substr(colon + 1));
+      if (out.password.empty()) badUrl(url, "the password is empty");
+    }
+    parseHostPort(url, authority, 6379, out);
     if (slash != std::string_view::npos) {
       std::string_view db = rest.substr(slash + 1);
       auto [ptr, ec] = std::from_chars(db.data(), db.data() + db.size(), out.db);
@@ -93,10 +145,25 @@ std::string StoreUrl::str() const {
   if (scheme == "tcp") return tcpUrl(host, port);
   if (scheme == "redis") {
     std::string base = tcpUrl(host, port).replace(0, 3, "redis");
+    if (!password.empty()) {
+      base.insert(8, percentEncode(user) + ":" + percentEncode(password) + "@");
+    }
     return db == 0 ? base : base + "/" + std::to_string(db);
   }
   if (scheme == "file") return "file://" + path;
   return scheme + "://";
+}
+
+std::string hidePassword(std::string_view url) {
+  std::string out(url);
+  const std::size_t start = out.find("://");
+  if (start == std::string::npos) return out;
+  const std::size_t end = out.find_first_of("/?#", start + 3);
+  const std::size_t at = out.rfind('@', end == std::string::npos ? std::string::npos : end);
+  if (at == std::string::npos || at < start + 3) return out;
+  const std::size_t colon = out.find(':', start + 3);
+  if (colon == std::string::npos || colon > at) return out;
+  return out.replace(colon + 1, at - colon - 1, "***");
 }
 
 std::unique_ptr<Store> openStore(const std::string& url, const StoreOptions& options) {
@@ -105,7 +172,8 @@ std::unique_ptr<Store> openStore(const std::string& url, const StoreOptions& opt
   if (parsed.scheme == "file") return std::make_unique<FileStore>(parsed.path, options);
   if (parsed.scheme == "hash") return std::make_unique<HashStore>(options);
 #if COLLX_HAVE_REDIS
-  return std::make_unique<RedisStore>(parsed.host, parsed.port, parsed.db, options);
+  return std::make_unique<RedisStore>(parsed.host, parsed.port, parsed.db, options,
+                                      RedisStore::Login{parsed.user, parsed.password});
 #else
   throw Unsupported(Where{options.rank, "store URL", -1},
                     "'" + url +

@@ -47,45 +47,15 @@ void PrefixStore::doMultiSet(const std::vector<std::string>& keys,
   inner_->multiSet(full(keys), values);
 }
 
-std::vector<std::string> PrefixStore::waitInner(const std::vector<std::string>& keys,
-                                                Clock::time_point deadline,
-                                                std::vector<Bytes>* values) {
-  auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  if (remaining.count() <= 0) remaining = std::chrono::milliseconds(1);
-  try {
-    if (values != nullptr) {
-      *values = inner_->multiGet(full(keys), remaining);
-    } else {
-      inner_->wait(full(keys), remaining);
-    }
-    return {};
-  } catch (const TimeoutError&) {
-    // Report the missing keys in this store's terms.
-    std::vector<std::string> missing;
-    for (const std::string& key : keys) {
-      if (!inner_->check({full(key)})) missing.push_back(key);
-    }
-    if (!missing.empty()) return missing;
-    // Every key appeared just after the inner deadline: take them without waiting again.
-    if (values == nullptr) return {};
-    try {
-      *values = inner_->multiGet(full(keys), std::chrono::milliseconds(1));
-      return {};
-    } catch (const TimeoutError&) {
-      return keys;
-    }
-  }
-}
-
 std::vector<std::string> PrefixStore::doWait(const std::vector<std::string>& keys,
                                              Clock::time_point deadline) {
-  return waitInner(keys, deadline, nullptr);
+  return detail::waitThrough(*inner_, full(keys), keys, deadline, nullptr);
 }
 
 std::vector<std::string> PrefixStore::doMultiGet(const std::vector<std::string>& keys,
                                                  Clock::time_point deadline,
                                                  std::vector<Bytes>& values) {
-  return waitInner(keys, deadline, &values);
+  return detail::waitThrough(*inner_, full(keys), keys, deadline, &values);
 }
 
 std::int64_t PrefixStore::doAdd(const std::string& key, std::int64_t delta) {
@@ -100,6 +70,8 @@ Bytes PrefixStore::doCompareSet(const std::string& key, const Bytes& expected,
 bool PrefixStore::doCheck(const std::vector<std::string>& keys) {
   return inner_->check(full(keys));
 }
+
+bool PrefixStore::authenticated() const { return inner_->authenticated(); }
 
 bool PrefixStore::doErase(const std::string& key) { return inner_->erase(full(key)); }
 

@@ -9,15 +9,41 @@ namespace collx::rendezvous {
 
 namespace {
 
+// Every write gives its key the store's TTL in milliseconds (ARGV's last; "0": none).
+
 // compareSet: KEYS[1] key, ARGV[1] expected, ARGV[2] desired. Returns the value afterwards.
 constexpr const char* kCompareSetScript = R"lua(
 local current = redis.call('GET', KEYS[1])
 if (current == false and ARGV[1] == '') or current == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2])
+  if ARGV[3] == '0' then
+    redis.call('SET', KEYS[1], ARGV[2])
+  else
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  end
   return ARGV[2]
 end
 if current == false then return '' end
 return current
+)lua";
+
+// multiSet: KEYS the keys, ARGV their values and the TTL.
+constexpr const char* kMultiSetScript = R"lua(
+local ttl = ARGV[#KEYS + 1]
+for i, key in ipairs(KEYS) do
+  if ttl == '0' then
+    redis.call('SET', key, ARGV[i])
+  else
+    redis.call('SET', key, ARGV[i], 'PX', ttl)
+  end
+end
+return 1
+)lua";
+
+// add: KEYS[1] key, ARGV[1] delta, ARGV[2] TTL. Returns the new value.
+constexpr const char* kAddScript = R"lua(
+local value = redis.call('INCRBY', KEYS[1], ARGV[1])
+if ARGV[2] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return value
 )lua";
 
 timeval toTimeval(std::chrono::milliseconds d) {
@@ -61,8 +87,17 @@ class RedisStore::ReplyPtr {
   redisReply* reply_;
 };
 
-RedisStore::RedisStore(std::string host, std::uint16_t port, int db, const StoreOptions& options)
-    : Store(options), host_(std::move(host)), port_(port), db_(db) {
+RedisStore::RedisStore(std::string host, std::uint16_t port, int db, const StoreOptions& options,
+                       Login login)
+    : Store(options),
+      host_(std::move(host)),
+      port_(port),
+      db_(db),
+      login_(std::move(login)),
+      ttl_(options.ttl ? *options.ttl : storeTtl(Config::process(), timeout())) {
+  if (ttl_.count() < 0) {
+    throw InvalidArgument(where("RedisStore"), "the TTL of its keys is negative");
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   connectLocked(Clock::now() + timeout(), "connect");
 }
@@ -70,7 +105,9 @@ RedisStore::RedisStore(std::string host, std::uint16_t port, int db, const Store
 RedisStore::~RedisStore() = default;
 
 std::unique_ptr<Store> RedisStore::doReopen(const StoreOptions& options) const {
-  return std::make_unique<RedisStore>(host_, port_, db_, options);
+  StoreOptions same = options;
+  if (!same.ttl) same.ttl = ttl_;
+  return std::make_unique<RedisStore>(host_, port_, db_, same, login_);
 }
 
 std::string RedisStore::describe() const {
@@ -90,9 +127,37 @@ void RedisStore::connectLocked(Clock::time_point deadline, std::string_view op) 
     if (c == nullptr) throw IoError(where(op), "cannot allocate a Redis context");
     if (c->err == 0) {
       redisSetTimeout(c, toTimeval(timeout()));
-      // PING proves it is a Redis server; SELECT picks the database.
+      if (!login_.password.empty()) {
+        // AUTH [user] password, before anything else.
+        std::vector<const char*> args{"AUTH"};
+        std::vector<std::size_t> lengths{4};
+        if (!login_.user.empty()) {
+          args.push_back(login_.user.c_str());
+          lengths.push_back(login_.user.size());
+        }
+        args.push_back(login_.password.c_str());
+        lengths.push_back(login_.password.size());
+        ReplyPtr auth(static_cast<redisReply*>(
+            redisCommandArgv(c, static_cast<int>(args.size()), args.data(), lengths.data())));
+        if (auth.get() == nullptr || auth->type == REDIS_REPLY_ERROR) {
+          // The reply names no password; neither does describe().
+          throw IoError(
+              where(op),
+              "Redis at " + describe() + " refused the " +
+                  (login_.user.empty() ? "password" : "user and password") + " (" +
+                  (auth.get() ? std::string(auth->str, auth->len) : std::string(c->errstr)) + ")");
+        }
+      }
+      // PING proves it is a Redis server (and that no password is missing); SELECT picks the
+      // database.
       auto* pong = static_cast<redisReply*>(redisCommand(c, "PING"));
       ReplyPtr reply(pong);
+      if (pong != nullptr && pong->type == REDIS_REPLY_ERROR &&
+          std::string_view(pong->str, pong->len).starts_with("NOAUTH")) {
+        throw IoError(where(op), "Redis at " + describe() +
+                                     " asks for a password: redis://:password@host:port or "
+                                     "redis://user:password@host:port");
+      }
       if (pong == nullptr || pong->type != REDIS_REPLY_STATUS) {
         throw IoError(where(op), "what answers at " + describe() + " is not a Redis server (" +
                                      (c->err != 0 ? std::string(c->errstr) : "unexpected reply") +
@@ -151,16 +216,22 @@ RedisStore::ReplyPtr RedisStore::command(std::string_view op,
 }
 
 void RedisStore::doSet(const std::string& key, const Bytes& value) {
-  command("set", {"SET", key, view(value)});
+  if (ttl_.count() == 0) {
+    command("set", {"SET", key, view(value)});
+    return;
+  }
+  const std::string ttl = std::to_string(ttl_.count());
+  command("set", {"SET", key, view(value), "PX", ttl});
 }
 
 void RedisStore::doMultiSet(const std::vector<std::string>& keys,
                             const std::vector<Bytes>& values) {
-  std::vector<std::string_view> argv{"MSET"};
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    argv.push_back(keys[i]);
-    argv.push_back(view(values[i]));
-  }
+  const std::string count = std::to_string(keys.size());
+  const std::string ttl = std::to_string(ttl_.count());
+  std::vector<std::string_view> argv{"EVAL", kMultiSetScript, count};
+  for (const std::string& key : keys) argv.push_back(key);
+  for (const Bytes& value : values) argv.push_back(view(value));
+  argv.push_back(ttl);
   command("multiSet", argv);
 }
 
@@ -197,14 +268,16 @@ std::vector<std::string> RedisStore::doMultiGet(const std::vector<std::string>& 
 }
 
 std::int64_t RedisStore::doAdd(const std::string& key, std::int64_t delta) {
-  std::string amount = std::to_string(delta);
-  return command("add", {"INCRBY", key, amount})->integer;
+  const std::string amount = std::to_string(delta);
+  const std::string ttl = std::to_string(ttl_.count());
+  return command("add", {"EVAL", kAddScript, "1", key, amount, ttl})->integer;
 }
 
 Bytes RedisStore::doCompareSet(const std::string& key, const Bytes& expected,
                                const Bytes& desired) {
-  ReplyPtr reply =
-      command("compareSet", {"EVAL", kCompareSetScript, "1", key, view(expected), view(desired)});
+  const std::string ttl = std::to_string(ttl_.count());
+  ReplyPtr reply = command(
+      "compareSet", {"EVAL", kCompareSetScript, "1", key, view(expected), view(desired), ttl});
   return toBytes(reply.get());
 }
 

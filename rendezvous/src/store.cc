@@ -14,6 +14,20 @@ const Setting<kind::Duration> kTimeout(
      .help = "Deadline of every blocking wait: store operations, joining, connecting, "
              "collectives (e.g. 30s, 500ms, 2m; a plain number is seconds)."});
 
+const AutoSetting<kind::Duration> kStoreTtl(
+    {.name = "COLLX_STORE_TTL",
+     .component = "rendezvous",
+     .automatic = "twice COLLX_TIMEOUT plus 10 minutes",
+     .range = {std::chrono::milliseconds(0)},
+     .help = "How long a key a job writes to a Redis store lives, so that a killed job's keys "
+             "expire (a job that ends erases its own). No key is read later than one "
+             "COLLX_TIMEOUT after its last write. 0: for ever."});
+
+std::chrono::milliseconds storeTtl(const Config& config, std::chrono::milliseconds timeout) {
+  if (auto ttl = kStoreTtl.get(config)) return *ttl;
+  return 2 * timeout + std::chrono::minutes(10);
+}
+
 Bytes toBytes(std::string_view text) { return Bytes(text.begin(), text.end()); }
 std::string toString(const Bytes& bytes) { return std::string(bytes.begin(), bytes.end()); }
 
@@ -201,6 +215,36 @@ std::vector<std::string> pollForKeys(const std::vector<std::string>& keys,
     missing.swap(still);
     if (missing.empty() || Clock::now() >= deadline) return missing;
     backoffSleep(step, deadline);
+  }
+}
+
+std::vector<std::string> waitThrough(Store& inner, const std::vector<std::string>& innerKeys,
+                                     const std::vector<std::string>& keys,
+                                     Clock::time_point deadline, std::vector<Bytes>* values) {
+  auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (remaining.count() <= 0) remaining = std::chrono::milliseconds(1);
+  try {
+    if (values != nullptr) {
+      *values = inner.multiGet(innerKeys, remaining);
+    } else {
+      inner.wait(innerKeys, remaining);
+    }
+    return {};
+  } catch (const TimeoutError&) {
+    // Report the missing keys in the outer store's terms.
+    std::vector<std::string> missing;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (!inner.check({innerKeys[i]})) missing.push_back(keys[i]);
+    }
+    if (!missing.empty()) return missing;
+    // Every key appeared just after the inner deadline: take them without waiting again.
+    if (values == nullptr) return {};
+    try {
+      *values = inner.multiGet(innerKeys, std::chrono::milliseconds(1));
+      return {};
+    } catch (const TimeoutError&) {
+      return keys;
+    }
   }
 }
 

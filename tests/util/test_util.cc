@@ -218,7 +218,7 @@ int freePort() {
   return ntohs(addr.sin_port);
 }
 
-RedisServer::RedisServer() {
+RedisServer::RedisServer(const std::vector<std::string>& extraArgs) {
   const char* candidates[] = {"/usr/bin/redis-server", "/usr/local/bin/redis-server"};
   std::string binary;
   for (const char* c : candidates) {
@@ -230,9 +230,13 @@ RedisServer::RedisServer() {
   }
   for (int attempt = 0; attempt < 5 && !process_; ++attempt) {
     port_ = freePort();
-    auto p = std::make_unique<Process>(std::vector<std::string>{
-        binary, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
-        "--appendonly", "no", "--dir", dir_.path(), "--daemonize", "no"});
+    std::vector<std::string> argv{binary,   "--port",       std::to_string(port_),
+                                  "--bind", "127.0.0.1",    "--save",
+                                  "",       "--appendonly", "no",
+                                  "--dir",  dir_.path(),    "--daemonize",
+                                  "no"};
+    argv.insert(argv.end(), extraArgs.begin(), extraArgs.end());
+    auto p = std::make_unique<Process>(argv);
     for (int i = 0; i < 200 && !portOpen(port_); ++i) {
       if (p->wait(std::chrono::milliseconds(10))) break;  // exited: port taken, retry
     }

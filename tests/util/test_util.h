@@ -137,7 +137,8 @@ std::int64_t firstPatternMismatch(const void* data, std::uint64_t n, std::uint64
 // with the reason (redis-server not installed).
 class RedisServer {
  public:
-  RedisServer();
+  // redis-server on 127.0.0.1 and a free port, with `extraArgs` ("--requirepass", "pw", ...).
+  explicit RedisServer(const std::vector<std::string>& extraArgs = {});
   ~RedisServer();
   bool available() const { return process_ != nullptr; }
   const std::string& whyUnavailable() const { return why_; }

@@ -16,7 +16,8 @@ const AutoSetting<kind::String> kStore(
      .automatic = "tcp://MASTER_ADDR:MASTER_PORT, hosted by rank 0; for a world of one, a store "
                   "in this process",
      .help = "Rendezvous store: tcp://host:port, file:///path/to/shared/dir or "
-             "redis://host:port[/db]."});
+             "redis://[[user]:password@]host:port[/db].",
+     .shown = [](std::string_view url) { return rendezvous::hidePassword(url); }});
 
 const AutoSetting<kind::String> kJobId(
     {.name = "COLLX_JOB_ID",
@@ -89,7 +90,7 @@ int parseRankVar(const AutoSetting<kind::Integer>& setting, const std::string& n
 
 // Where a setting's value came from: "COLLX_GENERATION=3" or "default".
 std::string originOf(const SettingInfo& setting, const Config& config) {
-  if (auto text = config.env(setting.name())) return setting.name() + "=" + *text;
+  if (config.env(setting.name())) return setting.name() + "=" + setting.valueText(config);
   return "default";
 }
 

@@ -17,6 +17,7 @@
 #include "collx/base/config.h"
 #include "collx/base/log.h"
 #include "collx/rendezvous/prefix_store.h"
+#include "collx/rendezvous/signed_store.h"
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
 #include "collx/secure/job_secret.h"
@@ -161,6 +162,7 @@ Context::Context(Key, std::shared_ptr<rendezvous::Store> store, int rank, int si
       timeout_(options.timeout ? *options.timeout : rendezvous::kTimeout.get(Config::process())),
       hostId_(options.hostId.value_or(transport::kHostId.get(Config::process()).value_or(""))),
       leaveBarrier_(options.leaveBarrier || options.storeServer != nullptr),
+      eraseKeys_(options.eraseKeys),
       server_(options.storeServer) {
   warnUnknownVariables();
   Where where{rank, "Context::create", -1};
@@ -177,6 +179,8 @@ Context::Context(Key, std::shared_ptr<rendezvous::Store> store, int rank, int si
   rendezvous::StoreOptions storeOptions;
   storeOptions.timeout = timeout_;
   storeOptions.rank = rank;
+  // With a secret, a store that others can write gets its values signed.
+  store = rendezvous::SignedStore::wrapIfNeeded(std::move(store), options.secret);
   store_ = std::make_shared<rendezvous::PrefixStore>(
       "collx/" + jobId_ + "/" + std::to_string(generation_), std::move(store), storeOptions);
 }
@@ -186,6 +190,7 @@ std::shared_ptr<Context> Context::create(std::shared_ptr<rendezvous::Store> stor
   auto context = std::make_shared<Context>(Key{}, std::move(store), rank, size, options);
   context->join();
   context->connect(options);
+  context->formed_ = true;
   return context;
 }
 
@@ -423,21 +428,33 @@ void Context::abort(const std::string& why) {
   if (runtime_) runtime_->engine->abort(why);
 }
 
+// Leaving. When rank 0 hosts the store (leaveBarrier_ on every rank), every rank adds 1 to
+// "left" and the host keeps the store up until all have (bounded by the timeout); the keys die
+// with the store. Otherwise, with eraseKeys_, a context that has not failed adds 1 too, and the
+// one that makes it `size` is the last: it erases the generation's keys. A failed context
+// erases nothing, nor does one that never formed (the store may be what failed): the keys
+// expire (COLLX_STORE_TTL).
 void Context::leave() noexcept {
-  if (!leaveBarrier_ || size_ == 1) return;
+  if (size_ == 1) return;
+  const bool failed = !formed_ || (runtime_ && runtime_->engine->failure() != nullptr);
+  if (!leaveBarrier_ && (!eraseKeys_ || failed)) return;
   try {
-    store_->add("left", 1);
+    const std::int64_t left = store_->add("left", 1);
+    if (!leaveBarrier_) {
+      if (left == size_) eraseKeys();
+      return;
+    }
     if (!server_) return;
     // This rank hosts the store: keep it up until every rank has left (or the timeout).
     auto deadline = std::chrono::steady_clock::now() + timeout_;
     auto step = std::chrono::milliseconds(1);
-    std::int64_t left = 0;
-    while ((left = store_->add("left", 0)) < size_) {
+    std::int64_t seen = left;
+    while ((seen = store_->add("left", 0)) < size_) {
       if (std::chrono::steady_clock::now() >= deadline) {
         COLLX_WARN(kRdzv,
                    "rank {}: stopping the store after {} ms although only {} of {} ranks have "
                    "left; the others will lose it",
-                   rank_, timeout_.count(), left, size_);
+                   rank_, timeout_.count(), seen, size_);
         return;
       }
       rendezvous::detail::backoffSleep(step, deadline, std::chrono::milliseconds(50));
@@ -445,6 +462,19 @@ void Context::leave() noexcept {
   } catch (const std::exception& e) {
     COLLX_WARN(kRdzv, "rank {}: leaving job {}: {}", rank_, jobId_, e.what());
   }
+}
+
+void Context::eraseKeys() {
+  std::vector<std::string> keys{"world_size"};
+  for (int r = 0; r < size_; ++r) {
+    keys.push_back(rankKey(r));
+    keys.push_back("transport/" + std::to_string(r));
+  }
+  for (const std::string& key : keys) store_->erase(key);
+  detail::HangReporter::eraseKeys(*store_, size_);
+  store_->erase("left");
+  COLLX_DEBUG(kRdzv, "rank {}: the last to leave job {} generation {}: erased its keys", rank_,
+              jobId_, generation_);
 }
 
 Context::~Context() {

@@ -439,6 +439,22 @@ std::unique_ptr<HangReporter::Round> HangReporter::newRound(const std::string& n
   return round;
 }
 
+void HangReporter::eraseKeys(rendezvous::Store& store, int size) {
+  if (!store.check({"hang/rounds"})) return;
+  const std::int64_t rounds =
+      std::min<std::int64_t>(store.add("hang/rounds", 0), std::int64_t{kMaxRounds} * size);
+  for (std::int64_t i = 1; i <= rounds; ++i) {
+    const std::string numbered = "hang/round/" + std::to_string(i);
+    if (!store.check({numbered})) continue;
+    const std::string name = rendezvous::toString(store.get(numbered));
+    for (int r = 0; r < size; ++r) store.erase(keyOf(name, std::to_string(r)));
+    store.erase(keyOf(name, "writer"));
+    store.erase("hang/open/" + name);
+    store.erase(numbered);
+  }
+  store.erase("hang/rounds");
+}
+
 void HangReporter::storeFailed(const Error& e) {
   if (!storeFailed_) {
     COLLX_DEBUG(kCore, "rank {}: the hang report's store ({}) failed: {}", setup_.rank,

@@ -80,6 +80,9 @@ class HangReporter {
 
   // Leaves the watcher (does not wait for a round in progress).
   void stop();
+  // Erases every key the reports of a job of `size` ranks wrote in `store` (its namespace),
+  // once every rank has stopped its reporter.
+  static void eraseKeys(rendezvous::Store& store, int size);
   // A round now, on the calling thread: every rank's summary within the grace, diagnosed.
   std::string dumpState();
 

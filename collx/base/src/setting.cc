@@ -334,6 +334,7 @@ AutoSetting<Kind>::AutoSetting(Declaration d)
       automatic_(std::move(d.automatic)) {
   if constexpr (requires { d.hidden; }) {
     if (d.hidden) this->hide();
+    shown_ = d.shown;
   }
 }
 
@@ -341,7 +342,8 @@ template <typename Kind>
 std::string AutoSetting<Kind>::valueText(const Config& config) const {
   auto value = get(config);
   if (!value) return std::string();
-  return this->hidden() ? SettingInfo::kHiddenText : this->format(*value);
+  if (this->hidden()) return SettingInfo::kHiddenText;
+  return shown_ != nullptr ? shown_(this->format(*value)) : this->format(*value);
 }
 
 template class TypedSetting<kind::Integer>;

@@ -45,9 +45,15 @@ struct ContextOptions {
   std::string jobId = "default";
   std::int64_t generation = 0;
   int localRank = -1;
-  // Every rank records in the store when its context ends, and rank 0 waits (bounded by the
-  // timeout) for the others to leave first: set when rank 0 hosts the store.
+  // Rank 0 waits, when its context ends, for the others to leave first (bounded by the
+  // timeout): set when rank 0 hosts the store.
   bool leaveBarrier = false;
+  // Every rank records in the store when its context ends, and the last to leave erases the
+  // job's keys of this generation, so that a store shared by many jobs keeps nothing of this
+  // one (a failed context erases nothing: the keys expire, COLLX_STORE_TTL; a store that
+  // rank 0 hosts dies with it). False leaves them (the torch backend: torch's store belongs
+  // to torch).
+  bool eraseKeys = true;
   // A store server this context keeps running until every rank has left (rank 0 under the
   // MASTER_ADDR convention or an MPI bootstrap); implies leaveBarrier on this rank.
   std::shared_ptr<rendezvous::TcpStoreServer> storeServer;
@@ -158,6 +164,8 @@ class Context {
   void join();
   void connect(const ContextOptions& options);
   void leave() noexcept;
+  // The last rank to leave: erases every key of this generation.
+  void eraseKeys();
 
   int rank_;
   int size_;
@@ -171,6 +179,8 @@ class Context {
   std::shared_ptr<detail::Runtime> runtime_;
   std::shared_ptr<detail::HangReporter> reporter_;
   bool leaveBarrier_;
+  bool eraseKeys_;
+  bool formed_ = false;  // joined and connected: it erases when it is the last to leave
   bool outnumbered_ = false;
   // The store server this rank hosts, if any; it outlives the others' use of it.
   std::shared_ptr<rendezvous::TcpStoreServer> server_;

@@ -15,6 +15,7 @@ class PrefixStore final : public Store {
   PrefixStore(std::string prefix, std::shared_ptr<Store> inner, const StoreOptions& options);
 
   std::string describe() const override;
+  bool authenticated() const override;
   const std::string& prefix() const noexcept { return prefix_; }
   const std::shared_ptr<Store>& inner() const noexcept { return inner_; }
 
@@ -35,9 +36,6 @@ class PrefixStore final : public Store {
  private:
   std::string full(const std::string& key) const { return prefix_ + "/" + key; }
   std::vector<std::string> full(const std::vector<std::string>& keys) const;
-  // Waits in the inner store; returns this store's keys that are still missing.
-  std::vector<std::string> waitInner(const std::vector<std::string>& keys,
-                                     Clock::time_point deadline, std::vector<Bytes>* values);
 
   std::string prefix_;
   std::shared_ptr<Store> inner_;

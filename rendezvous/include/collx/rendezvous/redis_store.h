@@ -1,7 +1,7 @@
 // RedisStore: a Store in a Redis server (optional: built when hiredis is found). Values are
-// Redis strings; add() is INCRBY, compareSet() a Lua script, waiting polls with a short
-// backoff (1..20 ms). Keys are used as given: share a server between jobs through
-// PrefixStore (collx::init() does so with the job id).
+// Redis strings that expire (COLLX_STORE_TTL); add(), compareSet() and multiSet() are Lua
+// scripts, waiting polls with a short backoff (1..20 ms). Keys are used as given: share a server
+// between jobs through PrefixStore (collx::init() does so with the job id).
 #pragma once
 
 #include <mutex>
@@ -12,9 +12,17 @@ namespace collx::rendezvous {
 
 class RedisStore final : public Store {
  public:
-  // Connects (retrying until the timeout) and selects database `db`. Throws TimeoutError when
-  // nothing answers, IoError when what answers is not a Redis server.
-  RedisStore(std::string host, std::uint16_t port, int db = 0, const StoreOptions& options = {});
+  // Redis' AUTH: a password, and a user (ACL) or none (the default user).
+  struct Login {
+    std::string user;
+    std::string password;
+  };
+  // Connects (retrying until the timeout), logs in when `login` has a password and selects
+  // database `db`. Throws TimeoutError when nothing answers, IoError when what answers is not
+  // a Redis server or refuses the login. Every key written lives options.ttl (unset:
+  // COLLX_STORE_TTL).
+  RedisStore(std::string host, std::uint16_t port, int db = 0, const StoreOptions& options = {},
+             Login login = {});
   ~RedisStore() override;
 
   std::string describe() const override;
@@ -44,6 +52,8 @@ class RedisStore final : public Store {
   std::string host_;
   std::uint16_t port_;
   int db_;
+  Login login_;
+  std::chrono::milliseconds ttl_;
   std::mutex mutex_;
   std::unique_ptr<Connection> connection_;
 };

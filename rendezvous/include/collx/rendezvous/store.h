@@ -39,12 +39,19 @@ std::string toString(const Bytes& bytes);
 // COLLX_TIMEOUT: the deadline of every blocking wait (store operations here; the bootstrap,
 // connecting and collectives above). Declared in store.cc, the first layer that waits.
 extern const Setting<kind::Duration> kTimeout;
+// COLLX_STORE_TTL: how long a key written to a store that outlives jobs (Redis) lives.
+extern const AutoSetting<kind::Duration> kStoreTtl;
+// Its value in `config` for stores whose timeout is `timeout` (0: keys live for ever).
+std::chrono::milliseconds storeTtl(const Config& config, std::chrono::milliseconds timeout);
 
 struct StoreOptions {
   // Deadline of blocking calls made without an explicit timeout; unset means COLLX_TIMEOUT.
   std::optional<std::chrono::milliseconds> timeout;
   // The rank that uses this store, named in error messages (-1: not a rank).
   int rank = -1;
+  // How long the keys this store writes live where the store supports it (Redis); unset means
+  // COLLX_STORE_TTL, 0 for ever.
+  std::optional<std::chrono::milliseconds> ttl;
   // The job's secret, which a TCP store client proves to its server (and the server to it);
   // nullptr: none (a server that asks for one refuses the client).
   std::shared_ptr<const secure::JobSecret> secret;
@@ -93,6 +100,12 @@ class Store {
 
   // A description for messages and logs: "tcp://127.0.0.1:29500", "file:///tmp/x", ...
   virtual std::string describe() const = 0;
+
+  // Whether only holders of the job's secret can write what this store's readers see: true
+  // for a TCP store whose client and server proved the secret to each other and for a store
+  // inside this process; false where other clients may write (Redis, a shared directory,
+  // torch's stores), which a job with a secret wraps in a SignedStore.
+  virtual bool authenticated() const { return false; }
 
   // A second, independent connection to the same store: what is set through either is seen
   // through the other, and neither's requests ever queue behind the other's (a TcpStore
@@ -154,23 +167,37 @@ Bytes formatCounter(std::int64_t value);
 std::vector<std::string> pollForKeys(const std::vector<std::string>& keys,
                                      Clock::time_point deadline,
                                      const std::function<bool(const std::string&)>& exists);
+// Waits for `innerKeys` in `inner` (the same keys as `keys`, in another store's terms) until
+// `deadline`, filling `values` when not null; returns the entries of `keys` still missing. For
+// stores made of another store (PrefixStore, SignedStore).
+std::vector<std::string> waitThrough(Store& inner, const std::vector<std::string>& innerKeys,
+                                     const std::vector<std::string>& keys,
+                                     Clock::time_point deadline, std::vector<Bytes>* values);
 // Sleeps for the next step of a polling backoff (1 ms doubling to `max`), not past deadline.
 void backoffSleep(std::chrono::milliseconds& step, Clock::time_point deadline,
                   std::chrono::milliseconds max = std::chrono::milliseconds(20));
 }  // namespace detail
 
 // A parsed store URL: tcp://host:port, tcp://[v6addr]:port, file:///absolute/dir,
-// redis://host:port[/db], hash:// (in-process).
+// redis://[[user]:password@]host:port[/db] (user and password percent-encoded), hash://
+// (in-process).
 struct StoreUrl {
   std::string scheme;  // "tcp", "file", "redis", "hash"
   std::string host;    // tcp, redis (without brackets)
   std::uint16_t port = 0;
-  std::string path;  // file
-  int db = 0;        // redis
+  std::string path;      // file
+  int db = 0;            // redis
+  std::string user;      // redis (decoded)
+  std::string password;  // redis (decoded)
   // Throws InvalidArgument naming `url` and what is wrong with it.
   static StoreUrl parse(const std::string& url);
+  // The URL again, password included.
   std::string str() const;
 };
+
+// `url` with the password of its user information (scheme://user:password@...) replaced by
+// "***": what error messages and logs show of a store URL.
+std::string hidePassword(std::string_view url);
 
 // Opens a store from a URL: tcp://host:port, file:///path, redis://host:port[/db]
 // (hash:// is an in-process HashStore). InvalidArgument names a malformed URL; connecting

@@ -72,6 +72,8 @@ class TcpStore final : public Store {
   ~TcpStore() override;
 
   std::string describe() const override;
+  // With a secret: the server proved it, and serves only clients that prove it.
+  bool authenticated() const override { return secret_ != nullptr; }
   // Round trip to the server; throws IoError or TimeoutError when it does not answer.
   void ping();
 

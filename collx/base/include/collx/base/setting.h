@@ -236,6 +236,8 @@ struct AutoDeclaration<kind::String> {
   // A secret (COLLX_JOB_SECRET): its value is never shown (valueText says only that it is
   // set).
   bool hidden = false;
+  // How its value is shown when not hidden (a URL without its password); nullptr: as it is.
+  std::string (*shown)(std::string_view value) = nullptr;
 };
 
 }  // namespace detail
@@ -312,6 +314,7 @@ class AutoSetting final : public TypedSetting<Kind> {
 
  private:
   std::string automatic_;
+  std::string (*shown_)(std::string_view value) = nullptr;
 };
 
 // Instantiated in setting.cc, for these kinds only.
