@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "collx/base/error.h"
+#include "collx/secure/job_secret.h"
 #include "collx/transport/mesh.h"
 #include "ibverbs/memory_monitor.h"
 #include "ibverbs/registrations.h"
@@ -278,6 +279,40 @@ TEST(Ibverbs, AMismatchNamesBothSides) {
   const std::string seen = error.empty() ? recv->error : error;
   EXPECT_NE(seen.find("64 bytes"), std::string::npos) << seen;
   EXPECT_NE(seen.find("128 bytes"), std::string::npos) << seen;
+}
+
+// Each HELLO proves the job's secret, bound to both ranks and both queue pairs: ranks with
+// the same secret talk, ranks with different ones stop with an error that says so.
+TEST(Ibverbs, HellosProveTheJobsSecret) {
+  auto secretOf = [](int rank, bool same) {
+    return secure::JobSecret::fromText(
+        rank == 0 || same ? "the job's own secret" : "another secret entirely", "the test's");
+  };
+  auto meshes = connectAll(2, [&](MeshOptions& o) { o.secret = secretOf(o.rank, true); });
+  exchangeRing(meshes, 100000, false);
+  meshes.clear();
+
+  MeshOptions o0 = optionsFor(0, 2), o1 = optionsFor(1, 2);
+  o0.secret = secretOf(0, false);
+  o1.secret = secretOf(1, false);
+  Mesh m0(o0), m1(o1);
+  const std::vector<std::string> addresses = {m0.address(), m1.address()};
+  std::string e0, e1;
+  std::thread other([&] {
+    try {
+      m1.connect(addresses, Clock::now() + 3s);
+    } catch (const Error& e) {
+      e1 = e.what();
+    }
+  });
+  try {
+    m0.connect(addresses, Clock::now() + 3s);
+  } catch (const Error& e) {
+    e0 = e.what();
+  }
+  other.join();
+  EXPECT_NE((e0 + e1).find("does not prove the job's secret"), std::string::npos) << e0 << "\n"
+                                                                                  << e1;
 }
 
 TEST(Ibverbs, APeerThatFailsTellsWhy) {

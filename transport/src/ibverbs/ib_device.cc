@@ -77,6 +77,8 @@ IbDevice::IbDevice(LinkState& link, const MeshOptions& options) : link_(link), o
       std::min<std::uint64_t>(port_.maxMessage > 0 ? port_.maxMessage : 1u << 30, 1u << 30));
   pairOptions.jobHash = jobHash(options.jobId, options.generation);
   pairOptions.generation = options.generation;
+  pairOptions.jobId = options.jobId;
+  pairOptions.secret = options.secret;
   pairs_.resize(static_cast<std::size_t>(options.size));
 
   // The address: "<lid>-<mtu>-<global>-<gid>/<qpn>.<psn>,..." by rank (self: 0.0).

@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::uint16_t kHeaderMagic = 0x4942;     // "IB"
 constexpr std::uint32_t kHelloMagic = 0x434c5849;  // "CLXI"
-constexpr std::uint32_t kHelloVersion = 1;
+constexpr std::uint32_t kHelloVersion = 2;         // 2: with the proof of the job's secret
 // A slot holds at least this much payload: an ERROR's text, a HELLO.
 constexpr std::uint64_t kMinSlotPayload = 1024;
 constexpr std::size_t kHeaderBytes = 16;
@@ -50,7 +50,20 @@ struct Hello {
   std::uint32_t reserved = 0;
   std::uint64_t eagerLimit = 0;
   std::uint64_t slotPayload = 0;
+  // HMAC(pair key, "ib hello" | job id | generation | from | to | from's QPN | to's QPN):
+  // the queue pairs are new for every connection, so a proof is never good twice.
+  secure::Tag proof{};
 };
+
+secure::Tag helloProof(const secure::JobSecret& secret, const std::string& jobId,
+                       std::int64_t generation, std::int32_t from, std::int32_t to,
+                       std::uint32_t fromQpn, std::uint32_t toQpn) {
+  auto bytes = [](const auto& v) {
+    return std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(&v), sizeof v);
+  };
+  return secret.mac(secure::Purpose::kPair, {"ib hello", jobId, bytes(generation), bytes(from),
+                                             bytes(to), bytes(fromQpn), bytes(toQpn)});
+}
 
 std::uint32_t randomPsn() {
   static thread_local std::mt19937 engine{std::random_device{}()};
@@ -277,6 +290,10 @@ void IbPair::sendHello() {
   hello.slots = static_cast<std::uint32_t>(options_.slots);
   hello.eagerLimit = options_.eagerLimit;
   hello.slotPayload = slotBytes_ - kPayloadOffset;
+  if (options_.secret) {
+    hello.proof = helloProof(*options_.secret, options_.jobId, hello.generation, hello.from,
+                             hello.to, qp_->qp_num, peerQp_.qpn);
+  }
   std::memcpy(at + kHeaderBytes, &hello, sizeof(hello));
   --credit_;
   postSend(slot, kHeaderBytes + sizeof(hello));
@@ -310,6 +327,13 @@ void IbPair::onHello(const std::uint8_t* bytes, std::uint32_t length) {
   if (hello.from != peer() || hello.to != link_.rank) {
     fail("a HELLO from rank " + std::to_string(hello.from) + " to rank " +
          std::to_string(hello.to));
+  }
+  if (options_.secret &&
+      !secure::sameBytes(hello.proof, helloProof(*options_.secret, options_.jobId, hello.generation,
+                                                 hello.from, hello.to, peerQp_.qpn, qp_->qp_num))) {
+    fail(
+        "its HELLO does not prove the job's secret (the ranks were given different secrets, "
+        "or something else wrote to this queue pair)");
   }
   if (hello.slots != static_cast<std::uint32_t>(options_.slots)) {
     fail("it posts " + std::to_string(hello.slots) + " receive slots, this rank " +

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "collx/secure/job_secret.h"
 #include "ibverbs/ib_port.h"
 #include "ibverbs/registrations.h"
 #include "ibverbs/verbs_api.h"
@@ -63,7 +64,11 @@ struct IbPairOptions {
   int slots = 32;                // credited receive slots
   std::uint32_t maxWrite = 1u << 30;
   std::uint64_t jobHash = 0;
+  std::string jobId;
   std::int64_t generation = 0;
+  // The job's secret: each side's HELLO carries a proof of it bound to the job, the
+  // generation, both ranks and both queue pairs; nullptr: none (the proof is left zero).
+  std::shared_ptr<const secure::JobSecret> secret;
   std::chrono::milliseconds probeAfter{500};
 };
 
