@@ -26,3 +26,23 @@ for i, v in enumerate(values):
     for chooser in (i, i + 17, i + 41):
         write("settings", "%s_%d" % (v.replace("/", "_").replace(":", "_"), chooser),
               bytes([chooser]) + v.encode())
+
+
+# ---- shm_header: transport/src/shm/arena.h's ArenaHeader identity line (offset 0..71,
+# padded to the state line at 128), then the expected world size (i32) and the published
+# size (u64; 0: the header's own layout) ----
+ARENA_MAGIC = 0x314D48535F584C43
+ARENA_VERSION = 3
+
+
+def arena_header(rank, size, ring, group, job=42, generation=1):
+    line = struct.pack("<QIiiIqQqQQQ", ARENA_MAGIC, ARENA_VERSION, rank, size, 256 << 10, 1234,
+                       job, generation, 0x1234ABCD, ring, group)
+    return line.ljust(128, b"\0") + struct.pack("<iQ", size, 0)
+
+
+write("shm_header", "two_ranks", arena_header(1, 2, 1 << 20, 256 << 10))
+write("shm_header", "eight_ranks_small_rings", arena_header(7, 8, 4096, 64 << 10))
+write("shm_header", "largest_ring", arena_header(0, 3, 1 << 30, 256 << 10))
+write("shm_header", "address_memfd", "2f1c0a9e.4242.fd7.5513856.9e3779b97f4a7c15")
+write("shm_header", "address_posix", "2f1c0a9e.4242.ncollx-4026531836-4242-r1-00ff.5513856.ff")
