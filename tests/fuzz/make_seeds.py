@@ -46,3 +46,47 @@ write("shm_header", "eight_ranks_small_rings", arena_header(7, 8, 4096, 64 << 10
 write("shm_header", "largest_ring", arena_header(0, 3, 1 << 30, 256 << 10))
 write("shm_header", "address_memfd", "2f1c0a9e.4242.fd7.5513856.9e3779b97f4a7c15")
 write("shm_header", "address_posix", "2f1c0a9e.4242.ncollx-4026531836-4242-r1-00ff.5513856.ff")
+
+
+# ---- store_request: a request's body (op byte, payload), as TcpStore writes it ----
+def s(b):
+    b = b.encode() if isinstance(b, str) else b
+    return struct.pack("<I", len(b)) + b
+
+
+def keys(ks):
+    return struct.pack("<I", len(ks)) + b"".join(s(k) for k in ks)
+
+
+PING, SET, MULTISET, GET, WAIT, ADD, CAS, CHECK, ERASE = range(1, 10)
+requests = {
+    "ping": bytes([PING]),
+    "set": bytes([SET]) + s("rank/0/addr") + s(b"10.0.0.1:4000\0\1"),
+    "multiset": bytes([MULTISET]) + keys(["a", "b"]) + struct.pack("<I", 2) + s("1") + s(""),
+    "get": bytes([GET]) + struct.pack("<Q", 30000) + keys(["rank/0", "rank/1", "rank/2"]),
+    "wait": bytes([WAIT]) + struct.pack("<Q", 5) + keys(["barrier/3"]),
+    "add": bytes([ADD]) + s("counter") + struct.pack("<q", -7),
+    "compareset": bytes([CAS]) + s("leader") + s("") + s("rank 0"),
+    "check": bytes([CHECK]) + keys(["x", "y"]),
+    "erase": bytes([ERASE]) + s("x"),
+    "client_hello": b"CLXS" + struct.pack("<II", 2, 1) + bytes(range(32)),
+}
+for name, body in requests.items():
+    write("store_request", name, body)
+
+# ---- store_reply: op asked (byte: op - 1), number of keys asked (byte), reply body ----
+OK, TIMEOUT, ERROR = 0, 1, 2
+replies = {
+    "ok_ping": (PING, 0, bytes([OK])),
+    "ok_get": (GET, 2, bytes([OK]) + struct.pack("<I", 2) + s("v1") + s(b"\0\1\2")),
+    "timeout_get": (GET, 3, bytes([TIMEOUT]) + keys(["rank/2"])),
+    "timeout_wait": (WAIT, 1, bytes([TIMEOUT]) + keys(["barrier/3"])),
+    "ok_add": (ADD, 1, bytes([OK]) + struct.pack("<q", 42)),
+    "ok_compareset": (CAS, 1, bytes([OK]) + s("rank 0")),
+    "ok_check": (CHECK, 2, bytes([OK, 1])),
+    "ok_erase": (ERASE, 1, bytes([OK, 0])),
+    "error": (SET, 1, bytes([ERROR, 2]) + s("key of 0 bytes is outside 1..4096")),
+}
+for name, (op, n, body) in replies.items():
+    write("store_reply", name, bytes([op - 1, n]) + body)
+write("store_reply", "server_hello", b"CLXS" + struct.pack("<II", 2, 3) + bytes(64))
