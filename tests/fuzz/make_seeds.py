@@ -90,3 +90,9 @@ replies = {
 for name, (op, n, body) in replies.items():
     write("store_reply", name, bytes([op - 1, n]) + body)
 write("store_reply", "server_hello", b"CLXS" + struct.pack("<II", 2, 3) + bytes(64))
+
+# ---- frames: a FuzzedDataProvider script (integers from the end, bytes from the front), so
+# a few fixed pseudo-random scripts; the fuzzer finds its way from them ----
+rng = random.Random(20)
+for i, n in enumerate([96, 200, 400, 800, 1600]):
+    write("frames", "script_%d" % i, bytes(rng.getrandbits(8) for _ in range(n)))
