@@ -8,6 +8,7 @@
 
 #include "shm/arena.h"
 #include "shm/shm_device.h"
+#include "tcp/tcp_hello.h"
 
 namespace collx::transport::shm {
 namespace {
@@ -80,3 +81,64 @@ TEST(ShmHeader, PublishedAddressesAreBoundedBeforeAnyMapping) {
 
 }  // namespace
 }  // namespace collx::transport::shm
+
+namespace collx::transport::tcp {
+namespace {
+
+Hello helloOf(int from, int to, std::uint32_t stream, std::uint32_t flags) {
+  Hello h;
+  std::memset(&h, 0, sizeof h);
+  std::memcpy(h.magic, kHelloMagic, 4);
+  h.version = kHelloVersion;
+  h.job = 0x1234;
+  h.generation = 1;
+  h.from = from;
+  h.to = to;
+  h.stream = stream;
+  h.streams = 2;
+  h.flags = flags;
+  return h;
+}
+
+TEST(PairHello, EachCheckRefusesWithItsStatus) {
+  const HelloExpectation expect{0x1234, 1, 2, 2, false};
+  EXPECT_EQ(checkHello(helloOf(3, 2, 1, 0), expect, true).status, kAckOk);
+  Hello stranger = helloOf(3, 2, 1, 0);
+  stranger.magic[0] = 'X';
+  EXPECT_EQ(checkHello(stranger, expect, true).status, kNotCollx);
+  Hello old = helloOf(3, 2, 1, 0);
+  old.version = kHelloVersion - 1;
+  EXPECT_EQ(checkHello(old, expect, true).status, kNotCollx);
+  Hello otherJob = helloOf(3, 2, 1, 0);
+  otherJob.generation = 2;
+  EXPECT_EQ(checkHello(otherJob, expect, true).status, kAckWrongJob);
+  EXPECT_EQ(checkHello(helloOf(3, 2, 1, 0), expect, false).status, kAckWrongRank);
+  EXPECT_EQ(checkHello(helloOf(1, 2, 1, 0), expect, true).status, kAckWrongRank);
+  EXPECT_EQ(checkHello(helloOf(3, 4, 1, 0), expect, true).status, kAckWrongRank);
+  EXPECT_EQ(checkHello(helloOf(3, 2, 2, 0), expect, true).status, kAckBadStream);
+  const HelloVerdict secret = checkHello(helloOf(3, 2, 0, kHoldsSecret), expect, true);
+  EXPECT_EQ(secret.status, kAckSecretMismatch);
+  EXPECT_NE(secret.why.find("holds a job secret; this rank has none"), std::string::npos);
+}
+
+TEST(PairHello, AddressesAreWholePortsAndErrorsShowLittle) {
+  const Where where{0, "tcp", 1};
+  EXPECT_EQ(parseEndpoint("10.0.0.2:4321", where).port(), 4321);
+  EXPECT_EQ(parseEndpoint("[::1]:29500", where).address().to_string(), "::1");
+  // atoi read these as ports: "80x" as 80, and more digits than an int holds as anything.
+  EXPECT_THROW(parseEndpoint("10.0.0.2:80x", where), InvalidArgument);
+  EXPECT_THROW(parseEndpoint("10.0.0.2:4294967377", where), InvalidArgument);
+  EXPECT_THROW(parseEndpoint("10.0.0.2:+80", where), InvalidArgument);
+  EXPECT_THROW(parseEndpoint("10.0.0.2:0", where), InvalidArgument);
+  EXPECT_THROW(parseEndpoint("10.0.0.2", where), InvalidArgument);
+  try {
+    parseEndpoint(std::string(5000, '1') + ":1", where);
+    ADD_FAILURE() << "accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("... (5002 bytes)"), std::string::npos) << e.what();
+    EXPECT_LT(std::string(e.what()).size(), 500u);
+  }
+}
+
+}  // namespace
+}  // namespace collx::transport::tcp
