@@ -171,6 +171,14 @@ TEST(Selection, RulesFilesHaveBounds) {
   EXPECT_NE(error(brokenJson).find("not valid JSON"), std::string::npos);
 }
 
+// A frame's collective byte comes from a peer: names for values beyond the enum stay in
+// bounds (describeMessage uses them in errors; fuzz_frames feeds it every byte).
+TEST(Selection, NamesOfUnknownCollectivesStayInBounds) {
+  for (int value : {0, 15, 99, 200, 255}) {
+    EXPECT_STREQ(collectiveName(static_cast<Collective>(value)), "collective") << value;
+  }
+}
+
 TEST(Selection, ByteSizes) {
   EXPECT_EQ(parseBytes("64K", "X"), 65536u);
   EXPECT_EQ(parseBytes("1M", "X"), 1u << 20);
