@@ -41,9 +41,15 @@ std::string cut(std::string_view text, std::size_t limit = kRulesEchoBytes) {
 }
 
 // Closes the rules file's descriptor on every path out of fromFile().
-struct FileCloser {
-  int fd;
-  ~FileCloser() { ::close(fd); }
+class FileCloser {
+ public:
+  explicit FileCloser(int fd) : fd_(fd) {}
+  ~FileCloser() { ::close(fd_); }  // read only: nothing to lose
+  FileCloser(const FileCloser&) = delete;
+  FileCloser& operator=(const FileCloser&) = delete;
+
+ private:
+  int fd_;
 };
 
 std::string validCollectives() {
@@ -74,7 +80,7 @@ Selection Selection::fromFile(const std::string& path) {
   const std::string source = "COLLX_RULES " + path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) bad(source, std::string("cannot read the file: ") + std::strerror(errno));
-  FileCloser closer{fd};
+  const FileCloser closer(fd);
   // The size before any byte is read; the reads stop one byte past the limit too, for a file
   // that grows meanwhile or reports no size (/proc, a pipe).
   struct stat st {};
