@@ -6,10 +6,11 @@
 #   ./dev.sh test    install what is missing, build, and run the whole test suite (ctest:
 #                    the C++ suites and the pytest suites of the Python module and the
 #                    PyTorch backend), then the concurrency suites again under
-#                    AddressSanitizer+UBSan and ThreadSanitizer
+#                    AddressSanitizer+UBSan and ThreadSanitizer, then each fuzz harness
+#                    for a few seconds (clang-14, libFuzzer; tests/fuzz/README.md)
 # Debian 12, as root (apt-get installs with --no-install-recommends; nothing is downloaded
 # at build time). Knobs: BUILD_DIR (default build), JOBS (default nproc), SANITIZERS=0 to
-# skip the sanitizer builds.
+# skip the sanitizer builds, FUZZ=0 to skip the fuzz smoke.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -24,6 +25,9 @@ PACKAGES=(
   libibverbs-dev
   python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib
   python3-torch libtorch-dev
+  # The fuzz harnesses: libFuzzer's runtime is in libclang-rt-14-dev, which clang-14 only
+  # recommends.
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev
 )
 
 say() { printf '\033[1m== %s %s\033[0m\n' "$(date +%T)" "$*" >&2; }
@@ -95,6 +99,17 @@ run_tests() {
       ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 600 -L 'concurrency|process' \
         -E "/P($sizes)([_ ]|\$)|$heavy"
     done
+  fi
+  if [ "${FUZZ:-1}" != 0 ]; then
+    # Every parser of outside input under libFuzzer with ASan+UBSan, 4 s each from its seeds
+    # (tests/fuzz/README.md; tests/fuzz/run.sh runs them for longer). Only the libraries the
+    # harnesses need are built (COLLX_FUZZ leaves out the tools).
+    configure_and_build "$BUILD_DIR-fuzz" -DCMAKE_BUILD_TYPE=Debug \
+      -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCOLLX_FUZZ=ON \
+      -DCOLLX_BUILD_TESTS=OFF -DCOLLX_BUILD_BENCHMARKS=OFF -DCOLLX_WITH_PYTHON=OFF \
+      -DCOLLX_WITH_TORCH=OFF -DCOLLX_WITH_MPI=OFF -DCOLLX_WITH_IBVERBS=OFF
+    say "fuzz smoke: each harness for 4 s"
+    ctest --test-dir "$BUILD_DIR-fuzz" -L fuzz -j "$JOBS" --output-on-failure
   fi
   say "all tests passed"
 }

@@ -51,8 +51,10 @@ endfunction()
 # Per-target warnings (never global flags).
 function(collx_target_warnings target)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-Wall -Wextra -Wpedantic -Wshadow=local
+    $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-Wall -Wextra -Wpedantic
       -Wnon-virtual-dtor -Wcast-align -Wformat=2 -Wimplicit-fallthrough>
+    # GCC's spelling; Clang has no -Wshadow=local.
+    $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-Wshadow=local>
     # GCC 12 reports std::string concatenations at -O3 as overlapping memcpy (GCC bug 105329).
     $<$<CXX_COMPILER_ID:GNU>:-Wno-restrict>)
 endfunction()
@@ -78,6 +80,58 @@ function(collx_apply_sanitizers list)
   # default arguments (std::string members of option structs): false positives.
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     add_compile_options(-Wno-maybe-uninitialized)
+  endif()
+endfunction()
+
+# COLLX_FUZZ: every target with coverage for libFuzzer, ASan and UBSan (the harnesses add
+# the fuzzer's main at link time, collx_add_fuzzer).
+function(collx_apply_fuzzing)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "COLLX_FUZZ needs Clang (libFuzzer), not ${CMAKE_CXX_COMPILER_ID}: "
+                        "-DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 "
+                        "(apt-get install clang-14 libfuzzer-14-dev libclang-rt-14-dev)")
+  endif()
+  if(COLLX_SANITIZE)
+    message(FATAL_ERROR "COLLX_FUZZ brings its own sanitizers; leave COLLX_SANITIZE empty")
+  endif()
+  # -fno-sanitize=function: Clang 14 cannot emit its check's prologue data in coroutines
+  # (the shm algorithms'): "Cannot represent a difference across sections", LLVM issue 49689.
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined
+    -fno-sanitize-recover=undefined -fno-sanitize=function -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=address,undefined)
+endfunction()
+
+# collx_add_fuzzer(name SOURCES ... LIBS ... [INCLUDES ...]): the harness fuzz_<name>
+# (LLVMFuzzerTestOneInput) with its seed corpus tests/fuzz/corpus/<name>/. With COLLX_FUZZ a
+# libFuzzer binary, and the ctest fuzz_<name> (label fuzz) a few seconds' smoke run from the
+# seeds; otherwise linked with replay_main.cc, and the ctest (label unit) runs every seed once.
+function(collx_add_fuzzer name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;INCLUDES" ${ARGN})
+  set(target fuzz_${name})
+  set(seeds "${PROJECT_SOURCE_DIR}/tests/fuzz/corpus/${name}")
+  if(NOT IS_DIRECTORY "${seeds}")
+    message(FATAL_ERROR "collx_add_fuzzer(${name}): no seed corpus ${seeds}")
+  endif()
+  add_executable(${target} ${ARG_SOURCES})
+  target_link_libraries(${target} PRIVATE ${ARG_LIBS})
+  target_include_directories(${target} PRIVATE ${ARG_INCLUDES})
+  collx_target_warnings(${target})
+  if(COLLX_FUZZ)
+    target_link_options(${target} PRIVATE -fsanitize=fuzzer)
+    # The first directory is where libFuzzer keeps the inputs it finds new, the second the
+    # seeds (read only).
+    # A finding's input goes to fuzz-crashes/ (add it to the seeds once fixed: every build
+    # then replays it).
+    set(found "${PROJECT_BINARY_DIR}/fuzz-corpus/${name}")
+    file(MAKE_DIRECTORY "${found}" "${PROJECT_BINARY_DIR}/fuzz-crashes")
+    add_test(NAME ${target} COMMAND ${target} -max_total_time=4 -timeout=10 -rss_limit_mb=2048
+      -print_final_stats=1 "-artifact_prefix=${PROJECT_BINARY_DIR}/fuzz-crashes/${name}-"
+      "${found}" "${seeds}")
+    set_tests_properties(${target} PROPERTIES LABELS "fuzz" TIMEOUT 60)
+  else()
+    target_sources(${target} PRIVATE "${PROJECT_SOURCE_DIR}/tests/fuzz/replay_main.cc")
+    add_test(NAME ${target} COMMAND ${target} "${seeds}")
+    set_tests_properties(${target} PROPERTIES LABELS "unit" TIMEOUT 120)
   endif()
 endfunction()
 

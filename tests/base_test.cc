@@ -340,6 +340,53 @@ TEST(SettingTest, ReadsEachKindWithItsRange) {
   EXPECT_NE(invalid([&] { spin.parse("x", "SPIN"); }).find("SPIN='x'"), std::string::npos);
 }
 
+// The environment is outside input: a value is at most 4096 bytes, an error repeats at most
+// 200 bytes of it, and a hidden setting's value never.
+TEST(SettingTest, ValuesHaveBoundsAndErrorsShowLittle) {
+  const Setting<kind::String> path({.name = "COLLX_TEST_PATH",
+                                    .component = "test",
+                                    .defaultValue = "",
+                                    .help = "a test string"});
+  const Setting<kind::Integer> count({.name = "COLLX_TEST_COUNT",
+                                      .component = "test",
+                                      .defaultValue = 1,
+                                      .range = {1, 64},
+                                      .help = "a test integer"});
+  const AutoSetting<kind::String> secret({.name = "COLLX_TEST_SECRET",
+                                          .component = "test",
+                                          .automatic = "none",
+                                          .help = "a test secret",
+                                          .hidden = true});
+  const std::string longest(kMaxSettingBytes, 'p');
+  EXPECT_EQ(path.get(Config(Config::Environment{{"COLLX_TEST_PATH", longest}})), longest);
+  const std::string tooLong = invalid([&] {
+    path.get(Config(Config::Environment{{"COLLX_TEST_PATH", longest + "p"}}));
+  });
+  EXPECT_NE(tooLong.find("COLLX_TEST_PATH: a value of 4097 bytes, more than the 4096"),
+            std::string::npos)
+      << tooLong;
+  EXPECT_EQ(tooLong.find("ppp"), std::string::npos);
+  // A long bad number: its first 200 bytes, then its length.
+  const std::string digits = "1" + std::string(999, '0');
+  const std::string bad = invalid([&] {
+    count.get(Config(Config::Environment{{"COLLX_TEST_COUNT", digits}}));
+  });
+  EXPECT_NE(bad.find("COLLX_TEST_COUNT='" + digits.substr(0, 200) + "... (1000 bytes)': expected"),
+            std::string::npos)
+      << bad;
+  EXPECT_NE(invalid([&] { parseBytes(std::string(300, 'x'), "X"); }).find("... (300 bytes)"),
+            std::string::npos);
+  // A secret: neither its value nor a piece of it, whatever the error.
+  const std::string key(kMaxSettingBytes + 1, 's');
+  const std::string hidden = invalid([&] {
+    secret.valueText(Config(Config::Environment{{"COLLX_TEST_SECRET", key}}));
+  });
+  EXPECT_NE(hidden.find("COLLX_TEST_SECRET: a value of 4097 bytes"), std::string::npos) << hidden;
+  EXPECT_EQ(hidden.find("ss"), std::string::npos);
+  EXPECT_EQ(secret.valueText(Config(Config::Environment{{"COLLX_TEST_SECRET", "abc"}})),
+            SettingInfo::kHiddenText);
+}
+
 TEST(SettingTest, RegistryTypoSuggestionsAndReadsByDeclaration) {
   EXPECT_EQ(findSetting("COLLX_TEST_LATE"), nullptr);
   {

@@ -514,6 +514,64 @@ TEST(Protocol, MalformedFramesAreProtocolErrors) {
   EXPECT_EQ(dst, std::vector<std::uint8_t>(2000, 0));
 }
 
+// What a peer sends is bounded before this rank buffers anything for it: EAGER messages by
+// the eager limit and the credit this rank gave, returned credit by what was sent, message
+// spaces by the two there are (found missing while writing tests/fuzz/fuzz_frames.cc).
+TEST(Protocol, HostileFramesAreRefusedBeforeAnythingIsBuffered) {
+  auto failure = [](Loop& loop) {
+    try {
+      loop.run();
+    } catch (const IoError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto eager = [](std::uint64_t length, std::size_t payload, std::uint64_t seq) {
+    Wire w;
+    w.frame.type = FrameType::kEager;
+    w.frame.space = static_cast<std::uint8_t>(Space::kPointToPoint);
+    w.frame.seq = seq;
+    w.frame.coll = 5;  // as request() describes its messages
+    w.frame.count = length;
+    w.frame.length = length;
+    w.payload.assign(payload, 7);
+    return w;
+  };
+  // An EAGER message of 1 TiB, for no receive: refused, not allocated.
+  Loop huge(Mode::kPush);
+  huge.a->control.push_back(eager(std::uint64_t{1} << 40, 0, 1));
+  EXPECT_NE(failure(huge).find("beyond the eager limit of 1024 bytes"), std::string::npos);
+  // Within the eager limit, beyond the credit window of 8192 bytes: the ninth of 1000 bytes.
+  Loop flood(Mode::kPush);
+  for (std::uint64_t i = 0; i < 9; ++i) flood.a->control.push_back(eager(1000, 1000, i));
+  const std::string floodError = failure(flood);
+  EXPECT_NE(floodError.find("or the 192 bytes of credit this rank gave"), std::string::npos)
+      << floodError;
+  // Eight fit, and their receives take them.
+  Loop fits(Mode::kPush);
+  for (std::uint64_t i = 0; i < 8; ++i) fits.a->control.push_back(eager(1000, 1000, i));
+  fits.run();
+  std::vector<std::uint8_t> dst(1000);
+  auto recv = request(Request::Kind::kRecv, 0, dst, 3);
+  fits.b->post(*recv);
+  EXPECT_EQ(recv->completions, 1);
+  EXPECT_EQ(dst, std::vector<std::uint8_t>(1000, 7));
+  // Credit for bytes never sent.
+  Loop credit(Mode::kPush);
+  Wire gift;
+  gift.frame.credit = 1;
+  credit.a->control.push_back(gift);
+  EXPECT_NE(failure(credit).find("returning 1 bytes of eager credit, more than the 0 bytes sent"),
+            std::string::npos);
+  // A message space that does not exist.
+  Loop space(Mode::kPush);
+  Wire rts;
+  rts.frame.type = FrameType::kRts;
+  rts.frame.space = 7;
+  space.a->control.push_back(rts);
+  EXPECT_NE(failure(space).find("unknown message space 7"), std::string::npos);
+}
+
 // A medium that turns out not to be allowed to read the sender's memory asks for the bytes
 // instead (shm when process_vm_readv is refused after the probe passed).
 TEST(Protocol, ARefusedPullFallsBackToPushing) {

@@ -97,6 +97,88 @@ TEST(Selection, BadRulesNameTheEntryAndWhatIsWrong) {
   EXPECT_THROW(Selection::fromFile("/nonexistent/rules.json"), InvalidArgument);
 }
 
+// A rules file is outside input: its size, depth and number of rules are bounded, and an
+// error repeats only the start of a long value.
+TEST(Selection, RulesFilesHaveBounds) {
+  auto error = [](const std::string& text) {
+    try {
+      Selection::fromJson(text, "rules.json");
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  // Depth: the rules' own three levels and a little more are parsed, nine are refused.
+  std::string deep = R"({"allreduce": [{"algorithm": "ring", "x": )";
+  EXPECT_NE(error(deep + "[[[[[1]]]]]}]}").find("unknown field 'x'"), std::string::npos);
+  EXPECT_NE(error(deep + "[[[[[[1]]]]]]}]}").find("nested more than 8 levels deep"),
+            std::string::npos);
+  EXPECT_NE(error(std::string(100000, '[')).find("nested more than 8 levels deep"),
+            std::string::npos);
+  // Count: 10000 rules are taken, 10001 are not.
+  auto rules = [](std::size_t n) {
+    std::string text = R"({"allreduce": [)";
+    for (std::size_t i = 0; i < n; ++i)
+      text += std::string(i ? "," : "") + R"({"algorithm":"ring"})";
+    return text + "]}";
+  };
+  EXPECT_EQ(
+      Selection::fromJson(rules(kMaxRules), "rules.json").rows(Collective::kAllreduce)[9999].source,
+      "rules.json, allreduce entry 10000");
+  EXPECT_NE(error(rules(kMaxRules + 1)).find("more than 10000 rules"), std::string::npos);
+  // Size: the text, and a file (refused from its size, before it is read).
+  std::string big =
+      R"({"allreduce": [{"algorithm": "ring"}]})" + std::string(kMaxRulesFileBytes, ' ');
+  EXPECT_NE(error(big).find("more than the 1 MiB a rules file may have"), std::string::npos);
+  test::TempDir dir;
+  const std::string path = dir.path() + "/big.json";
+  std::ofstream(path) << big;
+  try {
+    Selection::fromFile(path);
+    ADD_FAILURE() << "a file over 1 MiB was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the file has " + std::to_string(big.size()) +
+                                         " bytes, more than the 1 MiB"),
+              std::string::npos)
+        << e.what();
+  }
+  // Echoes: at most 80 bytes of a value, field or name, then its length.
+  const std::string longName(5000, 'q');
+  for (const std::string& text :
+       {R"({")" + longName + R"(": []})",
+        R"({"allreduce": [{"algorithm": ")" + longName + R"("}]})",
+        R"({"allreduce": [{")" + longName + R"(": 1, "algorithm": "ring"}]})",
+        R"({"allreduce": [{"min_bytes": ")" + longName + R"(", "algorithm": "ring"}]})"}) {
+    const std::string message = error(text);
+    EXPECT_NE(message.find(std::string(80, 'q') + "... (5000 bytes)"), std::string::npos)
+        << message.substr(0, 300);
+    EXPECT_EQ(message.find(std::string(81, 'q')), std::string::npos);
+    EXPECT_LT(message.size(), 1000u);
+  }
+  // A value that is not a string, shown as JSON: cut the same way.
+  const std::string array =
+      error(R"({"allreduce": [{"min_ranks": [")" + longName + R"("], "algorithm": "ring"}]})");
+  EXPECT_NE(array.find(R"(not [")" + std::string(78, 'q') + "... (5004 bytes)"), std::string::npos)
+      << array.substr(0, 300);
+  // A number beyond a double: refused as JSON, not an exception of the JSON library (found
+  // by fuzz_rules_json).
+  EXPECT_NE(error("1e999").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(
+      error(R"({"allreduce": [{"min_bytes": 5e400, "algorithm": "ring"}]})").find("not valid JSON"),
+      std::string::npos);
+  const std::string brokenJson = R"({"allreduce": ")" + longName;
+  EXPECT_LT(error(brokenJson).size(), 1000u);
+  EXPECT_NE(error(brokenJson).find("not valid JSON"), std::string::npos);
+}
+
+// A frame's collective byte comes from a peer: names for values beyond the enum stay in
+// bounds (describeMessage uses them in errors; fuzz_frames feeds it every byte).
+TEST(Selection, NamesOfUnknownCollectivesStayInBounds) {
+  for (int value : {0, 15, 99, 200, 255}) {
+    EXPECT_STREQ(collectiveName(static_cast<Collective>(value)), "collective") << value;
+  }
+}
+
 TEST(Selection, ByteSizes) {
   EXPECT_EQ(parseBytes("64K", "X"), 65536u);
   EXPECT_EQ(parseBytes("1M", "X"), 1u << 20);

@@ -559,6 +559,49 @@ TEST(StoreUrl, RejectsMalformedUrlsWithReasons) {
   EXPECT_NE(reason("nonsense").find("no scheme"), std::string::npos);
 }
 
+// A URL comes from the environment or a command line: its length, host and characters are
+// bounded, and an error shows at most 200 bytes of it, control characters escaped.
+TEST(StoreUrl, HasBoundsAndShowsLittle) {
+  auto reason = [](const std::string& url) {
+    try {
+      StoreUrl::parse(url);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string host253 = std::string(250, 'a') + ".bc";
+  EXPECT_EQ(StoreUrl::parse("tcp://" + host253 + ":1").host, host253);
+  EXPECT_NE(reason("tcp://" + host253 + "d:1").find("the host has 254 bytes, more than 253"),
+            std::string::npos);
+  EXPECT_EQ(StoreUrl::parse("tcp://node_1.rack-2.Example.org:5").host, "node_1.rack-2.Example.org");
+  EXPECT_NE(reason("tcp://no de:1").find("has a character other than"), std::string::npos);
+  EXPECT_NE(reason("tcp://h@st:1").find("has a character other than"), std::string::npos);
+  EXPECT_NE(reason("redis://h!st:1").find("has a character other than"), std::string::npos);
+  EXPECT_EQ(StoreUrl::parse("tcp://[fe80::1%eth0]:7").host, "fe80::1%eth0");
+  EXPECT_EQ(StoreUrl::parse("tcp://[::ffff:10.0.0.1]:7").host, "::ffff:10.0.0.1");
+  EXPECT_NE(reason("tcp://[node1]:7").find("in brackets is not an IPv6 address"),
+            std::string::npos);
+  EXPECT_NE(reason("tcp://[::g]:7").find("in brackets is not an IPv6 address"), std::string::npos);
+  EXPECT_NE(reason("tcp://[::1%]:7").find("in brackets is not an IPv6 address"), std::string::npos);
+  const std::string withNewline = reason("tcp://host\n:1");
+  EXPECT_NE(withNewline.find("a control character"), std::string::npos);
+  EXPECT_NE(withNewline.find("'tcp://host\\x0a:1'"), std::string::npos) << withNewline;
+  EXPECT_NE(reason(std::string("file:///a\0b", 11)).find("a control character"), std::string::npos);
+  const std::string longPath = "file:///" + std::string(kMaxStoreUrlBytes - 8, 'p');
+  EXPECT_EQ(StoreUrl::parse(longPath).path.size(), kMaxStoreUrlBytes - 7);
+  const std::string tooLong = reason(longPath + "p");
+  EXPECT_NE(tooLong.find("the URL has 4097 bytes, more than 4096"), std::string::npos);
+  EXPECT_NE(tooLong.find("... (4097 bytes)"), std::string::npos);
+  EXPECT_LT(tooLong.size(), 400u);
+  EXPECT_LT(reason("tcp://h:" + std::string(3000, '9')).size(), 400u);
+  // What parse() accepts, str() writes back the same.
+  for (const char* url : {"tcp://node1:29500", "tcp://[::1]:123", "redis://cache:6380/3",
+                          "file:///shared/dir", "hash://", "tcp://[fe80::1%eth0]:7"}) {
+    EXPECT_EQ(StoreUrl::parse(url).str(), url);
+  }
+}
+
 TEST(FileStoreTest, LeavesNoTemporaryFiles) {
   TempDir dir;
   FileStore store(dir.path());

@@ -384,6 +384,65 @@ TEST(TcpStoreClient, SomethingElseAnsweringIsAClearError) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);  // at once, not at the timeout
 }
 
+// A store that announces a reply longer than the request can have: refused from its
+// header, before the client allocates or reads it.
+TEST(TcpStoreClient, AReplyLongerThanItsRequestCanHaveIsRefusedUnread) {
+  std::string greeting(proto::kMagic, 4);
+  const std::uint32_t hello[2] = {proto::kVersion, proto::kHelloOk};
+  greeting.append(reinterpret_cast<const char*>(hello), sizeof hello);
+  const std::uint32_t length = 0xFFFFFFF0u;  // almost 4 GiB for a ping
+  greeting.append(reinterpret_cast<const char*>(&length), sizeof length);
+  FakeServer liar(greeting);
+  StoreOptions o;
+  o.timeout = 10s;
+  TcpStore store("127.0.0.1", liar.port(), o);
+  try {
+    store.ping();
+    FAIL() << "a 4 GiB reply to a ping was read";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("announced a reply of 4294967280 bytes, more than a ping "
+                                         "of 0 keys can have (1048576)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The parsers of the protocol alone (tests/fuzz/ runs them on anything).
+TEST(TcpStoreProtocol, RepliesAreCheckedAgainstTheirRequest) {
+  auto reply = [](proto::Op op, std::size_t keys, std::vector<std::uint8_t> body) {
+    return proto::parseReply(op, keys, body.data(), body.size());
+  };
+  // Get: one value per key.
+  proto::Writer ok;
+  ok.u8(0).u32(2).str("a").str("bc");
+  std::vector<std::uint8_t> body(ok.finish().begin() + 4, ok.finish().end());
+  EXPECT_EQ(reply(proto::Op::kGet, 2, body).values.size(), 2u);
+  EXPECT_THROW(reply(proto::Op::kGet, 3, body), proto::ProtocolError);
+  // An error of a kind that does not exist, a status that does not exist, a timeout for
+  // an operation that does not wait, nothing at all.
+  EXPECT_THROW(reply(proto::Op::kSet, 1, {2, 99, 0, 0, 0, 0}), proto::ProtocolError);
+  EXPECT_EQ(reply(proto::Op::kSet, 1, {2, 2, 0, 0, 0, 0}).errorKind, ErrorKind::kInvalidArgument);
+  EXPECT_THROW(reply(proto::Op::kSet, 1, {7}), proto::ProtocolError);
+  EXPECT_THROW(reply(proto::Op::kAdd, 1, {1, 0, 0, 0, 0}), proto::ProtocolError);
+  EXPECT_THROW(reply(proto::Op::kPing, 0, {}), proto::ProtocolError);
+  // More missing keys than were asked for.
+  proto::Writer missing;
+  missing.u8(1).keys({"x", "y"});
+  std::vector<std::uint8_t> timeout(missing.finish().begin() + 4, missing.finish().end());
+  EXPECT_THROW(reply(proto::Op::kWait, 1, timeout), proto::ProtocolError);
+  EXPECT_EQ(reply(proto::Op::kWait, 2, timeout).missing.size(), 2u);
+  // A server's long error message is cut.
+  proto::Writer chatty;
+  chatty.u8(2).u8(0).str(std::string(100000, 'e'));
+  std::vector<std::uint8_t> error(chatty.finish().begin() + 4, chatty.finish().end());
+  EXPECT_LT(reply(proto::Op::kSet, 1, error).message.size(), proto::kMaxErrorMessageBytes + 32);
+  // What a client reads at most.
+  EXPECT_EQ(proto::maxReplyBytes(proto::Op::kPing, 0, 1 << 30), 1u << 20);
+  EXPECT_EQ(proto::maxReplyBytes(proto::Op::kGet, 2, 1000), (1u << 20) + 2 * (4 + 4096));
+  EXPECT_EQ(proto::maxReplyBytes(proto::Op::kGet, 1 << 16, 1 << 30), 0xFFFFFFFFu);
+  EXPECT_EQ(proto::maxReplyBytes(proto::Op::kCompareSet, 1, 1000), (1u << 20) + 1000);
+}
+
 TEST(TcpStoreClient, SilentListenerIsATimeoutNotAHang) {
   FakeServer silent("");
   StoreOptions o;

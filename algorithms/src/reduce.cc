@@ -17,6 +17,9 @@
 #ifndef COLLX_REDUCE_X86
 #define COLLX_REDUCE_X86 0
 #endif
+#if COLLX_REDUCE_X86 && defined(__clang__) && __clang_major__ < 15
+#include <cpuid.h>
+#endif
 
 namespace collx::algorithms {
 namespace detail {
@@ -37,8 +40,14 @@ bool reduceIsaAvailable(ReduceIsa isa) noexcept {
 #if COLLX_REDUCE_X86
   // Also checks that the OS saves the ymm/zmm state (XGETBV), not only CPUID.
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+#if defined(__clang__) && __clang_major__ < 15
+  // Clang 14's __builtin_cpu_supports knows no "f16c": CPUID leaf 1, ECX bit 29.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+#else
+  const bool f16c = __builtin_cpu_supports("f16c");
+#endif
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   switch (isa) {
     case ReduceIsa::kScalar:
       return true;

@@ -1,12 +1,16 @@
 #include "collx/algorithms/selection.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
-#include <fstream>
+#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 
 #include "collx/algorithms/settings.h"
@@ -26,6 +30,27 @@ constexpr int kAnyRanks = 1 << 30;
 [[noreturn]] void bad(const std::string& source, const std::string& what) {
   throw InvalidArgument(Where{-1, "selection rules", -1}, source + ": " + what);
 }
+
+// A value from the file as it appears in an error: at most `limit` bytes of it (cut at a
+// UTF-8 character's start), so that a hostile or broken file cannot flood the message.
+std::string cut(std::string_view text, std::size_t limit = kRulesEchoBytes) {
+  if (text.size() <= limit) return std::string(text);
+  std::size_t end = limit;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return std::string(text.substr(0, end)) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
+// Closes the rules file's descriptor on every path out of fromFile().
+class FileCloser {
+ public:
+  explicit FileCloser(int fd) : fd_(fd) {}
+  ~FileCloser() { ::close(fd_); }  // read only: nothing to lose
+  FileCloser(const FileCloser&) = delete;
+  FileCloser& operator=(const FileCloser&) = delete;
+
+ private:
+  int fd_;
+};
 
 std::string validCollectives() {
   std::string out;
@@ -52,20 +77,51 @@ const Selection& Selection::builtIn() {
 }
 
 Selection Selection::fromFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) bad("COLLX_RULES " + path, "cannot read the file");
-  std::stringstream text;
-  text << in.rdbuf();
-  return fromJson(text.str(), "COLLX_RULES " + path);
+  const std::string source = "COLLX_RULES " + path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) bad(source, std::string("cannot read the file: ") + std::strerror(errno));
+  const FileCloser closer(fd);
+  // The size before any byte is read; the reads stop one byte past the limit too, for a file
+  // that grows meanwhile or reports no size (/proc, a pipe).
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    bad(source, std::string("cannot stat the file: ") + std::strerror(errno));
+  if (S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) > kMaxRulesFileBytes) {
+    bad(source, "the file has " + std::to_string(st.st_size) + " bytes, more than the " +
+                    formatBytes(kMaxRulesFileBytes) + " a rules file may have");
+  }
+  std::string text;
+  char buffer[65536];
+  while (text.size() <= kMaxRulesFileBytes) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) bad(source, std::string("cannot read the file: ") + std::strerror(errno));
+    if (n == 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  return fromJson(text, source);
 }
 
 Selection Selection::fromJson(std::string_view text, const std::string& source) {
   using Json = nlohmann::ordered_json;  // entries in file order
+  if (text.size() > kMaxRulesFileBytes) {
+    bad(source, "more than the " + formatBytes(kMaxRulesFileBytes) + " a rules file may have");
+  }
   Json doc;
   try {
-    doc = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    bad(source, "not valid JSON: " + jsonErrorText(e.what()));
+    // Rules nest three deep (collectives, their lists, the rules); anything much deeper is not
+    // a rules file, and is refused before it is built.
+    doc = Json::parse(text, [&source](int depth, Json::parse_event_t event, Json&) {
+      if ((event == Json::parse_event_t::object_start ||
+           event == Json::parse_event_t::array_start) &&
+          depth >= kMaxRulesDepth) {
+        bad(source, "nested more than " + std::to_string(kMaxRulesDepth) + " levels deep");
+      }
+      return true;
+    });
+  } catch (const Json::exception& e) {
+    // parse_error, and out_of_range for a number beyond a double ("1e999").
+    bad(source, "not valid JSON: " + cut(jsonErrorText(e.what()), 2 * kRulesEchoBytes));
   }
   if (!doc.is_object()) bad(source, "the document must be an object of collectives");
   std::vector<Row> rules;
@@ -75,7 +131,7 @@ Selection Selection::fromJson(std::string_view text, const std::string& source) 
       if (name == collectiveName(c)) coll = &c;
     }
     if (coll == nullptr) {
-      bad(source, "unknown collective '" + name + "' (valid: " + validCollectives() + ")");
+      bad(source, "unknown collective '" + cut(name) + "' (valid: " + validCollectives() + ")");
     }
     if (!list.is_array()) {
       bad(source, name + " must be an array of rules, not " + std::string(list.type_name()));
@@ -83,15 +139,22 @@ Selection Selection::fromJson(std::string_view text, const std::string& source) 
     int index = 0;
     for (const Json& entry : list) {
       ++index;
+      if (rules.size() >= kMaxRules) {
+        bad(source, "more than " + std::to_string(kMaxRules) + " rules");
+      }
       const std::string at = name + " entry " + std::to_string(index);
       if (!entry.is_object()) {
         bad(source, at + " must be an object, not " + std::string(entry.type_name()));
       }
       Row row{*coll, 1, kAnyRanks, 0, kAnyBytes, nullptr, source + ", " + at, false, false};
-      for (const auto& [field, value] : entry.items()) {
+      for (const auto& item : entry.items()) {
+        // (Named, not a structured binding: Clang 14 cannot capture those in the lambdas.)
+        const std::string& field = item.key();
+        const Json& value = item.value();
         // What the value is, for errors: "a string", or the number as written.
         auto shown = [&value] {
-          return value.is_string() ? "'" + value.get<std::string>() + "'" : value.dump();
+          return value.is_string() ? "'" + cut(value.get_ref<const std::string&>()) + "'"
+                                   : cut(value.dump());
         };
         auto number = [&](std::int64_t min) -> std::int64_t {
           constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
@@ -135,7 +198,7 @@ Selection Selection::fromJson(std::string_view text, const std::string& source) 
           const std::string& algorithm = value.get_ref<const std::string&>();
           row.algorithm = findAlgorithm(*coll, algorithm);
           if (row.algorithm == nullptr) {
-            bad(source, at + ": unknown " + name + " algorithm '" + algorithm +
+            bad(source, at + ": unknown " + name + " algorithm '" + cut(algorithm) +
                             "' (valid: " + algorithmNames(*coll) + ")");
           }
         } else if (field == "min_ranks") {
@@ -147,7 +210,7 @@ Selection Selection::fromJson(std::string_view text, const std::string& source) 
         } else if (field == "max_bytes") {
           row.maxBytes = bytes();
         } else {
-          bad(source, at + ": unknown field '" + field +
+          bad(source, at + ": unknown field '" + cut(field) +
                           "' (fields: min_ranks, max_ranks, min_bytes, max_bytes, algorithm)");
         }
       }

@@ -14,9 +14,28 @@ namespace collx::rendezvous {
 
 namespace {
 
+// Text from the URL as an error shows it: control characters as \xNN, and at most `limit`
+// bytes of it.
+std::string shown(std::string_view text, std::size_t limit = 200) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < limit; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.size() > limit) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
 [[noreturn]] void badUrl(const std::string& url, const std::string& why) {
   throw InvalidArgument(Where{-1, "store URL", -1},
-                        "'" + hidePassword(url) + "': " + why +
+                        "'" + shown(hidePassword(url)) + "': " + why +
                             " (expected tcp://host:port, file:///path, "
                             "redis://[[user]:password@]host:port[/db])");
 }
@@ -57,6 +76,42 @@ std::string percentEncode(std::string_view text) {
     }
   }
   return out;
+
+}
+
+bool isHostChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '-' || c == '_';
+}
+
+// A host name or IPv4 address: at most 253 bytes of letters, digits, '.', '-' and '_'. A
+// bracketed IPv6 literal: hex digits, ':' and '.' (an embedded IPv4 address), a zone after
+// '%'.
+void checkHost(const std::string& url, std::string_view host, bool bracketed) {
+  if (host.size() > kMaxStoreHostBytes) {
+    badUrl(url, "the host has " + std::to_string(host.size()) + " bytes, more than " +
+                    std::to_string(kMaxStoreHostBytes));
+  }
+  if (bracketed) {
+    const std::size_t zone = host.find('%');
+    for (std::size_t i = 0; i < host.size(); ++i) {
+      const char c = host[i];
+      const bool ok = i > zone ? isHostChar(c)
+                               : (std::isxdigit(static_cast<unsigned char>(c)) != 0 || c == ':' ||
+                                  c == '.' || i == zone);
+      if (!ok) badUrl(url, "'" + shown(host) + "' in brackets is not an IPv6 address");
+    }
+    if (host.substr(0, zone).find(':') == std::string_view::npos || zone + 1 == host.size()) {
+      badUrl(url, "'" + shown(host) + "' in brackets is not an IPv6 address");
+    }
+    return;
+  }
+  for (char c : host) {
+    if (!isHostChar(c)) {
+      badUrl(url, "the host '" + shown(host) +
+                      "' has a character other than letters, digits, '.', '-' and '_'");
+    }
+  }
 }
 
 // "host:port" or "[v6]:port" (port required when `defaultPort` is 0).
@@ -67,6 +122,7 @@ void parseHostPort(const std::string& url, std::string_view text, std::uint16_t 
     std::size_t close = text.find(']');
     if (close == std::string_view::npos) badUrl(url, "unterminated '[' in the host");
     out.host = std::string(text.substr(1, close - 1));
+    if (!out.host.empty()) checkHost(url, out.host, true);
     std::string_view rest = text.substr(close + 1);
     if (!rest.empty()) {
       if (rest.front() != ':') badUrl(url, "expected ':' after ']'");
@@ -78,6 +134,7 @@ void parseHostPort(const std::string& url, std::string_view text, std::uint16_t 
       badUrl(url, "IPv6 addresses need brackets, e.g. tcp://[::1]:29500");
     }
     out.host = std::string(text.substr(0, colon));
+    checkHost(url, out.host, false);
     if (colon != std::string_view::npos) portText = text.substr(colon + 1);
   }
   if (out.host.empty()) badUrl(url, "the host is empty");
@@ -90,7 +147,7 @@ void parseHostPort(const std::string& url, std::string_view text, std::uint16_t 
   auto [ptr, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), value);
   if (ec != std::errc() || ptr != portText.data() + portText.size() || value == 0 ||
       value > 65535) {
-    badUrl(url, "the port '" + std::string(portText) + "' is not in 1..65535");
+    badUrl(url, "the port '" + shown(portText, 20) + "' is not in 1..65535");
   }
   out.port = static_cast<std::uint16_t>(value);
 }
@@ -99,6 +156,15 @@ void parseHostPort(const std::string& url, std::string_view text, std::uint16_t 
 
 StoreUrl StoreUrl::parse(const std::string& url) {
   StoreUrl out;
+  if (url.size() > kMaxStoreUrlBytes) {
+    badUrl(url, "the URL has " + std::to_string(url.size()) + " bytes, more than " +
+                    std::to_string(kMaxStoreUrlBytes));
+  }
+  for (char c : url) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      badUrl(url, "a control character in the URL");
+    }
+  }
   std::size_t sep = url.find("://");
   if (sep == std::string::npos) badUrl(url, "no scheme");
   out.scheme = url.substr(0, sep);
@@ -125,7 +191,7 @@ StoreUrl StoreUrl::parse(const std::string& url) {
       std::string_view db = rest.substr(slash + 1);
       auto [ptr, ec] = std::from_chars(db.data(), db.data() + db.size(), out.db);
       if (db.empty() || ec != std::errc() || ptr != db.data() + db.size() || out.db < 0) {
-        badUrl(url, "the database '" + std::string(db) + "' is not a number");
+        badUrl(url, "the database '" + shown(db, 20) + "' is not a number");
       }
     }
   } else if (out.scheme == "file") {
@@ -136,7 +202,7 @@ StoreUrl StoreUrl::parse(const std::string& url) {
   } else if (out.scheme == "hash") {
     if (!rest.empty()) badUrl(url, "hash:// takes nothing after the scheme");
   } else {
-    badUrl(url, "unknown scheme '" + out.scheme + "'");
+    badUrl(url, "unknown scheme '" + shown(out.scheme, 20) + "'");
   }
   return out;
 }

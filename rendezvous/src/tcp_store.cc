@@ -42,11 +42,10 @@ std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) +
 
 }  // namespace
 
-struct TcpStore::Reply {
-  proto::Status status = proto::Status::kOk;
-  std::vector<std::uint8_t> body;  // after the status byte
-  proto::Reader reader() const { return proto::Reader(body.data(), body.size()); }
-};
+// The largest value a reply carries: the server's default limit (TcpStoreServer::Options).
+constexpr std::uint64_t kMaxReplyValueBytes = std::uint64_t{1} << 30;
+
+struct TcpStore::Reply : proto::Reply {};
 
 TcpStore::TcpStore(std::string host, std::uint16_t port, const StoreOptions& options)
     : Store(options), host_(std::move(host)), port_(port), secret_(options.secret) {
@@ -133,9 +132,9 @@ void TcpStore::handshakeLocked(Clock::time_point deadline, std::string_view op,
   }
   if (out.result == Result::kOk) out = sockio::recvAll(fd_, answer + 4, 8, deadline);
   if (out.result != Result::kOk) fail(out);
-  std::uint32_t serverVersion, status;
-  std::memcpy(&serverVersion, answer + 4, 4);
-  std::memcpy(&status, answer + 8, 4);
+  const proto::ServerHello serverHello = proto::parseServerHello(answer, sizeof(answer));
+  const std::uint32_t serverVersion = serverHello.version;
+  std::uint32_t status = serverHello.status;
   if (status == proto::kHelloOk) {
     if (!secret_) return;
     closeLocked();
@@ -193,22 +192,24 @@ void TcpStore::handshakeLocked(Clock::time_point deadline, std::string_view op,
                 "the store refused the connection (status " + std::to_string(status) + ")");
 }
 
-TcpStore::Reply TcpStore::roundTrip(std::string_view op, std::vector<std::uint8_t>& frame,
+TcpStore::Reply TcpStore::roundTrip(proto::Op op, std::size_t keys,
+                                    std::vector<std::uint8_t>& frame,
                                     std::chrono::milliseconds serverWait) {
   using sockio::Result;
+  const std::string_view name = proto::opName(op);
   if (frame.size() - 4 > 0xFFFFFFFFull) {
-    throw InvalidArgument(where(op), "request of " + std::to_string(frame.size()) +
-                                         " bytes exceeds the protocol's 4 GiB limit");
+    throw InvalidArgument(where(name), "request of " + std::to_string(frame.size()) +
+                                           " bytes exceeds the protocol's 4 GiB limit");
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  if (fd_ < 0) connectLocked(Clock::now() + timeout(), op);
+  if (fd_ < 0) connectLocked(Clock::now() + timeout(), name);
   auto fail = [&](const sockio::Outcome& out, const char* phase) {
     closeLocked();
     if (out.result == Result::kTimeout) {
-      throw TimeoutError(where(op), std::string("timed out ") + phase + " (the store did not " +
-                                        "answer within " + ms(timeout() + serverWait) + ")");
+      throw TimeoutError(where(name), std::string("timed out ") + phase + " (the store did not " +
+                                          "answer within " + ms(timeout() + serverWait) + ")");
     }
-    throw IoError(where(op),
+    throw IoError(where(name),
                   std::string("lost the connection to the store ") + phase + ": " + out.describe());
   };
   sockio::Outcome out = sockio::sendAll(fd_, frame.data(), frame.size(), Clock::now() + timeout());
@@ -219,29 +220,36 @@ TcpStore::Reply TcpStore::roundTrip(std::string_view op, std::vector<std::uint8_
   if (out.result != Result::kOk) fail(out, "waiting for the reply");
   if (length == 0) {
     closeLocked();
-    throw IoError(where(op), "the store sent an empty reply");
+    throw IoError(where(name), "the store sent an empty reply");
+  }
+  const std::uint64_t most = proto::maxReplyBytes(op, keys, kMaxReplyValueBytes);
+  if (length > most) {
+    closeLocked();
+    throw IoError(where(name), "the store announced a reply of " + std::to_string(length) +
+                                   " bytes, more than a " + std::string(name) + " of " +
+                                   std::to_string(keys) + " keys can have (" +
+                                   std::to_string(most) + ")");
+  }
+  // The body grows as its bytes come, 1 MiB at a time, not ahead of them.
+  constexpr std::size_t kPiece = std::size_t{1} << 20;
+  std::vector<std::uint8_t> body;
+  while (body.size() < length) {
+    const std::size_t at = body.size();
+    const std::size_t piece = std::min<std::size_t>(length - at, kPiece);
+    body.resize(at + piece);
+    out = sockio::recvAll(fd_, body.data() + at, piece, replyDeadline);
+    if (out.result != Result::kOk) fail(out, "reading the reply");
   }
   Reply reply;
-  reply.body.resize(length);
-  out = sockio::recvAll(fd_, reply.body.data(), length, replyDeadline);
-  if (out.result != Result::kOk) fail(out, "reading the reply");
-  reply.status = static_cast<proto::Status>(reply.body[0]);
-  reply.body.erase(reply.body.begin());
-  if (reply.status == proto::Status::kError) {
-    proto::Reader r = reply.reader();
-    try {
-      auto kind = static_cast<ErrorKind>(r.u8());
-      std::string message(r.str());
-      throwError(kind, where(op), "the store server refused the request: " + message);
-    } catch (const proto::ProtocolError& e) {
-      closeLocked();
-      throw IoError(where(op), std::string("malformed error reply from the store: ") + e.what());
-    }
-  }
-  if (reply.status != proto::Status::kOk && reply.status != proto::Status::kTimeout) {
+  try {
+    static_cast<proto::Reply&>(reply) = proto::parseReply(op, keys, body.data(), body.size());
+  } catch (const proto::ProtocolError& e) {
     closeLocked();
-    throw IoError(where(op), "the store replied with unknown status " +
-                                 std::to_string(static_cast<int>(reply.status)));
+    throw IoError(where(name), std::string("malformed reply from the store: ") + e.what());
+  }
+  if (reply.status == proto::Status::kError) {
+    throwError(reply.errorKind, where(name),
+               "the store server refused the request: " + reply.message);
   }
   return reply;
 }
@@ -261,28 +269,19 @@ std::chrono::milliseconds remaining(Clock::time_point deadline) {
   return left.count() > 0 ? left : std::chrono::milliseconds(0);
 }
 
-template <typename Fn>
-auto parsed(const Where& where, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const proto::ProtocolError& e) {
-    throw IoError(where, std::string("malformed reply from the store: ") + e.what());
-  }
-}
-
 }  // namespace
 
 void TcpStore::ping() {
   proto::Writer w;
   w.u8(static_cast<std::uint8_t>(proto::Op::kPing));
-  roundTrip("ping", w.finish(), std::chrono::milliseconds(0));
+  roundTrip(proto::Op::kPing, 0, w.finish(), std::chrono::milliseconds(0));
 }
 
 void TcpStore::doSet(const std::string& key, const Bytes& value) {
   checkEncodable(*this, value, where("set"));
   proto::Writer w;
   w.u8(static_cast<std::uint8_t>(proto::Op::kSet)).str(key).bytes(value.data(), value.size());
-  roundTrip("set", w.finish(), std::chrono::milliseconds(0));
+  roundTrip(proto::Op::kSet, 1, w.finish(), std::chrono::milliseconds(0));
 }
 
 void TcpStore::doMultiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
@@ -293,7 +292,7 @@ void TcpStore::doMultiSet(const std::vector<std::string>& keys, const std::vecto
     checkEncodable(*this, value, where("multiSet"));
     w.bytes(value.data(), value.size());
   }
-  roundTrip("multiSet", w.finish(), std::chrono::milliseconds(0));
+  roundTrip(proto::Op::kMultiSet, keys.size(), w.finish(), std::chrono::milliseconds(0));
 }
 
 std::vector<std::string> TcpStore::doWait(const std::vector<std::string>& keys,
@@ -301,9 +300,8 @@ std::vector<std::string> TcpStore::doWait(const std::vector<std::string>& keys,
   auto wait = remaining(deadline);
   proto::Writer w;
   w.u8(static_cast<std::uint8_t>(proto::Op::kWait)).u64(wait.count()).keys(keys);
-  Reply reply = roundTrip("wait", w.finish(), wait + replySlack(timeout()));
-  if (reply.status == proto::Status::kOk) return {};
-  return parsed(where("wait"), [&] { return reply.reader().keys(keys.size()); });
+  Reply reply = roundTrip(proto::Op::kWait, keys.size(), w.finish(), wait + replySlack(timeout()));
+  return std::move(reply.missing);
 }
 
 std::vector<std::string> TcpStore::doMultiGet(const std::vector<std::string>& keys,
@@ -312,29 +310,17 @@ std::vector<std::string> TcpStore::doMultiGet(const std::vector<std::string>& ke
   auto wait = remaining(deadline);
   proto::Writer w;
   w.u8(static_cast<std::uint8_t>(proto::Op::kGet)).u64(wait.count()).keys(keys);
-  Reply reply = roundTrip("get", w.finish(), wait + replySlack(timeout()));
-  return parsed(where("get"), [&] {
-    proto::Reader r = reply.reader();
-    if (reply.status != proto::Status::kOk) return r.keys(keys.size());
-    std::uint32_t count = r.u32();
-    if (count != keys.size()) {
-      throw proto::ProtocolError(std::to_string(count) + " values for " +
-                                 std::to_string(keys.size()) + " keys");
-    }
-    values.clear();
-    for (std::uint32_t i = 0; i < count; ++i) {
-      std::string_view v = r.str();
-      values.emplace_back(v.begin(), v.end());
-    }
-    return std::vector<std::string>();
-  });
+  Reply reply = roundTrip(proto::Op::kGet, keys.size(), w.finish(), wait + replySlack(timeout()));
+  if (reply.status != proto::Status::kOk) return std::move(reply.missing);
+  values.clear();
+  for (auto& value : reply.values) values.emplace_back(std::move(value));
+  return {};
 }
 
 std::int64_t TcpStore::doAdd(const std::string& key, std::int64_t delta) {
   proto::Writer w;
   w.u8(static_cast<std::uint8_t>(proto::Op::kAdd)).str(key).i64(delta);
-  Reply reply = roundTrip("add", w.finish(), std::chrono::milliseconds(0));
-  return parsed(where("add"), [&] { return reply.reader().i64(); });
+  return roundTrip(proto::Op::kAdd, 1, w.finish(), std::chrono::milliseconds(0)).number;
 }
 
 Bytes TcpStore::doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
@@ -343,25 +329,20 @@ Bytes TcpStore::doCompareSet(const std::string& key, const Bytes& expected, cons
   proto::Writer w;
   w.u8(static_cast<std::uint8_t>(proto::Op::kCompareSet)).str(key);
   w.bytes(expected.data(), expected.size()).bytes(desired.data(), desired.size());
-  Reply reply = roundTrip("compareSet", w.finish(), std::chrono::milliseconds(0));
-  return parsed(where("compareSet"), [&] {
-    std::string_view v = reply.reader().str();
-    return Bytes(v.begin(), v.end());
-  });
+  Reply reply = roundTrip(proto::Op::kCompareSet, 1, w.finish(), std::chrono::milliseconds(0));
+  return Bytes(std::move(reply.values.at(0)));
 }
 
 bool TcpStore::doCheck(const std::vector<std::string>& keys) {
   proto::Writer w;
   w.u8(static_cast<std::uint8_t>(proto::Op::kCheck)).keys(keys);
-  Reply reply = roundTrip("check", w.finish(), std::chrono::milliseconds(0));
-  return parsed(where("check"), [&] { return reply.reader().u8() != 0; });
+  return roundTrip(proto::Op::kCheck, keys.size(), w.finish(), std::chrono::milliseconds(0)).flag;
 }
 
 bool TcpStore::doErase(const std::string& key) {
   proto::Writer w;
   w.u8(static_cast<std::uint8_t>(proto::Op::kErase)).str(key);
-  Reply reply = roundTrip("erase", w.finish(), std::chrono::milliseconds(0));
-  return parsed(where("erase"), [&] { return reply.reader().u8() != 0; });
+  return roundTrip(proto::Op::kErase, 1, w.finish(), std::chrono::milliseconds(0)).flag;
 }
 
 }  // namespace collx::rendezvous

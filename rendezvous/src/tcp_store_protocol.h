@@ -35,12 +35,15 @@
 // Status kTimeout carries the keys still missing; kError carries u8 ErrorKind + message.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "collx/base/error.h"
 
 namespace collx::rendezvous::proto {
 
@@ -199,5 +202,74 @@ class Reader {
   const std::uint8_t* p_;
   const std::uint8_t* end_;
 };
+
+// ---- the parsers of what crosses the network: pure, each fuzzed (tests/fuzz/) ----
+
+// The hello's first kHelloHeadBytes (magic, version), which every protocol version keeps:
+// false when the magic is not "CLXS".
+bool parseHelloHead(const std::uint8_t* data, std::size_t size, std::uint32_t& version);
+
+struct ClientHello {
+  std::uint32_t version = 0;
+  std::uint32_t flags = 0;  // kHoldsSecret
+  std::array<std::uint8_t, kNonceBytes> nonce{};
+};
+// A client's hello of kClientHelloBytes. Throws ProtocolError for another size or magic.
+ClientHello parseClientHello(const std::uint8_t* data, std::size_t size);
+
+struct ServerHello {
+  std::uint32_t version = 0;
+  std::uint32_t status = 0;  // kHelloOk, kHelloChallenge, ...
+};
+// A server's answer of kServerHelloBytes. Throws ProtocolError for another size or magic.
+ServerHello parseServerHello(const std::uint8_t* data, std::size_t size);
+
+// What a server accepts in one request.
+struct Limits {
+  std::size_t maxKeys = std::size_t{1} << 16;
+  std::size_t maxValueBytes = std::size_t{1} << 30;
+};
+
+// One request, parsed. The values are views into the request's body.
+struct Request {
+  Op op = Op::kPing;
+  std::vector<std::string> keys;         // kSet, kAdd, kCompareSet, kErase: exactly one
+  std::vector<std::string_view> values;  // kSet: one; kMultiSet: one per key; kCompareSet:
+                                         // expected, desired
+  std::uint64_t timeoutMs = 0;           // kGet, kWait
+  std::int64_t delta = 0;                // kAdd
+};
+
+// The request of operation `op` (the body's first byte, which the caller read: its errors
+// name it) from the rest of the body. Throws ProtocolError when the message is malformed
+// (truncated, bytes left over, an unknown op, more than limits.maxKeys keys, as many values
+// as keys not given) and InvalidArgument when it breaks a limit (a key outside
+// 1..kMaxKeyBytes, a value stored beyond limits.maxValueBytes), in that order.
+Request parseRequest(Op op, Reader& r, const Limits& limits);
+
+// A reply, parsed for the request it answers.
+struct Reply {
+  Status status = Status::kOk;
+  // kError: what the server said (its message cut to kMaxErrorMessageBytes).
+  ErrorKind errorKind = ErrorKind::kIo;
+  std::string message;
+  // kTimeout (get, wait): the keys still missing.
+  std::vector<std::string> missing;
+  // kOk: get's values, one per key; compareSet's value.
+  std::vector<std::vector<std::uint8_t>> values;
+  std::int64_t number = 0;  // kOk: add's new value
+  bool flag = false;        // kOk: check's "all present", erase's "existed"
+};
+inline constexpr std::size_t kMaxErrorMessageBytes = 4096;
+
+// The largest reply a client reads for a request of `op` with `keys` keys, given the largest
+// value it expects (the server's maxValueBytes): get's values and the status, length prefixes
+// and 1 MiB for the rest. A longer reply is refused before its body is read.
+std::uint64_t maxReplyBytes(Op op, std::size_t keys, std::uint64_t maxValueBytes);
+
+// The reply (its body: status byte and payload) to a request of `op` with `keys` keys.
+// Throws ProtocolError when it is malformed: empty, an unknown status or error kind, a
+// payload that is not `op`'s, more missing keys or values than keys asked for.
+Reply parseReply(Op op, std::size_t keys, const std::uint8_t* data, std::size_t size);
 
 }  // namespace collx::rendezvous::proto

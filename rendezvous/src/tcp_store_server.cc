@@ -71,6 +71,10 @@ struct TcpStoreServer::Impl {
   void unpark(const std::shared_ptr<Waiter>& waiter);
   void shutdown();
 
+  proto::Limits limits() const {
+    return proto::Limits{options.maxKeysPerRequest, options.maxValueBytes};
+  }
+
   Options options;
   std::size_t maxFrameBytes = 0;
   std::atomic<std::size_t> connections{0};
@@ -180,7 +184,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void onHello() {
-    if (std::memcmp(hello_.data(), proto::kMagic, 4) != 0) {
+    std::uint32_t version = 0;
+    if (!proto::parseHelloHead(hello_.data(), proto::kHelloHeadBytes, version)) {
       COLLX_WARN(kRdzv,
                  "store server: closing connection from {}: it is not a collx store client "
                  "(first bytes: {})",
@@ -188,8 +193,6 @@ class Session : public std::enable_shared_from_this<Session> {
       close();
       return;
     }
-    std::uint32_t version;
-    std::memcpy(&version, hello_.data() + 4, 4);
     if (version != proto::kVersion) {
       COLLX_WARN(kRdzv, "store server: closing connection from {}: protocol v{} (this server: v{})",
                  peer_, version, proto::kVersion);
@@ -209,20 +212,20 @@ class Session : public std::enable_shared_from_this<Session> {
   // Flags and the client's nonce: serve at once (no secret here), refuse a client without
   // the secret, or challenge it (this server proves the secret first).
   void onHelloRest() {
-    std::uint32_t flags;
-    std::memcpy(&flags, hello_.data() + 8, 4);
+    const proto::ClientHello hello = proto::parseClientHello(hello_.data(), hello_.size());
     const auto& secret = server_.options.secret;
     if (!secret) {
       authenticated_ = true;
       sendHello(proto::kHelloOk, false);
       return;
     }
-    if ((flags & proto::kHoldsSecret) == 0) {
+    if ((hello.flags & proto::kHoldsSecret) == 0) {
       server_.logRefusal(peer_, "it holds no job secret");
       sendHello(proto::kHelloAuthRequired, true);
       return;
     }
-    std::memcpy(clientNonce_.data(), hello_.data() + 12, clientNonce_.size());
+    static_assert(sizeof(clientNonce_) == sizeof(hello.nonce));
+    std::memcpy(clientNonce_.data(), hello.nonce.data(), clientNonce_.size());
     serverNonce_ = secure::randomNonce();
     const secure::Tag proof = secret->mac(secure::Purpose::kStore,
                                           {proto::kServerProofLabel, clientNonce_, serverNonce_});
@@ -348,7 +351,7 @@ class Session : public std::enable_shared_from_this<Session> {
     try {
       proto::Reader r(body.data(), body.size());
       op = static_cast<proto::Op>(r.u8());
-      dispatch(op, r);
+      dispatch(proto::parseRequest(op, r, server_.limits()));
     } catch (const proto::ProtocolError& e) {
       COLLX_WARN(kRdzv, "store server: malformed {} request from {}: {}", proto::opName(op), peer_,
                  e.what());
@@ -360,69 +363,33 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  void checkKey(const std::string& key) {
-    if (key.empty() || key.size() > kMaxKeyBytes) {
-      throw InvalidArgument(Where{}, "key of " + std::to_string(key.size()) +
-                                         " bytes is outside 1.." + std::to_string(kMaxKeyBytes));
-    }
-  }
-  void checkKeys(const std::vector<std::string>& keys) {
-    for (const auto& key : keys) checkKey(key);
-  }
-  void checkValue(std::string_view value) {
-    if (value.size() > server_.options.maxValueBytes) {
-      throw InvalidArgument(Where{}, "value of " + std::to_string(value.size()) +
-                                         " bytes exceeds the server's limit of " +
-                                         std::to_string(server_.options.maxValueBytes) + " bytes");
-    }
-  }
-
-  void dispatch(proto::Op op, proto::Reader& r) {
+  // Carries out a parsed request (proto::parseRequest checked it).
+  void dispatch(proto::Request q) {
     auto& data = server_.data;
-    const std::size_t maxKeys = server_.options.maxKeysPerRequest;
-    switch (op) {
+    switch (q.op) {
       case proto::Op::kPing:
-        r.expectDone();
         send(okReply(), false);
         return;
       case proto::Op::kSet: {
-        std::string key(r.str());
-        std::string_view value = r.str();
-        r.expectDone();
-        checkKey(key);
-        checkValue(value);
-        data[key] = Bytes(value.begin(), value.end());
+        const std::string& key = q.keys[0];
+        data[key] = Bytes(q.values[0].begin(), q.values[0].end());
         send(okReply(), false);
         server_.notify(key);
         return;
       }
       case proto::Op::kMultiSet: {
-        std::vector<std::string> keys = r.keys(maxKeys);
-        std::uint32_t count = r.u32();
-        if (count != keys.size()) {
-          throw proto::ProtocolError(std::to_string(keys.size()) + " keys but " +
-                                     std::to_string(count) + " values");
-        }
-        std::vector<std::string_view> values;
-        for (std::uint32_t i = 0; i < count; ++i) values.push_back(r.str());
-        r.expectDone();
-        checkKeys(keys);
-        for (auto value : values) checkValue(value);
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-          data[keys[i]] = Bytes(values[i].begin(), values[i].end());
+        for (std::size_t i = 0; i < q.keys.size(); ++i) {
+          data[q.keys[i]] = Bytes(q.values[i].begin(), q.values[i].end());
         }
         send(okReply(), false);
-        for (const auto& key : keys) server_.notify(key);
+        for (const auto& key : q.keys) server_.notify(key);
         return;
       }
       case proto::Op::kGet:
       case proto::Op::kWait: {
-        auto timeout = std::chrono::milliseconds(r.u64());
-        std::vector<std::string> keys = r.keys(maxKeys);
-        r.expectDone();
-        checkKeys(keys);
-        auto waiter = std::make_shared<Waiter>(server_.io, shared_from_this(), std::move(keys),
-                                               op == proto::Op::kGet);
+        auto timeout = std::chrono::milliseconds(q.timeoutMs);
+        auto waiter = std::make_shared<Waiter>(server_.io, shared_from_this(), std::move(q.keys),
+                                               q.op == proto::Op::kGet);
         if (server_.tryComplete(waiter)) return;
         waiter_ = waiter;
         waiter->timer.expires_after(std::min(timeout, kMaxServerWait));
@@ -435,13 +402,10 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       }
       case proto::Op::kAdd: {
-        std::string key(r.str());
-        std::int64_t delta = r.i64();
-        r.expectDone();
-        checkKey(key);
+        const std::string& key = q.keys[0];
         auto it = data.find(key);
         std::int64_t result =
-            detail::applyAdd(it == data.end() ? nullptr : &it->second, delta, key, Where{});
+            detail::applyAdd(it == data.end() ? nullptr : &it->second, q.delta, key, Where{});
         data[key] = detail::formatCounter(result);
         proto::Writer w;
         w.u8(static_cast<std::uint8_t>(proto::Status::kOk)).i64(result);
@@ -450,12 +414,9 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       }
       case proto::Op::kCompareSet: {
-        std::string key(r.str());
-        std::string_view expected = r.str();
-        std::string_view desired = r.str();
-        r.expectDone();
-        checkKey(key);
-        checkValue(desired);
+        const std::string& key = q.keys[0];
+        const std::string_view expected = q.values[0];
+        const std::string_view desired = q.values[1];
         auto it = data.find(key);
         bool swap = it == data.end()
                         ? expected.empty()
@@ -476,28 +437,21 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       }
       case proto::Op::kCheck: {
-        std::vector<std::string> keys = r.keys(maxKeys);
-        r.expectDone();
-        checkKeys(keys);
         bool all = true;
-        for (const auto& key : keys) all = all && data.count(key) > 0;
+        for (const auto& key : q.keys) all = all && data.count(key) > 0;
         proto::Writer w;
         w.u8(static_cast<std::uint8_t>(proto::Status::kOk)).u8(all ? 1 : 0);
         send(std::move(w.finish()), false);
         return;
       }
       case proto::Op::kErase: {
-        std::string key(r.str());
-        r.expectDone();
-        checkKey(key);
-        bool existed = data.erase(key) > 0;
+        bool existed = data.erase(q.keys[0]) > 0;
         proto::Writer w;
         w.u8(static_cast<std::uint8_t>(proto::Status::kOk)).u8(existed ? 1 : 0);
         send(std::move(w.finish()), false);
         return;
       }
     }
-    throw proto::ProtocolError("unknown operation " + std::to_string(static_cast<int>(op)));
   }
 
   // While a request waits, the client must not send anything: a read completing means it

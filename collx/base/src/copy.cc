@@ -37,7 +37,13 @@ template <std::size_t W, class V, bool Stream>
       V* out = static_cast<V*>(__builtin_assume_aligned(dst, W));
       for (int i = 0; i < 4; ++i) {
         if constexpr (Stream) {
+#if defined(__clang__)
+          // Clang checks the assembly's operand against the template's own (baseline) target;
+          // its builtin becomes the same vmovntdq in the avx2/avx512f functions.
+          __builtin_nontemporal_store(in[i], &out[i]);
+#else
           asm volatile("vmovntdq %1, %0" : "=m"(out[i]) : "v"(in[i]));
+#endif
         } else {
           out[i] = in[i];
         }

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "collx/base/echo.h"
 #include "collx/base/error.h"
 #include "collx/base/units.h"
 
@@ -27,7 +28,7 @@ Registry& registry() {
 [[noreturn]] void badText(std::string_view what, std::string_view text,
                           const std::string& expected) {
   throw InvalidArgument(Where{-1, "config", -1},
-                        std::string(what) + "='" + std::string(text) + "': expected " + expected);
+                        std::string(what) + "='" + echoText(text) + "': expected " + expected);
 }
 
 // ---- formatting: values as a user would write them, and parsers read back ----
@@ -274,8 +275,17 @@ TypedSetting<Kind>::TypedSetting(std::string name, std::string component, bool a
 template <typename Kind>
 typename TypedSetting<Kind>::Value TypedSetting<Kind>::parse(std::string_view text,
                                                              std::string_view what) const {
+  if (text.size() > kMaxSettingBytes) {
+    // Before the value is read, and without it: a secret's text is never shown.
+    throw InvalidArgument(Where{-1, "config", -1},
+                          std::string(what) + ": a value of " + std::to_string(text.size()) +
+                              " bytes, more than the " + std::to_string(kMaxSettingBytes) +
+                              " a setting may have");
+  }
   Value value = parseText(Kind{}, text, what);
-  if (!holds(range_, value)) badText(what, text, expected(range_));
+  if (!holds(range_, value)) {
+    badText(what, this->hidden() ? std::string_view(kHiddenText) : text, expected(range_));
+  }
   return value;
 }
 
@@ -283,9 +293,10 @@ template <typename Kind>
 const typename TypedSetting<Kind>::Value& TypedSetting<Kind>::check(const Value& value,
                                                                     std::string_view what) const {
   if (holds(range_, value)) return value;
-  throw InvalidArgument(Where{-1, "config", -1},
-                        std::string(what) + "=" + format(value) + ": expected " + expected(range_) +
-                            (what == name() ? "" : " (as " + name() + ")"));
+  throw InvalidArgument(
+      Where{-1, "config", -1},
+      std::string(what) + "=" + (this->hidden() ? kHiddenText : echoText(format(value))) +
+          ": expected " + expected(range_) + (what == name() ? "" : " (as " + name() + ")"));
 }
 
 template <typename Kind>

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "collx/base/echo.h"
 #include "collx/base/error.h"
 
 namespace collx {
@@ -15,7 +16,7 @@ namespace {
 [[noreturn]] void badValue(std::string_view what, std::string_view text,
                            const std::string& expected) {
   throw InvalidArgument(Where{-1, "config", -1},
-                        std::string(what) + "='" + std::string(text) + "': expected " + expected);
+                        std::string(what) + "='" + echoText(text) + "': expected " + expected);
 }
 
 // The number in front of a unit ("1.5" of "1.5M"): digits with at most one point.

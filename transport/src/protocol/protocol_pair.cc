@@ -33,7 +33,8 @@ ProtocolPair::ProtocolPair(int peer, LinkState& link, const Limits& limits)
       unexpected_(&pool_),
       readies_(&pool_),
       rtsOwed_(&pool_),
-      credits_(limits.creditWindow) {}
+      credits_(limits.creditWindow),
+      peerCredit_(limits.creditWindow) {}
 
 ProtocolPair::~ProtocolPair() = default;
 
@@ -257,6 +258,11 @@ ProtocolPair::Unexpected& ProtocolPair::newUnexpected(const Frame& frame) {
     u = spareUnexpected_.back();
     spareUnexpected_.pop_back();
   } else {
+    // RTS and READY take no credit: a peer that floods them is stopped here.
+    if (unexpectedStore_.size() >= kMaxUnexpected) {
+      protocolError("more than " + std::to_string(kMaxUnexpected) +
+                    " messages came before their receive or send");
+    }
     u = unexpectedStore_.emplace_back(std::make_unique<Unexpected>()).get();
   }
   u->frame = frame;
@@ -277,13 +283,31 @@ ProtocolPair::Sink ProtocolPair::frameArrived(const Frame& f) {
   if (f.magic != kFrameMagic) {
     protocolError("a frame without the frame magic (the stream is corrupt)");
   }
+  // Credit comes back for eager bytes this rank sent, never beyond the window it started with.
+  if (f.credit > limits_.creditWindow - credits_) {
+    protocolError("a frame returning " + std::to_string(f.credit) + " bytes of eager credit, " +
+                  "more than the " + std::to_string(limits_.creditWindow - credits_) +
+                  " bytes sent");
+  }
   credits_ += f.credit;
+  if (f.space > static_cast<std::uint8_t>(Space::kPointToPoint)) {
+    protocolError("a frame of unknown message space " + std::to_string(f.space));
+  }
   Sink sink;
   sink.frame = f;
   const MessageKey key = f.key();
   switch (f.type) {
     case FrameType::kEager: {
       checkActive(f);
+      // The peer sends eagerly what the limit and the credit this rank gave it allow; beyond,
+      // this rank would hold bytes it never agreed to (an unexpected EAGER is buffered).
+      if (f.length > limits_.eagerLimit || charge(f.length) > peerCredit_) {
+        protocolError("an EAGER message of " + std::to_string(f.length) +
+                      " bytes, beyond the eager limit of " + std::to_string(limits_.eagerLimit) +
+                      " bytes or the " + std::to_string(peerCredit_) +
+                      " bytes of credit this rank gave");
+      }
+      peerCredit_ -= charge(f.length);
       sink.length = f.length;
       if (Transfer* t = front<Transfer>(posted_, key)) {
         if (t->readySent) {
@@ -401,7 +425,9 @@ void ProtocolPair::payloadArrived(Sink& sink) {
       std::string text(errorText_.begin(), errorText_.end());
       ErrorKind kind = ErrorKind::kIo;
       if (!text.empty()) {
-        kind = static_cast<ErrorKind>(static_cast<std::uint8_t>(text[0]));
+        const auto sent = static_cast<std::uint8_t>(text[0]);
+        if (sent <= static_cast<std::uint8_t>(ErrorKind::kAborted))
+          kind = static_cast<ErrorKind>(sent);
         text.erase(0, 1);
       }
       raisePeerError(kind, std::move(text), sink.frame.root);
@@ -433,6 +459,7 @@ std::uint32_t ProtocolPair::takeCredit() noexcept {
   const auto credit =
       static_cast<std::uint32_t>(std::min<std::uint64_t>(creditsToReturn_, 0xFFFFFFFFu));
   creditsToReturn_ -= credit;
+  peerCredit_ += credit;
   return credit;
 }
 

@@ -243,6 +243,9 @@ class ProtocolPair : public Pair {
   UnexpectedQueues unexpected_;   // EAGER messages and RTS that came before their receive
   UnexpectedQueues readies_;      // READY that came before their send
   std::pmr::unordered_map<MessageKey, std::uint32_t, MessageKeyHash> rtsOwed_;
+  // Messages that came before their receive or send, at most (an EAGER one is bounded by the
+  // credit too; an RTS or READY only by this).
+  static constexpr std::size_t kMaxUnexpected = std::size_t{1} << 20;
   std::vector<std::unique_ptr<Unexpected>> unexpectedStore_;  // every one ever made
   std::vector<Unexpected*> spareUnexpected_;                   // of those, the unused
   // Early EAGER bytes: buffers kept for reuse, within the credit window (allocating and
@@ -253,6 +256,8 @@ class ProtocolPair : public Pair {
 
   std::uint64_t credits_;              // bytes this rank may still send eagerly
   std::uint64_t creditsToReturn_ = 0;  // the peer's eager bytes consumed, not yet returned
+  std::uint64_t peerCredit_;           // bytes the peer may still send eagerly, as this rank
+                                       // gave them (returned credit counts once stamped)
   bool closing_ = false;               // the peer said it closes
   bool closed_ = false;                // ... and everything it sent was read
   bool dead_ = false;                  // failAll() ran

@@ -56,19 +56,67 @@ Registry& registry() {
 
 }  // namespace
 
-Layout Layout::of(int size, std::uint64_t ringBytes, std::uint64_t groupBytes) {
+Layout Layout::of(int size, std::uint64_t ringBytes, std::uint64_t groupBytes) noexcept {
   Layout l;
-  auto up = [](std::size_t n) { return (n + kLine - 1) / kLine * kLine; };
+  bool overflow = size < 0;
+  // n rounded up to whole cache lines (or pages), noting an overflow.
+  auto up = [&overflow](std::uint64_t n, std::size_t unit) -> std::size_t {
+    std::size_t out = 0;
+    overflow |= __builtin_add_overflow(n, unit - 1, &out);
+    return out / unit * unit;
+  };
+  auto add = [&overflow](std::size_t a, std::size_t b) {
+    std::size_t out = 0;
+    overflow |= __builtin_add_overflow(a, b, &out);
+    return out;
+  };
+  auto mul = [&overflow](std::size_t a, std::size_t b) {
+    std::size_t out = 0;
+    overflow |= __builtin_mul_overflow(a, b, &out);
+    return out;
+  };
+  const auto ranks = static_cast<std::size_t>(size < 0 ? 0 : size);
   l.verdicts = sizeof(ArenaHeader);
-  l.rings = up(l.verdicts + static_cast<std::size_t>(size));
-  l.ringStride = sizeof(RingControl) + up(ringBytes);
-  l.group = l.rings + l.ringStride * static_cast<std::size_t>(size);
-  l.groupBuffers = l.group + sizeof(GroupControl);
-  l.groupStride = kLine + up(groupBytes);
-  l.total = l.groupBuffers + l.groupStride * static_cast<std::size_t>(kGroupBuffers);
-  const std::size_t page = 4096;
-  l.total = (l.total + page - 1) / page * page;
+  l.rings = up(l.verdicts + ranks, kLine);
+  l.ringStride = add(sizeof(RingControl), up(ringBytes, kLine));
+  l.group = add(l.rings, mul(l.ringStride, ranks));
+  l.groupBuffers = add(l.group, sizeof(GroupControl));
+  l.groupStride = add(kLine, up(groupBytes, kLine));
+  l.total = up(add(l.groupBuffers, mul(l.groupStride, kGroupBuffers)), 4096);
+  if (overflow) l.total = 0;
   return l;
+}
+
+bool validatePeerHeader(const ArenaHeader& h, const PeerExpectation& expect,
+                        std::uint64_t publishedBytes, Layout& layout, std::string& why) {
+  if (h.magic != kArenaMagic || h.version != kArenaVersion) {
+    why = "its arena is not a collx arena of version " + std::to_string(kArenaVersion);
+    return false;
+  }
+  if (h.rank != expect.rank || h.size != expect.size || h.job != expect.job ||
+      h.generation != expect.generation) {
+    why =
+        "its arena belongs to rank " + std::to_string(h.rank) + " of " + std::to_string(h.size) +
+        (h.job != expect.job || h.generation != expect.generation ? " of another job or generation"
+                                                                  : "");
+    return false;
+  }
+  if (h.ringBytes < 4096 || h.ringBytes > kMaxRingBytes || (h.ringBytes & (h.ringBytes - 1)) != 0) {
+    why = "its rings of " + std::to_string(h.ringBytes) +
+          " bytes are not a power of two in [4KiB, 1GiB]";
+    return false;
+  }
+  if (h.groupBytes != expect.groupBytes) {
+    why = "its group buffers hold " + std::to_string(h.groupBytes) + " bytes, this rank's " +
+          std::to_string(expect.groupBytes) + " (COLLX_SHM_GROUP_BYTES differs)";
+    return false;
+  }
+  layout = Layout::of(expect.size, h.ringBytes, h.groupBytes);
+  if (layout.total == 0 || layout.total != publishedBytes) {
+    why = "its arena's size does not match its layout";
+    return false;
+  }
+  return true;
 }
 
 Mapping::~Mapping() {
@@ -114,6 +162,12 @@ Arena::Arena(int rank, int size, std::uint64_t job, std::int64_t generation,
              std::uint64_t ringBytes, std::uint64_t groupBytes, bool posix)
     : token_(randomToken()), layout_(Layout::of(size, ringBytes, groupBytes)) {
   Where where{rank, "shm arena", -1};
+  // The settings' ranges keep a real arena far from this.
+  if (layout_.total == 0) {
+    throw InvalidArgument(where, "an arena for " + std::to_string(size) + " ranks, rings of " +
+                                     std::to_string(ringBytes) + " bytes and group buffers of " +
+                                     std::to_string(groupBytes) + " bytes does not fit in memory");
+  }
   if (posix) {
     std::string ns = pidNamespace();
     name_ = std::string("/") + kShmPrefix + (ns.empty() ? "0" : ns) + "-" +

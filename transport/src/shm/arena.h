@@ -108,8 +108,32 @@ struct Layout {
   std::size_t groupStride = 0;
   std::size_t total = 0;
 
-  static Layout of(int size, std::uint64_t ringBytes, std::uint64_t groupBytes);
+  // The layout of an arena for `size` ranks. `total` is 0 when the sizes do not fit in
+  // std::size_t (a peer's header is outside input: validatePeerHeader refuses that).
+  static Layout of(int size, std::uint64_t ringBytes, std::uint64_t groupBytes) noexcept;
 };
+
+// The largest ring a peer may have (COLLX_SHM_RING_BYTES' range) and the largest arena it
+// may publish: bounds on what this rank maps and indexes.
+inline constexpr std::uint64_t kMaxRingBytes = std::uint64_t{1} << 30;
+inline constexpr std::uint64_t kMaxArenaBytes = std::uint64_t{64} << 30;
+
+// What this rank expects of a peer's arena: the peer's rank, this job's size, job hash,
+// generation and group buffer bytes.
+struct PeerExpectation {
+  int rank = 0;
+  int size = 0;
+  std::uint64_t job = 0;
+  std::int64_t generation = 0;
+  std::uint64_t groupBytes = 0;
+};
+
+// Checks a peer's arena header (its identity line, immutable once published) against what
+// this rank expects and the size the peer published, and computes its layout. Pure: no
+// mapping, no system call. Returns false with `why` set ("its arena belongs to rank 3 of 4
+// of another job or generation", "its rings of 5000 bytes are not a power of two", ...).
+bool validatePeerHeader(const ArenaHeader& h, const PeerExpectation& expect,
+                        std::uint64_t publishedBytes, Layout& layout, std::string& why);
 
 // A shared mapping (munmap on destruction).
 class Mapping {

@@ -152,6 +152,15 @@ bool ShmDevice::parse(const std::string& text, Published& out) {
       !parseHex(parts[4], out.token)) {
     return false;
   }
+  // The size before anything is mapped: at least an arena's smallest layout, at most
+  // kMaxArenaBytes. The locator: "fd<N>" or "n<name>" (no '/').
+  if (out.bytes < Layout::of(1, 4096, 0).total || out.bytes > kMaxArenaBytes ||
+      parts[2].size() > 255 || parts[2].find('/') != std::string::npos) {
+    return false;
+  }
+  for (char c : parts[2]) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) return false;
+  }
   out.pid = static_cast<pid_t>(pid);
   out.locator = parts[2];
   return true;
@@ -170,28 +179,10 @@ bool ShmDevice::probe(int peer, const Published& published, PeerView& view,
   view.mapping =
       mapPeerArena(published.pid, published.locator, published.token, published.bytes, why);
   if (!view.mapping) return false;
+  const PeerExpectation expect{peer, options_.size, job_, options_.generation,
+                               options_.shmGroupBytes};
   const ArenaHeader& h = *view.mapping->header();
-  if (h.rank != peer || h.size != options_.size || h.job != job_ ||
-      h.generation != options_.generation) {
-    why = "its arena belongs to rank " + std::to_string(h.rank) + " of " + std::to_string(h.size) +
-          (h.job != job_ || h.generation != options_.generation ? " of another job or generation"
-                                                                : "");
-    return false;
-  }
-  if (h.ringBytes < 4096 || (h.ringBytes & (h.ringBytes - 1)) != 0) {
-    why = "its rings of " + std::to_string(h.ringBytes) + " bytes are not a power of two";
-    return false;
-  }
-  if (h.groupBytes != options_.shmGroupBytes) {
-    why = "its group buffers hold " + std::to_string(h.groupBytes) + " bytes, this rank's " +
-          std::to_string(options_.shmGroupBytes) + " (COLLX_SHM_GROUP_BYTES differs)";
-    return false;
-  }
-  view.layout = Layout::of(options_.size, h.ringBytes, h.groupBytes);
-  if (view.layout.total != published.bytes) {
-    why = "its arena's size does not match its layout";
-    return false;
-  }
+  if (!validatePeerHeader(h, expect, published.bytes, view.layout, why)) return false;
   bellAddress(published.pid, published.token, view.bell, view.bellLength);
   // A datagram of no bytes: reaches the doorbell only within the same network namespace.
   if (::sendto(sendFd_, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL,

@@ -59,7 +59,7 @@ class ShmDevice final : public Device {
   // The ring size used for a world of `size` ranks when COLLX_SHM_RING_BYTES is unset.
   static std::uint64_t defaultRingBytes(int size);
 
- private:
+  // A peer's address as it published it: "<host id hex>.<pid>.<locator>.<bytes>.<token hex>".
   struct Published {
     std::uint64_t host = 0;
     pid_t pid = 0;
@@ -67,7 +67,11 @@ class ShmDevice final : public Device {
     std::uint64_t bytes = 0;
     std::uint64_t token = 0;
   };
+  // Reads an address from the store (outside input): false when it is not one, or its arena
+  // size is outside [the smallest layout, kMaxArenaBytes]. Pure.
   static bool parse(const std::string& text, Published& out);
+
+ private:
   bool probe(int peer, const Published& published, PeerView& view, std::string& why) const;
   bool alive(pid_t pid, int pidfd) const;
   void checkLiveness();

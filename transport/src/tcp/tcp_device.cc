@@ -14,6 +14,7 @@
 
 #include "collx/base/log.h"
 #include "collx/secure/job_secret.h"
+#include "tcp_hello.h"
 
 namespace collx::transport::tcp {
 
@@ -33,66 +34,6 @@ namespace {
 // the acceptor gives the stream's slot only to a connection whose proof holds: a stranger
 // is refused, logged with its address, and the job goes on. Without a secret on both sides
 // the proofs are left zero. (The pair key is the job secret's: secure::Purpose::kPair.)
-constexpr char kHelloMagic[4] = {'C', 'L', 'X', 'T'};
-constexpr std::uint32_t kHelloVersion = 3;
-constexpr std::uint32_t kHoldsSecret = 1;
-
-struct Hello {
-  char magic[4];
-  std::uint32_t version;
-  std::uint64_t job;
-  std::int64_t generation;
-  std::int32_t from;
-  std::int32_t to;
-  std::uint32_t stream;
-  std::uint32_t streams;
-  std::uint64_t eagerLimit;  // the dialer's: the pair's is the smaller of both sides'
-  std::uint32_t flags;       // kHoldsSecret
-  std::uint32_t reserved;
-  secure::Nonce nonce;
-};
-static_assert(sizeof(Hello) == 88);
-
-struct Ack {
-  char magic[4];
-  std::uint32_t status;
-  std::uint64_t eagerLimit;  // the acceptor's
-  secure::Nonce nonce;
-  secure::Tag proof;
-};
-static_assert(sizeof(Ack) == 80);
-
-enum AckStatus : std::uint32_t {
-  kAckOk = 0,
-  kAckWrongJob = 1,
-  kAckWrongRank = 2,
-  kAckDuplicate = 3,
-  kAckBadStream = 4,
-  kAckAuthFailed = 5,
-  kAckSecretMismatch = 6,
-};
-
-const char* ackText(std::uint32_t status) {
-  switch (status) {
-    case kAckOk:
-      return "ok";
-    case kAckWrongJob:
-      return "it belongs to another job or generation";
-    case kAckWrongRank:
-      return "it is not the rank this connection was meant for";
-    case kAckDuplicate:
-      return "a connection for that stream already exists";
-    case kAckBadStream:
-      return "the stream counts differ (COLLX_TCP_STREAMS)";
-    case kAckAuthFailed:
-      return "this rank's proof of the job's secret did not hold (the ranks were given different "
-             "secrets)";
-    case kAckSecretMismatch:
-      return "one of the two ranks holds a job secret and the other does not";
-  }
-  return "unknown refusal";
-}
-
 std::span<const std::uint8_t> bytesOf(const void* data, std::size_t size) {
   return {static_cast<const std::uint8_t*>(data), size};
 }
@@ -114,23 +55,6 @@ std::string hostPort(const asio::ip::address& address, std::uint16_t port) {
   std::string host = address.to_string();
   if (address.is_v6()) host = "[" + host + "]";
   return host + ":" + std::to_string(port);
-}
-
-// "ip:port" / "[v6]:port" -> endpoint. Throws InvalidArgument.
-tcp::endpoint parseEndpoint(const std::string& text, const Where& where) {
-  std::size_t colon = text.rfind(':');
-  if (colon == std::string::npos) throw InvalidArgument(where, "bad tcp address '" + text + "'");
-  std::string host = text.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  asio::error_code ec;
-  auto address = asio::ip::make_address(host, ec);
-  int port = std::atoi(text.c_str() + colon + 1);
-  if (ec || port <= 0 || port > 65535) {
-    throw InvalidArgument(where, "bad tcp address '" + text + "'");
-  }
-  return tcp::endpoint(address, static_cast<std::uint16_t>(port));
 }
 
 // The address of interface `name`, IPv4 preferred.
@@ -343,7 +267,7 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
                 [&, socket, hello, ack, proof, i, retry, refused, readVerdict](
                     const asio::error_code& ec3, std::size_t) {
                   if (ec3) return retry("no answer to the hello: " + ec3.message());
-                  if (std::memcmp(ack->magic, kHelloMagic, 4) != 0) {
+                  if (!isCollxAck(*ack)) {
                     fatal = "what listens at " + addresses[i] + " for rank " +
                             std::to_string(peers[i]) + " is not a collx rank";
                     return finished();
@@ -409,31 +333,11 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
               asio::async_write(*socket, asio::buffer(ack.get(), sizeof(Ack)),
                                 [socket, ack](const asio::error_code&, std::size_t) {});
             };
-            if (std::memcmp(hello->magic, kHelloMagic, 4) != 0 || hello->version != kHelloVersion) {
-              return refuse(0xFFFFFFFFu, "not a collx rank (bad hello)");
-            }
-            if (hello->job != job || hello->generation != options_.generation) {
-              return refuse(kAckWrongJob, "rank " + std::to_string(hello->from) +
-                                              " of another job or generation");
-            }
             auto it = index.find(hello->from);
-            if (hello->to != self || it == index.end() || hello->from <= self) {
-              return refuse(kAckWrongRank, "hello from rank " + std::to_string(hello->from) +
-                                               " to rank " + std::to_string(hello->to));
-            }
-            if (hello->streams != static_cast<std::uint32_t>(streams) ||
-                hello->stream >= static_cast<std::uint32_t>(streams)) {
-              return refuse(kAckBadStream, "rank " + std::to_string(hello->from) + " uses " +
-                                               std::to_string(hello->streams) +
-                                               " streams, this rank " + std::to_string(streams));
-            }
-            const bool theirs = (hello->flags & kHoldsSecret) != 0;
-            if (theirs != (secret != nullptr)) {
-              return refuse(kAckSecretMismatch,
-                            "it says it is rank " + std::to_string(hello->from) + " and " +
-                                (theirs ? "holds a job secret; this rank has none"
-                                        : "holds no job secret; this rank has one"));
-            }
+            const HelloExpectation expect{job, options_.generation, self,
+                                          static_cast<std::uint32_t>(streams), secret != nullptr};
+            const HelloVerdict verdict = checkHello(*hello, expect, it != index.end());
+            if (verdict.status != kAckOk) return refuse(verdict.status, verdict.why);
             auto ack = std::make_shared<Ack>();
             std::memset(ack.get(), 0, sizeof(Ack));
             std::memcpy(ack->magic, kHelloMagic, 4);

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,6 +41,13 @@ class Config;
 }
 
 namespace collx::algorithms {
+
+// A rules file's bounds: its size, how deep its JSON nests, how many rules it has, and how
+// much of a value an error repeats.
+inline constexpr std::size_t kMaxRulesFileBytes = std::size_t{1} << 20;
+inline constexpr int kMaxRulesDepth = 8;
+inline constexpr std::size_t kMaxRules = 10000;
+inline constexpr std::size_t kRulesEchoBytes = 80;
 
 // The rows of a rules file followed by the built-in table's.
 class Selection {
@@ -66,7 +74,7 @@ class Selection {
   static const Selection& builtIn();
   // Rules from a file, then the built-in table. Throws InvalidArgument naming the file and
   // the entry: unreadable file, bad JSON, unknown collective or algorithm (listing the valid
-  // ones), a range that is empty or out of order.
+  // ones), a range that is empty or out of order, a file beyond the bounds above.
   static Selection fromFile(const std::string& path);
   static Selection fromJson(std::string_view text, const std::string& source);
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -181,6 +182,9 @@ void backoffSleep(std::chrono::milliseconds& step, Clock::time_point deadline,
 // A parsed store URL: tcp://host:port, tcp://[v6addr]:port, file:///absolute/dir,
 // redis://[[user]:password@]host:port[/db] (user and password percent-encoded), hash://
 // (in-process).
+inline constexpr std::size_t kMaxStoreUrlBytes = 4096;
+inline constexpr std::size_t kMaxStoreHostBytes = 253;  // a DNS name's limit
+
 struct StoreUrl {
   std::string scheme;  // "tcp", "file", "redis", "hash"
   std::string host;    // tcp, redis (without brackets)
@@ -189,7 +193,10 @@ struct StoreUrl {
   int db = 0;            // redis
   std::string user;      // redis (decoded)
   std::string password;  // redis (decoded)
-  // Throws InvalidArgument naming `url` and what is wrong with it.
+  // Throws InvalidArgument naming `url` (its first 200 bytes, control characters escaped, the
+  // password hidden) and what is wrong with it: more than kMaxStoreUrlBytes, a control
+  // character, a host beyond kMaxStoreHostBytes or of other characters than [A-Za-z0-9._-]
+  // (or a bracketed IPv6 literal), a port outside 1..65535, ...
   static StoreUrl parse(const std::string& url);
   // The URL again, password included.
   std::string str() const;

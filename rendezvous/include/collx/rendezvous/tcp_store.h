@@ -17,6 +17,10 @@
 
 namespace collx::rendezvous {
 
+namespace proto {
+enum class Op : std::uint8_t;  // the wire protocol's operations (internal)
+}
+
 class TcpStoreServer {
  public:
   struct Options {
@@ -98,9 +102,11 @@ class TcpStore final : public Store {
   // server asks for it); throws IoError or TimeoutError, closing the socket.
   void handshakeLocked(Clock::time_point deadline, std::string_view op, Clock::time_point started);
   void closeLocked() noexcept;
-  // Sends one request frame and reads its reply; `serverWait` is how long the server may
-  // legitimately hold the request (a wait), on top of the store's timeout for the I/O.
-  Reply roundTrip(std::string_view op, std::vector<std::uint8_t>& frame,
+  // Sends one request frame (of `op`, naming `keys` keys) and reads and parses its reply,
+  // refusing one longer than such a request can have; `serverWait` is how long the server
+  // may legitimately hold the request (a wait), on top of the store's timeout for the I/O.
+  // A kError reply is thrown as its kind.
+  Reply roundTrip(proto::Op op, std::size_t keys, std::vector<std::uint8_t>& frame,
                   std::chrono::milliseconds serverWait);
 
   std::string host_;

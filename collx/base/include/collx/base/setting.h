@@ -30,6 +30,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -42,6 +43,10 @@
 #include "collx/base/config.h"
 
 namespace collx {
+
+// The longest value a setting takes (a path, a list of levels): longer text is refused
+// unread, and no error repeats it.
+inline constexpr std::size_t kMaxSettingBytes = 4096;
 
 enum class SettingType { kInteger, kBytes, kDuration, kBool, kString, kChoice };
 
