@@ -21,7 +21,7 @@ constexpr const char* kUsage =
     "       collx-test-store-helper serve PORT   (a TCP store on 127.0.0.1:PORT until killed)\n";
 
 [[noreturn]] void serve(const std::string& port) {
-  collx::rendezvous::TcpStoreServer::Options options;
+  auto options = collx::rendezvous::TcpStoreServer::Options::fromConfig(collx::Config::process());
   options.port = static_cast<std::uint16_t>(std::stoi(port));
   options.secret = collx::secure::JobSecret::fromConfig(collx::Config::process());
   collx::rendezvous::TcpStoreServer server(options);

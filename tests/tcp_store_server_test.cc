@@ -641,5 +641,67 @@ TEST(TcpStoreAuth, AClientThatDoesNotFinishTheHandshakeIsClosed) {
   EXPECT_EQ(toString(good.get("k")), "v");
 }
 
+TEST(TcpStoreLimits, OneAddressFloodingItsHandshakesClosesOnlyItsOwnOldest) {
+  TcpStoreServer::Options o = withSecret("the job's own secret");
+  o.maxPendingPerAddress = 4;
+  TcpStoreServer server(o);
+  std::vector<std::unique_ptr<RawClient>> flood;
+  for (int i = 0; i < 10; ++i) flood.push_back(std::make_unique<RawClient>(server.port()));
+  std::this_thread::sleep_for(200ms);
+  int closed = 0;
+  for (int i = 0; i < 6; ++i) closed += flood[static_cast<std::size_t>(i)]->closedByPeer(2s);
+  EXPECT_EQ(closed, 6);  // the oldest six made room for the newest four
+  for (int i = 6; i < 10; ++i) {
+    EXPECT_FALSE(flood[static_cast<std::size_t>(i)]->closedByPeer(100ms)) << i;
+  }
+  TcpStore good("127.0.0.1", server.port(), clientWith(secretOf("the job's own secret")));
+  good.set("k", "v");
+  EXPECT_EQ(toString(good.get("k")), "v");
+}
+
+TEST(TcpStoreLimits, AnIdleClientIsClosedAndReconnectsOnItsOwn) {
+  TcpStoreServer::Options o = TcpStoreServer::Options::fromConfig(
+      Config(Config::Environment{{"COLLX_STORE_IDLE_TIMEOUT", "200ms"}}));
+  EXPECT_EQ(o.idleTimeout, 200ms);
+  TcpStoreServer server(o);
+  TcpStore client("127.0.0.1", server.port());
+  client.set("k", "v");
+  EXPECT_EQ(server.connections(), 1u);
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (server.connections() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(server.connections(), 0u);
+  EXPECT_EQ(toString(client.get("k")), "v");  // a new connection
+  // A get that waits is not idle: it is answered when its key comes.
+  std::thread later([&] {
+    std::this_thread::sleep_for(500ms);
+    TcpStore("127.0.0.1", server.port()).set("late", "yes");
+  });
+  EXPECT_EQ(toString(client.get("late", 5s)), "yes");
+  later.join();
+}
+
+TEST(TcpStoreLimits, TheLargestValueIsASetting) {
+  TcpStoreServer::Options o = TcpStoreServer::Options::fromConfig(
+      Config(Config::Environment{{"COLLX_STORE_MAX_VALUE", "2K"}}));
+  EXPECT_EQ(o.maxValueBytes, 2048u);
+  EXPECT_EQ(TcpStoreServer::Options::fromConfig(Config(Config::Environment{})).maxValueBytes,
+            std::size_t{1} << 30);
+  EXPECT_THROW(TcpStoreServer::Options::fromConfig(
+                   Config(Config::Environment{{"COLLX_STORE_MAX_VALUE", "5G"}})),
+               InvalidArgument);
+  TcpStoreServer server(o);
+  TcpStore client("127.0.0.1", server.port());
+  client.set("small", std::string(2048, 's'));
+  try {
+    client.set("big", std::string(4096, 'b'));
+    FAIL() << "a value over COLLX_STORE_MAX_VALUE was stored";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2048"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(client.get("small").size(), 2048u);
+}
+
 }  // namespace
 }  // namespace collx::rendezvous

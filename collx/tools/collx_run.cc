@@ -389,7 +389,8 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
   StoreOptions storeOptions;
   storeOptions.secret = secret;
   if (storeUrl.empty()) {
-    TcpStoreServer::Options options;  // 127.0.0.1, a free port
+    // 127.0.0.1, a free port; COLLX_STORE_MAX_VALUE and COLLX_STORE_IDLE_TIMEOUT
+    auto options = TcpStoreServer::Options::fromConfig(collx::Config::process());
     options.secret = secret;
     if (args.nnodes == 1) {
       server = std::make_unique<TcpStoreServer>(options);

@@ -3,6 +3,7 @@
 // connection is dropped and the next call connects again.
 #include "collx/rendezvous/tcp_store.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,13 +43,14 @@ std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) +
 
 }  // namespace
 
-// The largest value a reply carries: the server's default limit (TcpStoreServer::Options).
-constexpr std::uint64_t kMaxReplyValueBytes = std::uint64_t{1} << 30;
-
 struct TcpStore::Reply : proto::Reply {};
 
 TcpStore::TcpStore(std::string host, std::uint16_t port, const StoreOptions& options)
-    : Store(options), host_(std::move(host)), port_(port), secret_(options.secret) {
+    : Store(options),
+      host_(std::move(host)),
+      port_(port),
+      secret_(options.secret),
+      maxValueBytes_(kStoreMaxValue.get(Config::process())) {
   if (host_.size() > 2 && host_.front() == '[' && host_.back() == ']') {
     host_ = host_.substr(1, host_.size() - 2);
   }
@@ -202,6 +204,25 @@ TcpStore::Reply TcpStore::roundTrip(proto::Op op, std::size_t keys,
                                            " bytes exceeds the protocol's 4 GiB limit");
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  if (fd_ >= 0) {
+    // The server never speaks first: anything readable between requests is its close (it
+    // stopped, or closed an idle client, COLLX_STORE_IDLE_TIMEOUT). Start on a new connection.
+    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) > 0) {
+      COLLX_DEBUG(kRdzv, "store {}: the server closed the connection; reconnecting", describe());
+      closeLocked();
+      // One attempt: a server that is gone fails at once, as a broken connection does.
+      const auto started = Clock::now();
+      std::string why;
+      const int fd = sockio::connectTcp(host_, port_, started + timeout(), why);
+      if (fd < 0) {
+        throw IoError(where(name), "the store closed the connection and takes no new one (" +
+                                       why + ")");
+      }
+      fd_ = fd;
+      handshakeLocked(started + timeout(), name, started);
+    }
+  }
   if (fd_ < 0) connectLocked(Clock::now() + timeout(), name);
   auto fail = [&](const sockio::Outcome& out, const char* phase) {
     closeLocked();
@@ -222,7 +243,7 @@ TcpStore::Reply TcpStore::roundTrip(proto::Op op, std::size_t keys,
     closeLocked();
     throw IoError(where(name), "the store sent an empty reply");
   }
-  const std::uint64_t most = proto::maxReplyBytes(op, keys, kMaxReplyValueBytes);
+  const std::uint64_t most = proto::maxReplyBytes(op, keys, maxValueBytes_);
   if (length > most) {
     closeLocked();
     throw IoError(where(name), "the store announced a reply of " + std::to_string(length) +

@@ -56,6 +56,29 @@ std::vector<std::uint8_t> okReply() {
 
 }  // namespace
 
+const Setting<kind::Bytes> kStoreMaxValue(
+    {.name = "COLLX_STORE_MAX_VALUE",
+     .component = "rendezvous",
+     .defaultValue = std::uint64_t{1} << 30,
+     .range = {std::uint64_t{1} << 10, (std::uint64_t{4} << 30) - (std::uint64_t{1} << 20)},
+     .help = "The largest value a TCP store server keeps and its clients accept (a request or "
+             "reply beyond it is refused)."});
+
+const Setting<kind::Duration> kStoreIdleTimeout(
+    {.name = "COLLX_STORE_IDLE_TIMEOUT",
+     .component = "rendezvous",
+     .defaultValue = std::chrono::milliseconds(0),
+     .range = {std::chrono::milliseconds(0)},
+     .help = "A TCP store server closes a client that sends no request for this long (0: "
+             "never; ranks are idle for hours during training, and reconnect on their own)."});
+
+TcpStoreServer::Options TcpStoreServer::Options::fromConfig(const Config& config) {
+  Options options;
+  options.maxValueBytes = static_cast<std::size_t>(kStoreMaxValue.get(config));
+  options.idleTimeout = kStoreIdleTimeout.get(config);
+  return options;
+}
+
 struct TcpStoreServer::Impl {
   explicit Impl(const Options& opts) : options(opts), acceptor(io), retryTimer(io) {}
 
@@ -121,8 +144,8 @@ class Session : public std::enable_shared_from_this<Session> {
         stallTimer_(server.io) {
     asio::error_code ec;
     auto endpoint = socket_.remote_endpoint(ec);
-    peer_ = ec ? std::string("unknown peer")
-               : endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+    address_ = ec ? std::string("unknown peer") : endpoint.address().to_string();
+    peer_ = ec ? address_ : address_ + ":" + std::to_string(endpoint.port());
     server_.sessions.insert(this);
     server_.connections.fetch_add(1);
   }
@@ -133,8 +156,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void start(bool reject) {
     if (reject) {
-      COLLX_WARN(kRdzv, "store server: refusing connection from {}: {} connections already open",
-                 peer_, server_.options.maxConnections);
+      server_.logRefusal(
+          peer_, std::to_string(server_.options.maxConnections) + " connections are already open");
       sendHello(proto::kHelloTooManyConnections, /*thenClose=*/true);
       return;
     }
@@ -158,11 +181,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   bool authenticated() const noexcept { return authenticated_; }
   bool open() const noexcept { return socket_.is_open(); }
+  const std::string& address() const noexcept { return address_; }
   // Closed to make room for newer clients while still in its handshake.
-  void evict() {
-    server_.logRefusal(peer_, "closed in its handshake: more than " +
-                                  std::to_string(server_.options.maxPendingHandshakes) +
-                                  " clients were in theirs");
+  void evict(const std::string& why) {
+    server_.logRefusal(peer_, "closed in its handshake: " + why);
     close();
   }
 
@@ -186,16 +208,14 @@ class Session : public std::enable_shared_from_this<Session> {
   void onHello() {
     std::uint32_t version = 0;
     if (!proto::parseHelloHead(hello_.data(), proto::kHelloHeadBytes, version)) {
-      COLLX_WARN(kRdzv,
-                 "store server: closing connection from {}: it is not a collx store client "
-                 "(first bytes: {})",
-                 peer_, hexBytes(hello_.data(), hello_.size(), " "));
+      server_.logRefusal(peer_, "it is not a collx store client (first bytes: " +
+                                    hexBytes(hello_.data(), proto::kHelloHeadBytes, " ") + ")");
       close();
       return;
     }
     if (version != proto::kVersion) {
-      COLLX_WARN(kRdzv, "store server: closing connection from {}: protocol v{} (this server: v{})",
-                 peer_, version, proto::kVersion);
+      server_.logRefusal(peer_, "it speaks protocol v" + std::to_string(version) +
+                                    " (this server: v" + std::to_string(proto::kVersion) + ")");
       sendHello(proto::kHelloBadVersion, true);
       return;
     }
@@ -296,8 +316,19 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void readHeader() {
     auto self = shared_from_this();
+    const auto idle = server_.options.idleTimeout;
+    if (idle.count() > 0) {
+      stallTimer_.expires_after(idle);
+      stallTimer_.async_wait([this, self, idle](const asio::error_code& ec) {
+        if (ec || !socket_.is_open()) return;
+        COLLX_DEBUG(kRdzv, "store server: closing the connection from {}: no request for {} ms",
+                    peer_, idle.count());
+        close();
+      });
+    }
     asio::async_read(
         socket_, asio::buffer(header_), [this, self](const asio::error_code& ec, std::size_t) {
+          stallTimer_.cancel();
           if (ec) return;  // closed by the client (or truncated): nothing to answer
           std::uint32_t length;
           std::memcpy(&length, header_.data(), 4);
@@ -475,7 +506,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   TcpStoreServer::Impl& server_;
   tcp::socket socket_;
-  std::string peer_;
+  std::string address_;  // the client's IP address
+  std::string peer_;     // and port
   std::array<std::uint8_t, proto::kClientHelloBytes> hello_{};
   asio::steady_timer handshakeTimer_;
   asio::steady_timer stallTimer_;
@@ -514,11 +546,32 @@ void TcpStoreServer::Impl::accept() {
       const bool waiting = oldest && !oldest->authenticated() && oldest->open();
       if (waiting && pending.size() < options.maxPendingHandshakes) break;
       pending.pop_front();
-      if (waiting) oldest->evict();
+      if (waiting) {
+        oldest->evict("more than " + std::to_string(options.maxPendingHandshakes) +
+                      " clients were in theirs");
+      }
     }
     bool reject = connections.load() >= options.maxConnections;
     auto session = std::make_shared<Session>(*this, std::move(socket));
-    if (!reject) pending.push_back(session);
+    if (!reject) {
+      // One address floods: its own oldest handshake makes room, not another client's.
+      std::shared_ptr<Session> oldestHere;
+      std::size_t here = 0;
+      for (const auto& weak : pending) {
+        auto other = weak.lock();
+        if (!other || other->authenticated() || !other->open() ||
+            other->address() != session->address()) {
+          continue;
+        }
+        if (!oldestHere) oldestHere = other;
+        ++here;
+      }
+      if (here >= options.maxPendingPerAddress && oldestHere) {
+        oldestHere->evict("more than " + std::to_string(options.maxPendingPerAddress) +
+                          " clients of its address were in theirs");
+      }
+      pending.push_back(session);
+    }
     session->start(reject);
     accept();
   });

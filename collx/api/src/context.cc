@@ -518,7 +518,7 @@ std::shared_ptr<Context> init(const BootstrapOptions& options) {
   if (!store) {
     if (b.rank0HostsStore && b.rank == 0) {
       rendezvous::StoreUrl url = rendezvous::StoreUrl::parse(b.storeUrl);
-      rendezvous::TcpStoreServer::Options serverOptions;
+      auto serverOptions = rendezvous::TcpStoreServer::Options::fromConfig(Config::process());
       serverOptions.secret = b.secret;
       bool loopback =
           url.host == "localhost" || url.host.rfind("127.", 0) == 0 || url.host == "::1";

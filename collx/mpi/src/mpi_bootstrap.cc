@@ -87,7 +87,7 @@ std::shared_ptr<Context> initFromMpi(MPI_Comm comm, const BootstrapOptions& opti
     check(MPI_Allreduce(&sameHost, &allSameHost, 1, MPI_INT, MPI_MIN, comm), rank, "MPI_Allreduce");
     std::string url;
     if (rank == 0) {
-      rendezvous::TcpStoreServer::Options serverOptions;
+      auto serverOptions = rendezvous::TcpStoreServer::Options::fromConfig(Config::process());
       serverOptions.host = allSameHost ? "127.0.0.1" : "0.0.0.0";
       serverOptions.secret = resolved.secret;
       try {

@@ -303,6 +303,9 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
 
   // Incoming: every higher rank dials us. Anything else that connects is refused and logged,
   // and takes no stream's slot: a slot goes to a connection only once its proof holds.
+  // Connections still in their handshake when connecting ends (a stranger's, a duplicate's)
+  // are closed then: nobody would ever answer them.
+  std::vector<std::weak_ptr<tcp::socket>> handshakes;
   std::function<void()> acceptNext = [&] {
     impl_->acceptor.async_accept([&](const asio::error_code& ec, tcp::socket accepted) {
       if (ec) {
@@ -310,6 +313,7 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
         return;
       }
       auto socket = std::make_shared<tcp::socket>(std::move(accepted));
+      handshakes.push_back(socket);
       auto hello = std::make_shared<Hello>();
       std::string from = "unknown";
       asio::error_code ignored;
@@ -415,6 +419,9 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
   timer.cancel();
   asio::error_code ignored;
   impl_->acceptor.close(ignored);  // every expected connection is in (or we give up)
+  for (const auto& weak : handshakes) {
+    if (auto socket = weak.lock(); socket && socket->is_open()) socket->close(ignored);
+  }
   io.restart();
   io.poll();  // let cancelled handlers run and release their sockets
 

@@ -21,6 +21,9 @@ namespace proto {
 enum class Op : std::uint8_t;  // the wire protocol's operations (internal)
 }
 
+// COLLX_STORE_MAX_VALUE: the largest value a TCP store server keeps and its clients accept.
+extern const Setting<kind::Bytes> kStoreMaxValue;
+
 class TcpStoreServer {
  public:
   struct Options {
@@ -39,9 +42,17 @@ class TcpStoreServer {
     // Clients in their handshake at most: beyond, the oldest of them is closed, so that a
     // flood of connections that never prove anything cannot keep the job's ranks out.
     std::size_t maxPendingHandshakes = 256;
+    // Of them from one address at most: beyond, that address's oldest is closed, so that one
+    // host's flood cannot push out another host's clients.
+    std::size_t maxPendingPerAddress = 32;
     // A request whose bytes stop coming for this long (its header announced more) is
     // dropped with its connection; its buffer grows as its bytes arrive, never ahead of them.
     std::chrono::milliseconds stallTimeout{30000};
+    // A client that sends no request for this long is closed (0: never).
+    std::chrono::milliseconds idleTimeout{0};
+
+    // The defaults with COLLX_STORE_MAX_VALUE and COLLX_STORE_IDLE_TIMEOUT from `config`.
+    static Options fromConfig(const Config& config);
   };
 
   // Binds and starts serving on a thread of its own. Throws IoError when it cannot bind.
@@ -112,6 +123,7 @@ class TcpStore final : public Store {
   std::string host_;
   std::uint16_t port_;
   std::shared_ptr<const secure::JobSecret> secret_;
+  std::uint64_t maxValueBytes_;  // the largest value a reply may carry (COLLX_STORE_MAX_VALUE)
   std::mutex mutex_;
   int fd_ = -1;
 };
