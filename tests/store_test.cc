@@ -542,15 +542,36 @@ TEST(StoreUrl, ParsesEveryScheme) {
   EXPECT_EQ(StoreUrl::parse("redis://cache").port, 6379);
 }
 
+// Why parse() refuses `url` ("accepted" when it does not).
+std::string reason(const std::string& url) {
+  try {
+    StoreUrl::parse(url);
+  } catch (const InvalidArgument& e) {
+    return std::string(e.what());
+  }
+  return std::string("accepted");
+}
+
+TEST(StoreUrl, RedisTakesAUserAndAPasswordAndNeverShowsThePassword) {
+  StoreUrl url = StoreUrl::parse("redis://ml%20team:p%40ss%3Aw0rd@cache:6380/2");
+  EXPECT_EQ(url.user, "ml team");
+  EXPECT_EQ(url.password, "p@ss:w0rd");
+  EXPECT_EQ(url.host, "cache");
+  EXPECT_EQ(url.port, 6380);
+  EXPECT_EQ(url.db, 2);
+  EXPECT_EQ(StoreUrl::parse(url.str()).password, "p@ss:w0rd");
+  EXPECT_EQ(StoreUrl::parse("redis://:secret@cache").user, "");
+  EXPECT_EQ(hidePassword("redis://:secret@cache:6379/1"), "redis://:***@cache:6379/1");
+  EXPECT_EQ(hidePassword("redis://me:secret@cache"), "redis://me:***@cache");
+  EXPECT_EQ(hidePassword("tcp://host:29500"), "tcp://host:29500");
+  EXPECT_NE(reason("redis://me@cache").find("no password"), std::string::npos);
+  EXPECT_NE(reason("redis://:@cache").find("password is empty"), std::string::npos);
+  const std::string bad = reason("redis://:secret%zz@cache");
+  EXPECT_NE(bad.find("two hex digits"), std::string::npos) << bad;
+  EXPECT_EQ(bad.find("secret"), std::string::npos) << bad;
+}
+
 TEST(StoreUrl, RejectsMalformedUrlsWithReasons) {
-  auto reason = [](const std::string& url) {
-    try {
-      StoreUrl::parse(url);
-    } catch (const InvalidArgument& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
   EXPECT_NE(reason("tcp://host").find("port is missing"), std::string::npos);
   EXPECT_NE(reason("tcp://host:99999").find("not in 1..65535"), std::string::npos);
   EXPECT_NE(reason("tcp://::1:5").find("brackets"), std::string::npos);
@@ -562,14 +583,6 @@ TEST(StoreUrl, RejectsMalformedUrlsWithReasons) {
 // A URL comes from the environment or a command line: its length, host and characters are
 // bounded, and an error shows at most 200 bytes of it, control characters escaped.
 TEST(StoreUrl, HasBoundsAndShowsLittle) {
-  auto reason = [](const std::string& url) {
-    try {
-      StoreUrl::parse(url);
-    } catch (const InvalidArgument& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
   const std::string host253 = std::string(250, 'a') + ".bc";
   EXPECT_EQ(StoreUrl::parse("tcp://" + host253 + ":1").host, host253);
   EXPECT_NE(reason("tcp://" + host253 + "d:1").find("the host has 254 bytes, more than 253"),
