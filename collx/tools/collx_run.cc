@@ -22,6 +22,7 @@
 #include "collx/collx.h"
 #include "collx/rendezvous/signed_store.h"
 #include "collx/secure/job_secret.h"
+#include "collx/secure/tls.h"
 #include "collx/settings.h"
 #include "collx/transport/shm_segments.h"
 #include "launcher.h"
@@ -215,7 +216,8 @@ struct RunKeys {
 // last node erases collx-run's keys (the one hosting the store, if it is not the last, the
 // counter after it).
 void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::string& jobId,
-                     bool hostsStore, std::shared_ptr<const collx::secure::JobSecret> secret) {
+                     bool hostsStore, std::shared_ptr<const collx::secure::JobSecret> secret,
+                     std::shared_ptr<const collx::secure::TlsContext> tls) {
   using namespace collx::rendezvous;
   const RunKeys keys(jobId);
   const std::string& key = keys.nodesDone;
@@ -223,6 +225,7 @@ void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::s
     StoreOptions options;
     options.timeout = std::chrono::seconds(30);
     options.secret = secret;
+    options.tls = tls;
     auto store = openRunStore(storeUrl, options);
     std::int64_t done = store->add(key, 1);
     if (done == args.nnodes) {
@@ -383,15 +386,25 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
              "COLLX_JOB_SECRET_FILE); --insecure runs it without one");
   }
 
+  // TLS (COLLX_TLS=1, which the ranks inherit): collx-run's store serves in TLS too.
+  std::shared_ptr<const collx::secure::TlsContext> tls;
+  try {
+    tls = collx::secure::TlsContext::fromConfig(config);
+  } catch (const collx::Error& e) {
+    cli.fail(e.detail());
+  }
+
   // The store: given, or started here (node 0), or node 0's (other nodes).
   std::unique_ptr<TcpStoreServer> server;
   std::string storeUrl = args.store;
   StoreOptions storeOptions;
   storeOptions.secret = secret;
+  storeOptions.tls = tls;
   if (storeUrl.empty()) {
     // 127.0.0.1, a free port; COLLX_STORE_MAX_VALUE and COLLX_STORE_IDLE_TIMEOUT
     auto options = TcpStoreServer::Options::fromConfig(collx::Config::process());
     options.secret = secret;
+    options.tls = tls;
     if (args.nnodes == 1) {
       server = std::make_unique<TcpStoreServer>(options);
       storeUrl = server->url();
@@ -491,7 +504,7 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
   int code = collx::run::supervise(options);
   // Every rank has exited: what a killed one could not remove, we do.
   collx::transport::removeShmLeftovers(pids);
-  if (args.nnodes > 1) awaitOtherNodes(args, storeUrl, jobId, server != nullptr, secret);
+  if (args.nnodes > 1) awaitOtherNodes(args, storeUrl, jobId, server != nullptr, secret, tls);
   if (!removeDir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(removeDir, ec);

@@ -514,6 +514,7 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     options.timeout = timeout;
     options.routeHost = C10dStore::tcpHost(*store);
     options.secret = jobSecretOf(Config::process());  // collx-run's, if it launched the job
+    options.tls = tlsOf(Config::process());
     options.eraseKeys = false;  // torch's store lives and dies with torch's job
     context_ = Context::create(std::move(adapter), rank, size, options);
     eagerBytes_ = kTorchEagerBytes.get(Config::process());

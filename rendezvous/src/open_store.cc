@@ -5,6 +5,7 @@
 #include "collx/rendezvous/hash_store.h"
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
+#include "collx/secure/tls.h"
 #include "collx_rendezvous_config.h"
 #if COLLX_HAVE_REDIS
 #include "collx/rendezvous/redis_store.h"
@@ -37,7 +38,7 @@ std::string shown(std::string_view text, std::size_t limit = 200) {
   throw InvalidArgument(Where{-1, "store URL", -1},
                         "'" + shown(hidePassword(url)) + "': " + why +
                             " (expected tcp://host:port, file:///path, "
-                            "redis://[[user]:password@]host:port[/db])");
+                            "redis[s]://[[user]:password@]host:port[/db])");
 }
 
 int hexValue(char c) {
@@ -172,7 +173,7 @@ StoreUrl StoreUrl::parse(const std::string& url) {
   if (out.scheme == "tcp") {
     if (rest.find('/') != std::string_view::npos) badUrl(url, "a tcp store URL has no path");
     parseHostPort(url, rest, 0, out);
-  } else if (out.scheme == "redis") {
+  } else if (out.scheme == "redis" || out.scheme == "rediss") {
     std::size_t slash = rest.find('/');
     std::string_view authority = rest.substr(0, slash);
     if (std::size_t at = authority.rfind('@'); at != std::string_view::npos) {
@@ -209,10 +210,10 @@ StoreUrl StoreUrl::parse(const std::string& url) {
 
 std::string StoreUrl::str() const {
   if (scheme == "tcp") return tcpUrl(host, port);
-  if (scheme == "redis") {
-    std::string base = tcpUrl(host, port).replace(0, 3, "redis");
+  if (scheme == "redis" || scheme == "rediss") {
+    std::string base = tcpUrl(host, port).replace(0, 3, scheme);
     if (!password.empty()) {
-      base.insert(8, percentEncode(user) + ":" + percentEncode(password) + "@");
+      base.insert(scheme.size() + 3, percentEncode(user) + ":" + percentEncode(password) + "@");
     }
     return db == 0 ? base : base + "/" + std::to_string(db);
   }
@@ -238,8 +239,19 @@ std::unique_ptr<Store> openStore(const std::string& url, const StoreOptions& opt
   if (parsed.scheme == "file") return std::make_unique<FileStore>(parsed.path, options);
   if (parsed.scheme == "hash") return std::make_unique<HashStore>(options);
 #if COLLX_HAVE_REDIS
+  // rediss://: TLS to the server, its certificate checked against COLLX_TLS_CA (else the
+  // system's CAs) and for its host name.
+  std::shared_ptr<const secure::TlsContext> tls;
+  if (parsed.scheme == "rediss") {
+    try {
+      tls = secure::TlsContext::forService(Config::process());
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(Where{options.rank, "store URL", -1},
+                            "'" + hidePassword(url) + "': " + e.detail());
+    }
+  }
   return std::make_unique<RedisStore>(parsed.host, parsed.port, parsed.db, options,
-                                      RedisStore::Login{parsed.user, parsed.password});
+                                      RedisStore::Login{parsed.user, parsed.password}, tls);
 #else
   throw Unsupported(Where{options.rank, "store URL", -1},
                     "'" + url +

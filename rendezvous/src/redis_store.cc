@@ -1,9 +1,14 @@
+// RedisStore: hiredis is the protocol (commands formatted by redisFormatCommandArgv, replies
+// parsed by its reader); the connection is collx's own (sockio::Link: a plain socket, or TLS
+// for rediss://, which hiredis 0.14 cannot do), with every wait bounded by the store's timeout.
 #include "collx/rendezvous/redis_store.h"
 
 #include <hiredis/hiredis.h>
 
 #include "collx/base/log.h"
 #include "collx/rendezvous/tcp_store.h"
+#include "collx/secure/tls.h"
+#include "socket_io.h"
 
 namespace collx::rendezvous {
 
@@ -46,13 +51,6 @@ if ARGV[2] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return value
 )lua";
 
-timeval toTimeval(std::chrono::milliseconds d) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(d.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((d.count() % 1000) * 1000);
-  return tv;
-}
-
 std::string_view view(const Bytes& bytes) {
   return std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
@@ -65,11 +63,14 @@ Bytes toBytes(const redisReply* reply) {
 }  // namespace
 
 struct RedisStore::Connection {
-  explicit Connection(redisContext* c) : context(c) {}
+  Connection() : reader(redisReaderCreate()) {}
   ~Connection() {
-    if (context != nullptr) redisFree(context);
+    if (reader != nullptr) redisReaderFree(reader);
   }
-  redisContext* context;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  sockio::Link link;
+  redisReader* reader;
 };
 
 class RedisStore::ReplyPtr {
@@ -88,12 +89,13 @@ class RedisStore::ReplyPtr {
 };
 
 RedisStore::RedisStore(std::string host, std::uint16_t port, int db, const StoreOptions& options,
-                       Login login)
+                       Login login, std::shared_ptr<const secure::TlsContext> tls)
     : Store(options),
       host_(std::move(host)),
       port_(port),
       db_(db),
       login_(std::move(login)),
+      tls_(std::move(tls)),
       ttl_(options.ttl ? *options.ttl : storeTtl(Config::process(), timeout())) {
   if (ttl_.count() < 0) {
     throw InvalidArgument(where("RedisStore"), "the TTL of its keys is negative");
@@ -107,11 +109,11 @@ RedisStore::~RedisStore() = default;
 std::unique_ptr<Store> RedisStore::doReopen(const StoreOptions& options) const {
   StoreOptions same = options;
   if (!same.ttl) same.ttl = ttl_;
-  return std::make_unique<RedisStore>(host_, port_, db_, same, login_);
+  return std::make_unique<RedisStore>(host_, port_, db_, same, login_, tls_);
 }
 
 std::string RedisStore::describe() const {
-  std::string url = tcpUrl(host_, port_).replace(0, 3, "redis");
+  std::string url = tcpUrl(host_, port_).replace(0, 3, tls_ ? "rediss" : "redis");
   return db_ == 0 ? url : url + "/" + std::to_string(db_);
 }
 
@@ -119,62 +121,30 @@ void RedisStore::connectLocked(Clock::time_point deadline, std::string_view op) 
   auto step = std::chrono::milliseconds(10);
   std::string lastError;
   while (true) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() < 1) left = std::chrono::milliseconds(1);
-    auto connection = std::make_unique<Connection>(
-        redisConnectWithTimeout(host_.c_str(), port_, toTimeval(left)));
-    redisContext* c = connection->context;
-    if (c == nullptr) throw IoError(where(op), "cannot allocate a Redis context");
-    if (c->err == 0) {
-      redisSetTimeout(c, toTimeval(timeout()));
-      if (!login_.password.empty()) {
-        // AUTH [user] password, before anything else.
-        std::vector<const char*> args{"AUTH"};
-        std::vector<std::size_t> lengths{4};
-        if (!login_.user.empty()) {
-          args.push_back(login_.user.c_str());
-          lengths.push_back(login_.user.size());
-        }
-        args.push_back(login_.password.c_str());
-        lengths.push_back(login_.password.size());
-        ReplyPtr auth(static_cast<redisReply*>(
-            redisCommandArgv(c, static_cast<int>(args.size()), args.data(), lengths.data())));
-        if (auth.get() == nullptr || auth->type == REDIS_REPLY_ERROR) {
-          // The reply names no password; neither does describe().
-          throw IoError(
-              where(op),
-              "Redis at " + describe() + " refused the " +
-                  (login_.user.empty() ? "password" : "user and password") + " (" +
-                  (auth.get() ? std::string(auth->str, auth->len) : std::string(c->errstr)) + ")");
-        }
-      }
-      // PING proves it is a Redis server (and that no password is missing); SELECT picks the
-      // database.
-      auto* pong = static_cast<redisReply*>(redisCommand(c, "PING"));
-      ReplyPtr reply(pong);
-      if (pong != nullptr && pong->type == REDIS_REPLY_ERROR &&
-          std::string_view(pong->str, pong->len).starts_with("NOAUTH")) {
-        throw IoError(where(op), "Redis at " + describe() +
-                                     " asks for a password: redis://:password@host:port or "
-                                     "redis://user:password@host:port");
-      }
-      if (pong == nullptr || pong->type != REDIS_REPLY_STATUS) {
-        throw IoError(where(op), "what answers at " + describe() + " is not a Redis server (" +
-                                     (c->err != 0 ? std::string(c->errstr) : "unexpected reply") +
-                                     ")");
-      }
-      if (db_ != 0) {
-        ReplyPtr selected(static_cast<redisReply*>(redisCommand(c, "SELECT %d", db_)));
-        if (selected.get() == nullptr || selected->type == REDIS_REPLY_ERROR) {
-          throw IoError(where(op), "cannot select database " + std::to_string(db_) + ": " +
-                                       (selected.get() ? std::string(selected->str, selected->len)
-                                                       : std::string(c->errstr)));
+    const int fd = sockio::connectTcp(host_, port_, deadline, lastError);
+    if (fd >= 0) {
+      auto connection = std::make_unique<Connection>();
+      if (connection->reader == nullptr) throw IoError(where(op), "cannot allocate a Redis reader");
+      connection->link = sockio::Link(fd);
+      if (tls_) {
+        const sockio::Outcome out = connection->link.startTls(tls_, host_, deadline);
+        if (out.result != sockio::Result::kOk) {
+          // A certificate does not get better by trying again.
+          const std::string why = "TLS with Redis at " + describe() + " failed: " +
+                                  out.describe() + " (CA: " + tls_->describe() + ")";
+          if (out.result == sockio::Result::kTimeout) throw TimeoutError(where(op), why);
+          throw IoError(where(op), why);
         }
       }
       connection_ = std::move(connection);
+      try {
+        loginLocked(op);
+      } catch (...) {
+        connection_.reset();
+        throw;
+      }
       return;
     }
-    lastError = c->errstr;
     if (Clock::now() >= deadline) {
       throw TimeoutError(where(op), "could not connect within " +
                                         std::to_string(timeout().count()) +
@@ -185,29 +155,94 @@ void RedisStore::connectLocked(Clock::time_point deadline, std::string_view op) 
   }
 }
 
-RedisStore::ReplyPtr RedisStore::command(std::string_view op,
-                                         const std::vector<std::string_view>& argv) {
+void RedisStore::loginLocked(std::string_view op) {
+  if (!login_.password.empty()) {
+    // AUTH [user] password, before anything else. The reply names no password; neither does
+    // describe().
+    std::vector<std::string_view> auth{"AUTH"};
+    if (!login_.user.empty()) auth.push_back(login_.user);
+    auth.push_back(login_.password);
+    ReplyPtr reply = exchangeLocked(op, auth);
+    if (reply->type == REDIS_REPLY_ERROR) {
+      throw IoError(where(op), "Redis at " + describe() + " refused the " +
+                                   (login_.user.empty() ? "password" : "user and password") +
+                                   " (" + std::string(reply->str, reply->len) + ")");
+    }
+  }
+  // PING proves it is a Redis server (and that no password is missing); SELECT picks the
+  // database.
+  ReplyPtr pong = exchangeLocked(op, {"PING"});
+  if (pong->type == REDIS_REPLY_ERROR && std::string_view(pong->str, pong->len).starts_with("NOAUTH")) {
+    throw IoError(where(op), "Redis at " + describe() +
+                                 " asks for a password: redis://:password@host:port or "
+                                 "redis://user:password@host:port");
+  }
+  if (pong->type != REDIS_REPLY_STATUS) {
+    throw IoError(where(op), "what answers at " + describe() +
+                                 " is not a Redis server (unexpected reply to PING)");
+  }
+  if (db_ != 0) {
+    const std::string db = std::to_string(db_);
+    ReplyPtr selected = exchangeLocked(op, {"SELECT", db});
+    if (selected->type == REDIS_REPLY_ERROR) {
+      throw IoError(where(op), "cannot select database " + db + ": " +
+                                   std::string(selected->str, selected->len));
+    }
+  }
+}
+
+RedisStore::ReplyPtr RedisStore::exchangeLocked(std::string_view op,
+                                                const std::vector<std::string_view>& argv) {
   std::vector<const char*> args;
   std::vector<std::size_t> lengths;
   for (std::string_view a : argv) {
     args.push_back(a.data());
     lengths.push_back(a.size());
   }
+  char* formatted = nullptr;
+  const int size = redisFormatCommandArgv(&formatted, static_cast<int>(args.size()), args.data(),
+                                          lengths.data());
+  if (size < 0 || formatted == nullptr) throw IoError(where(op), "cannot format a Redis command");
+  struct Freed {
+    char* p;
+    ~Freed() { redisFreeCommand(p); }
+  } freed{formatted};
+  const auto deadline = Clock::now() + timeout();
+  auto lost = [&](const sockio::Outcome& out, const char* phase) -> ReplyPtr {
+    connection_.reset();
+    if (out.result == sockio::Result::kTimeout) {
+      throw TimeoutError(where(op), "Redis did not answer within " +
+                                        std::to_string(timeout().count()) + " ms");
+    }
+    throw IoError(where(op), std::string("lost the connection to Redis ") + phase + ": " +
+                                 out.describe());
+  };
+  sockio::Link& link = connection_->link;
+  sockio::Outcome out = link.sendAll(formatted, static_cast<std::size_t>(size), deadline);
+  if (out.result != sockio::Result::kOk) return lost(out, "sending a command");
+  redisReader* reader = connection_->reader;
+  char buffer[16384];
+  while (true) {
+    void* reply = nullptr;
+    if (redisReaderGetReply(reader, &reply) != REDIS_OK) {
+      const std::string why = reader->errstr;
+      connection_.reset();
+      throw IoError(where(op), "what answers at " + describe() +
+                                   " broke the Redis protocol (" + why + ")");
+    }
+    if (reply != nullptr) return ReplyPtr(static_cast<redisReply*>(reply));
+    std::size_t got = 0;
+    out = link.recvSome(buffer, sizeof buffer, deadline, got);
+    if (out.result != sockio::Result::kOk) return lost(out, "waiting for a reply");
+    redisReaderFeed(reader, buffer, got);
+  }
+}
+
+RedisStore::ReplyPtr RedisStore::command(std::string_view op,
+                                         const std::vector<std::string_view>& argv) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!connection_) connectLocked(Clock::now() + timeout(), op);
-  redisContext* c = connection_->context;
-  ReplyPtr reply(static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(args.size()), args.data(), lengths.data())));
-  if (reply.get() == nullptr) {
-    std::string why = c->errstr;
-    bool timedOut = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == ETIMEDOUT);
-    connection_.reset();
-    if (timedOut) {
-      throw TimeoutError(
-          where(op), "Redis did not answer within " + std::to_string(timeout().count()) + " ms");
-    }
-    throw IoError(where(op), "lost the connection to Redis: " + why);
-  }
+  ReplyPtr reply = exchangeLocked(op, argv);
   if (reply->type == REDIS_REPLY_ERROR) {
     throw InvalidArgument(where(op),
                           "Redis refused the command: " + std::string(reply->str, reply->len));

@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "collx/secure/tls.h"
+
 namespace collx::rendezvous::sockio {
 
 namespace {
@@ -39,6 +41,7 @@ bool waitFor(int fd, short events, Clock::time_point deadline) {
 }  // namespace
 
 std::string Outcome::describe() const {
+  if (!text.empty()) return text;
   switch (result) {
     case Result::kOk:
       return "ok";
@@ -118,11 +121,11 @@ Outcome sendAll(int fd, const void* data, std::size_t size, Clock::time_point de
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!waitFor(fd, POLLOUT, deadline)) return {Result::kTimeout, 0};
+      if (!waitFor(fd, POLLOUT, deadline)) return {Result::kTimeout, 0, {}};
       continue;
     }
-    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) return {Result::kClosed, errno};
-    return {Result::kError, errno};
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) return {Result::kClosed, errno, {}};
+    return {Result::kError, errno, {}};
   }
   return {};
 }
@@ -136,16 +139,107 @@ Outcome recvAll(int fd, void* data, std::size_t size, Clock::time_point deadline
       done += static_cast<std::size_t>(n);
       continue;
     }
-    if (n == 0) return {Result::kClosed, 0};
+    if (n == 0) return {Result::kClosed, 0, {}};
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!waitFor(fd, POLLIN, deadline)) return {Result::kTimeout, 0};
+      if (!waitFor(fd, POLLIN, deadline)) return {Result::kTimeout, 0, {}};
       continue;
     }
-    if (errno == ECONNRESET) return {Result::kClosed, errno};
-    return {Result::kError, errno};
+    if (errno == ECONNRESET) return {Result::kClosed, errno, {}};
+    return {Result::kError, errno, {}};
   }
   return {};
+}
+
+// ---- Link --------------------------------------------------------------------------------
+
+namespace {
+
+Outcome fromTls(secure::TlsStream::Status status, const secure::TlsStream& tls) {
+  using Status = secure::TlsStream::Status;
+  switch (status) {
+    case Status::kOk:
+      return {};
+    case Status::kTimeout:
+    case Status::kWantRead:
+    case Status::kWantWrite:
+      return {Result::kTimeout, 0, {}};
+    case Status::kClosed:
+      return {Result::kClosed, tls.lastErrno(), {}};
+    case Status::kFailed:
+      return {Result::kError, tls.lastErrno(), tls.error()};
+  }
+  return {Result::kError, 0, tls.error()};
+}
+
+}  // namespace
+
+Link::~Link() { close(); }
+
+Link::Link(Link&& other) noexcept : fd_(other.fd_), tls_(std::move(other.tls_)) { other.fd_ = -1; }
+
+Link& Link::operator=(Link&& other) noexcept {
+  if (this != &other) {
+    close();
+    fd_ = other.fd_;
+    tls_ = std::move(other.tls_);
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void Link::close() noexcept {
+  tls_.reset();  // (before its socket)
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+Outcome Link::startTls(std::shared_ptr<const secure::TlsContext> context, const std::string& host,
+                       Clock::time_point deadline) {
+  tls_ = std::make_unique<secure::TlsStream>(std::move(context), fd_,
+                                             secure::TlsStream::Role::kClient, host);
+  const auto status = tls_->handshake(deadline);
+  if (status == secure::TlsStream::Status::kOk) return {};
+  Outcome out = fromTls(status, *tls_);
+  out.text = tls_->error();
+  return out;
+}
+
+std::string Link::describeTls() const { return tls_ ? tls_->describe() : std::string("plain"); }
+
+Outcome Link::sendAll(const void* data, std::size_t size, Clock::time_point deadline) {
+  if (!tls_) return sockio::sendAll(fd_, data, size, deadline);
+  return fromTls(tls_->writeAll(data, size, deadline), *tls_);
+}
+
+Outcome Link::recvAll(void* data, std::size_t size, Clock::time_point deadline) {
+  if (!tls_) return sockio::recvAll(fd_, data, size, deadline);
+  return fromTls(tls_->readAll(data, size, deadline), *tls_);
+}
+
+Outcome Link::recvSome(void* data, std::size_t size, Clock::time_point deadline,
+                       std::size_t& got) {
+  got = 0;
+  if (tls_) {
+    secure::TlsStream::Status status = secure::TlsStream::Status::kOk;
+    got = tls_->readSome(data, size, deadline, status);
+    return got > 0 ? Outcome{} : fromTls(status, *tls_);
+  }
+  while (true) {
+    const ssize_t n = ::recv(fd_, data, size, 0);
+    if (n > 0) {
+      got = static_cast<std::size_t>(n);
+      return {};
+    }
+    if (n == 0) return {Result::kClosed, 0, {}};
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!waitFor(fd_, POLLIN, deadline)) return {Result::kTimeout, 0, {}};
+      continue;
+    }
+    if (errno == ECONNRESET) return {Result::kClosed, errno, {}};
+    return {Result::kError, errno, {}};
+  }
 }
 
 }  // namespace collx::rendezvous::sockio

@@ -14,6 +14,7 @@
 #include "collx/base/hex.h"
 #include "collx/base/log.h"
 #include "collx/secure/job_secret.h"
+#include "collx/secure/tls.h"
 #include "socket_io.h"
 #include "tcp_store_protocol.h"
 
@@ -50,7 +51,9 @@ TcpStore::TcpStore(std::string host, std::uint16_t port, const StoreOptions& opt
       host_(std::move(host)),
       port_(port),
       secret_(options.secret),
-      maxValueBytes_(kStoreMaxValue.get(Config::process())) {
+      tls_(options.tls),
+      maxValueBytes_(kStoreMaxValue.get(Config::process())),
+      link_(std::make_unique<sockio::Link>()) {
   if (host_.size() > 2 && host_.front() == '[' && host_.back() == ']') {
     host_ = host_.substr(1, host_.size() - 2);
   }
@@ -70,12 +73,28 @@ std::string TcpStore::describe() const { return tcpUrl(host_, port_); }
 std::unique_ptr<Store> TcpStore::doReopen(const StoreOptions& options) const {
   StoreOptions same = options;
   if (!same.secret) same.secret = secret_;  // the same job's store: the same proof
+  if (!same.tls) same.tls = tls_;
   return std::make_unique<TcpStore>(host_, port_, same);
 }
 
-void TcpStore::closeLocked() noexcept {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
+void TcpStore::closeLocked() noexcept { link_->close(); }
+
+void TcpStore::openLocked(int fd, Clock::time_point deadline, std::string_view op,
+                          Clock::time_point started) {
+  *link_ = sockio::Link(fd);
+  if (tls_) {
+    // TLS first: the hello and everything after it go sealed.
+    const sockio::Outcome out = link_->startTls(tls_, "", deadline);
+    if (out.result != sockio::Result::kOk) {
+      closeLocked();
+      const std::string why = "TLS with the store at " + describe() + " failed: " +
+                              out.describe() + " (COLLX_TLS=1 here: the store must use TLS " +
+                              "too, with a certificate that COLLX_TLS_CA signed)";
+      if (out.result == sockio::Result::kTimeout) throw TimeoutError(where(op), why);
+      throw IoError(where(op), why);
+    }
+  }
+  handshakeLocked(deadline, op, started);
 }
 
 void TcpStore::connectLocked(Clock::time_point deadline, std::string_view op) {
@@ -85,8 +104,7 @@ void TcpStore::connectLocked(Clock::time_point deadline, std::string_view op) {
   while (true) {
     int fd = sockio::connectTcp(host_, port_, deadline, lastError);
     if (fd >= 0) {
-      fd_ = fd;
-      handshakeLocked(deadline, op, started);
+      openLocked(fd, deadline, op, started);
       return;
     }
     if (Clock::now() >= deadline) {
@@ -114,7 +132,10 @@ void TcpStore::handshakeLocked(Clock::time_point deadline, std::string_view op,
               ": is it a collx store?");
     }
     throw IoError(where(op), "the connection failed during the store handshake (" + out.describe() +
-                                 "): is it a collx store, and is it still running?");
+                                 "): is it a collx store, and is it still running?" +
+                                 (tls_ ? ""
+                                       : " (A store that uses TLS closes a client that does not: "
+                                         "COLLX_TLS=1.)"));
   };
   const secure::Nonce clientNonce = secure::randomNonce();
   std::uint8_t hello[proto::kClientHelloBytes];
@@ -124,15 +145,15 @@ void TcpStore::handshakeLocked(Clock::time_point deadline, std::string_view op,
   std::memcpy(hello + 4, &version, 4);
   std::memcpy(hello + 8, &flags, 4);
   std::memcpy(hello + 12, clientNonce.data(), clientNonce.size());
-  sockio::Outcome out = sockio::sendAll(fd_, hello, sizeof(hello), deadline);
+  sockio::Outcome out = link_->sendAll(hello, sizeof(hello), deadline);
   std::uint8_t answer[proto::kServerHelloBytes];
-  if (out.result == Result::kOk) out = sockio::recvAll(fd_, answer, 4, deadline);
+  if (out.result == Result::kOk) out = link_->recvAll(answer, 4, deadline);
   if (out.result == Result::kOk && std::memcmp(answer, proto::kMagic, 4) != 0) {
     closeLocked();
     throw IoError(where(op),
                   describe() + " is not a collx store: it answered " + printable(answer, 4));
   }
-  if (out.result == Result::kOk) out = sockio::recvAll(fd_, answer + 4, 8, deadline);
+  if (out.result == Result::kOk) out = link_->recvAll(answer + 4, 8, deadline);
   if (out.result != Result::kOk) fail(out);
   const proto::ServerHello serverHello = proto::parseServerHello(answer, sizeof(answer));
   const std::uint32_t serverVersion = serverHello.version;
@@ -149,7 +170,7 @@ void TcpStore::handshakeLocked(Clock::time_point deadline, std::string_view op,
   }
   if (status == proto::kHelloChallenge && secret_) {
     std::uint8_t challenge[proto::kChallengeBytes];
-    out = sockio::recvAll(fd_, challenge, sizeof(challenge), deadline);
+    out = link_->recvAll(challenge, sizeof(challenge), deadline);
     if (out.result != Result::kOk) fail(out);
     const std::span<const std::uint8_t> serverNonce(challenge, proto::kNonceBytes);
     secure::Tag serverProof;
@@ -164,9 +185,9 @@ void TcpStore::handshakeLocked(Clock::time_point deadline, std::string_view op,
     }
     const secure::Tag proof =
         secret_->mac(secure::Purpose::kStore, {proto::kClientProofLabel, clientNonce, serverNonce});
-    out = sockio::sendAll(fd_, proof.data(), proof.size(), deadline);
+    out = link_->sendAll(proof.data(), proof.size(), deadline);
     std::uint8_t result[proto::kAuthResultBytes];
-    if (out.result == Result::kOk) out = sockio::recvAll(fd_, result, sizeof(result), deadline);
+    if (out.result == Result::kOk) out = link_->recvAll(result, sizeof(result), deadline);
     if (out.result != Result::kOk) fail(out);
     std::memcpy(&status, result, 4);
     if (status == proto::kHelloOk) return;
@@ -204,10 +225,10 @@ TcpStore::Reply TcpStore::roundTrip(proto::Op op, std::size_t keys,
                                            " bytes exceeds the protocol's 4 GiB limit");
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  if (fd_ >= 0) {
+  if (link_->open()) {
     // The server never speaks first: anything readable between requests is its close (it
     // stopped, or closed an idle client, COLLX_STORE_IDLE_TIMEOUT). Start on a new connection.
-    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    pollfd p{link_->fd(), POLLIN | POLLRDHUP, 0};
     if (::poll(&p, 1, 0) > 0) {
       COLLX_DEBUG(kRdzv, "store {}: the server closed the connection; reconnecting", describe());
       closeLocked();
@@ -219,11 +240,10 @@ TcpStore::Reply TcpStore::roundTrip(proto::Op op, std::size_t keys,
         throw IoError(where(name), "the store closed the connection and takes no new one (" +
                                        why + ")");
       }
-      fd_ = fd;
-      handshakeLocked(started + timeout(), name, started);
+      openLocked(fd, started + timeout(), name, started);
     }
   }
-  if (fd_ < 0) connectLocked(Clock::now() + timeout(), name);
+  if (!link_->open()) connectLocked(Clock::now() + timeout(), name);
   auto fail = [&](const sockio::Outcome& out, const char* phase) {
     closeLocked();
     if (out.result == Result::kTimeout) {
@@ -233,11 +253,11 @@ TcpStore::Reply TcpStore::roundTrip(proto::Op op, std::size_t keys,
     throw IoError(where(name),
                   std::string("lost the connection to the store ") + phase + ": " + out.describe());
   };
-  sockio::Outcome out = sockio::sendAll(fd_, frame.data(), frame.size(), Clock::now() + timeout());
+  sockio::Outcome out = link_->sendAll(frame.data(), frame.size(), Clock::now() + timeout());
   if (out.result != Result::kOk) fail(out, "sending the request");
   auto replyDeadline = Clock::now() + timeout() + serverWait;
   std::uint32_t length = 0;
-  out = sockio::recvAll(fd_, &length, 4, replyDeadline);
+  out = link_->recvAll(&length, 4, replyDeadline);
   if (out.result != Result::kOk) fail(out, "waiting for the reply");
   if (length == 0) {
     closeLocked();
@@ -258,7 +278,7 @@ TcpStore::Reply TcpStore::roundTrip(proto::Op op, std::size_t keys,
     const std::size_t at = body.size();
     const std::size_t piece = std::min<std::size_t>(length - at, kPiece);
     body.resize(at + piece);
-    out = sockio::recvAll(fd_, body.data() + at, piece, replyDeadline);
+    out = link_->recvAll(body.data() + at, piece, replyDeadline);
     if (out.result != Result::kOk) fail(out, "reading the reply");
   }
   Reply reply;

@@ -3,7 +3,12 @@
 // a client can never make the server buffer more than one request (flow control for free).
 // Requests that wait (get, wait) park a Waiter until their keys exist or their timer fires;
 // meanwhile the session watches its socket so that a client that goes away frees its slot.
+// With TLS (Options::tls), a session starts with Asio's TLS handshake (asio::ssl over the
+// job's SSL_CTX), within the handshake timeout, and every byte after it is sealed.
+#include <openssl/ssl.h>
+
 #include <asio.hpp>
+#include <asio/ssl.hpp>
 #include <atomic>
 #include <bit>
 #include <deque>
@@ -15,6 +20,7 @@
 #include "collx/base/log.h"
 #include "collx/rendezvous/tcp_store.h"
 #include "collx/secure/job_secret.h"
+#include "collx/secure/tls.h"
 #include "tcp_store_protocol.h"
 
 namespace collx::rendezvous {
@@ -80,7 +86,13 @@ TcpStoreServer::Options TcpStoreServer::Options::fromConfig(const Config& config
 }
 
 struct TcpStoreServer::Impl {
-  explicit Impl(const Options& opts) : options(opts), acceptor(io), retryTimer(io) {}
+  explicit Impl(const Options& opts) : options(opts), acceptor(io), retryTimer(io) {
+    if (options.tls) {
+      // Asio's context takes a reference of its own to the job's SSL_CTX.
+      SSL_CTX_up_ref(options.tls->native());
+      ssl = std::make_unique<asio::ssl::context>(options.tls->native());
+    }
+  }
 
   // A refused client, logged with its address: at most kRefusalsLogged a minute, then one
   // line that counts the rest (a flood of strangers does not flood the log).
@@ -99,6 +111,7 @@ struct TcpStoreServer::Impl {
   }
 
   Options options;
+  std::unique_ptr<asio::ssl::context> ssl;  // with TLS
   std::size_t maxFrameBytes = 0;
   std::atomic<std::size_t> connections{0};
   std::unordered_set<Session*> sessions;
@@ -146,6 +159,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto endpoint = socket_.remote_endpoint(ec);
     address_ = ec ? std::string("unknown peer") : endpoint.address().to_string();
     peer_ = ec ? address_ : address_ + ":" + std::to_string(endpoint.port());
+    if (server_.ssl) tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, *server_.ssl);
     server_.sessions.insert(this);
     server_.connections.fetch_add(1);
   }
@@ -158,6 +172,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (reject) {
       server_.logRefusal(
           peer_, std::to_string(server_.options.maxConnections) + " connections are already open");
+      if (tls_) return close();  // (no TLS handshake for a client that is turned away)
       sendHello(proto::kHelloTooManyConnections, /*thenClose=*/true);
       return;
     }
@@ -172,11 +187,23 @@ class Session : public std::enable_shared_from_this<Session> {
                                     " ms");
       close();
     });
-    asio::async_read(socket_, asio::buffer(hello_.data(), proto::kHelloHeadBytes),
-                     [this, self](const asio::error_code& ec, std::size_t) {
-                       if (ec) return close();  // (and its handshake timer)
-                       onHello();
-                     });
+    if (!tls_) return readHello();
+    tls_->async_handshake(asio::ssl::stream_base::server, [this, self](const asio::error_code& ec) {
+      if (ec) {
+        if (socket_.is_open()) server_.logRefusal(peer_, "TLS failed: " + tlsReason(ec));
+        return close();
+      }
+      readHello();
+    });
+  }
+
+  void readHello() {
+    auto self = shared_from_this();
+    readExactly(asio::buffer(hello_.data(), proto::kHelloHeadBytes),
+                [this, self](const asio::error_code& ec, std::size_t) {
+                  if (ec) return close();  // (and its handshake timer)
+                  onHello();
+                });
   }
 
   bool authenticated() const noexcept { return authenticated_; }
@@ -196,6 +223,17 @@ class Session : public std::enable_shared_from_this<Session> {
     socket_.close(ignored);
   }
 
+  // What a failed TLS handshake says, for the log.
+  static std::string tlsReason(const asio::error_code& ec) {
+    std::string why = ec.message();
+    if (why.find("wrong version number") != std::string::npos ||
+        why.find("http request") != std::string::npos ||
+        why.find("packet length too long") != std::string::npos) {
+      return "it does not speak TLS (" + why + "): a client without COLLX_TLS=1?";
+    }
+    return why;
+  }
+
   // The waiter of this session finished: stop watching the socket, reply, read on.
   void finishWait(std::vector<std::uint8_t> frame) {
     waiter_.reset();
@@ -208,7 +246,12 @@ class Session : public std::enable_shared_from_this<Session> {
   void onHello() {
     std::uint32_t version = 0;
     if (!proto::parseHelloHead(hello_.data(), proto::kHelloHeadBytes, version)) {
-      server_.logRefusal(peer_, "it is not a collx store client (first bytes: " +
+      // A TLS handshake record: 0x16, then version 3.x.
+      const bool speaksTls = hello_[0] == 0x16 && hello_[1] == 0x03;
+      server_.logRefusal(peer_, std::string(speaksTls ? "it speaks TLS, and this store does not "
+                                                        "use it (COLLX_TLS)"
+                                                      : "it is not a collx store client") +
+                                    " (first bytes: " +
                                     hexBytes(hello_.data(), proto::kHelloHeadBytes, " ") + ")");
       close();
       return;
@@ -220,8 +263,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     auto self = shared_from_this();
-    asio::async_read(socket_,
-                     asio::buffer(hello_.data() + proto::kHelloHeadBytes,
+    readExactly(asio::buffer(hello_.data() + proto::kHelloHeadBytes,
                                   proto::kClientHelloBytes - proto::kHelloHeadBytes),
                      [this, self](const asio::error_code& ec, std::size_t) {
                        if (ec) return close();
@@ -257,7 +299,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void readProof() {
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(proof_),
+    readExactly(asio::buffer(proof_),
                      [this, self](const asio::error_code& ec, std::size_t) {
                        if (ec) return close();
                        onProof();
@@ -302,7 +344,7 @@ class Session : public std::enable_shared_from_this<Session> {
             void (Session::*next)() = &Session::readHeader) {
     out_ = std::move(frame);
     auto self = shared_from_this();
-    asio::async_write(socket_, asio::buffer(out_),
+    writeAll(asio::buffer(out_),
                       [this, self, thenClose, next](const asio::error_code& ec, std::size_t) {
                         out_.clear();
                         out_.shrink_to_fit();
@@ -326,8 +368,8 @@ class Session : public std::enable_shared_from_this<Session> {
         close();
       });
     }
-    asio::async_read(
-        socket_, asio::buffer(header_), [this, self](const asio::error_code& ec, std::size_t) {
+    readExactly(
+        asio::buffer(header_), [this, self](const asio::error_code& ec, std::size_t) {
           stallTimer_.cancel();
           if (ec) return;  // closed by the client (or truncated): nothing to answer
           std::uint32_t length;
@@ -366,7 +408,7 @@ class Session : public std::enable_shared_from_this<Session> {
     const std::size_t at = body_.size();
     const std::size_t piece = std::min(expected_ - at, kPiece);
     body_.resize(at + piece);
-    asio::async_read(socket_, asio::buffer(body_.data() + at, piece),
+    readExactly(asio::buffer(body_.data() + at, piece),
                      [this, self](const asio::error_code& ec, std::size_t) {
                        stallTimer_.cancel();
                        if (ec) return close();
@@ -489,7 +531,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // closed the connection (or broke the protocol), and its waiter is dropped at once.
   void watchWhileWaiting() {
     auto self = shared_from_this();
-    socket_.async_read_some(asio::buffer(&probe_, 1),
+    readSome(asio::buffer(&probe_, 1),
                             [this, self](const asio::error_code& ec, std::size_t) {
                               if (ec == asio::error::operation_aborted) return;
                               if (auto waiter = waiter_) {
@@ -504,8 +546,26 @@ class Session : public std::enable_shared_from_this<Session> {
                             });
   }
 
+  // The socket's I/O, through TLS when the server uses it.
+  template <typename Buffers, typename Handler>
+  void readExactly(const Buffers& buffers, Handler&& handler) {
+    if (tls_) return asio::async_read(*tls_, buffers, std::forward<Handler>(handler));
+    asio::async_read(socket_, buffers, std::forward<Handler>(handler));
+  }
+  template <typename Buffers, typename Handler>
+  void readSome(const Buffers& buffers, Handler&& handler) {
+    if (tls_) return tls_->async_read_some(buffers, std::forward<Handler>(handler));
+    socket_.async_read_some(buffers, std::forward<Handler>(handler));
+  }
+  template <typename Buffers, typename Handler>
+  void writeAll(const Buffers& buffers, Handler&& handler) {
+    if (tls_) return asio::async_write(*tls_, buffers, std::forward<Handler>(handler));
+    asio::async_write(socket_, buffers, std::forward<Handler>(handler));
+  }
+
   TcpStoreServer::Impl& server_;
   tcp::socket socket_;
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;  // (declared after the socket)
   std::string address_;  // the client's IP address
   std::string peer_;     // and port
   std::array<std::uint8_t, proto::kClientHelloBytes> hello_{};

@@ -7,6 +7,7 @@
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
 #include "collx/secure/job_secret.h"
+#include "collx/secure/tls.h"
 
 namespace collx {
 
@@ -299,11 +300,24 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
       "secret", !b.secret ? (b.insecure ? "none (COLLX_INSECURE=1)" : "none (unauthenticated)")
                 : options.secret ? "options"
                                  : b.secret->origin());
+  // ---- TLS ----
+  try {
+    b.tls = options.tls ? options.tls : secure::TlsContext::fromConfig(config);
+  } catch (const InvalidArgument& e) {
+    fail(e.detail());
+  }
+  b.origin.emplace_back("tls", !b.tls        ? "off"
+                               : options.tls ? "options (" + b.tls->describe() + ")"
+                                             : "COLLX_TLS=1 (" + b.tls->describe() + ")");
   return b;
 }
 
 std::shared_ptr<const secure::JobSecret> jobSecretOf(const Config& config) {
   return secure::JobSecret::fromConfig(config);
+}
+
+std::shared_ptr<const secure::TlsContext> tlsOf(const Config& config) {
+  return secure::TlsContext::fromConfig(config);
 }
 
 }  // namespace collx

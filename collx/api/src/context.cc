@@ -251,6 +251,7 @@ void Context::connect(const ContextOptions& options) {
   mesh.jobId = jobId_;
   mesh.generation = generation_;
   mesh.secret = options.secret;
+  mesh.tls = options.tls;
   mesh.describer = detail::describeMessage;
   if (options.transport) mesh.transport = *options.transport;
   if (options.tcpStreams) mesh.tcpStreams = *options.tcpStreams;
@@ -515,11 +516,13 @@ std::shared_ptr<Context> init(const BootstrapOptions& options) {
   storeOptions.timeout = b.timeout;
   storeOptions.rank = b.rank;
   storeOptions.secret = b.secret;
+  storeOptions.tls = b.tls;
   if (!store) {
     if (b.rank0HostsStore && b.rank == 0) {
       rendezvous::StoreUrl url = rendezvous::StoreUrl::parse(b.storeUrl);
       auto serverOptions = rendezvous::TcpStoreServer::Options::fromConfig(Config::process());
       serverOptions.secret = b.secret;
+      serverOptions.tls = b.tls;
       bool loopback =
           url.host == "localhost" || url.host.rfind("127.", 0) == 0 || url.host == "::1";
       serverOptions.host =
@@ -543,10 +546,11 @@ std::shared_ptr<Context> init(const BootstrapOptions& options) {
   contextOptions.leaveBarrier = b.rank0HostsStore;
   if (!b.storeUrl.empty()) {
     rendezvous::StoreUrl url = rendezvous::StoreUrl::parse(b.storeUrl);
-    if (url.scheme == "tcp" || url.scheme == "redis") contextOptions.routeHost = url.host;
+    if (url.scheme == "tcp" || url.scheme == "redis" || url.scheme == "rediss") contextOptions.routeHost = url.host;
   }
   contextOptions.storeServer = std::move(server);
   contextOptions.secret = b.secret;
+  contextOptions.tls = b.tls;
   if (!b.secret && b.worldSize > 1) warnUnauthenticated(b);
   return Context::create(store, b.rank, b.worldSize, contextOptions);
 }

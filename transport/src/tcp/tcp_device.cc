@@ -14,6 +14,7 @@
 
 #include "collx/base/log.h"
 #include "collx/secure/job_secret.h"
+#include "collx/secure/tls.h"
 #include "tcp_hello.h"
 
 namespace collx::transport::tcp {
@@ -34,6 +35,10 @@ namespace {
 // the acceptor gives the stream's slot only to a connection whose proof holds: a stranger
 // is refused, logged with its address, and the job goes on. Without a secret on both sides
 // the proofs are left zero. (The pair key is the job secret's: secure::Purpose::kPair.)
+// With TLS (both hellos say kUsesTls), every connection then goes on in TLS: the dialer is
+// the client, both show their certificates, and the acceptor's first sealed byte (kTlsReady)
+// tells the dialer that its certificate was taken, so that a refusal fails the connect
+// rather than the first message.
 std::span<const std::uint8_t> bytesOf(const void* data, std::size_t size) {
   return {static_cast<const std::uint8_t*>(data), size};
 }
@@ -223,7 +228,7 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
     hello->stream = static_cast<std::uint32_t>(stream);
     hello->streams = static_cast<std::uint32_t>(streams);
     hello->eagerLimit = options_.eagerLimit;
-    hello->flags = secret ? kHoldsSecret : 0;
+    hello->flags = (secret ? kHoldsSecret : 0) | (options_.tls ? kUsesTls : 0);
     if (secret) hello->nonce = secure::randomNonce();
     auto ack = std::make_shared<Ack>();
     auto proof = std::make_shared<secure::Tag>();
@@ -338,8 +343,12 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
                                 [socket, ack](const asio::error_code&, std::size_t) {});
             };
             auto it = index.find(hello->from);
-            const HelloExpectation expect{job, options_.generation, self,
-                                          static_cast<std::uint32_t>(streams), secret != nullptr};
+            const HelloExpectation expect{job,
+                                          options_.generation,
+                                          self,
+                                          static_cast<std::uint32_t>(streams),
+                                          secret != nullptr,
+                                          options_.tls != nullptr};
             const HelloVerdict verdict = checkHello(*hello, expect, it != index.end());
             if (verdict.status != kAckOk) return refuse(verdict.status, verdict.why);
             auto ack = std::make_shared<Ack>();
@@ -454,18 +463,143 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
     closeAll();
     throw TimeoutError(where, "could not connect within the timeout to " + missing);
   }
+  for (const auto& row : fds) {
+    for (int fd : row) configureSocket(fd, options_.tcpBufferBytes);
+  }
+  std::vector<std::vector<std::unique_ptr<secure::TlsStream>>> tls;
+  if (options_.tls) {
+    try {
+      tls = startTls(peers, addresses, fds, deadline);
+    } catch (...) {
+      closeAll();
+      throw;
+    }
+  }
   std::vector<Pair*> out;
   for (std::size_t i = 0; i < peers.size(); ++i) {
     TcpPairOptions pairOptions;
     pairOptions.limits.eagerLimit = eagerLimits[i];
     pairOptions.shortWrites = options_.tcpShortWrites;
-    for (int fd : fds[i]) configureSocket(fd, options_.tcpBufferBytes);
-    pairs_.push_back(std::make_unique<TcpPair>(peers[i], link_, fds[i], pairOptions, addresses[i]));
+    pairs_.push_back(std::make_unique<TcpPair>(
+        peers[i], link_, fds[i],
+        options_.tls ? std::move(tls[i]) : std::vector<std::unique_ptr<secure::TlsStream>>{},
+        pairOptions, addresses[i]));
     out.push_back(pairs_.back().get());
   }
   COLLX_DEBUG(kTcp, "rank {}: connected to {} peers over {} stream(s) each", self, peers.size(),
               streams);
   return out;
+}
+
+std::vector<std::vector<std::unique_ptr<secure::TlsStream>>> TcpDevice::startTls(
+    const std::vector<int>& peers, const std::vector<std::string>& addresses,
+    const std::vector<std::vector<int>>& fds, std::chrono::steady_clock::time_point deadline) {
+  using Status = secure::TlsStream::Status;
+  constexpr std::uint8_t kTlsReady = 0xC1;
+  const int self = options_.rank;
+  Where where{self, "connect (tcp, TLS)", -1};
+  struct Shake {
+    std::size_t peer;
+    int fd;
+    secure::TlsStream* tls;
+    bool client;
+    int phase = 0;  // 0: the handshake; 1: the acceptor's ready byte, the dialer's wait for it
+    short want = POLLOUT;
+  };
+  std::vector<std::vector<std::unique_ptr<secure::TlsStream>>> out(peers.size());
+  std::vector<Shake> shakes;
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    const bool client = peers[i] < self;  // this rank dialed it
+    for (int fd : fds[i]) {
+      out[i].push_back(std::make_unique<secure::TlsStream>(
+          options_.tls, fd,
+          client ? secure::TlsStream::Role::kClient : secure::TlsStream::Role::kServer));
+      shakes.push_back(Shake{i, fd, out[i].back().get(), client});
+    }
+  }
+  auto refuse = [&](const Shake& h, const std::string& why) {
+    throw IoError(Where{self, where.op, peers[h.peer]},
+                  "TLS with rank " + std::to_string(peers[h.peer]) + " (" + addresses[h.peer] +
+                      ") failed: " + why);
+  };
+  // One step of a connection; true when it is done.
+  auto step = [&](Shake& h) {
+    while (true) {
+      if (h.phase == 0) {
+        const Status status = h.tls->handshakeStep();
+        if (status == Status::kWantRead || status == Status::kWantWrite) {
+          h.want = status == Status::kWantRead ? POLLIN : POLLOUT;
+          return false;
+        }
+        if (status != Status::kOk) refuse(h, h.tls->error());
+        h.phase = 1;
+        if (!h.client) h.tls->write(&kTlsReady, 1);
+        continue;
+      }
+      if (!h.client) {
+        const Status status = h.tls->flush();
+        if (status == Status::kOk) return true;
+        if (status != Status::kWantWrite) refuse(h, h.tls->error());
+        h.want = POLLOUT;
+        return false;
+      }
+      std::uint8_t ready = 0;
+      Status status = Status::kOk;
+      if (h.tls->read(&ready, 1, status) == 1) {
+        if (ready != kTlsReady) refuse(h, "its first TLS byte is not a collx rank's");
+        return true;
+      }
+      if (status != Status::kWantRead) refuse(h, h.tls->error());
+      h.want = POLLIN;
+      return false;
+    }
+  };
+  std::vector<Shake*> open;
+  for (Shake& h : shakes) {
+    if (!step(h)) open.push_back(&h);
+  }
+  std::vector<pollfd> polled;
+  while (!open.empty()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      refuse(*open.front(), "the TLS handshake did not finish within the timeout");
+    }
+    polled.clear();
+    for (Shake* h : open) polled.push_back(pollfd{h->fd, h->want, 0});
+    ::poll(polled.data(), polled.size(),
+           static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
+    std::vector<Shake*> still;
+    for (std::size_t k = 0; k < open.size(); ++k) {
+      if (polled[k].revents == 0) {
+        still.push_back(open[k]);
+      } else if (!step(*open[k])) {
+        still.push_back(open[k]);
+      }
+    }
+    open.swap(still);
+  }
+  static std::once_flag logged;
+  std::call_once(logged, [&] {
+    std::string kernel;
+    if (!shakes.empty() && !shakes.front().tls->kernelSend() &&
+        !secure::kernelTlsAvailable(&kernel)) {
+      kernel = " (" + kernel + ")";
+    } else {
+      kernel.clear();
+    }
+    COLLX_INFO(kTcp, "rank {}: TLS on the tcp connections between ranks: {}{}", self,
+               shakes.empty() ? std::string("none here") : shakes.front().tls->describe(),
+               kernel);
+  });
+  return out;
+}
+
+bool TcpDevice::prepareToSleep() {
+  for (auto& pair : pairs_) {
+    if (pair->readPending()) return false;  // TLS records read already wait to be opened
+  }
+  return true;
 }
 
 std::size_t TcpDevice::addPollFds(std::vector<pollfd>& fds) {

@@ -29,12 +29,19 @@ class TcpDevice final : public Device {
   std::vector<Pair*> connect(const std::vector<int>& peers,
                              const std::vector<std::string>& addresses,
                              std::chrono::steady_clock::time_point deadline) override;
+  bool prepareToSleep() override;
   std::size_t addPollFds(std::vector<pollfd>& fds) override;
   bool progress(const pollfd* results, std::size_t count) override;
   void failAll(const Error& error) noexcept override;
 
  private:
   struct Impl;
+  // TLS on every connection of `fds` (rows as `peers`), handshakes all at once until
+  // `deadline`; throws IoError naming the peer and OpenSSL's reason.
+  std::vector<std::vector<std::unique_ptr<secure::TlsStream>>> startTls(
+      const std::vector<int>& peers, const std::vector<std::string>& addresses,
+      const std::vector<std::vector<int>>& fds, std::chrono::steady_clock::time_point deadline);
+
   LinkState& link_;
   MeshOptions options_;
   std::string address_;  // "ip:port" ("[v6]:port")

@@ -24,6 +24,8 @@ const char* ackText(std::uint32_t status) {
              "secrets)";
     case kAckSecretMismatch:
       return "one of the two ranks holds a job secret and the other does not";
+    case kAckTlsMismatch:
+      return "one of the two ranks uses TLS (COLLX_TLS=1) and the other does not";
   }
   return "unknown refusal";
 }
@@ -49,6 +51,12 @@ HelloVerdict checkHello(const Hello& hello, const HelloExpectation& expect, bool
     return {kAckSecretMismatch, "it says it is rank " + std::to_string(hello.from) + " and " +
                                     (theirs ? "holds a job secret; this rank has none"
                                             : "holds no job secret; this rank has one")};
+  }
+  const bool theirTls = (hello.flags & kUsesTls) != 0;
+  if (theirTls != expect.usesTls) {
+    return {kAckTlsMismatch, "it says it is rank " + std::to_string(hello.from) + " and " +
+                                 (theirTls ? "uses TLS; this rank does not (COLLX_TLS)"
+                                           : "does not use TLS; this rank does (COLLX_TLS=1)")};
   }
   return {};
 }

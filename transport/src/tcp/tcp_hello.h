@@ -15,6 +15,8 @@ namespace collx::transport::tcp {
 inline constexpr char kHelloMagic[4] = {'C', 'L', 'X', 'T'};
 inline constexpr std::uint32_t kHelloVersion = 3;
 inline constexpr std::uint32_t kHoldsSecret = 1;
+// The connection goes on in TLS once the hello's proofs held (COLLX_TLS=1).
+inline constexpr std::uint32_t kUsesTls = 2;
 
 struct Hello {
   char magic[4];
@@ -26,7 +28,7 @@ struct Hello {
   std::uint32_t stream;
   std::uint32_t streams;
   std::uint64_t eagerLimit;  // the dialer's: the pair's is the smaller of both sides'
-  std::uint32_t flags;       // kHoldsSecret
+  std::uint32_t flags;       // kHoldsSecret, kUsesTls
   std::uint32_t reserved;
   secure::Nonce nonce;
 };
@@ -49,6 +51,7 @@ enum AckStatus : std::uint32_t {
   kAckBadStream = 4,
   kAckAuthFailed = 5,
   kAckSecretMismatch = 6,
+  kAckTlsMismatch = 7,
 };
 
 // Not even a collx hello: the connection is closed without an Ack.
@@ -64,6 +67,7 @@ struct HelloExpectation {
   int self = 0;               // this rank: the Hello's `to`
   std::uint32_t streams = 1;  // COLLX_TCP_STREAMS
   bool holdsSecret = false;
+  bool usesTls = false;
 };
 
 struct HelloVerdict {
@@ -73,7 +77,7 @@ struct HelloVerdict {
 
 // The checks of a Hello from the network, in order: magic and version, job and generation,
 // ranks (`fromPeer`: its `from` is a rank this one waits for, which must be higher), stream
-// counts, whether both hold a job secret. Pure.
+// counts, whether both hold a job secret, whether both use TLS. Pure.
 HelloVerdict checkHello(const Hello& hello, const HelloExpectation& expect, bool fromPeer);
 
 // Whether an Ack is one a collx rank wrote (its magic).

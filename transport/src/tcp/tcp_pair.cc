@@ -49,12 +49,14 @@ int TcpPair::unsent(OutFrame& f, iovec* iov) {
   return n;
 }
 
-TcpPair::TcpPair(int peer, LinkState& link, std::vector<int> fds, const TcpPairOptions& options,
+TcpPair::TcpPair(int peer, LinkState& link, std::vector<int> fds,
+                 std::vector<std::unique_ptr<secure::TlsStream>> tls, const TcpPairOptions& options,
                  std::string address)
     : ProtocolPair(peer, link, options.limits), options_(options), address_(std::move(address)) {
-  for (int fd : fds) {
+  for (std::size_t i = 0; i < fds.size(); ++i) {
     Stream stream;
-    stream.fd = fd;
+    stream.fd = fds[i];
+    if (i < tls.size()) stream.tls = std::move(tls[i]);
     stream.rx.staging = std::make_unique<std::uint8_t[]>(kStagingBytes);
     streams_.push_back(std::move(stream));
   }
@@ -62,8 +64,102 @@ TcpPair::TcpPair(int peer, LinkState& link, std::vector<int> fds, const TcpPairO
 
 TcpPair::~TcpPair() {
   for (Stream& s : streams_) {
+    s.tls.reset();  // (before its socket)
     if (s.fd >= 0) ::close(s.fd);
   }
+}
+
+// ---- one write or read, plain or through TLS ----------------------------------------------
+
+ssize_t TcpPair::writeOut(Stream& s, iovec* iov, int count) noexcept {
+  if (!s.tls) {
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(count);
+    return detail::sendmsgNoCancel(s.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  using Status = secure::TlsStream::Status;
+  auto broken = [&](Status status) -> ssize_t {
+    errno = status == Status::kClosed ? EPIPE : EPROTO;
+    return -1;
+  };
+  if (s.tls->outputPending()) {
+    const Status status = s.tls->flush();
+    if (status == Status::kWantWrite) {
+      errno = EAGAIN;
+      return -1;
+    }
+    if (status != Status::kOk) return broken(status);
+  }
+  const std::size_t taken = s.tls->write(iov, count);
+  // Out now, as a plain write would be (what the socket cannot take waits, sealed).
+  const Status status = s.tls->flush();
+  if (status != Status::kOk && status != Status::kWantWrite) return broken(status);
+  if (taken == 0 && count > 0) {
+    errno = EAGAIN;
+    return -1;
+  }
+  return static_cast<ssize_t>(taken);
+}
+
+ssize_t TcpPair::readIn(Stream& s, void* data, std::size_t size) noexcept {
+  if (!s.tls) return detail::recvNoCancel(s.fd, data, size, MSG_DONTWAIT);
+  using Status = secure::TlsStream::Status;
+  Status status = Status::kOk;
+  const std::size_t n = s.tls->read(data, size, status);
+  if (n > 0) return static_cast<ssize_t>(n);
+  switch (status) {
+    case Status::kClosed:
+      return 0;
+    case Status::kWantRead:
+    case Status::kOk:
+      errno = EAGAIN;
+      return -1;
+    default:
+      errno = EPROTO;
+      return -1;
+  }
+}
+
+std::string TcpPair::ioError(const Stream& s, int err) {
+  if (s.tls && err == EPROTO) return s.tls->error();
+  return std::strerror(err);
+}
+
+bool TcpPair::writeAllBefore(Stream& s, iovec* iov, int count,
+                             std::chrono::steady_clock::time_point deadline) noexcept {
+  auto waitWritable = [&] {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{s.fd, POLLOUT, 0};
+    ::poll(&p, 1, static_cast<int>(left.count()));
+    return true;
+  };
+  while (count > 0) {
+    const ssize_t written = writeOut(s, iov, count);
+    if (written < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+      if (!waitWritable()) return false;
+      continue;
+    }
+    std::size_t left = static_cast<std::size_t>(written);
+    while (count > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --count;
+    }
+    if (count > 0) {
+      iov->iov_base = static_cast<std::uint8_t*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  while (s.tls && s.tls->outputPending()) {
+    const auto status = s.tls->flush();
+    if (status == secure::TlsStream::Status::kOk) break;
+    if (status != secure::TlsStream::Status::kWantWrite || !waitWritable()) return false;
+  }
+  return true;
 }
 
 // ---- the protocol's hooks -----------------------------------------------------------------
@@ -129,13 +225,23 @@ std::size_t TcpPair::addPollFds(std::vector<pollfd>& fds) const {
   return streams_.size();
 }
 
+bool TcpPair::readPending() const noexcept {
+  for (const Stream& s : streams_) {
+    if (s.open && s.tls && s.tls->readPending()) return true;
+  }
+  return false;
+}
+
 bool TcpPair::progress(const pollfd* results, std::size_t count) {
   if (dead()) return false;
   bool moved = false;
   for (std::size_t i = 0; i < streams_.size() && i < count; ++i) {
     Stream& s = streams_[i];
     short revents = results[i].revents;
-    if (s.open && (revents & (POLLIN | POLLHUP | POLLERR))) moved |= receive(s);
+    // (TLS: records read already, which poll() does not show, are read first.)
+    if (s.open && ((revents & (POLLIN | POLLHUP | POLLERR)) || (s.tls && s.tls->readPending()))) {
+      moved |= receive(s);
+    }
     if (s.rx.begin < s.rx.end) {  // staged bytes left by the read budget
       consumeStaged(s);
       moved = true;
@@ -156,6 +262,19 @@ bool TcpPair::flush(Stream& s) {
     ~Reset() { flag = false; }
   } reset{flushing_};
   while (s.hasOutput()) {
+    if (s.control.empty() && s.data.empty()) {
+      // Only sealed TLS records wait: send them.
+      const auto status = s.tls->flush();
+      if (status == secure::TlsStream::Status::kWantWrite) {
+        s.writeBlocked = true;
+        return moved;
+      }
+      if (status != secure::TlsStream::Status::kOk) {
+        peerGone("sending to " + rankName() + " (" + describe() + ") failed: " + s.tls->error());
+      }
+      s.writeBlocked = false;
+      return true;
+    }
     // Gather frames: a partly written frame first, then control, then data.
     iovec iov[kMaxIov];
     OutFrame* frames[kMaxIov];
@@ -196,10 +315,7 @@ bool TcpPair::flush(Stream& s) {
       }
       offered += iov[i].iov_len;
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<std::size_t>(n);
-    ssize_t written = detail::sendmsgNoCancel(s.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t written = writeOut(s, iov, n);
     if (written < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -212,7 +328,7 @@ bool TcpPair::flush(Stream& s) {
                  ") broke while sending: " + rankName() + " died or was killed");
       }
       int err = errno;
-      peerGone("sending to " + rankName() + " (" + describe() + ") failed: " + std::strerror(err));
+      peerGone("sending to " + rankName() + " (" + describe() + ") failed: " + ioError(s, err));
     }
     moved = true;
     s.writeBlocked = false;
@@ -279,8 +395,7 @@ bool TcpPair::receive(Stream& s) {
     const std::size_t asked =
         direct ? static_cast<std::size_t>(std::min<std::uint64_t>(rx.remaining, budget))
                : kStagingBytes;
-    n = detail::recvNoCancel(s.fd, direct ? static_cast<void*>(rx.dst) : rx.staging.get(), asked,
-                             MSG_DONTWAIT);
+    n = readIn(s, direct ? static_cast<void*>(rx.dst) : rx.staging.get(), asked);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
@@ -288,8 +403,7 @@ bool TcpPair::receive(Stream& s) {
         n = 0;  // handled as end of stream below
       } else {
         int err = errno;
-        peerGone("receiving from " + rankName() + " (" + describe() +
-                 ") failed: " + std::strerror(err));
+        peerGone("receiving from " + rankName() + " (" + describe() + ") failed: " + ioError(s, err));
       }
     }
     if (n == 0) {
@@ -297,7 +411,8 @@ bool TcpPair::receive(Stream& s) {
       return true;
     }
     moved = true;
-    drained = static_cast<std::size_t>(n) < asked;
+    // (TLS: a read opens one record at most; others may wait, read already.)
+    drained = static_cast<std::size_t>(n) < asked && !(s.tls && s.tls->readPending());
     budget -= std::min<std::uint64_t>(budget, static_cast<std::uint64_t>(n));
     if (direct) {
       rx.dst += n;
@@ -386,25 +501,10 @@ void TcpPair::readWhatIsLeft() {
 bool TcpPair::finishPartial(Stream& s, std::chrono::milliseconds budget) noexcept {
   if (s.partialLane == -1) return true;
   OutFrame& f = s.partialLane == 0 ? s.control.front() : s.data.front();
-  auto deadline = std::chrono::steady_clock::now() + budget;
-  while (f.sent < f.total()) {
-    iovec iov[2];
-    int n = unsent(f, iov);
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<std::size_t>(n);
-    ssize_t written = ::sendmsg(s.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (written > 0) {
-      f.sent += static_cast<std::uint64_t>(written);
-      continue;
-    }
-    if (written < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{s.fd, POLLOUT, 0};
-    ::poll(&p, 1, static_cast<int>(left.count()));
-  }
+  iovec iov[2];
+  const int n = unsent(f, iov);
+  if (!writeAllBefore(s, iov, n, std::chrono::steady_clock::now() + budget)) return false;
+  f.sent = f.total();
   s.partialLane = -1;
   return true;
 }
@@ -423,21 +523,8 @@ void TcpPair::sendError(ErrorKind kind, const std::string& text, int culprit) no
   std::string frame(reinterpret_cast<const char*>(&h), sizeof(h));
   frame += body;
   // A full socket buffer must not lose the reason: wait for room, briefly.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-  std::size_t sent = 0;
-  while (sent < frame.size()) {
-    ssize_t n = ::send(s.fd, frame.data() + sent, frame.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return;
-    pollfd p{s.fd, POLLOUT, 0};
-    ::poll(&p, 1, static_cast<int>(left.count()));
-  }
+  iovec iov{frame.data(), frame.size()};
+  writeAllBefore(s, &iov, 1, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
 }
 
 void TcpPair::sendGoodbye() noexcept {
@@ -445,7 +532,8 @@ void TcpPair::sendGoodbye() noexcept {
     if (s.fd < 0 || s.partialLane != -1) continue;
     Frame h;
     h.type = FrameType::kGoodbye;
-    ssize_t ignored = ::send(s.fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL);
+    iovec iov{&h, sizeof(h)};
+    ssize_t ignored = writeOut(s, &iov, 1);  // (TLS: sealed and sent as far as it goes)
     (void)ignored;
     ::shutdown(s.fd, SHUT_WR);
   }

@@ -7,6 +7,10 @@
 // enough (the receive buffer for DATA and matched EAGER messages), else through a small
 // staging buffer.
 //
+// TLS (COLLX_TLS=1): each socket has its TlsStream, through which every byte of the stream
+// goes (sealed by OpenSSL in this process, or by the kernel where it has TLS); records that
+// OpenSSL holds already read are read before the mesh sleeps (readPending()).
+//
 // Closing: a rank that closes sends GOODBYE on every stream and shuts its sockets for
 // writing; end of stream after it is no failure unless something is still in flight. End
 // of stream without it means the peer died. A rank that fails sends ERROR on stream 0 (its
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "collx/base/error.h"
+#include "collx/secure/tls.h"
 #include "collx/transport/mesh.h"
 #include "collx/transport/pair.h"
 #include "protocol/protocol_pair.h"
@@ -38,8 +43,10 @@ struct TcpPairOptions {
 
 class TcpPair final : public ProtocolPair {
  public:
-  // Takes ownership of the connected, non-blocking sockets (stream 0 first).
-  TcpPair(int peer, LinkState& link, std::vector<int> fds, const TcpPairOptions& options,
+  // Takes ownership of the connected, non-blocking sockets (stream 0 first) and, with TLS,
+  // of their streams (one per socket, handshakes done; empty: plain TCP).
+  TcpPair(int peer, LinkState& link, std::vector<int> fds,
+          std::vector<std::unique_ptr<secure::TlsStream>> tls, const TcpPairOptions& options,
           std::string address);
   ~TcpPair() override;
 
@@ -47,6 +54,8 @@ class TcpPair final : public ProtocolPair {
 
   std::size_t addPollFds(std::vector<pollfd>& fds) const;
   bool progress(const pollfd* results, std::size_t count);
+  // Whether TLS records already read from a socket wait to be opened (poll() cannot tell).
+  bool readPending() const noexcept;
   // Best effort, non-blocking: tells the peer this rank is closing (end of stream is then
   // no failure).
   void sendGoodbye() noexcept;
@@ -85,17 +94,30 @@ class TcpPair final : public ProtocolPair {
 
   struct Stream {
     int fd = -1;
+    std::unique_ptr<secure::TlsStream> tls;  // with TLS: every byte goes through it
     bool open = true;
     std::deque<OutFrame> control;
     std::deque<OutFrame> data;
     int partialLane = -1;  // 0 control, 1 data: its front frame is partly written
     bool writeBlocked = false;
     Rx rx;
-    bool hasOutput() const { return !control.empty() || !data.empty(); }
+    bool hasOutput() const {
+      return !control.empty() || !data.empty() || (tls && tls->outputPending());
+    }
   };
 
   // The parts of `frame` not written yet, as at most two iovecs; returns how many.
   static int unsent(OutFrame& frame, iovec* iov);
+  // One non-blocking write or read on a stream, through its TLS when it has one: bytes, or
+  // -1 with errno (EAGAIN: not now; EPROTO: TLS failed, ioError() says why); a read's 0 is
+  // the end of the stream.
+  ssize_t writeOut(Stream& stream, iovec* iov, int count) noexcept;
+  ssize_t readIn(Stream& stream, void* data, std::size_t size) noexcept;
+  static std::string ioError(const Stream& stream, int err);
+  // Writes all of `iov` and sends what TLS sealed of it, waiting for room until `deadline`
+  // (the last frames: ERROR, a partial frame before it). False when it could not.
+  bool writeAllBefore(Stream& stream, iovec* iov, int count,
+                      std::chrono::steady_clock::time_point deadline) noexcept;
   bool flush(Stream& stream);
   // Finishes a partly written frame within `budget`, so that a last frame can follow.
   bool finishPartial(Stream& stream, std::chrono::milliseconds budget) noexcept;

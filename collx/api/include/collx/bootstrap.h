@@ -32,6 +32,7 @@ namespace collx {
 
 namespace secure {
 class JobSecret;
+class TlsContext;
 }  // namespace secure
 
 // The bootstrap's settings that other code asks about (the MPI bootstrap: whether a store or
@@ -57,6 +58,9 @@ struct BootstrapOptions {
   std::optional<std::chrono::milliseconds> timeout;
   // The job's secret (collx internal: secure::JobSecret), when given in code.
   std::shared_ptr<const secure::JobSecret> secret;
+  // TLS for the TCP store and the ranks' tcp connections (collx internal:
+  // secure::TlsContext), when given in code; else COLLX_TLS and its files.
+  std::shared_ptr<const secure::TlsContext> tls;
 };
 
 // The resolved parameters, with where each came from ("COLLX_RANK=3", "options", ...).
@@ -74,6 +78,7 @@ struct Bootstrap {
   std::string launcher;  // "options", "collx", "torchrun", "openmpi", "slurm", "none"
   std::shared_ptr<const secure::JobSecret> secret;  // nullptr: the job is unauthenticated
   bool insecure = false;  // COLLX_INSECURE: without a secret on purpose (collx-run --insecure)
+  std::shared_ptr<const secure::TlsContext> tls;  // nullptr: plain TCP (COLLX_TLS off)
   std::vector<std::pair<std::string, std::string>> origin;  // value name -> its source
 
   static Bootstrap resolve(const BootstrapOptions& options, const Config& config);
@@ -83,5 +88,7 @@ struct Bootstrap {
 // nullptr: for contexts made without the bootstrap (the PyTorch backend). Throws
 // InvalidArgument as Bootstrap::resolve does.
 std::shared_ptr<const secure::JobSecret> jobSecretOf(const Config& config);
+// TLS as `config` gives it (COLLX_TLS=1 and its files), or nullptr: likewise.
+std::shared_ptr<const secure::TlsContext> tlsOf(const Config& config);
 
 }  // namespace collx

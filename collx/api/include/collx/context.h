@@ -34,6 +34,7 @@ class TcpStoreServer;
 
 namespace secure {
 class JobSecret;
+class TlsContext;
 }  // namespace secure
 
 namespace detail {
@@ -80,6 +81,9 @@ struct ContextOptions {
   // The job's secret (Bootstrap::resolve: COLLX_JOB_SECRET or COLLX_JOB_SECRET_FILE), which
   // the job's connections prove; nullptr: the job is unauthenticated.
   std::shared_ptr<const secure::JobSecret> secret;
+  // TLS on the tcp connections between ranks (Bootstrap::resolve: COLLX_TLS=1); nullptr:
+  // plain TCP. Every rank of a job must agree.
+  std::shared_ptr<const secure::TlsContext> tls;
 };
 
 // What a rank told the others when it joined.

@@ -1,4 +1,6 @@
-// RedisStore: a Store in a Redis server (optional: built when hiredis is found). Values are
+// RedisStore: a Store in a Redis server (optional: built when hiredis is found), over TLS
+// for rediss:// (COLLX_TLS_CA, else the system's CAs; COLLX_TLS_CERT and COLLX_TLS_KEY when
+// the server asks clients for a certificate). Values are
 // Redis strings that expire (COLLX_STORE_TTL); add(), compareSet() and multiSet() are Lua
 // scripts, waiting polls with a short backoff (1..20 ms). Keys are used as given: share a server
 // between jobs through PrefixStore (collx::init() does so with the job id).
@@ -17,12 +19,13 @@ class RedisStore final : public Store {
     std::string user;
     std::string password;
   };
-  // Connects (retrying until the timeout), logs in when `login` has a password and selects
-  // database `db`. Throws TimeoutError when nothing answers, IoError when what answers is not
-  // a Redis server or refuses the login. Every key written lives options.ttl (unset:
-  // COLLX_STORE_TTL).
+  // Connects (retrying until the timeout), in TLS when `tls` is given (rediss://: the
+  // server's certificate is checked against its CA and for `host`), logs in when `login` has
+  // a password and selects database `db`. Throws TimeoutError when nothing answers, IoError
+  // when what answers is not a Redis server, fails TLS or refuses the login. Every key
+  // written lives options.ttl (unset: COLLX_STORE_TTL).
   RedisStore(std::string host, std::uint16_t port, int db = 0, const StoreOptions& options = {},
-             Login login = {});
+             Login login = {}, std::shared_ptr<const secure::TlsContext> tls = nullptr);
   ~RedisStore() override;
 
   std::string describe() const override;
@@ -48,11 +51,17 @@ class RedisStore final : public Store {
   // broken connection (the next command reconnects) and InvalidArgument on a Redis error.
   ReplyPtr command(std::string_view op, const std::vector<std::string_view>& argv);
   void connectLocked(Clock::time_point deadline, std::string_view op);
+  // AUTH, PING and SELECT on a new connection.
+  void loginLocked(std::string_view op);
+  // Sends one command and reads its reply (a Redis error reply included), within the
+  // timeout; a broken connection is dropped (the next command connects again).
+  ReplyPtr exchangeLocked(std::string_view op, const std::vector<std::string_view>& argv);
 
   std::string host_;
   std::uint16_t port_;
   int db_;
   Login login_;
+  std::shared_ptr<const secure::TlsContext> tls_;  // rediss://
   std::chrono::milliseconds ttl_;
   std::mutex mutex_;
   std::unique_ptr<Connection> connection_;

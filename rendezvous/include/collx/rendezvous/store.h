@@ -25,6 +25,7 @@
 
 namespace collx::secure {
 class JobSecret;
+class TlsContext;
 }  // namespace collx::secure
 
 namespace collx::rendezvous {
@@ -56,6 +57,9 @@ struct StoreOptions {
   // The job's secret, which a TCP store client proves to its server (and the server to it);
   // nullptr: none (a server that asks for one refuses the client).
   std::shared_ptr<const secure::JobSecret> secret;
+  // TLS to a TCP store (COLLX_TLS=1): the client's certificate and the CA that signed the
+  // server's; nullptr: plain TCP. (rediss:// takes its TLS from COLLX_TLS_* itself.)
+  std::shared_ptr<const secure::TlsContext> tls;
 };
 
 class Store {
@@ -186,7 +190,7 @@ inline constexpr std::size_t kMaxStoreUrlBytes = 4096;
 inline constexpr std::size_t kMaxStoreHostBytes = 253;  // a DNS name's limit
 
 struct StoreUrl {
-  std::string scheme;  // "tcp", "file", "redis", "hash"
+  std::string scheme;  // "tcp", "file", "redis", "rediss" (TLS), "hash"
   std::string host;    // tcp, redis (without brackets)
   std::uint16_t port = 0;
   std::string path;      // file

@@ -20,6 +20,9 @@ namespace collx::rendezvous {
 namespace proto {
 enum class Op : std::uint8_t;  // the wire protocol's operations (internal)
 }
+namespace sockio {
+class Link;  // a client's connection, plain or TLS (internal)
+}
 
 // COLLX_STORE_MAX_VALUE: the largest value a TCP store server keeps and its clients accept.
 extern const Setting<kind::Bytes> kStoreMaxValue;
@@ -37,6 +40,9 @@ class TcpStoreServer {
     // The job's secret: clients must prove it before anything is served (and the server
     // proves it to them); nullptr: every client is served (an unauthenticated job).
     std::shared_ptr<const secure::JobSecret> secret;
+    // TLS (COLLX_TLS=1): every client starts with a TLS handshake and shows a certificate
+    // the context's CA signed; nullptr: plain TCP.
+    std::shared_ptr<const secure::TlsContext> tls;
     // A client that has not finished the handshake by then is closed.
     std::chrono::milliseconds handshakeTimeout{10000};
     // Clients in their handshake at most: beyond, the oldest of them is closed, so that a
@@ -109,6 +115,9 @@ class TcpStore final : public Store {
  private:
   struct Reply;
   void connectLocked(Clock::time_point deadline, std::string_view op);
+  // The connection on a connected socket: TLS when the store uses it, then the handshake.
+  void openLocked(int fd, Clock::time_point deadline, std::string_view op,
+                  Clock::time_point started);
   // The handshake on a connected socket (the hello, and the job secret's challenge when the
   // server asks for it); throws IoError or TimeoutError, closing the socket.
   void handshakeLocked(Clock::time_point deadline, std::string_view op, Clock::time_point started);
@@ -123,9 +132,10 @@ class TcpStore final : public Store {
   std::string host_;
   std::uint16_t port_;
   std::shared_ptr<const secure::JobSecret> secret_;
+  std::shared_ptr<const secure::TlsContext> tls_;
   std::uint64_t maxValueBytes_;  // the largest value a reply may carry (COLLX_STORE_MAX_VALUE)
   std::mutex mutex_;
-  int fd_ = -1;
+  std::unique_ptr<sockio::Link> link_;  // the connection (closed: none)
 };
 
 // "tcp://host:port" for a host and port, with brackets around IPv6 literals.

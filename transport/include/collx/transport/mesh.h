@@ -26,6 +26,7 @@
 
 namespace collx::secure {
 class JobSecret;
+class TlsContext;
 }  // namespace collx::secure
 
 namespace collx::transport {
@@ -52,6 +53,9 @@ struct MeshOptions {
   // The job's secret, which every tcp connection between ranks proves both ways before it
   // is used; nullptr: none (then no rank of the job may have one).
   std::shared_ptr<const secure::JobSecret> secret;
+  // TLS for the tcp connections between ranks (COLLX_TLS=1), after the secret's proofs;
+  // nullptr: plain TCP (then no rank of the job may use TLS).
+  std::shared_ptr<const secure::TlsContext> tls;
   Describer describer;
   // "auto" (the best transport per peer: self, shm within a host, ibverbs between hosts
   // that both have a usable RDMA port, tcp) or a transport name that every pair must use
