@@ -18,7 +18,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 PACKAGES=(
   g++ cmake ninja-build pkg-config
-  libasio-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libssl-dev
+  libasio-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   libhiredis-dev redis-server
   libopenmpi-dev openmpi-bin

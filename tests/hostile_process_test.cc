@@ -2,7 +2,8 @@
 // truncated, oversized and slow input to the store's port and to every rank's pair port, a
 // flood of connections to the store, store clients with a wrong secret or none. The job, three
 // real processes over tcp with a secret, completes with checked results, every stranger is
-// refused, and the ranks log whom they refused.
+// refused, and the ranks log whom they refused. Once plain, once in TLS (COLLX_TLS=1), where
+// a store client in TLS with another CA's certificate is refused too.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -10,12 +11,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <optional>
 #include <regex>
 #include <thread>
 
 #include "collx/collx.h"
 #include "collx/secure/job_secret.h"
+#include "collx/secure/tls.h"
 #include "util/test_util.h"
+#include "util/tls_certs.h"
 
 namespace collx {
 namespace {
@@ -127,10 +131,26 @@ class Attack {
   std::thread dripper_;
 };
 
-TEST(HostileProcesses, StrangersAreRefusedWhileTheJobCompletes) {
+class HostileProcesses : public ::testing::TestWithParam<bool> {};
+
+TEST_P(HostileProcesses, StrangersAreRefusedWhileTheJobCompletes) {
+  const bool tls = GetParam();
+  test::TempDir dir;
+  std::optional<test::TlsCerts> certs, otherCa;
+  secure::TlsFiles files;
+  std::shared_ptr<const secure::TlsContext> context, foreign;
+  if (tls) {
+    certs.emplace(dir.path() + "/pki");
+    otherCa.emplace(dir.path() + "/other", "other-ca");
+    files = certs->issue("node");
+    context = secure::TlsContext::fromFiles(files);
+    const secure::TlsFiles stranger = otherCa->issue("stranger");
+    foreign = secure::TlsContext::fromFiles({stranger.cert, stranger.key, files.ca});
+  }
   auto secret = secure::JobSecret::fromText(kSecret, "the test's");
   rendezvous::TcpStoreServer::Options serverOptions;
   serverOptions.secret = secret;
+  serverOptions.tls = context;
   serverOptions.handshakeTimeout = 2s;
   rendezvous::TcpStoreServer server(serverOptions);
   const int storePort = server.port();
@@ -145,6 +165,7 @@ TEST(HostileProcesses, StrangersAreRefusedWhileTheJobCompletes) {
 
   rendezvous::StoreOptions clientOptions;
   clientOptions.secret = secret;
+  clientOptions.tls = context;
   clientOptions.timeout = 60s;
   auto client = std::make_shared<rendezvous::TcpStore>("127.0.0.1", storePort, clientOptions);
   rendezvous::PrefixStore job("collx/hostile/0", client);
@@ -152,6 +173,13 @@ TEST(HostileProcesses, StrangersAreRefusedWhileTheJobCompletes) {
   std::map<std::string, std::string> env{{"COLLX_WORLD_SIZE", "3"},   {"COLLX_STORE", server.url()},
                                          {"COLLX_JOB_ID", "hostile"}, {"COLLX_JOB_SECRET", kSecret},
                                          {"COLLX_TRANSPORT", "tcp"},  {"COLLX_TIMEOUT", "90s"}};
+  if (tls) {
+    env.insert({{"COLLX_LOG_LEVEL", "warn,collx.tcp=info"},
+                {"COLLX_TLS", "1"},
+                {"COLLX_TLS_CERT", files.cert},
+                {"COLLX_TLS_KEY", files.key},
+                {"COLLX_TLS_CA", files.ca}});
+  }
   auto start = [&](int rank) {
     auto e = env;
     e["COLLX_RANK"] = std::to_string(rank);
@@ -177,6 +205,7 @@ TEST(HostileProcesses, StrangersAreRefusedWhileTheJobCompletes) {
   for (const char* wrong : {"a secret that is not the job's", ""}) {
     rendezvous::StoreOptions o;
     o.timeout = 3s;
+    o.tls = context;  // (in TLS, a client with the job's certificate but not its secret)
     if (*wrong != '\0') o.secret = secure::JobSecret::fromText(wrong, "the stranger's");
     try {
       rendezvous::TcpStore stranger("127.0.0.1", storePort, o);
@@ -184,6 +213,21 @@ TEST(HostileProcesses, StrangersAreRefusedWhileTheJobCompletes) {
       ADD_FAILURE() << "a stranger read a key: " << got;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("secret"), std::string::npos) << e.what();
+    }
+  }
+
+  if (tls) {
+    // The job's secret, but a certificate of another CA.
+    rendezvous::StoreOptions o;
+    o.timeout = 3s;
+    o.tls = foreign;
+    o.secret = secret;
+    try {
+      rendezvous::TcpStore stranger("127.0.0.1", storePort, o);
+      ADD_FAILURE() << "a client with another CA's certificate was served";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the peer refused the connection"), std::string::npos)
+          << e.what();
     }
   }
 
@@ -210,11 +254,24 @@ TEST(HostileProcesses, StrangersAreRefusedWhileTheJobCompletes) {
         << "rank " << r << " logged no refusal:\n"
         << ranks[r]->err();
   }
+  if (tls) {
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_NE(ranks[r]->err().find("TLS on the tcp connections between ranks: TLSv1.3"),
+                std::string::npos)
+          << "rank " << r << ":\n"
+          << ranks[r]->err();
+    }
+  }
   for (int fd : flood) ::close(fd);
   // The store served the job throughout, and the job erased its keys when it ended.
   EXPECT_FALSE(job.check({"rank/0"}));
   EXPECT_FALSE(job.check({"world_size"}));
 }
+
+INSTANTIATE_TEST_SUITE_P(, HostileProcesses, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("tls") : std::string("plain");
+                         });
 
 }  // namespace
 }  // namespace collx

@@ -7,12 +7,14 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "collx/collx.h"
 #include "collx/rendezvous/signed_store.h"
 #include "collx/secure/job_secret.h"
 #include "util/test_util.h"
+#include "util/tls_certs.h"
 
 namespace collx {
 namespace {
@@ -145,6 +147,57 @@ TEST(StoreCleanup, AForgedKeyFailsTheJobNamingIt) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("key 'collx/forged/0/rank/1'"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("not signed with this job's secret"), std::string::npos) << r.err;
+}
+
+// rediss://: a job's ranks and collx-run reach Redis over TLS with the CA and certificate
+// of COLLX_TLS_*, and leave nothing; a client without a certificate, one that does not trust
+// the server's, and plain redis:// at the TLS port are refused with clear errors.
+TEST(StoreCleanup, RedisOverTls) {
+  test::TempDir dir;
+  test::TlsCerts certs(dir.path() + "/pki");
+  test::TlsCerts other(dir.path() + "/other", "other-ca");
+  const secure::TlsFiles serverFiles = certs.issue("redis");
+  const secure::TlsFiles client = certs.issue("client");
+  const test::RedisTls tls{serverFiles.cert, serverFiles.key, serverFiles.ca, true};
+  RedisServer server({}, &tls);
+  REQUIRE_REDIS(server);
+  const std::string url = "rediss://127.0.0.1:" + std::to_string(server.tlsPort());
+  const std::map<std::string, std::string> env = {
+      {"COLLX_TLS_CA", client.ca}, {"COLLX_TLS_CERT", client.cert}, {"COLLX_TLS_KEY", client.key}};
+  auto ok = test::run({launcher(), "-n", "3", "--store", url, "--", worker(), "count", "1000"},
+                      env, 120s);
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  RedisClient redis(server.port());  // the plain port, as another user of the server
+  EXPECT_EQ(joined(redis.keys()), "");
+
+  auto failed = [&](const std::map<std::string, std::string>& with, const std::string& store) {
+    auto r = test::run({launcher(), "-n", "2", "--timeout", "20s", "--store", store, "--",
+                        worker(), "count", "100"},
+                       with, 120s);
+    EXPECT_NE(r.code, 0) << store;
+    return r.err;
+  };
+  // No certificate, and Redis asks for one.
+  std::string e = failed({{"COLLX_TLS_CA", client.ca}}, url);
+  EXPECT_NE(e.find("it asks for this side's certificate, and none was shown (COLLX_TLS_CERT, "
+                   "COLLX_TLS_KEY)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find(url), std::string::npos) << e;
+  // A CA that did not sign the server's certificate.
+  e = failed({{"COLLX_TLS_CA", other.caFile()},
+              {"COLLX_TLS_CERT", client.cert},
+              {"COLLX_TLS_KEY", client.key}},
+             url);
+  EXPECT_NE(e.find("certificate verify failed"), std::string::npos) << e;
+  // Plain Redis protocol at the TLS port.
+  e = failed(env, "redis://127.0.0.1:" + std::to_string(server.tlsPort()));
+  EXPECT_NE(e.find("redis://127.0.0.1:" + std::to_string(server.tlsPort())), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("a Redis that takes TLS only closes plain clients: rediss://"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(joined(redis.keys()), "");
 }
 
 // Contexts over a shared directory, with a secret: the directory is this user's only, and the

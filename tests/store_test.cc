@@ -1,5 +1,6 @@
 // One suite for every Store: semantics, timeouts, concurrency, large and binary values, and
-// waiters woken from another process. Parameterized over hash, file, tcp, prefix and redis.
+// waiters woken from another process. Parameterized over hash, file, tcp, prefix, redis and
+// rediss (Redis over TLS).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,8 +20,10 @@
 #include "collx/rendezvous/signed_store.h"
 #include "collx/rendezvous/tcp_store.h"
 #include "collx/secure/job_secret.h"
+#include "collx/secure/tls.h"
 #include "collx_rendezvous_config.h"
 #include "util/test_util.h"
+#include "util/tls_certs.h"
 #if COLLX_HAVE_REDIS
 #include "collx/rendezvous/redis_store.h"
 #endif
@@ -121,6 +124,32 @@ class RedisBackend : public Backend {
  private:
   RedisServer server_;
 };
+
+// rediss://: Redis over TLS, the server's certificate and the client's from one CA.
+class RedissBackend : public Backend {
+ public:
+  RedissBackend()
+      : certs_(dir_.path() + "/pki"),
+        serverFiles_(certs_.issue("redis")),
+        clientTls_(secure::TlsContext::fromFiles(certs_.issue("client"))),
+        tls_{serverFiles_.cert, serverFiles_.key, serverFiles_.ca, true},
+        server_({}, &tls_) {}
+  std::shared_ptr<Store> client(const StoreOptions& options) override {
+    return std::make_shared<RedisStore>("127.0.0.1", static_cast<std::uint16_t>(server_.tlsPort()),
+                                        0, options, RedisStore::Login{}, clientTls_);
+  }
+  std::string unavailable() const override {
+    return server_.available() ? "" : server_.whyUnavailable();
+  }
+
+ private:
+  TempDir dir_;
+  test::TlsCerts certs_;
+  secure::TlsFiles serverFiles_;
+  std::shared_ptr<const secure::TlsContext> clientTls_;
+  test::RedisTls tls_;
+  RedisServer server_;
+};
 #endif
 
 struct Kind {
@@ -141,6 +170,7 @@ std::vector<Kind> kinds() {
   };
 #if COLLX_HAVE_REDIS
   out.push_back({"redis", [] { return std::make_unique<RedisBackend>(); }, true});
+  out.push_back({"rediss", [] { return std::make_unique<RedissBackend>(); }, false});
 #endif
   return out;
 }

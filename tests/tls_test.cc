@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -119,6 +120,44 @@ TEST(TlsConfig, BadFilesAreRefusedNamingTheVariable) {
   noCert.cert = junk;
   e = with(noCert);
   EXPECT_NE(e.find("COLLX_TLS_CERT=" + junk + ": not a PEM certificate"), std::string::npos) << e;
+}
+
+// The README's lines that make a CA and a certificate (OpenSSL's command line), run as they
+// stand, make files that collx takes and that connect two ranks.
+std::pair<std::string, std::string> connectTwo(std::shared_ptr<const TlsContext> a,
+                                               std::shared_ptr<const TlsContext> b);
+
+TEST(TlsConfig, TheReadmesRecipeMakesCertificatesThatWork) {
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "the openssl command is not installed (apt-get install openssl)";
+  }
+  std::ifstream readme(std::string(COLLX_SOURCE_DIR) + "/README.md");
+  ASSERT_TRUE(readme) << "README.md";
+  std::string line, script;
+  bool seen = false, inBlock = false;
+  while (std::getline(readme, line)) {
+    if (line.rfind("Making a CA and certificates", 0) == 0) seen = true;
+    if (!seen) continue;
+    if (!inBlock && line == "```sh") {
+      inBlock = true;
+      continue;
+    }
+    if (inBlock && line == "```") break;
+    if (inBlock) script += line + "\n";
+  }
+  ASSERT_NE(script.find("openssl req -x509"), std::string::npos) << script;
+  test::TempDir dir;
+  std::ofstream(dir.path() + "/recipe.sh") << "set -e\ncd " << dir.path() << "\n" << script;
+  ASSERT_EQ(std::system(("sh " + dir.path() + "/recipe.sh >" + dir.path() + "/out 2>&1").c_str()), 0)
+      << script;
+  struct stat st {};
+  ASSERT_EQ(::stat((dir.path() + "/node.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u);  // (umask 077: collx takes the key as it is)
+  auto context = TlsContext::fromFiles(
+      {dir.path() + "/node.pem", dir.path() + "/node.key", dir.path() + "/ca.pem"});
+  auto [e0, e1] = connectTwo(context, context);
+  EXPECT_EQ(e0, "");
+  EXPECT_EQ(e1, "");
 }
 
 // ---- TlsStream on its own ----------------------------------------------------------------

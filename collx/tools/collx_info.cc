@@ -11,6 +11,7 @@
 #include "collx/algorithms/registry.h"
 #include "collx/algorithms/selection.h"
 #include "collx/collx.h"
+#include "collx/secure/tls.h"
 #include "collx/transport/ibverbs_info.h"
 #include "collx/transport/mesh.h"
 
@@ -20,8 +21,9 @@ constexpr const char* kAbout =
     R"(Prints the collx version, the transports and optional parts of this build, and every
 setting: each COLLX_* variable with the component that reads it, its type and accepted
 values, its default, the value in effect in this environment and where it comes from, and
-what it does; then the algorithm selection table in effect, and what RDMA verbs offer here:
-the verbs library, every device and port, and the port collx would use (or why none).
+what it does; then the algorithm selection table in effect, what RDMA verbs offer here:
+the verbs library, every device and port, and the port collx would use (or why none), and
+TLS: whether COLLX_TLS is on with which files, and whether this kernel can seal the records.
 )";
 
 // Every declared setting, by the component that reads it: name, type and accepted values,
@@ -83,6 +85,24 @@ void printVerbs(const collx::Config& config) {
   }
 }
 
+// TLS: on (its files) or off, and whether the kernel offers TLS (kTLS) to seal the records.
+void printTls(const collx::Config& config) {
+  std::cout << "\nTLS (COLLX_TLS):\n";
+  try {
+    auto tls = collx::secure::TlsContext::fromConfig(config);
+    std::cout << "  " << (tls ? "on: " + tls->describe() : std::string("off")) << "\n";
+  } catch (const collx::Error& e) {
+    std::cout << "  " << collx::cli::wrap("invalid: " + e.detail(), 4, 96) << "\n";
+  }
+  std::string why;
+  const std::string kernel =
+      collx::secure::kernelTlsAvailable(&why)
+          ? "kernel TLS (kTLS): available (OpenSSL gives the kernel the records it can)"
+          : "kernel TLS (kTLS): not available, " + why + ": OpenSSL seals the records in the "
+            "process";
+  std::cout << "  " << collx::cli::wrap(kernel, 4, 96) << "\n";
+}
+
 void printInfo() {
   std::cout << "collx " << collx::versionString() << "\n\nbuild:\n";
   for (const collx::BuildFeature& f : collx::buildFeatures()) {
@@ -124,6 +144,7 @@ void printInfo() {
     }
   }
   printVerbs(config);
+  printTls(config);
   std::vector<std::string> unknown = config.unknownVariables();
   if (!unknown.empty()) {
     std::cout << "\nunknown COLLX_* variables in the environment (ignored):\n";

@@ -131,7 +131,7 @@ void RedisStore::connectLocked(Clock::time_point deadline, std::string_view op) 
         if (out.result != sockio::Result::kOk) {
           // A certificate does not get better by trying again.
           const std::string why = "TLS with Redis at " + describe() + " failed: " +
-                                  out.describe() + " (CA: " + tls_->describe() + ")";
+                                  out.describe() + " (TLS: " + tls_->describe() + ")";
           if (out.result == sockio::Result::kTimeout) throw TimeoutError(where(op), why);
           throw IoError(where(op), why);
         }
@@ -139,6 +139,14 @@ void RedisStore::connectLocked(Clock::time_point deadline, std::string_view op) 
       connection_ = std::move(connection);
       try {
         loginLocked(op);
+      } catch (const IoError& e) {
+        connection_.reset();
+        if (!tls_ && e.detail().find("lost the connection") != std::string::npos) {
+          throw IoError(where(op), e.detail() +
+                                       " (a Redis that takes TLS only closes plain clients: "
+                                       "rediss://)");
+        }
+        throw;
       } catch (...) {
         connection_.reset();
         throw;

@@ -218,7 +218,7 @@ int freePort() {
   return ntohs(addr.sin_port);
 }
 
-RedisServer::RedisServer(const std::vector<std::string>& extraArgs) {
+RedisServer::RedisServer(const std::vector<std::string>& extraArgs, const RedisTls* tls) {
   const char* candidates[] = {"/usr/bin/redis-server", "/usr/local/bin/redis-server"};
   std::string binary;
   for (const char* c : candidates) {
@@ -235,12 +235,19 @@ RedisServer::RedisServer(const std::vector<std::string>& extraArgs) {
                                   "",       "--appendonly", "no",
                                   "--dir",  dir_.path(),    "--daemonize",
                                   "no"};
+    if (tls != nullptr) {
+      tlsPort_ = freePort();
+      argv.insert(argv.end(), {"--tls-port", std::to_string(tlsPort_), "--tls-cert-file",
+                               tls->cert, "--tls-key-file", tls->key, "--tls-ca-cert-file",
+                               tls->ca, "--tls-auth-clients", tls->authClients ? "yes" : "no"});
+    }
     argv.insert(argv.end(), extraArgs.begin(), extraArgs.end());
     auto p = std::make_unique<Process>(argv);
-    for (int i = 0; i < 200 && !portOpen(port_); ++i) {
+    auto up = [&] { return portOpen(port_) && (tls == nullptr || portOpen(tlsPort_)); };
+    for (int i = 0; i < 200 && !up(); ++i) {
       if (p->wait(std::chrono::milliseconds(10))) break;  // exited: port taken, retry
     }
-    if (!p->exited() && portOpen(port_)) process_ = std::move(p);
+    if (!p->exited() && up()) process_ = std::move(p);
   }
   if (!process_) why_ = "redis-server did not start";
 }

@@ -135,18 +135,31 @@ std::int64_t firstPatternMismatch(const void* data, std::uint64_t n, std::uint64
 
 // A redis-server started on a free port for the lifetime of this object, or unavailable()
 // with the reason (redis-server not installed).
+// A Redis server's TLS: its certificate and key, and the CA of its clients' certificates
+// (which it asks for when authClients).
+struct RedisTls {
+  std::string cert;
+  std::string key;
+  std::string ca;
+  bool authClients = true;
+};
+
 class RedisServer {
  public:
-  // redis-server on 127.0.0.1 and a free port, with `extraArgs` ("--requirepass", "pw", ...).
-  explicit RedisServer(const std::vector<std::string>& extraArgs = {});
+  // redis-server on 127.0.0.1 and a free port, with `extraArgs` ("--requirepass", "pw", ...);
+  // with `tls`, also a TLS port (tlsPort()) beside the plain one.
+  explicit RedisServer(const std::vector<std::string>& extraArgs = {},
+                       const RedisTls* tls = nullptr);
   ~RedisServer();
   bool available() const { return process_ != nullptr; }
   const std::string& whyUnavailable() const { return why_; }
   int port() const { return port_; }
+  int tlsPort() const { return tlsPort_; }
 
  private:
   std::unique_ptr<Process> process_;
   int port_ = 0;
+  int tlsPort_ = 0;
   std::string why_;
   TempDir dir_;
 };

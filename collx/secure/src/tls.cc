@@ -369,6 +369,9 @@ TlsStream::Status TlsStream::fail(int sslError, int result, const char* during) 
           why.find("http request") != std::string::npos ||
           why.find("record layer failure") != std::string::npos) {
         why = "the peer does not speak TLS (" + why + ")";
+      } else if (why.find("alert certificate required") != std::string::npos) {
+        why = "the peer refused the connection: it asks for this side's certificate, and none "
+              "was shown (COLLX_TLS_CERT, COLLX_TLS_KEY) (" + why + ")";
       } else if (why.find("alert") != std::string::npos) {
         why = "the peer refused the connection (" + why + ")";
       }
