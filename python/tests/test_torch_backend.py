@@ -5,6 +5,8 @@ thread, once with every call in the background. Then init_process_group through 
 file://, and collx-run as torchrun: an unchanged torch script under it (test_launch runs
 examples/torch_ddp.py so too)."""
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -173,6 +175,45 @@ def test_torch_script_under_collx_run(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for r in range(3):
         assert "rank %d of 3 ok" % r in proc.stdout, proc.stdout + proc.stderr
+
+
+def make_certificates(directory):
+    """A CA and a certificate it signed, by the README's OpenSSL lines; (cert, key, ca)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed (apt-get install openssl)")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    steps = [
+        ["openssl", "req", "-x509", "-new"] + ec + ["-days", "1", "-subj", "/CN=collx-ca",
+                                                    "-keyout", "ca.key", "-out", "ca.pem"],
+        ["openssl", "req", "-new"] + ec + ["-subj", "/CN=collx-node", "-keyout", "node.key",
+                                           "-out", "node.csr"],
+        ["openssl", "x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+         "-CAcreateserial", "-days", "1", "-out", "node.pem"],
+    ]
+    old = os.umask(0o077)
+    try:
+        for step in steps:
+            subprocess.run(step, cwd=directory, check=True, capture_output=True)
+    finally:
+        os.umask(old)
+    return directory / "node.pem", directory / "node.key", directory / "ca.pem"
+
+
+def test_torch_script_over_tls_under_collx_run(tmp_path):
+    # COLLX_TLS=1: the backend's context takes TLS from the environment (collx.tlsOf), as
+    # the ranks' own bootstrap would; every rank logs that its tcp connections are in TLS.
+    cert, key, ca = make_certificates(tmp_path)
+    script = tmp_path / "plain_torch.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    env = base_env(GLOO_SOCKET_IFNAME="lo", COLLX_TRANSPORT="tcp", COLLX_TLS="1",
+                   COLLX_TLS_CERT=cert, COLLX_TLS_KEY=key, COLLX_TLS_CA=ca,
+                   COLLX_LOG_LEVEL="warn,collx.tcp=info")
+    proc = run_collx(3, script, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for r in range(3):
+        assert "rank %d of 3 ok" % r in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stderr.count("TLS on the tcp connections between ranks: TLSv1.3") >= 3, \
+        proc.stderr
 
 
 

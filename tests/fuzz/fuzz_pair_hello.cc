@@ -16,14 +16,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::memset(&hello, 0, sizeof hello);
   std::memcpy(&hello, data, std::min(size, sizeof hello));
   // Rank 2 of job 0x1234, generation 1, two streams; a secret when the Hello's reserved
-  // word is odd (so that both answers are reached).
-  const tt::HelloExpectation expect{0x1234, 1, 2, 2, (hello.reserved & 1) != 0};
+  // word is odd, TLS when its second bit is set (so that every answer is reached).
+  const tt::HelloExpectation expect{0x1234, 1, 2, 2, (hello.reserved & 1) != 0,
+                                    (hello.reserved & 2) != 0};
   for (bool fromPeer : {false, true}) {
     const tt::HelloVerdict v = tt::checkHello(hello, expect, fromPeer);
     if (v.status == tt::kAckOk) {
       // Accepted: exactly what the acceptor then relies on.
       if (!fromPeer || hello.to != expect.self || hello.from <= expect.self ||
-          hello.stream >= expect.streams || hello.job != expect.job || !v.why.empty()) {
+          hello.stream >= expect.streams || hello.job != expect.job || !v.why.empty() ||
+          ((hello.flags & tt::kUsesTls) != 0) != expect.usesTls) {
         __builtin_trap();
       }
     } else if (v.why.empty() || v.why.size() > 512) {

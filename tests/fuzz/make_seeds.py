@@ -100,10 +100,12 @@ for i, n in enumerate([96, 200, 400, 800, 1600]):
 # ---- pair_hello: transport/src/tcp/tcp_hello.h's Hello (88 bytes: magic, version, job,
 # generation, from, to, stream, streams, eager limit, flags, reserved, nonce) as the harness's
 # rank 2 of job 0x1234 generation 1 expects it, an Ack (80 bytes), then an address ----
-def hello(frm, to, stream, streams, flags, job=0x1234, generation=1):
-    # reserved = flags: the harness's rank holds a secret when it is odd
+def hello(frm, to, stream, streams, flags, job=0x1234, generation=1, reserved=None):
+    # reserved = flags unless given: the harness's rank holds a secret when it is odd, and
+    # uses TLS when its bit 2 is set
+    reserved = flags if reserved is None else reserved
     return (b"CLXT" + struct.pack("<IQqiiIIQII", 3, job, generation, frm, to, stream, streams,
-                                  256 << 10, flags, flags) + bytes(range(32)))
+                                  256 << 10, flags, reserved) + bytes(range(32)))
 
 
 def ack(status):
@@ -114,3 +116,5 @@ write("pair_hello", "ok_no_secret", hello(3, 2, 1, 2, 0) + ack(0) + b"10.0.0.2:4
 write("pair_hello", "ok_secret", hello(5, 2, 0, 2, 1) + ack(0) + b"[::1]:29500")
 write("pair_hello", "wrong_job", hello(3, 2, 0, 2, 0, job=7) + ack(1) + b"192.168.1.1:80")
 write("pair_hello", "bad_stream", hello(3, 2, 2, 2, 0) + ack(4) + b"[fe80::1]:1")
+write("pair_hello", "ok_secret_tls", hello(4, 2, 1, 2, 3) + ack(0) + b"10.0.0.4:4000")
+write("pair_hello", "tls_mismatch", hello(3, 2, 0, 2, 2, reserved=0) + ack(7) + b"10.0.0.3:1")
