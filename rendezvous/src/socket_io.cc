@@ -130,14 +130,14 @@ Outcome sendAll(int fd, const void* data, std::size_t size, Clock::time_point de
   return {};
 }
 
-Outcome recvAll(int fd, void* data, std::size_t size, Clock::time_point deadline) {
-  auto* p = static_cast<std::uint8_t*>(data);
-  std::size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::recv(fd, p + done, size - done, 0);
+Outcome recvSome(int fd, void* data, std::size_t size, Clock::time_point deadline,
+                 std::size_t& got) {
+  got = 0;
+  while (true) {
+    const ssize_t n = ::recv(fd, data, size, 0);
     if (n > 0) {
-      done += static_cast<std::size_t>(n);
-      continue;
+      got = static_cast<std::size_t>(n);
+      return {};
     }
     if (n == 0) return {Result::kClosed, 0, {}};
     if (errno == EINTR) continue;
@@ -147,6 +147,17 @@ Outcome recvAll(int fd, void* data, std::size_t size, Clock::time_point deadline
     }
     if (errno == ECONNRESET) return {Result::kClosed, errno, {}};
     return {Result::kError, errno, {}};
+  }
+}
+
+Outcome recvAll(int fd, void* data, std::size_t size, Clock::time_point deadline) {
+  auto* p = static_cast<std::uint8_t*>(data);
+  std::size_t done = 0;
+  while (done < size) {
+    std::size_t got = 0;
+    const Outcome out = recvSome(fd, p + done, size - done, deadline, got);
+    if (out.result != Result::kOk) return out;
+    done += got;
   }
   return {};
 }
@@ -219,27 +230,10 @@ Outcome Link::recvAll(void* data, std::size_t size, Clock::time_point deadline) 
 
 Outcome Link::recvSome(void* data, std::size_t size, Clock::time_point deadline,
                        std::size_t& got) {
-  got = 0;
-  if (tls_) {
-    secure::TlsStream::Status status = secure::TlsStream::Status::kOk;
-    got = tls_->readSome(data, size, deadline, status);
-    return got > 0 ? Outcome{} : fromTls(status, *tls_);
-  }
-  while (true) {
-    const ssize_t n = ::recv(fd_, data, size, 0);
-    if (n > 0) {
-      got = static_cast<std::size_t>(n);
-      return {};
-    }
-    if (n == 0) return {Result::kClosed, 0, {}};
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!waitFor(fd_, POLLIN, deadline)) return {Result::kTimeout, 0, {}};
-      continue;
-    }
-    if (errno == ECONNRESET) return {Result::kClosed, errno, {}};
-    return {Result::kError, errno, {}};
-  }
+  if (!tls_) return sockio::recvSome(fd_, data, size, deadline, got);
+  secure::TlsStream::Status status = secure::TlsStream::Status::kOk;
+  got = tls_->readSome(data, size, deadline, status);
+  return got > 0 ? Outcome{} : fromTls(status, *tls_);
 }
 
 }  // namespace collx::rendezvous::sockio

@@ -33,6 +33,9 @@ int connectTcp(const std::string& host, std::uint16_t port, Clock::time_point de
 
 Outcome sendAll(int fd, const void* data, std::size_t size, Clock::time_point deadline);
 Outcome recvAll(int fd, void* data, std::size_t size, Clock::time_point deadline);
+// At least one byte (`got`), or the outcome that stopped it.
+Outcome recvSome(int fd, void* data, std::size_t size, Clock::time_point deadline,
+                 std::size_t& got);
 
 // A client's connection (the TCP store's, Redis'): a connected socket, in TLS once
 // startTls() succeeded. Move-only; closes the socket when it goes.
