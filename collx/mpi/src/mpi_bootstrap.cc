@@ -73,6 +73,24 @@ std::shared_ptr<Context> initFromMpi(MPI_Comm comm, const BootstrapOptions& opti
       std::fill(text.begin(), text.end(), '\0');
     }
   }
+  // TLS (COLLX_TLS=1), read by every rank before any of them waits for another: a rank whose
+  // files are wrong fails every rank alike instead of leaving them in a broadcast.
+  if (!resolved.tls) {
+    std::string error;
+    try {
+      resolved.tls = tlsOf(config);
+    } catch (const Error& e) {
+      error = e.detail();
+    }
+    int ok = error.empty() ? 1 : 0;
+    int allOk = 0;
+    check(MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, comm), rank, "MPI_Allreduce");
+    if (!error.empty()) throw InvalidArgument(Where{rank, "initFromMpi", -1}, error);
+    if (!allOk) {
+      throw InvalidArgument(Where{rank, "initFromMpi", -1},
+                            "another rank's TLS settings (COLLX_TLS_*) are wrong: see its error");
+    }
+  }
   std::shared_ptr<rendezvous::TcpStoreServer> server;
   if (!options.storeObject && !options.store && !kStore.isSet(config)) {
     // Rank 0 hosts the store; loopback only when the whole communicator shares its host.
@@ -90,6 +108,7 @@ std::shared_ptr<Context> initFromMpi(MPI_Comm comm, const BootstrapOptions& opti
       auto serverOptions = rendezvous::TcpStoreServer::Options::fromConfig(Config::process());
       serverOptions.host = allSameHost ? "127.0.0.1" : "0.0.0.0";
       serverOptions.secret = resolved.secret;
+      serverOptions.tls = resolved.tls;
       try {
         server = std::make_shared<rendezvous::TcpStoreServer>(serverOptions);
         char host[256] = {};
@@ -123,6 +142,7 @@ std::shared_ptr<Context> initFromMpi(MPI_Comm comm, const BootstrapOptions& opti
   storeOptions.timeout = b.timeout;
   storeOptions.rank = b.rank;
   storeOptions.secret = b.secret;
+  storeOptions.tls = b.tls;
   std::shared_ptr<rendezvous::Store> store =
       options.storeObject ? options.storeObject : rendezvous::openStore(b.storeUrl, storeOptions);
   ContextOptions contextOptions;
@@ -133,6 +153,7 @@ std::shared_ptr<Context> initFromMpi(MPI_Comm comm, const BootstrapOptions& opti
   contextOptions.leaveBarrier = resolved.store.has_value() && !options.store;
   contextOptions.storeServer = std::move(server);
   contextOptions.secret = b.secret;
+  contextOptions.tls = b.tls;
   return Context::create(store, b.rank, b.worldSize, contextOptions);
 }
 
