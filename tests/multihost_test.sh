@@ -6,8 +6,9 @@
 # VERBS_EMU, RDMA verbs on the userspace verbs device) between hosts.
 # One collx-run per host (--nnodes N --node-rank I --master-addr <host 0>), 2 ranks each,
 # runs collx-bench: the hierarchical allreduce, broadcast and allgather, the defaults, and
-# a run with named /dev/shm arenas. Every run must report N hosts, shm and tcp peers and no
-# wrong element; afterwards no namespace, link, process or /dev/shm file may be left.
+# a run with named /dev/shm arenas, ring and hierarchical in TLS (COLLX_TLS=1). Every run
+# must report N hosts, shm and tcp peers and no wrong element; afterwards no namespace,
+# link, process or /dev/shm file may be left.
 #
 # usage: multihost_test.sh BIN_DIR [HOSTS]     (root; ctest runs it with label "process")
 #   VERBS_EMU=<libcollx_verbs_emu.so>   also runs with RDMA verbs between the hosts, on the
@@ -191,6 +192,28 @@ else
   ENV_EXTRA="COLLX_SHM_ARENA=posix"
   bench allreduce-posix-arenas -c allreduce -a hierarchical --in-place --sizes 4,65536 -w 1 -n 3
   check_run allreduce-posix-arenas hierarchical
+  ENV_EXTRA=""
+  # TLS between the hosts (COLLX_TLS=1: node 0's store and every tcp connection across hosts),
+  # one CA and certificate made by the README's OpenSSL lines; ring and hierarchical, so that
+  # both the ring's cross-host pairs and the leaders' carry data.
+  mkdir -p "$WORK/pki"
+  (
+    cd "$WORK/pki" && umask 077 &&
+      openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+        -subj /CN=collx-ca -keyout ca.key -out ca.pem 2>/dev/null &&
+      openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=collx-node \
+        -keyout node.key -out node.csr 2>/dev/null &&
+      openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
+        -out node.pem 2>/dev/null
+  ) || fail "openssl could not make the TLS certificates"
+  ENV_EXTRA="COLLX_TLS=1 COLLX_TLS_CERT=$WORK/pki/node.pem COLLX_TLS_KEY=$WORK/pki/node.key"
+  ENV_EXTRA+=" COLLX_TLS_CA=$WORK/pki/ca.pem COLLX_LOG_LEVEL=warn,collx.tcp=info"
+  for algo in ring hierarchical; do
+    bench "allreduce-tls-$algo" -c allreduce -a "$algo" --sizes "$SIZES" -w 1 -n 3
+    check_run "allreduce-tls-$algo" "$algo"
+    grep -q "TLS on the tcp connections between ranks: TLSv1.3" "$WORK/allreduce-tls-$algo.0" ||
+      fail "allreduce-tls-$algo: host 0's ranks did not say that TLS carried their connections"
+  done
   ENV_EXTRA=""
   if [ -n "${VERBS_EMU:-}" ]; then
     # RDMA verbs between the hosts, on the userspace verbs device (each host's device has
