@@ -593,10 +593,22 @@ TlsStream::Status TlsStream::writeAll(const void* data, std::size_t size,
     }
     const Status status = flush();
     const bool blocked = status == Status::kWantWrite || (done < size && kernelSend_);
+    if (status == Status::kClosed) return closedWhy();
     if (status != Status::kOk && status != Status::kWantWrite) return status;
     if (blocked && !waitFor(POLLOUT, deadline)) return Status::kTimeout;
   }
   return Status::kOk;
+}
+
+TlsStream::Status TlsStream::closedWhy() {
+  // In TLS 1.3 a client ends its handshake before the server has judged its certificate: a
+  // server that refuses it sends an alert and closes, and the client's next write finds the
+  // connection closed. The alert is still in the socket: read it, for the server's reason.
+  if (kernelReceive_) return Status::kClosed;
+  std::uint8_t scratch[256];
+  Status status = Status::kOk;
+  read(scratch, sizeof scratch, status);
+  return status == Status::kFailed ? Status::kFailed : Status::kClosed;
 }
 
 std::size_t TlsStream::readSome(void* data, std::size_t size, Clock::time_point deadline,

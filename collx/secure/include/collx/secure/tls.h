@@ -131,6 +131,9 @@ class TlsStream {
 
  private:
   Status fail(int sslError, int result, const char* during);
+  // After a write found the connection closed: kFailed with the peer's reason when it sent
+  // an alert before it closed, else kClosed.
+  Status closedWhy();
   void afterHandshake();
   bool waitFor(short events, Clock::time_point deadline);
   friend struct OutBio;
