@@ -86,15 +86,20 @@ run_tests() {
       configure_and_build "$dir" -DCMAKE_BUILD_TYPE=Debug -DCOLLX_SANITIZE="$sanitize" \
         -DCOLLX_WITH_PYTHON=OFF -DCOLLX_WITH_TORCH=OFF
       say "concurrency and process suites under -fsanitize=$sanitize"
-      # The world sizes beyond P in {1,2,3,4,5,7,8,11,16} run in the Release suite only. TSan
-      # (3-5x slower) runs P in {1,2,3,4,5,8} and leaves to ASan the process tests that
+      # The world sizes beyond P in {1,2,3,4,5,7,8} run in the Release suite only, and so do
+      # the suites' copies over the emulated verbs device beyond P=4 (their larger worlds
+      # repeat the engine's paths, which the shm and tcp copies cover; the medium's own are
+      # all there at P=2..4), the rules file's bounds (parses of up to 1 MiB, which the
+      # fuzzer runs under ASan) and the sweep of every collective in processes over verbs.
+      # TSan (3-5x slower) runs P in {1,2,3,4,5} and leaves to ASan the process tests that
       # only repeat its paths at length (a sweep of every collective, 8 ranks on 2 cores,
-      # simulated hosts, the CMA fallbacks, the hang reports beyond tcp) and the 64 MiB store
-      # values: CI has 30 minutes.
-      local sizes='6|9|10|12|13|14|15|17|32|64' heavy='^$'
+      # simulated hosts, the CMA fallbacks, the hang reports beyond tcp), the hierarchical
+      # layouts and the 64 MiB store values: CI has 30 minutes.
+      local sizes='6|9|10|11|12|13|14|15|16|17|32|64'
+      local heavy='^ibverbs:.*/P(5|7|8)([_ ]|$)|Selection[.]RulesFilesHaveBounds|CollectivesSweepInProcessesOverIbverbs'
       if [ "$sanitize" = thread ]; then
-        sizes="$sizes|7|11|16"
-        heavy='CollectivesSweepInProcesses|ShmProcesses[.](EightRanks|TwoSimulatedHosts|CmaTurnedOff|ARankWhoseCma)|^multihost$|SixtyFourMebibyteValue|HangReports[.].*/(shm|ibverbs)'
+        sizes="$sizes|7|8"
+        heavy="$heavy|CollectivesSweepInProcesses|ShmProcesses[.](EightRanks|TwoSimulatedHosts|CmaTurnedOff|ARankWhoseCma)|^multihost\$|SixtyFourMebibyteValue|HangReports[.].*/(shm|ibverbs)|^Layouts/"
       fi
       ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 600 -L 'concurrency|process' \
         -E "/P($sizes)([_ ]|\$)|$heavy"
