@@ -196,16 +196,8 @@ else
   # TLS between the hosts (COLLX_TLS=1: node 0's store and every tcp connection across hosts),
   # one CA and certificate made by the README's OpenSSL lines; ring and hierarchical, so that
   # both the ring's cross-host pairs and the leaders' carry data.
-  mkdir -p "$WORK/pki"
-  (
-    cd "$WORK/pki" && umask 077 &&
-      openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
-        -subj /CN=collx-ca -keyout ca.key -out ca.pem 2>/dev/null &&
-      openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=collx-node \
-        -keyout node.key -out node.csr 2>/dev/null &&
-      openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
-        -out node.pem 2>/dev/null
-  ) || fail "openssl could not make the TLS certificates"
+  sh "$(dirname "$0")/util/make_tls_certs.sh" "$WORK/pki" ||
+    fail "openssl could not make the TLS certificates"
   ENV_EXTRA="COLLX_TLS=1 COLLX_TLS_CERT=$WORK/pki/node.pem COLLX_TLS_KEY=$WORK/pki/node.key"
   ENV_EXTRA+=" COLLX_TLS_CA=$WORK/pki/ca.pem COLLX_LOG_LEVEL=warn,collx.tcp=info"
   for algo in ring hierarchical; do

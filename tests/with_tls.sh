@@ -1,23 +1,15 @@
 #!/bin/sh
 # with_tls.sh COMMAND [ARGS...]
 # Runs COMMAND with COLLX_TLS=1 over tcp, with a CA and a certificate made here by the
-# README's OpenSSL lines (in a temporary directory, removed afterwards), and fails unless the
+# README's OpenSSL lines (util/make_tls_certs.sh, in a temporary directory removed
+# afterwards), and fails unless the
 # command succeeds and a rank said that TLS carried its connections (at info: the log line
 # "TLS on the tcp connections between ranks"). For launchers that are not collx-run
 # (mpirun: the MPI bootstrap's test).
 set -eu
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-(
-  cd "$dir"
-  umask 077
-  openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
-    -subj /CN=collx-ca -keyout ca.key -out ca.pem 2>/dev/null
-  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=collx-node \
-    -keyout node.key -out node.csr 2>/dev/null
-  openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
-    -out node.pem 2>/dev/null
-)
+sh "$(dirname "$0")/util/make_tls_certs.sh" "$dir"
 export COLLX_TLS=1 COLLX_TLS_CERT="$dir/node.pem" COLLX_TLS_KEY="$dir/node.key" \
   COLLX_TLS_CA="$dir/ca.pem" COLLX_TRANSPORT=tcp COLLX_LOG_LEVEL=warn,collx.tcp=info
 status=0

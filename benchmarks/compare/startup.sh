@@ -5,8 +5,8 @@
 # allreduces, leave), for
 #   open    collx-run --insecure: no secret, no TLS
 #   secret  the default: collx-run makes a secret; the store and every tcp connection prove it
-#   tls     the secret and COLLX_TLS=1 (certificates made here by OpenSSL's command line, as
-#           the README says)
+#   tls     the secret and COLLX_TLS=1 (certificates made by tests/util/make_tls_certs.sh:
+#           the README's OpenSSL lines)
 # over tcp between the ranks (COLLX_TRANSPORT=tcp: the connections that prove and seal).
 # Prints each configuration's median, min and max in ms, and the medians' ratios to open.
 #
@@ -20,16 +20,7 @@ PS=${PS:-"2 4"}
 ROUNDS=${ROUNDS:-20}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-(
-  cd "$work"
-  umask 077
-  openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
-    -subj /CN=collx-ca -keyout ca.key -out ca.pem 2>/dev/null
-  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=collx-node \
-    -keyout node.key -out node.csr 2>/dev/null
-  openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
-    -out node.pem 2>/dev/null
-)
+sh "$root/tests/util/make_tls_certs.sh" "$work"
 run_once() {  # config P -> milliseconds
   local config=$1 p=$2 start end
   local -a launch=("$build/bin/collx-run" -n "$p" --timeout 60s)

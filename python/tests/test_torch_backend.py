@@ -5,7 +5,7 @@ thread, once with every call in the background. Then init_process_group through 
 file://, and collx-run as torchrun: an unchanged torch script under it (test_launch runs
 examples/torch_ddp.py so too)."""
 import json
-import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -178,24 +178,12 @@ def test_torch_script_under_collx_run(tmp_path):
 
 
 def make_certificates(directory):
-    """A CA and a certificate it signed, by the README's OpenSSL lines; (cert, key, ca)."""
+    """A CA and a certificate it signed (tests/util/make_tls_certs.sh: the README's OpenSSL
+    lines); (cert, key, ca)."""
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command is not installed (apt-get install openssl)")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
-    steps = [
-        ["openssl", "req", "-x509", "-new"] + ec + ["-days", "1", "-subj", "/CN=collx-ca",
-                                                    "-keyout", "ca.key", "-out", "ca.pem"],
-        ["openssl", "req", "-new"] + ec + ["-subj", "/CN=collx-node", "-keyout", "node.key",
-                                           "-out", "node.csr"],
-        ["openssl", "x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-         "-CAcreateserial", "-days", "1", "-out", "node.pem"],
-    ]
-    old = os.umask(0o077)
-    try:
-        for step in steps:
-            subprocess.run(step, cwd=directory, check=True, capture_output=True)
-    finally:
-        os.umask(old)
+    script = pathlib.Path(__file__).resolve().parents[2] / "tests" / "util" / "make_tls_certs.sh"
+    subprocess.run(["sh", str(script), str(directory)], check=True, capture_output=True)
     return directory / "node.pem", directory / "node.key", directory / "ca.pem"
 
 

@@ -190,7 +190,9 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!tls_) return readHello();
     tls_->async_handshake(asio::ssl::stream_base::server, [this, self](const asio::error_code& ec) {
       if (ec) {
-        if (socket_.is_open()) server_.logRefusal(peer_, "TLS failed: " + tlsReason(ec));
+        if (socket_.is_open()) {
+          server_.logRefusal(peer_, "TLS failed: " + secure::explainTlsFailure(ec.message()));
+        }
         return close();
       }
       readHello();
@@ -221,17 +223,6 @@ class Session : public std::enable_shared_from_this<Session> {
     stallTimer_.cancel();
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
-  }
-
-  // What a failed TLS handshake says, for the log.
-  static std::string tlsReason(const asio::error_code& ec) {
-    std::string why = ec.message();
-    if (why.find("wrong version number") != std::string::npos ||
-        why.find("http request") != std::string::npos ||
-        why.find("packet length too long") != std::string::npos) {
-      return "it does not speak TLS (" + why + "): a client without COLLX_TLS=1?";
-    }
-    return why;
   }
 
   // The waiter of this session finished: stop watching the socket, reply, read on.

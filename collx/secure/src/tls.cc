@@ -243,6 +243,20 @@ std::shared_ptr<const TlsContext> TlsContext::forService(const Config& config) {
   return out;
 }
 
+std::string explainTlsFailure(const std::string& reason) {
+  auto has = [&](const char* text) { return reason.find(text) != std::string::npos; };
+  if (has("wrong version number") || has("packet length too long") || has("http request") ||
+      has("record layer failure")) {
+    return "the peer does not speak TLS (" + reason + ")";
+  }
+  if (has("alert certificate required")) {
+    return "the peer refused the connection: it asks for this side's certificate, and none "
+           "was shown (COLLX_TLS_CERT, COLLX_TLS_KEY) (" + reason + ")";
+  }
+  if (has("alert")) return "the peer refused the connection (" + reason + ")";
+  return reason;
+}
+
 bool kernelTlsAvailable(std::string* why) {
   // TCP's "tls" upper layer: on a socket that is not connected, a kernel without it says
   // ENOENT (after trying to load the module), one with it ENOTCONN.
@@ -369,18 +383,7 @@ TlsStream::Status TlsStream::fail(int sslError, int result, const char* during) 
       if (verify != X509_V_OK && why.find("certificate verify failed") != std::string::npos) {
         why += " (" + std::string(X509_verify_cert_error_string(verify)) + ")";
       }
-      if (why.find("wrong version number") != std::string::npos ||
-          why.find("packet length too long") != std::string::npos ||
-          why.find("http request") != std::string::npos ||
-          why.find("record layer failure") != std::string::npos) {
-        why = "the peer does not speak TLS (" + why + ")";
-      } else if (why.find("alert certificate required") != std::string::npos) {
-        why = "the peer refused the connection: it asks for this side's certificate, and none "
-              "was shown (COLLX_TLS_CERT, COLLX_TLS_KEY) (" + why + ")";
-      } else if (why.find("alert") != std::string::npos) {
-        why = "the peer refused the connection (" + why + ")";
-      }
-      error_ = std::string("TLS ") + during + " failed: " + why;
+      error_ = std::string("TLS ") + during + " failed: " + explainTlsFailure(why);
       return Status::kFailed;
     }
   }
@@ -480,25 +483,24 @@ std::size_t TlsStream::write(const iovec* iov, int count) {
     if (!coalesce_.empty()) seal(coalesce_.data(), coalesce_.size());
     coalesce_.clear();
   };
-  for (int i = 0; i < count && ok; ++i) {
+  auto full = [&] { return out_.size() - outHead_ >= kOutLimit; };
+  for (int i = 0; i < count && ok && !full(); ++i) {
     const auto* p = static_cast<const std::uint8_t*>(iov[i].iov_base);
     std::size_t left = iov[i].iov_len;
-    while (left > 0 && ok) {
-      if (left < kGather && coalesce_.size() + left <= kRecord) {
-        coalesce_.insert(coalesce_.end(), p, p + left);
-        taken += left;
-        break;
-      }
-      sealGathered();
-      if (out_.size() - outHead_ >= kOutLimit) return taken;
+    if (left < kGather) {
+      if (coalesce_.size() + left > kRecord) sealGathered();
+      coalesce_.insert(coalesce_.end(), p, p + left);
+      taken += left;
+      continue;
+    }
+    sealGathered();
+    while (left > 0 && ok && !full()) {
       const std::size_t n = std::min(left, kChunk);
-      if (n < kGather) continue;  // (gathered on the next turn)
       seal(p, n);
       taken += n;
       p += n;
       left -= n;
     }
-    if (out_.size() - outHead_ >= kOutLimit) break;
   }
   sealGathered();
   return ok ? taken : 0;

@@ -71,6 +71,11 @@ class TlsContext {
   std::string describe_;
 };
 
+// OpenSSL's reason for a failed handshake or record, in the words collx shows: a peer that
+// does not speak TLS, one that asks for a certificate this side did not show, one that
+// refused this side's (an alert); else the reason as it is.
+std::string explainTlsFailure(const std::string& reason);
+
 // Whether this kernel offers TLS (the "tls" upper layer of TCP): asked once, without a
 // connection. Its reason when not ("this kernel has no TLS module (CONFIG_TLS)").
 bool kernelTlsAvailable(std::string* why = nullptr);
