@@ -153,8 +153,8 @@ void printInfo() {
 }
 
 int rendezvous() {
-  collx::Bootstrap b = collx::Bootstrap::resolve({}, collx::Config::process());
-  auto context = collx::init();
+  collx::Bootstrap b;
+  auto context = collx::init({}, &b);
   std::string out =
       "rank " + std::to_string(context->rank()) + " of " + std::to_string(context->size()) +
       ": job " + context->jobId() + " generation " + std::to_string(context->generation()) +

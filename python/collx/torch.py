@@ -7,7 +7,11 @@
     dist.all_reduce(tensor)
 
 collx joins through the store torch's rendezvous made (TCPStore, FileStore), so every
-init_method torch accepts works; ``timeout`` bounds joining and every call. Supported on CPU
+init_method torch accepts works; ``timeout`` bounds joining and every call. Under mpirun or
+``srun --mpi=pmix``, ``dist.init_process_group("collx")`` needs nothing set: where torch's
+variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are absent, env:// takes rank and size
+from the launcher's PMIx server, and rank 0 hosts torch's TCPStore, whose address PMIx passes
+to the others. Supported on CPU
 tensors: all_reduce, all_gather, all_gather_into_tensor, reduce_scatter,
 reduce_scatter_tensor, broadcast, reduce, gather, scatter, all_to_all, all_to_all_single,
 barrier, send, recv (irecv/isend), with work handles torch can wait on (and futures, which
@@ -15,6 +19,12 @@ DistributedDataParallel uses). Errors are collx's exception classes (collx.IoErr
 which are RuntimeErrors. The COLLX_* environment variables (COLLX_ALLREDUCE_ALGO,
 COLLX_IFNAME, ...) apply as for collx.init().
 """
+
+import itertools
+import os
+import socket
+import sys
+import urllib.parse
 
 import torch  # noqa: F401  (torch's c10d types must exist before the extension loads)
 import torch.distributed as _dist
@@ -47,3 +57,44 @@ def dump_state(group=None):
 
 if BACKEND.upper() not in getattr(_dist.Backend, "_plugins", {}):
     _dist.Backend.register_backend(BACKEND, create_process_group)
+
+
+# ---- env:// under a PMIx launcher ---------------------------------------------------------
+_TORCH_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+_rendezvous_module = sys.modules["torch.distributed.rendezvous"]
+_torch_env_handler = _rendezvous_module._rendezvous_handlers.get("env")
+_meetings = itertools.count()
+
+
+def _pmix_rendezvous(job, timeout):
+    rank, size, _local_rank, _namespace = job
+    name = "torch-store-%d" % next(_meetings)  # every rank's n-th meets the others' n-th
+    if rank == 0:
+        store = _dist.TCPStore("0.0.0.0", 0, size, True, timeout, wait_for_workers=False)
+        address = "%s %d" % (socket.gethostname(), store.port)
+        _collx._pmix_rank0_value(name, address, timeout)
+    else:
+        host, port = _collx._pmix_rank0_value(name, "", timeout).split()
+        store = _dist.TCPStore(host, int(port), size, False, timeout)
+    yield store, rank, size
+    raise RuntimeError("Unable to perform re-rendezvous using env:// method")
+
+
+def _env_or_pmix(url, timeout=_dist.default_pg_timeout, **kwargs):
+    """torch's env:// handler; where none of torch's variables is set (nor rank and
+    world_size given) and the environment names a PMIx server, rank and size from PMIx."""
+    query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
+    given = "rank" in query or "world_size" in query
+    given = given or any(v in os.environ for v in _TORCH_VARIABLES)
+    job = None if given else _collx._pmix_job(timeout)
+    if job is None:
+        return _torch_env_handler(url, timeout=timeout, **kwargs)
+    return _pmix_rendezvous(job, timeout)
+
+
+# torch 1.13 keeps its handlers in this table; register_rendezvous_handler refuses to replace
+# one, so the env:// entry is wrapped in place (once, however often this module loads).
+if _torch_env_handler is not None and getattr(_torch_env_handler, "__name__", "") != "_env_or_pmix":
+    _rendezvous_module._rendezvous_handlers["env"] = _env_or_pmix
+elif _torch_env_handler is not None:
+    _torch_env_handler = _torch_env_handler.__globals__["_torch_env_handler"]

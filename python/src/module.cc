@@ -11,6 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "collx/base/config.h"
+#include "collx/rendezvous/pmix_store.h"
+
 namespace collx::python {
 
 namespace {
@@ -305,6 +308,47 @@ PYBIND11_MODULE(_collx, m) {
         return out;
       },
       "build_features()\n\nWhat this build of collx contains: (name, built, detail) tuples.");
+  m.def(
+      "_pmix_job",
+      [](py::handle timeout) -> py::object {
+        if (!rendezvous::pmixBuilt() || !rendezvous::pmixServerIn(Config::process())) {
+          return py::none();
+        }
+        const auto deadline = toDuration(timeout, Where{-1, "PMIx", -1})
+                                  .value_or(rendezvous::kTimeout.get(Config::process()));
+        rendezvous::PmixJob job;
+        {
+          py::gil_scoped_release release;
+          job = rendezvous::pmixJob(deadline);
+        }
+        return py::make_tuple(job.rank, job.size, job.localRank, job.nspace);
+      },
+      py::arg("timeout") = py::none(),
+      "_pmix_job(timeout=None)\n\nFor collx.torch: (rank, size, local_rank, namespace) from "
+      "the PMIx server the environment names (mpirun, srun --mpi=pmix), or None without one.");
+  m.def(
+      "_pmix_rank0_value",
+      [](const std::string& name, const std::string& value, py::handle timeout) {
+        rendezvous::StoreOptions options;
+        options.timeout = toDuration(timeout, Where{-1, "PMIx", -1});
+        std::string out;
+        {
+          py::gil_scoped_release release;
+          rendezvous::PmixStore store(options, 0, "python." + name + ".");
+          const int rank = rendezvous::pmixJob(store.timeout()).rank;
+          store.setRank(rank);
+          if (rank == 0) {
+            store.set("value", value);
+            out = value;
+          } else {
+            out = rendezvous::toString(store.get("value"));
+          }
+        }
+        return out;
+      },
+      py::arg("name"), py::arg("value"), py::arg("timeout") = py::none(),
+      "_pmix_rank0_value(name, value, timeout=None)\n\nFor collx.torch: rank 0's value for "
+      "name, passed to every rank of the PMIx job (each name once per job).");
   m.attr("__version__") = versionString();
   m.def("_mapping", &mapping, py::arg("array"), py::arg("op") = py::none(),
         "_mapping(array, op=None)\n\nFor the tests: (collx type, units per element, op applied) "

@@ -4,6 +4,7 @@
 
 #include "collx/base/config.h"
 #include "collx/base/error.h"
+#include "collx/rendezvous/pmix_store.h"
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
 #include "collx/secure/job_secret.h"
@@ -14,10 +15,12 @@ namespace collx {
 const AutoSetting<kind::String> kStore(
     {.name = "COLLX_STORE",
      .component = "bootstrap",
-     .automatic = "tcp://MASTER_ADDR:MASTER_PORT, hosted by rank 0; for a world of one, a store "
-                  "in this process",
-     .help = "Rendezvous store: tcp://host:port, file:///path/to/shared/dir or "
-             "redis://[[user]:password@]host:port[/db].",
+     .automatic = "tcp://MASTER_ADDR:MASTER_PORT, hosted by rank 0; under PMIx, pmix://; for a "
+                  "world of one, a store in this process",
+     .help = "Rendezvous store: tcp://host:port, file:///path/to/shared/dir, "
+             "redis[s]://[[user]:password@]host:port[/db], or pmix:// (under mpirun or srun "
+             "--mpi=pmix: rank 0 hosts a TCP store and passes its address through PMIx; "
+             "chosen by itself there when no store is set).",
      .shown = [](std::string_view url) { return rendezvous::hidePassword(url); }});
 
 const AutoSetting<kind::String> kJobId(
@@ -95,6 +98,19 @@ std::string originOf(const SettingInfo& setting, const Config& config) {
   return "default";
 }
 
+// A job id made of `text` (a PMIx namespace: "prterun-host-12@1", "slurm.pmix.12.0"): its
+// characters outside letters, digits and - _ . : become '-', and it is cut to 200.
+std::string jobIdOf(const std::string& text) {
+  std::string out = text.substr(0, 200);
+  for (char& c : out) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' &&
+        c != ':') {
+      c = '-';
+    }
+  }
+  return out.empty() ? "default" : out;
+}
+
 void validateJobId(const std::string& jobId, const std::string& source) {
   if (jobId.empty() || jobId.size() > 200) {
     fail(source + ": a job id has 1..200 characters");
@@ -143,10 +159,70 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
   const RankSource rankSources[] = {
       {"collx", kRank.name().c_str(), kWorldSize.name().c_str(), kLocalRank.name().c_str()},
       {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+      {"pmix", nullptr, nullptr, nullptr},  // PMIx's server, not variables
       {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
       {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
   };
+  // The deadline of the bootstrap's waits (its origin is recorded below, with the others').
+  std::chrono::milliseconds timeout{0};
+  try {
+    timeout = options.timeout
+                  ? rendezvous::kTimeout.check(*options.timeout, "BootstrapOptions::timeout")
+                  : rendezvous::kTimeout.get(config);
+  } catch (const InvalidArgument& e) {
+    fail(e.detail());
+  }
+  // PMIx gives rank, size and the way to a store, when the environment names its server and
+  // no store is given otherwise (or when COLLX_STORE=pmix:// asks for it).
+  auto masterAddr = env("MASTER_ADDR");
+  auto masterPort = env("MASTER_PORT");
+  auto storeSetting = kStore.get(config);
+  const bool pmixAsked = options.store ? *options.store == kPmixStoreUrl
+                                        : !options.storeObject && storeSetting &&
+                                              *storeSetting == kPmixStoreUrl;
+  const bool storeGiven = options.storeObject || options.store || storeSetting || masterAddr ||
+                          masterPort;
+  const std::optional<std::string> pmixServer = rendezvous::pmixServerIn(config);
+  if (pmixAsked && !pmixServer) {
+    fail(kStore.name() + "=" + kPmixStoreUrl +
+         " but the environment names no PMIx server (PMIX_NAMESPACE, PMIX_RANK, "
+         "PMIX_SERVER_URI*): launch with mpirun or srun --mpi=pmix");
+  }
+  if (pmixAsked && !rendezvous::pmixBuilt()) {
+    fail(kStore.name() + "=" + kPmixStoreUrl + " but this collx was built without PMIx " +
+         "(install libpmix-dev and configure with COLLX_WITH_PMIX=ON)");
+  }
   for (const RankSource& source : rankSources) {
+    if (source.rankVar == nullptr) {  // PMIx
+      if (!(pmixAsked || (!haveRank && !storeGiven && pmixServer && rendezvous::pmixBuilt()))) {
+        continue;
+      }
+      const rendezvous::PmixJob job = rendezvous::pmixJob(timeout);
+      const std::string from = "PMIx (namespace " + job.nspace + ")";
+      if (haveRank && (b.rank != job.rank || b.worldSize != job.size)) {
+        fail("rank " + std::to_string(b.rank) + " of " + std::to_string(b.worldSize) + " (" +
+             b.origin.front().second + ") is not PMIx's rank " + std::to_string(job.rank) +
+             " of " + std::to_string(job.size) + ", which " + kStore.name() + "=" +
+             kPmixStoreUrl + " relies on");
+      }
+      if (!haveRank) {
+        b.rank = job.rank;
+        b.worldSize = job.size;
+        b.launcher = source.launcher;
+        b.origin.emplace_back("rank", from + ": PMIX_RANK " + std::to_string(job.rank));
+        b.origin.emplace_back("world size", from + ": PMIX_JOB_SIZE " + std::to_string(job.size));
+        if (job.localRank >= 0 && job.localRank < job.size) {
+          b.localRank = job.localRank;
+          b.origin.emplace_back("local rank",
+                                from + ": PMIX_LOCAL_RANK " + std::to_string(job.localRank));
+        }
+        haveRank = true;
+      }
+      b.viaPmix = pmixAsked || job.size > 1;  // a world of one keeps its store in-process
+      b.allLocal = job.localSize == job.size;
+      b.pmixNamespace = job.nspace;
+      continue;
+    }
     if (haveRank) break;
     auto rank = env(source.rankVar);
     auto size = env(source.sizeVar);
@@ -180,9 +256,15 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
   }
 
   // ---- store ----
-  auto masterAddr = env("MASTER_ADDR");
-  auto masterPort = env("MASTER_PORT");
-  if (options.storeObject) {
+  if (b.viaPmix) {
+    b.storeUrl = kPmixStoreUrl;
+    b.rank0HostsStore = true;
+    b.origin.emplace_back("store", std::string(pmixAsked ? kStore.name() + "=" + kPmixStoreUrl + ": "
+                                                         : "") +
+                                       "PMIx: a TCP store hosted by rank 0, its address passed "
+                                       "through PMIx (" +
+                                       *pmixServer + ")");
+  } else if (options.storeObject) {
     b.origin.emplace_back("store", "options (store object)");
   } else if (options.store) {
     rendezvous::StoreUrl::parse(*options.store);
@@ -214,9 +296,18 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
     b.storeUrl = "hash://";
     b.origin.emplace_back("store", "in-process (world of one)");
   } else {
-    fail("no store for a world of " + std::to_string(b.worldSize) +
-         " ranks: set COLLX_STORE (tcp://host:port, file:///shared/dir) or MASTER_ADDR and "
-         "MASTER_PORT, or launch through collx-run");
+    std::string why = "no store for a world of " + std::to_string(b.worldSize) +
+                      " ranks: set COLLX_STORE (tcp://host:port, file:///shared/dir) or "
+                      "MASTER_ADDR and MASTER_PORT, or launch through collx-run, mpirun or srun "
+                      "--mpi=pmix";
+    if (pmixServer && !rendezvous::pmixBuilt()) {
+      why += " (the environment names a PMIx server, " + *pmixServer +
+             ", but this collx was built without PMIx: install libpmix-dev and rebuild)";
+    } else if (b.launcher == "slurm") {
+      why += " (srun gives no PMIx server here: srun --mpi=pmix gives one; srun --mpi=list "
+             "shows what this Slurm offers)";
+    }
+    fail(why);
   }
   if (!haveRank) {
     if (!b.storeUrl.empty() && b.storeUrl != "hash://") {
@@ -246,6 +337,10 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
     };
     b.jobId = "default";
     std::string origin = "default";
+    if (!b.pmixNamespace.empty()) {  // the last resort before "default"
+      b.jobId = jobIdOf(b.pmixNamespace);
+      origin = "PMIx namespace " + b.pmixNamespace;
+    }
     for (const JobSource& source : jobSources) {
       auto value = env(source.var);
       if (!value) continue;
@@ -278,17 +373,9 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
     }
     b.origin.emplace_back("generation", originOf(kGeneration, config));
   }
-  try {
-    if (options.timeout) {
-      b.timeout = rendezvous::kTimeout.check(*options.timeout, "BootstrapOptions::timeout");
-      b.origin.emplace_back("timeout", "options");
-    } else {
-      b.timeout = rendezvous::kTimeout.get(config);
-      b.origin.emplace_back("timeout", originOf(rendezvous::kTimeout, config));
-    }
-  } catch (const InvalidArgument& e) {
-    fail(e.detail());
-  }
+  b.timeout = timeout;
+  b.origin.emplace_back("timeout",
+                        options.timeout ? "options" : originOf(rendezvous::kTimeout, config));
   // ---- the job's secret ----
   try {
     b.secret = options.secret ? options.secret : secure::JobSecret::fromConfig(config);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -16,6 +17,7 @@
 #include "collx/algorithms/settings.h"
 #include "collx/base/config.h"
 #include "collx/base/log.h"
+#include "collx/rendezvous/pmix_store.h"
 #include "collx/rendezvous/prefix_store.h"
 #include "collx/rendezvous/signed_store.h"
 #include "collx/rendezvous/store.h"
@@ -505,20 +507,90 @@ void warnUnauthenticated(const Bootstrap& b) {
   });
 }
 
+// The PMIx bootstrap (b.viaPmix): rank 0 starts a TCP store and puts its address, and a
+// secret it made when the job has none, into PMIx; every other rank reads them from there.
+// Returns rank 0's server (nullptr elsewhere) and sets b.storeUrl (and b.secret).
+std::shared_ptr<rendezvous::TcpStoreServer> meetThroughPmix(Bootstrap& b) {
+  // Every init() of the job's ranks is a new meeting with a scope of its own: init() is
+  // called by every rank alike, so the n-th of one rank meets the n-th of the others.
+  static std::atomic<int> meetings{0};
+  const std::string scope = "bootstrap." + std::to_string(meetings++) + ".";
+  rendezvous::StoreOptions options;
+  options.timeout = b.timeout;
+  options.rank = b.rank;
+  rendezvous::PmixStore pmix(options, 0, scope);
+  const Where where{b.rank, "init (PMIx)", -1};
+  std::shared_ptr<rendezvous::TcpStoreServer> server;
+  std::string value;
+  if (b.rank == 0) {
+    // "store <url>\n[secret <text>\n]", or "error <why>" so that the others fail at once.
+    std::string secretText;
+    try {
+      if (!b.secret) {
+        secretText = secure::newSecretText();
+        b.secret = secure::JobSecret::fromText(secretText, "rank 0's, passed through PMIx");
+      }
+      auto serverOptions = rendezvous::TcpStoreServer::Options::fromConfig(Config::process());
+      serverOptions.host = b.allLocal ? "127.0.0.1" : "0.0.0.0";
+      serverOptions.secret = b.secret;
+      serverOptions.tls = b.tls;
+      server = std::make_shared<rendezvous::TcpStoreServer>(serverOptions);
+      char host[256] = {};
+      ::gethostname(host, sizeof(host) - 1);
+      b.storeUrl = b.allLocal ? server->url() : rendezvous::tcpUrl(host, server->port());
+      value = "store " + b.storeUrl + "\n";
+      if (!secretText.empty()) value += "secret " + secretText + "\n";
+    } catch (const Error& e) {
+      value = "error " + e.detail();
+    }
+    pmix.set("address", value);
+    std::fill(value.begin(), value.end(), '\0');
+    std::fill(secretText.begin(), secretText.end(), '\0');
+    if (!server) throw IoError(where, "rank 0 could not start the store: " + value.substr(6));
+    return server;
+  }
+  value = rendezvous::toString(pmix.get("address"));
+  if (value.rfind("error ", 0) == 0) {
+    throw IoError(where, "rank 0 could not start the store: " + value.substr(6));
+  }
+  std::istringstream lines(value);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("store ", 0) == 0) b.storeUrl = line.substr(6);
+    if (line.rfind("secret ", 0) == 0 && !b.secret) {
+      b.secret = secure::JobSecret::fromText(line.substr(7), "rank 0's, passed through PMIx");
+    }
+    std::fill(line.begin(), line.end(), '\0');
+  }
+  std::fill(value.begin(), value.end(), '\0');
+  if (b.storeUrl.empty() || b.storeUrl == kPmixStoreUrl) {
+    throw IoError(where, "rank 0's PMIx value names no store");
+  }
+  return nullptr;
+}
+
 }  // namespace
 
-std::shared_ptr<Context> init(const BootstrapOptions& options) {
+std::shared_ptr<Context> init(const BootstrapOptions& options, Bootstrap* used) {
   Bootstrap b = Bootstrap::resolve(options, Config::process());
   log::setProcessRank(b.rank);
   std::shared_ptr<rendezvous::TcpStoreServer> server;
   std::shared_ptr<rendezvous::Store> store = options.storeObject;
+  if (!store && b.viaPmix) {
+    server = meetThroughPmix(b);
+    for (auto& [what, origin] : b.origin) {
+      if (what == "store") origin = b.storeUrl + " (" + origin + ")";
+      if (what == "secret" && !b.secret->origin().empty()) origin = b.secret->origin();
+    }
+  }
+  if (used != nullptr) *used = b;
   rendezvous::StoreOptions storeOptions;
   storeOptions.timeout = b.timeout;
   storeOptions.rank = b.rank;
   storeOptions.secret = b.secret;
   storeOptions.tls = b.tls;
   if (!store) {
-    if (b.rank0HostsStore && b.rank == 0) {
+    if (b.rank0HostsStore && b.rank == 0 && !server) {
       rendezvous::StoreUrl url = rendezvous::StoreUrl::parse(b.storeUrl);
       auto serverOptions = rendezvous::TcpStoreServer::Options::fromConfig(Config::process());
       serverOptions.secret = b.secret;

@@ -18,7 +18,8 @@ const std::vector<BuildFeature>& buildFeatures() {
       {"tcp store (server and client)", true, "always built (standalone Asio)"},
       {"redis store", COLLX_HAVE_REDIS != 0, COLLX_REDIS_TEXT},
       {"MPI bootstrap", COLLX_HAVE_MPI != 0, COLLX_MPI_TEXT},
-      {"ibverbs transport", false, "not implemented yet; dependency: " COLLX_IBVERBS_TEXT},
+      {"PMIx bootstrap and store", COLLX_HAVE_PMIX != 0, COLLX_PMIX_TEXT},
+      {"ibverbs transport", COLLX_HAVE_IBVERBS != 0, COLLX_IBVERBS_TEXT},
       {"python module", COLLX_HAVE_PYTHON != 0, COLLX_PYTHON_TEXT},
       {"pytorch backend", COLLX_HAVE_TORCH != 0, COLLX_TORCH_TEXT},
   };

@@ -5,12 +5,17 @@
 //   1. BootstrapOptions set in code
 //   2. collx:    COLLX_RANK, COLLX_WORLD_SIZE, COLLX_LOCAL_RANK           (collx-run sets them)
 //   3. torchrun: RANK, WORLD_SIZE, LOCAL_RANK
-//   4. Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
-//   5. Slurm:    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+//   4. PMIx:     the PMIx server's rank, job size and local rank, when the environment names
+//                one (PMIX_NAMESPACE, PMIX_RANK, PMIX_SERVER_URI*: mpirun, srun --mpi=pmix)
+//                and no store is given (below), or COLLX_STORE=pmix://
+//   5. Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
+//   6. Slurm:    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
 // The store: BootstrapOptions::store, else COLLX_STORE, else tcp://MASTER_ADDR:MASTER_PORT
-// (rank 0 hosts that store, as torch's env:// does), else, for a world of one, a store in
-// this process. The job id: COLLX_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID[.SLURM_STEP_ID],
-// OMPI_MCA_ess_base_jobid, else "default". The generation: COLLX_GENERATION (default 0).
+// (rank 0 hosts that store, as torch's env:// does), else, under PMIx, a TCP store that rank
+// 0 hosts and whose address it passes to the others through PMIx ("pmix://"), else, for a
+// world of one, a store in this process. The job id: COLLX_JOB_ID, TORCHELASTIC_RUN_ID,
+// SLURM_JOB_ID[.SLURM_STEP_ID], OMPI_MCA_ess_base_jobid, PMIx's namespace, else "default".
+// The generation: COLLX_GENERATION (default 0).
 // The job's secret: BootstrapOptions::secret, else COLLX_JOB_SECRET or COLLX_JOB_SECRET_FILE
 // (collx-run sets one), else none: the job is unauthenticated, and init() says so once.
 // With nothing set at all, the process is rank 0 of a world of one.
@@ -40,6 +45,8 @@ class TlsContext;
 // are declared in bootstrap.cc too.
 extern const AutoSetting<kind::String> kStore;
 extern const AutoSetting<kind::String> kJobId;
+// COLLX_STORE's value that asks for the PMIx bootstrap (also chosen by itself under PMIx).
+inline constexpr const char* kPmixStoreUrl = "pmix://";
 
 namespace rendezvous {
 class Store;
@@ -68,14 +75,19 @@ struct Bootstrap {
   int rank = 0;
   int worldSize = 1;
   int localRank = -1;    // -1: not given
-  std::string storeUrl;  // "" when storeObject was given
+  std::string storeUrl;  // "" when storeObject was given; "pmix://": see viaPmix
   // MASTER_ADDR convention: rank 0 starts the TCP store server and keeps it up until every
   // rank's context has ended.
   bool rank0HostsStore = false;
   std::string jobId;
   std::int64_t generation = 0;
   std::chrono::milliseconds timeout{0};
-  std::string launcher;  // "options", "collx", "torchrun", "openmpi", "slurm", "none"
+  std::string launcher;  // "options", "collx", "torchrun", "pmix", "openmpi", "slurm", "none"
+  // PMIx: rank 0 hosts a TCP store (as with MASTER_ADDR) and passes its address, and the
+  // job's secret when none is set, to every rank through PMIx (init() does it).
+  bool viaPmix = false;
+  bool allLocal = false;  // PMIx: every rank runs on this host (the store listens on loopback)
+  std::string pmixNamespace;  // PMIx: the job's namespace
   std::shared_ptr<const secure::JobSecret> secret;  // nullptr: the job is unauthenticated
   bool insecure = false;  // COLLX_INSECURE: without a secret on purpose (collx-run --insecure)
   std::shared_ptr<const secure::TlsContext> tls;  // nullptr: plain TCP (COLLX_TLS off)

@@ -190,8 +190,10 @@ class Context {
   std::shared_ptr<rendezvous::TcpStoreServer> server_;
 };
 
-// Bootstraps from the environment (see bootstrap.h) and joins: the usual way in.
-std::shared_ptr<Context> init(const BootstrapOptions& options = {});
+// Bootstraps from the environment (see bootstrap.h) and joins: the usual way in. `used`,
+// when given, receives the bootstrap as it was used (under PMIx: with the store rank 0
+// started and the secret it passed).
+std::shared_ptr<Context> init(const BootstrapOptions& options = {}, Bootstrap* used = nullptr);
 
 // This process's join record: host name, boot id, pid, start time and CPUs.
 PeerInfo localPeerInfo(int rank, int localRank);

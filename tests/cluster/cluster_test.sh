@@ -1,0 +1,336 @@
+#!/usr/bin/env bash
+# collx on a real Slurm cluster of 4 simulated hosts (tests/cluster/cluster.sh: each host a
+# network, UTS and mount namespace of its own, bridged; slurmctld, one slurmd per host, a
+# munged), 2 ranks per host, launched by srun and by Open MPI's mpirun (its rsh launcher,
+# with mpirun_agent.sh in place of ssh):
+#   (a) srun -N 4 -n 8 collx-bench: allreduce (the default, hierarchical across the hosts)
+#       and broadcast (hierarchical): P=8 on 4 hosts, shm and tcp peers, no wrong element
+#   (b) the same allreduce under mpirun across the 4 hosts; no orted left afterwards
+#   (c) a rank killed (SIGKILL) on node2 in the middle of a long run, under srun and under
+#       mpirun: every other rank fails with an IoError naming the dead rank, within a few
+#       seconds, and srun/mpirun exit non-zero
+#   (d) the Python module under srun: collx.init() and an allreduce, checked on every rank
+# and afterwards an empty /dev/shm on every host. The cluster is this run's own (its own
+# state directory, namespace and link names, addresses 198.51.100.200+i), so a user's
+# cluster (cluster.sh up) or tests/multihost_test.sh can run alongside; it is torn down in
+# a trap, also on failure or interrupt, and nothing of it may be left: no process,
+# namespace, link or file.
+#
+# How collx finds its peers: for now Slurm's and Open MPI's rank variables plus an explicit
+# file store in the cluster's state directory (COLLX_STORE=file://..., the hosts share the
+# filesystem), COLLX_JOB_ID and a job secret file. CLUSTER_TEST_LAUNCH=pmix runs the same
+# checks with `srun --mpi=pmix` and plain mpirun and none of these set, for collx's PMIx
+# bootstrap (srun_job and mpirun_job are the two places that differ).
+#
+# usage: cluster_test.sh BIN_DIR       (root; BIN_DIR has collx-bench; the Python package is
+#                                       looked for in BIN_DIR/../python)
+#   CLUSTER_TEST_LAUNCH=explicit (default) | pmix     see above
+#   KEEP=DIR    copy the run's outputs and the cluster's logs to DIR before tearing down
+# Exit codes: 0 passed, 1 failed, 77 skipped (not root, no namespaces, Slurm or munge not
+# installable, the test subnet in use here): ctest's SKIP_RETURN_CODE, with the reason printed.
+set -uo pipefail
+
+BIN=${1:?usage: cluster_test.sh BIN_DIR}
+BIN=$(cd "$BIN" 2>/dev/null && pwd) || { echo "cluster_test: FAILED: no directory $1"; exit 1; }
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CLUSTER="$HERE/cluster.sh"
+LAUNCH=${CLUSTER_TEST_LAUNCH:-explicit}
+HOSTS=4
+RANKS=2
+P=$((HOSTS * RANKS))
+ID=$$
+TAG="cxt$((ID % 100000))"
+BASE=200
+LIMIT=60 # seconds for any one srun/mpirun
+WORK=$(mktemp -d "/tmp/collx-cluster-test-$ID.XXXXXX")
+CDIR="$WORK/cluster"
+T0=$EPOCHREALTIME
+
+say() { echo "cluster_test: $*"; }
+# Seconds since $1 (an $EPOCHREALTIME), to a tenth.
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+skip() {
+  say "SKIPPED: $*"
+  exit 77
+}
+fail() {
+  say "FAILED: $*"
+  exit 1
+}
+
+# cluster.sh for this run's cluster.
+cl() { COLLX_CLUSTER_DIR="$CDIR" COLLX_CLUSTER_TAG="$TAG" COLLX_CLUSTER_BASE="$BASE" "$CLUSTER" "$@"; }
+
+# Tears the cluster down and removes $WORK; safe to call twice.
+cleanup() {
+  if [ -d "$WORK" ]; then
+    if [ -n "${KEEP:-}" ]; then
+      mkdir -p "$KEEP" && cp -r "$WORK"/. "$KEEP"/ 2>/dev/null
+    fi
+    cl down >"$WORK/down.out" 2>&1 || cat "$WORK/down.out"
+    rm -rf "$WORK"
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+[ -x "$BIN/collx-bench" ] || fail "no collx-bench in $BIN"
+[ "$LAUNCH" = explicit ] || [ "$LAUNCH" = pmix ] || fail "CLUSTER_TEST_LAUNCH=$LAUNCH: explicit or pmix"
+
+# ---- the cluster ----
+t=$EPOCHREALTIME
+cl up "$HOSTS" >"$WORK/up.out" 2>&1
+code=$?
+[ "$code" = 77 ] && skip "$(grep -m1 'cannot:' "$WORK/up.out" | sed 's/^cluster: cannot: //')"
+[ "$code" = 0 ] || fail "cluster.sh up $HOSTS:
+$(cat "$WORK/up.out")"
+TIMES="up $(since "$t")s"
+say "$(head -1 "$WORK/up.out" | sed 's/^cluster: //')"
+
+STORE="$CDIR/store"
+SECRET="$CDIR/secret"
+(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$SECRET")
+
+# ---- the two launchers: where explicit and pmix differ ----
+RUN=0
+# The environment that tells collx its store (explicit), as NAME=VALUE words in JOB_ENV.
+job_env() {
+  RUN=$((RUN + 1))
+  JOB_ENV=()
+  if [ "$LAUNCH" = explicit ]; then
+    JOB_ENV=(COLLX_STORE="file://$STORE" COLLX_JOB_ID="ct$ID-$RUN" COLLX_JOB_SECRET_FILE="$SECRET")
+  fi
+}
+
+# srun_job NAME CMD...: srun -N 4 -n 8 CMD from host 0, output (stdout and stderr) in
+# $WORK/NAME.out; returns srun's exit code (124: $LIMIT seconds passed).
+srun_job() {
+  local name=$1 t=$EPOCHREALTIME code
+  shift
+  job_env
+  local -a mpi=()
+  [ "$LAUNCH" = pmix ] && mpi=(--mpi=pmix)
+  cl exec 0 env "${JOB_ENV[@]}" timeout "$LIMIT" srun "${mpi[@]}" -N "$HOSTS" -n "$P" "$@" \
+    >"$WORK/$name.out" 2>&1
+  code=$?
+  TIMES+=", $name $(since "$t")s"
+  return $code
+}
+
+# mpirun_job NAME CMD...: mpirun -np 8 CMD from host 0 across the hosts (the hostfile
+# node0..node3 slots=2, mpirun_agent.sh), output in $WORK/NAME.out; mpirun's exit code.
+mpirun_job() {
+  local name=$1 t=$EPOCHREALTIME code var
+  shift
+  job_env
+  local -a pass=()
+  for var in "${JOB_ENV[@]}"; do pass+=(-x "${var%%=*}"); done
+  # timeout signals cluster.sh, which has become (exec) mpirun in host 0: mpirun stops its
+  # orteds and ranks.
+  env "${JOB_ENV[@]}" COLLX_CLUSTER_DIR="$CDIR" timeout "$LIMIT" "$CLUSTER" mpirun -np "$P" \
+    "${pass[@]}" "$@" >"$WORK/$name.out" 2>&1 </dev/null
+  code=$?
+  TIMES+=", $name $(since "$t")s"
+  return $code
+}
+
+# ---- checks ----
+
+# check_run NAME ALGO: collx-bench's output: P ranks on HOSTS hosts, shm and tcp peers seen
+# from rank 0, #wrong 0 on every size, ALGO in the algo column.
+check_run() {
+  local name=$1 algo=$2
+  local out="$WORK/$name.out"
+  grep -q "P=$P on $HOSTS host(s)" "$out" || fail "$name: not P=$P on $HOSTS hosts: $(head -5 "$out")"
+  local transports
+  transports=$(grep "^# transports seen from rank 0:" "$out") || fail "$name: no transports line: $(cat "$out")"
+  [[ $transports == *":shm"* && $transports == *":tcp"* ]] ||
+    fail "$name: rank 0 should see shm and tcp peers: $transports"
+  local rows
+  rows=$(grep -E '^ +[0-9]+ ' "$out")
+  [ -n "$rows" ] || fail "$name: no results in $out"
+  awk -v algo="$algo" -v name="$name" '
+    { if ($9 != 0) { print name ": " $9 " wrong elements at " $1 " bytes"; bad = 1 }
+      if (algo != "" && $10 != algo) { print name ": algorithm " $10 " at " $1 " bytes, expected " algo; bad = 1 } }
+    END { exit bad }' <<<"$rows" || fail "$name: see above; output:
+$(cat "$out")"
+  say "ok: $name ($transports)"
+}
+
+# No orted of this cluster may outlive its mpirun (its command line names the cluster's
+# directory, through the agent's --cluster-dir).
+check_no_orted() {
+  local name=$1 try pids
+  for ((try = 0; try < 60; try++)); do
+    pids=$(grep -l -F -- "$CDIR" /proc/[0-9]*/cmdline 2>/dev/null | while read -r f; do
+      p=${f#/proc/}
+      p=${p%/cmdline}
+      [ "$(cat "/proc/$p/comm" 2>/dev/null)" = orted ] && echo "$p"
+    done)
+    [ -z "$pids" ] && return 0
+    sleep 0.05
+  done
+  fail "$name: orted left behind: $pids"
+}
+
+# The kill test's wrapper: runs collx-bench; the task of rank VICTIM kills it with SIGKILL
+# after 2 s. Each task then notes when its collx-bench ended, and waits (at most 20 s) until
+# every task's has, so that a launcher that stops a job at its first failed task (mpirun)
+# cannot end the others before they report.
+cat >"$WORK/kill_rank.sh" <<'EOF'
+#!/bin/sh
+# usage: kill_rank.sh VICTIM DIR P PROGRAM ARGS...
+victim=$1 dir=$2 size=$3
+shift 3
+rank=${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-unknown}}}
+"$@" &
+pid=$!
+if [ "$rank" = "$victim" ]; then
+  sleep 2
+  echo "kill_rank: SIGKILL to rank $rank (pid $pid) on $(hostname)" >&2
+  date +%s.%N >"$dir/killed"
+  kill -KILL "$pid"
+fi
+wait "$pid"
+code=$?
+date +%s.%N >"$dir/ended.$rank"
+n=0
+while [ "$(ls "$dir" | grep -c '^ended\.')" -lt "$size" ] && [ $n -lt 200 ]; do
+  sleep 0.1
+  n=$((n + 1))
+done
+exit $code
+EOF
+chmod +x "$WORK/kill_rank.sh"
+
+# kill_test NAME LAUNCHER: rank 5 (node2's second) killed; every other rank must fail with
+# an IoError that names rank 5, within 10 s of the kill, and the launcher exit non-zero.
+VICTIM=5
+kill_test() {
+  local name=$1 launcher=$2 code r
+  local dir="$WORK/$name.d"
+  mkdir -p "$dir"
+  "$launcher" "$name" "$WORK/kill_rank.sh" "$VICTIM" "$dir" "$P" \
+    "$BIN/collx-bench" -c allreduce --sizes 65536 -w 1 -n 1000000
+  code=$?
+  local out="$WORK/$name.out"
+  [ "$code" = 124 ] && fail "$name: still running after ${LIMIT}s:
+$(cat "$out")"
+  [ "$code" != 0 ] || fail "$name: ${launcher%_job} exited 0 after rank $VICTIM was killed:
+$(cat "$out")"
+  grep -q "kill_rank: SIGKILL to rank $VICTIM .* on node2" "$out" ||
+    fail "$name: rank $VICTIM was not killed on node2: $(cat "$out")"
+  for ((r = 0; r < P; r++)); do
+    [ "$r" = "$VICTIM" ] && continue
+    grep -qE "IoError: rank $r: .*rank $VICTIM\b" "$out" ||
+      fail "$name: rank $r printed no IoError naming rank $VICTIM:
+$(cat "$out")"
+    [ -f "$dir/ended.$r" ] || fail "$name: rank $r did not end (within 20 s of the kill)"
+  done
+  local slowest
+  slowest=$(cat "$dir"/ended.* | awk -v k="$(cat "$dir/killed")" '{ d = $1 - k; if (d > m) m = d } END { printf "%.2f", m }')
+  awk -v s="$slowest" 'BEGIN { exit !(s < 10) }' || fail "$name: the last rank failed ${slowest}s after the kill"
+  say "ok: $name: rank $VICTIM killed on node2; the $((P - 1)) others failed with an IoError naming it, the last ${slowest}s after; ${launcher%_job} exited $code"
+}
+
+# ---- (a) srun ----
+srun_job srun-allreduce "$BIN/collx-bench" -c allreduce --sizes 4,65536,4194304 -w 1 -n 3 ||
+  fail "srun-allreduce: srun exited $?:
+$(cat "$WORK/srun-allreduce.out")"
+check_run srun-allreduce hierarchical
+srun_job srun-broadcast "$BIN/collx-bench" -c broadcast -a hierarchical --sizes 4,65536,4194304 -w 1 -n 3 ||
+  fail "srun-broadcast: srun exited $?:
+$(cat "$WORK/srun-broadcast.out")"
+check_run srun-broadcast hierarchical
+
+# ---- (b) mpirun ----
+if command -v mpirun >/dev/null 2>&1; then
+  MPI=1
+  mpirun_job mpirun-allreduce "$BIN/collx-bench" -c allreduce --sizes 4,65536,4194304 -w 1 -n 3 ||
+    fail "mpirun-allreduce: mpirun exited $?:
+$(cat "$WORK/mpirun-allreduce.out")"
+  check_run mpirun-allreduce hierarchical
+  check_no_orted mpirun-allreduce
+else
+  MPI=0
+  say "no mpirun here (Debian: openmpi-bin): the mpirun checks are left out"
+fi
+
+# ---- (c) a rank killed ----
+kill_test srun-kill srun_job
+if [ "$MPI" = 1 ]; then
+  kill_test mpirun-kill mpirun_job
+  check_no_orted mpirun-kill
+fi
+
+# ---- (d) the Python module ----
+PYDIR=""
+for d in "$BIN/../python" "$(dirname "$BIN")/python"; do
+  if [ -f "$d/collx/__init__.py" ] && ls "$d"/collx/_collx*.so >/dev/null 2>&1; then
+    PYDIR=$(cd "$d" && pwd)
+    break
+  fi
+done
+if [ -z "$PYDIR" ]; then
+  say "no Python module next to $BIN (../python/collx/_collx*.so): the Python check is left out"
+elif ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  say "no numpy for /usr/bin/python3: the Python check is left out"
+else
+  cat >"$WORK/allreduce.py" <<'EOF'
+import socket
+import sys
+
+import numpy as np
+
+import collx
+
+ctx = collx.init()
+x = np.full(1000, ctx.rank + 1, dtype=np.float32)
+ctx.allreduce(x)
+want = ctx.size * (ctx.size + 1) // 2
+ok = bool((x == want).all())
+print(f"python rank {ctx.rank} of {ctx.size} on {socket.gethostname()}: allreduce "
+      f"{'ok' if ok else 'WRONG'} ({x[0]}, expected {want}), transports {ctx.transports}",
+      flush=True)
+ctx.close()
+sys.exit(0 if ok else 1)
+EOF
+  srun_job srun-python env PYTHONPATH="$PYDIR" /usr/bin/python3 "$WORK/allreduce.py" ||
+    fail "srun-python: srun exited $?:
+$(cat "$WORK/srun-python.out")"
+  out="$WORK/srun-python.out"
+  for ((r = 0; r < P; r++)); do
+    grep -qE "^python rank $r of $P on node$((r / RANKS)): allreduce ok" "$out" ||
+      fail "srun-python: rank $r did not report a right allreduce on node$((r / RANKS)):
+$(cat "$out")"
+  done
+  say "ok: srun-python: collx.init() and allreduce right on all $P ranks ($PYDIR)"
+fi
+
+# Every host's /dev/shm empty after all of that (killed ranks included).
+for ((i = 0; i < HOSTS; i++)); do
+  left=$(cl exec "$i" ls -A /dev/shm) || fail "cannot list host $i's /dev/shm"
+  [ -z "$left" ] || fail "host $i's /dev/shm has: $(tr '\n' ' ' <<<"$left")"
+done
+
+# ---- down: nothing of this run may be left ----
+t=$EPOCHREALTIME
+cleanup
+TIMES+=", down $(since "$t")s"
+trap - EXIT
+leftover=""
+ip netns list 2>/dev/null | grep -q "^collx-$TAG-" &&
+  leftover+=" namespaces($(ip netns list | grep "^collx-$TAG-" | cut -d' ' -f1 | tr '\n' ' '))"
+ip -o link show 2>/dev/null | grep -qE "(^| )${TAG}[hbn]" &&
+  leftover+=" links($(ip -o link show | grep -oE "${TAG}[hbn][^:@]*" | tr '\n' ' '))"
+for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do
+  if { tr '\0' '\n' <"$f"; } 2>/dev/null | grep -qE -e "$WORK" -e "^COLLX_JOB_ID=ct$ID-"; then
+    p=${f#/proc/}
+    leftover+=" process(${p%%/*}: $(tr '\0' ' ' <"/proc/${p%%/*}/cmdline" 2>/dev/null | cut -c1-80))"
+  fi
+done
+[ -e "$WORK" ] && leftover+=" $WORK"
+[ -z "$leftover" ] || fail "left behind:$leftover"
+say "timings: $TIMES; total $(since "$T0")s"
+say "passed: $HOSTS hosts x $RANKS ranks under Slurm ($LAUNCH)$([ "$MPI" = 1 ] && echo " and mpirun"); nothing left behind"
+exit 0
