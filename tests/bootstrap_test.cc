@@ -11,6 +11,7 @@
 #include "collx/base/config.h"
 #include "collx/context.h"
 #include "collx/rendezvous/hash_store.h"
+#include "collx/rendezvous/pmix_store.h"
 #include "collx/rendezvous/tcp_store.h"
 #include "util/test_util.h"
 
@@ -175,6 +176,54 @@ TEST(BootstrapResolve, OrderOfSourcesAndExplicitOptions) {
   EXPECT_EQ(o.worldSize, 3);
   EXPECT_EQ(o.storeUrl, "tcp://other:2");
   EXPECT_EQ(o.jobId, "explicit");
+}
+
+// PMIx's variables as mpirun sets them, naming a server that is not there (port 9, discard:
+// nothing listens). Resolving never connects unless PMIx is the source.
+Config::Environment deadPmixServer() {
+  return {{"PMIX_NAMESPACE", "4242"},
+          {"PMIX_RANK", "1"},
+          {"PMIX_SERVER_URI41", "4241.0;tcp4://127.0.0.1:9"},
+          {"PMIX_SERVER_URI4", "4241.0;tcp4://127.0.0.1:9"},
+          {"OMPI_COMM_WORLD_RANK", "1"},
+          {"OMPI_COMM_WORLD_SIZE", "2"}};
+}
+
+TEST(BootstrapResolve, PmixIsNotConsultedWhenAStoreOrARankIsGiven) {
+  // An explicit store: Open MPI's variables give rank and size, as before PMIx.
+  Config::Environment env = deadPmixServer();
+  env["COLLX_STORE"] = "file:///shared/rdzv";
+  Bootstrap b = resolveEnv(env);
+  EXPECT_EQ(b.launcher, "openmpi");
+  EXPECT_FALSE(b.viaPmix);
+  EXPECT_EQ(b.rank, 1);
+  env = deadPmixServer();
+  env["MASTER_ADDR"] = "10.0.0.1";
+  env["MASTER_PORT"] = "29500";
+  EXPECT_EQ(resolveEnv(env).launcher, "openmpi");
+  // collx's or torchrun's rank and size come first, with their store.
+  env = deadPmixServer();
+  env["RANK"] = "0";
+  env["WORLD_SIZE"] = "2";
+  env["MASTER_ADDR"] = "10.0.0.1";
+  env["MASTER_PORT"] = "29500";
+  EXPECT_EQ(resolveEnv(env).launcher, "torchrun");
+  // A variable that names no URI is not a PMIx server.
+  env = {{"PMIX_NAMESPACE", "4242"}, {"PMIX_RANK", "0"}};
+  EXPECT_FALSE(rendezvous::pmixServerIn(Config(env)));
+  EXPECT_TRUE(rendezvous::pmixServerIn(Config(deadPmixServer())));
+}
+
+TEST(BootstrapResolve, PmixStoreAskedWithoutAServerNamesWhatIsMissing) {
+  std::string error = resolveError({{"COLLX_STORE", "pmix://"}});
+  EXPECT_NE(error.find("COLLX_STORE=pmix:// but the environment names no PMIx server"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("mpirun or srun --mpi=pmix"), std::string::npos) << error;
+  // Slurm's variables without PMIx and without a store: the error says how to get one.
+  error = resolveError({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}});
+  EXPECT_NE(error.find("no store for a world of 2 ranks"), std::string::npos) << error;
+  EXPECT_NE(error.find("srun --mpi=pmix gives one"), std::string::npos) << error;
 }
 
 TEST(BootstrapResolve, ErrorsNameTheVariable) {

@@ -25,7 +25,7 @@ WORKERS = HERE / "workers"
 
 def _steers_collx(name):
     """True for the variables that steer collx (tests/util/hermetic.cc: steersCollx)."""
-    return (name.startswith(("COLLX_", "OMPI_COMM_WORLD_", "SLURM_"))
+    return (name.startswith(("COLLX_", "OMPI_COMM_WORLD_", "SLURM_", "PMIX_"))
             or name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
                         "TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid"))
 

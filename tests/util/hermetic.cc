@@ -12,7 +12,7 @@ extern char** environ;
 namespace collx::test {
 
 bool steersCollx(const char* name) {
-  static const char* const kPrefixes[] = {"COLLX_", "OMPI_COMM_WORLD_", "SLURM_"};
+  static const char* const kPrefixes[] = {"COLLX_", "OMPI_COMM_WORLD_", "SLURM_", "PMIX_"};
   static const char* const kNames[] = {"RANK",
                                        "WORLD_SIZE",
                                        "LOCAL_RANK",

@@ -6,7 +6,7 @@
 # binaries through it, so that the caller's environment changes no verdict.
 for name in $(env | sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=.*/\1/p'); do
   case $name in
-    COLLX_* | OMPI_COMM_WORLD_* | SLURM_* | RANK | WORLD_SIZE | LOCAL_RANK | MASTER_ADDR | \
+    COLLX_* | OMPI_COMM_WORLD_* | SLURM_* | PMIX_* | RANK | WORLD_SIZE | LOCAL_RANK | MASTER_ADDR | \
       MASTER_PORT | TORCHELASTIC_RUN_ID | OMPI_MCA_ess_base_jobid)
       unset "$name"
       ;;

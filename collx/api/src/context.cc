@@ -431,6 +431,9 @@ void Context::abort(const std::string& why) {
   if (runtime_) runtime_->engine->abort(why);
 }
 
+// How long the host of a failed job's store waits for another rank to leave.
+constexpr std::chrono::seconds kFailedLeaveGrace{3};
+
 // Leaving. When rank 0 hosts the store (leaveBarrier_ on every rank), every rank adds 1 to
 // "left" and the host keeps the store up until all have (bounded by the timeout); the keys die
 // with the store. Otherwise, with eraseKeys_, a context that has not failed adds 1 too, and the
@@ -448,16 +451,27 @@ void Context::leave() noexcept {
       return;
     }
     if (!server_) return;
-    // This rank hosts the store: keep it up until every rank has left (or the timeout).
-    auto deadline = std::chrono::steady_clock::now() + timeout_;
+    // This rank hosts the store: keep it up until every rank has left (or the timeout). A
+    // failed job's host waits only while ranks still arrive: the ranks that failed with it
+    // leave at once, and one that died never will.
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + timeout_;
+    auto lastArrival = start;
     auto step = std::chrono::milliseconds(1);
     std::int64_t seen = left;
-    while ((seen = store_->add("left", 0)) < size_) {
-      if (std::chrono::steady_clock::now() >= deadline) {
+    for (std::int64_t now; (now = store_->add("left", 0)) < size_; seen = now) {
+      const auto t = std::chrono::steady_clock::now();
+      if (now != seen) lastArrival = t;
+      if (t >= deadline || (failed && t - lastArrival >= kFailedLeaveGrace)) {
         COLLX_WARN(kRdzv,
                    "rank {}: stopping the store after {} ms although only {} of {} ranks have "
-                   "left; the others will lose it",
-                   rank_, timeout_.count(), seen, size_);
+                   "left{}",
+                   rank_,
+                   std::chrono::duration_cast<std::chrono::milliseconds>(t - start).count(), now,
+                   size_,
+                   failed ? " (the job failed, and no rank has left for "
+                            "a while: the others died with it or will find the store gone)"
+                          : "; the others will lose it");
         return;
       }
       rendezvous::detail::backoffSleep(step, deadline, std::chrono::milliseconds(50));
