@@ -21,7 +21,9 @@ PACKAGES=(
   libasio-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   libhiredis-dev redis-server
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin libpmix-dev
+  # A real Slurm in namespace hosts, for the cluster tests (tests/cluster/README.md).
+  slurmctld slurmd slurm-client munge
   libibverbs-dev
   python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib
   python3-torch libtorch-dev
