@@ -119,6 +119,7 @@ struct Args {
   int iters = -1;
   double minTime = 0.3;
   bool noCheck = false;
+  bool stamp = false;
   std::string csv;
   std::string json;
   std::string plot;  // a .png or .svg to draw
@@ -170,6 +171,10 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
                a.middleMean = text == "middle";
              });
   cli.flag("--no-check", a.noCheck, "skip the checked call");
+  cli.flag("--stamp", a.stamp,
+           "right after joining, one 4-byte allreduce; rank 0 prints the wall-clock time it "
+           "returned at (\"# first collective returned at <unix seconds>\"), to measure a "
+           "launch's time to the first collective (benchmarks/compare/cluster_start.sh)");
   cli.text("--csv", a.csv, "FILE", "also write the results as CSV");
   cli.text("--json", a.json, "FILE", "also write the results as JSON");
   cli.text("--plot", a.plot, "FILE",
@@ -832,6 +837,14 @@ int main(int argc, char** argv) {
   }
   try {
     auto ctx = collx::init();
+    if (args.stamp) {
+      std::int32_t one = 1;
+      collx::allreduce(*ctx, &one, &one, 1, DataType::kInt32);
+      const double now = std::chrono::duration<double>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+      if (ctx->rank() == 0) std::printf("# first collective returned at %.6f\n", now);
+    }
     const int P = ctx->size();
     if (args.root >= P) cli.fail("--root is outside [0, " + std::to_string(P) + ")");
     Bench bench(*ctx, args);

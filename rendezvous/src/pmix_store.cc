@@ -42,11 +42,13 @@ const Where kWhere{-1, "PMIx", -1};
 
 std::string statusText(pmix_status_t status) { return PMIx_Error_string(status); }
 
-// The process's one connection to its PMIx server.
+// The process's connection to its PMIx server: made by the first user, ended by
+// pmixDisconnect() or at exit.
 struct Client {
-  std::once_flag once;
+  std::mutex mutex;
+  bool connected = false;
+  bool exitHook = false;
   pmix_proc_t me{};
-  std::string error;  // why PMIx_Init failed ("" when connected)
 };
 
 Client& client() {
@@ -54,22 +56,25 @@ Client& client() {
   return *instance;
 }
 
-const pmix_proc_t& connect(const Where& where) {
+void disconnectAtExit() { pmixDisconnect(); }
+
+pmix_proc_t connect(const Where& where) {
   Client& c = client();
-  std::call_once(c.once, [&c] {
-    pmix_status_t status = PMIx_Init(&c.me, nullptr, 0);
-    if (status != PMIX_SUCCESS) {
-      c.error = "PMIx_Init failed: " + statusText(status);
-      return;
-    }
-    std::atexit([] { PMIx_Finalize(nullptr, 0); });
-  });
-  if (!c.error.empty()) {
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (c.connected) return c.me;
+  const pmix_status_t status = PMIx_Init(&c.me, nullptr, 0);
+  if (status != PMIX_SUCCESS) {
     const char* nspace = std::getenv("PMIX_NAMESPACE");
-    throw IoError(where, c.error + " (the environment names a PMIx server: PMIX_NAMESPACE=" +
+    throw IoError(where, "PMIx_Init failed: " + statusText(status) +
+                             " (the environment names a PMIx server: PMIX_NAMESPACE=" +
                              (nspace ? nspace : "") +
                              "; a job started by mpirun or srun --mpi=pmix has one; outside "
                              "such a job, unset the PMIX_* variables or set COLLX_STORE)");
+  }
+  c.connected = true;
+  if (!c.exitHook) {
+    c.exitHook = true;
+    std::atexit(disconnectAtExit);
   }
   return c.me;
 }
@@ -185,8 +190,16 @@ std::optional<std::int64_t> jobNumber(const pmix_proc_t& me, pmix_rank_t rank, c
 
 }  // namespace
 
+void pmixDisconnect() {
+  Client& c = client();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (!c.connected) return;
+  c.connected = false;
+  PMIx_Finalize(nullptr, 0);
+}
+
 PmixJob pmixJob(std::chrono::milliseconds timeout) {
-  const pmix_proc_t& me = connect(kWhere);
+  const pmix_proc_t me = connect(kWhere);
   const Clock::time_point deadline = Clock::now() + timeout;
   PmixJob job;
   job.nspace = me.nspace;
@@ -323,6 +336,7 @@ namespace {
 }  // namespace
 
 PmixJob pmixJob(std::chrono::milliseconds) { notBuilt(Where{-1, "PMIx", -1}); }
+void pmixDisconnect() {}
 
 PmixStore::PmixStore(const StoreOptions& options, int writer, std::string scope)
     : Store(options), writer_(writer), scope_(std::move(scope)) {

@@ -18,7 +18,8 @@
 #        cluster.sh mpirun ARGS...  mpirun on host 0 across all hosts (hostfile, launch agent
 #                                   mpirun_agent.sh and the interface options supplied)
 #        cluster.sh env             prints the `export` lines for using the cluster
-#        cluster.sh status          what is up, and sinfo
+#        cluster.sh status          what is up, and sinfo (exit 0: all runs, 1: some part
+#                                   does not, 3: nothing is up)
 #   e.g. cluster.sh up 4 && cluster.sh exec 0 srun -N 4 -n 8 hostname && cluster.sh down
 # Environment:
 #   COLLX_CLUSTER_DIR   state directory (default /tmp/collx-cluster): configuration, logs,
@@ -77,21 +78,26 @@ alive() {
   [ "$2" != Z ] && [ "$2" != X ] && [ "$1" = "${21}" ]
 }
 
-# Stops process $1 (started at $2): SIGTERM, then SIGKILL after $3 seconds (default 5).
-stop_pid() {
-  local pid=$1 start=$2 grace=${3:-5} t
-  alive "$pid" "$start" || return 0
-  kill -TERM "$pid" 2>/dev/null
+# Stops the processes given as PID:START words: SIGTERM to each, then SIGKILL to those left
+# after $1 seconds.
+stop_all() {
+  local grace=$1 e t
+  shift
+  running() {
+    for e in "$@"; do alive "${e%%:*}" "${e#*:}" && return 0; done
+    return 1
+  }
+  for e in "$@"; do alive "${e%%:*}" "${e#*:}" && kill -TERM "${e%%:*}" 2>/dev/null; done
   for ((t = 0; t < grace * 20; t++)); do
-    alive "$pid" "$start" || return 0
+    running "$@" || return 0
     sleep 0.05
   done
-  kill -KILL "$pid" 2>/dev/null
+  for e in "$@"; do alive "${e%%:*}" "${e#*:}" && kill -KILL "${e%%:*}" 2>/dev/null; done
   for ((t = 0; t < 100; t++)); do
-    alive "$pid" "$start" || return 0
+    running "$@" || return 0
     sleep 0.05
   done
-  say "warning: process $pid did not end" >&2
+  for e in "$@"; do alive "${e%%:*}" "${e#*:}" && say "warning: process ${e%%:*} did not end" >&2; done
 }
 
 # ---- the state file: one "key value..." line per thing made, appended as it is made ----
@@ -157,31 +163,34 @@ cmd_down() {
     say "nothing is up in $DIR"
     return 0
   fi
-  local i pid
+  local i pid round
+  local -a procs=()
   # The daemons first (their own shutdown), then whatever else runs in the hosts' network
-  # namespaces (job steps, tasks, orted, a user's shell), then the holders.
+  # namespaces (job steps, tasks, orted, a user's shell; again, for what they started
+  # meanwhile), then the holders and munged.
+  [ -n "$CTLD" ] && procs+=("$CTLD:$CTLD_START")
   for ((i = 0; i < HOSTS; i++)); do
-    [ -n "${SLURMD[i]:-}" ] && alive "${SLURMD[i]}" "${SLURMD_START[i]}" && kill -TERM "${SLURMD[i]}" 2>/dev/null
+    [ -n "${SLURMD[i]:-}" ] && procs+=("${SLURMD[i]}:${SLURMD_START[i]}")
   done
-  [ -n "$CTLD" ] && stop_pid "$CTLD" "$CTLD_START" 5
-  for ((i = 0; i < HOSTS; i++)); do
-    [ -n "${SLURMD[i]:-}" ] && stop_pid "${SLURMD[i]}" "${SLURMD_START[i]}" 5
-  done
-  local -a rest=()
-  for ((i = 0; i < HOSTS; i++)); do
-    [ -n "${NETNS[i]:-}" ] || continue
-    for pid in $(ip netns pids "${NETNS[i]}" 2>/dev/null); do
-      [ "$pid" = "${HOLDER[i]:-}" ] && continue
-      rest+=("$pid:$(start_of "$pid")")
+  stop_all 3 "${procs[@]}"
+  for ((round = 0; round < 3; round++)); do
+    procs=()
+    for ((i = 0; i < HOSTS; i++)); do
+      [ -n "${NETNS[i]:-}" ] || continue
+      for pid in $(ip netns pids "${NETNS[i]}" 2>/dev/null); do
+        [ "$pid" = "${HOLDER[i]:-}" ] && continue
+        procs+=("$pid:$(start_of "$pid")")
+      done
     done
+    [ ${#procs[@]} = 0 ] && break
+    stop_all 2 "${procs[@]}"
   done
-  local entry
-  for entry in "${rest[@]}"; do kill -TERM "${entry%%:*}" 2>/dev/null; done
-  for entry in "${rest[@]}"; do stop_pid "${entry%%:*}" "${entry#*:}" 3; done
+  procs=()
   for ((i = 0; i < HOSTS; i++)); do
-    [ -n "${HOLDER[i]:-}" ] && stop_pid "${HOLDER[i]}" "${HOLDER_START[i]}" 2
+    [ -n "${HOLDER[i]:-}" ] && procs+=("${HOLDER[i]}:${HOLDER_START[i]}")
   done
-  [ -n "$MUNGED" ] && stop_pid "$MUNGED" "$MUNGED_START" 5
+  [ -n "$MUNGED" ] && procs+=("$MUNGED:$MUNGED_START")
+  stop_all 3 "${procs[@]}"
   for ((i = 0; i < HOSTS; i++)); do
     # The pair first, at once (a namespace's own links go away asynchronously with it).
     [ -n "${VETH[i]:-}" ] && ip link del "${VETH[i]}" 2>/dev/null
@@ -211,10 +220,10 @@ check_machine() {
     command -v "$tool" >/dev/null 2>&1 || skip "no '$tool' on this machine"
   done
   ip netns list >/dev/null 2>&1 || skip "'ip netns' does not work here"
-  ensure_packages
   if ip -4 addr show 2>/dev/null | grep -q " $NET\." || ip -4 route show 2>/dev/null | grep -q "^$NET\."; then
     skip "$NET.0/24 is already in use on this machine (ip addr / ip route)"
   fi
+  ensure_packages
 }
 
 # Installs Slurm and munge when missing (a quick no-op when they are there). libpmix-dev:
@@ -225,8 +234,7 @@ ensure_packages() {
   for tool in slurmctld slurmd slurmstepd srun sinfo munged munge; do
     PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1 || missing+=" $tool"
   done
-  [ -e /usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so ] || [ "$(uname -m)" != x86_64 ] ||
-    missing+=" libpmix.so"
+  compgen -G "/usr/lib/*/pmix2/lib/libpmix.so" >/dev/null || missing+=" libpmix.so"
   [ -z "$missing" ] && return 0
   command -v apt-get >/dev/null 2>&1 || skip "missing:$missing, and no apt-get to install them"
   say "installing Slurm and munge (missing:$missing)"
@@ -339,6 +347,9 @@ cmd_up() {
   [[ $BASE =~ ^[0-9]+$ ]] && ((BASE >= 1 && BASE + n <= 255)) ||
     { say "COLLX_CLUSTER_BASE=$BASE: 198.51.100.(BASE..BASE+N-1) must lie in 1..254" >&2; exit 2; }
   local timeout=${COLLX_CLUSTER_TIMEOUT:-60}
+  # Slurm's and PMIx's unix sockets live under it (at most 108 bytes to a socket's path).
+  [[ $DIR == /* && $DIR != *[[:space:]]* && ${#DIR} -le 60 ]] ||
+    { say "COLLX_CLUSTER_DIR: an absolute path of at most 60 characters without spaces, not '$DIR'" >&2; exit 2; }
   check_machine
   if load_state; then
     if [ -n "${HOLDER[0]:-}" ] && alive "${HOLDER[0]}" "${HOLDER_START[0]}"; then
@@ -351,6 +362,7 @@ cmd_up() {
   BASE=${COLLX_CLUSTER_BASE:-100}
   HOSTS=$n
   BRIDGE="${TAG}br"
+  trap 'up_failed "interrupted"' INT TERM HUP
   local t0=$EPOCHREALTIME i
   if ip -o link show "$BRIDGE" >/dev/null 2>&1 || ip netns list 2>/dev/null | grep -q "^collx-$TAG-"; then
     fail "links or namespaces named for tag $TAG exist already (another cluster with that tag? COLLX_CLUSTER_TAG=...)"
@@ -396,10 +408,11 @@ cmd_up() {
       ip -n "$ns" link set eth0 up &&
       ip -n "$ns" link set lo up || up_failed "network of host $i"
     rm -f "$DIR/run/holder$i.ready"
-    # shellcheck disable=SC2016
     # As `ip netns exec` does, a sysfs of the host's network namespace on /sys (its
     # /sys/class/net: lo and eth0), but with this machine's cgroup mounts bound on its
-    # /sys/fs/cgroup, which slurmd 22.05 needs even with no cgroup plugin configured.
+    # /sys/fs/cgroup, which slurmd 22.05 needs even with no cgroup plugin configured
+    # ("No filesystem mounted on /sys/fs/cgroup ... Unable to initialize cgroup plugin").
+    # shellcheck disable=SC2016
     spawn "holder$i" nsenter --net="/run/netns/$ns" \
       unshare --uts --mount --propagation private sh -c '
         hostname "$1" && mount -t tmpfs -o mode=1777 tmpfs /dev/shm &&
@@ -432,7 +445,7 @@ cmd_up() {
     done
   done
   load_state
-  # Each holder is the `sleep` now (setsid, ip netns exec, unshare and sh all exec), in node<i>.
+  # Each holder is the `sleep` now (setsid, nsenter, unshare and sh all exec), in node<i>.
   for ((i = 0; i < HOSTS; i++)); do
     [ "$(cat "/proc/${HOLDER[i]}/comm" 2>/dev/null)" = sleep ] || up_failed "host $i's holder is not the sleep"
     [ "$(in_host "${HOLDER[i]}" hostname)" = "node$i" ] || up_failed "host $i's hostname is not node$i"
@@ -480,7 +493,7 @@ cmd_up() {
     ((SECONDS < deadline)) || up_failed "after ${timeout}s, $idle of $HOSTS nodes idle; sinfo: $(tr '\n' ' ' <<<"$states")"
     sleep 0.25
   done
-  say "up: $HOSTS hosts node0..node$((HOSTS - 1)) ($NET.$BASE..$NET.$((BASE + HOSTS - 1)), tag $TAG), all idle, in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s; state in $DIR"
+  say "up: $HOSTS host(s) node0..node$((HOSTS - 1)) ($NET.$BASE..$NET.$((BASE + HOSTS - 1)), tag $TAG), all idle, in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s; state in $DIR"
   cat <<EOF
   run on host 0:   $SELF exec 0 srun -N $HOSTS -n $((2 * HOSTS)) hostname
   with PMIx:       $SELF exec 0 srun --mpi=pmix -N $HOSTS -n $((2 * HOSTS)) env

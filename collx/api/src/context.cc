@@ -638,7 +638,10 @@ std::shared_ptr<Context> init(const BootstrapOptions& options, Bootstrap* used) 
   contextOptions.secret = b.secret;
   contextOptions.tls = b.tls;
   if (!b.secret && b.worldSize > 1) warnUnauthenticated(b);
-  return Context::create(store, b.rank, b.worldSize, contextOptions);
+  auto context = Context::create(store, b.rank, b.worldSize, contextOptions);
+  // Every rank has read rank 0's address: PMIx is done with (rendezvous/pmix_store.h).
+  if (b.viaPmix) rendezvous::pmixDisconnect();
+  return context;
 }
 
 }  // namespace collx

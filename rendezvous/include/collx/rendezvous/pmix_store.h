@@ -16,9 +16,11 @@
 // then meet at that TCP store, which offers every operation (collx/api/src/context.cc).
 //
 // Built with PMIx (COLLX_WITH_PMIX, Debian's libpmix-dev) or not: without it, pmixBuilt()
-// is false and everything else throws Unsupported. PMIx_Init happens once per process, on
-// first use; PMIx_Finalize at exit (a process that connected and exits without it is
-// reported by mpirun as failed).
+// is false and everything else throws Unsupported. The first use connects (PMIx_Init);
+// pmixDisconnect() ends the connection (PMIx_Finalize), and so does exit (mpirun reports a
+// process that exits connected as failed). collx's bootstrap disconnects once its job has
+// formed: a process that dies while connected makes Slurm's PMIx plugin kill the whole job
+// step at once, before the other ranks can say which rank they lost.
 #pragma once
 
 #include <chrono>
@@ -55,6 +57,11 @@ struct PmixJob {
 // connection) and reads its job, each query bounded by `timeout`. Throws IoError naming the
 // server's variables when it cannot connect, TimeoutError, or Unsupported without PMIx.
 PmixJob pmixJob(std::chrono::milliseconds timeout);
+
+// Ends this process's connection to its PMIx server, if it has one (PMIx counts the
+// connections of a process: an MPI library's stays). A later use connects again. No
+// PmixStore may be in use.
+void pmixDisconnect();
 
 class PmixStore final : public Store {
  public:
