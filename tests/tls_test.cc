@@ -40,8 +40,14 @@ using Status = secure::TlsStream::Status;
 // One CA and its certificates, and another CA (a stranger's), for the whole suite. The
 // stranger trusts nobody's CA but its own; the impostor trusts the job's CA (it would take
 // the job's servers) but shows a certificate of the other CA.
+// The suite's directory: removed at exit (the Pki itself is never destroyed).
+const test::TempDir& pkiDir() {
+  static test::TempDir dir;
+  return dir;
+}
+
 struct Pki {
-  test::TempDir dir;
+  const test::TempDir& dir = pkiDir();
   test::TlsCerts ca{dir.path() + "/job"};
   test::TlsCerts other{dir.path() + "/other", "other-ca"};
   secure::TlsFiles rank = ca.issue("rank");
