@@ -88,8 +88,10 @@ struct Value {
 
 // One PMIx_Get_nb in flight. The caller and PMIx's callback each hold it; the last to let
 // go deletes it, so that a caller that stopped waiting at its deadline leaves PMIx a live
-// object to answer into.
+// object to answer into, and the process, key and information PMIx still reads.
 struct PendingGet {
+  pmix_proc_t proc{};
+  std::string key;
   std::mutex mutex;
   std::condition_variable answered;
   bool done = false;
@@ -144,6 +146,8 @@ void onValue(pmix_status_t status, pmix_value_t* kv, void* cbdata) {
 pmix_status_t getValue(const pmix_proc_t& proc, const std::string& key,
                        Clock::time_point deadline, bool immediate, Value& out) {
   auto* pending = new PendingGet();
+  pending->proc = proc;
+  pending->key = key;
   const auto left = std::chrono::duration<double>(deadline - Clock::now()).count();
   int seconds = std::max(1, static_cast<int>(std::ceil(left)));
   bool yes = true;
@@ -152,7 +156,8 @@ pmix_status_t getValue(const pmix_proc_t& proc, const std::string& key,
   PMIX_INFO_LOAD(&pending->info[0], PMIX_TIMEOUT, &seconds, PMIX_INT);
   if (immediate) PMIX_INFO_LOAD(&pending->info[1], PMIX_IMMEDIATE, &yes, PMIX_BOOL);
   pmix_status_t status =
-      PMIx_Get_nb(&proc, key.c_str(), pending->info, pending->ninfo, onValue, pending);
+      PMIx_Get_nb(&pending->proc, pending->key.c_str(), pending->info, pending->ninfo, onValue,
+                  pending);
   if (status != PMIX_SUCCESS) {  // no callback will come
     pending->release();
     pending->release();
