@@ -70,8 +70,11 @@ def _pmix_rendezvous(job, timeout):
     rank, size, _local_rank, _namespace = job
     name = "torch-store-%d" % next(_meetings)  # every rank's n-th meets the others' n-th
     if rank == 0:
-        store = _dist.TCPStore("0.0.0.0", 0, size, True, timeout, wait_for_workers=False)
-        address = "%s %d" % (socket.gethostname(), store.port)
+        # Listens on every interface; the host name is what the others dial, and what collx
+        # routes its own connections by (so not "0.0.0.0", which routes to loopback).
+        host = socket.gethostname()
+        store = _dist.TCPStore(host, 0, size, True, timeout, wait_for_workers=False)
+        address = "%s %d" % (host, store.port)
         _collx._pmix_rank0_value(name, address, timeout)
     else:
         host, port = _collx._pmix_rank0_value(name, "", timeout).split()

@@ -9,7 +9,9 @@
 #   (c) a rank killed (SIGKILL) on node2 in the middle of a long run, under srun and under
 #       mpirun: every other rank fails with an IoError naming the dead rank, within a few
 #       seconds, and srun/mpirun exit non-zero
-#   (d) the Python module under srun: collx.init() and an allreduce, checked on every rank
+#   (d) the Python module under srun: collx.init() and an allreduce, checked on every rank;
+#       with the torch backend built, init_process_group("collx") with nothing set too
+#   (e) plain srun (no PMIx) with Slurm's variables and a given store, as before PMIx
 # and afterwards an empty /dev/shm on every host. Before collx, the cluster itself: srun and
 # mpirun place 2 tasks on each host, and srun --mpi=pmix's and mpirun's tasks have their
 # PMIX_RANK, PMIX_NAMESPACE and PMIX_SERVER_URI*. The cluster is this run's own (its own
@@ -407,6 +409,53 @@ $(cat "$WORK/srun-python.out")"
 $(cat "$out")"
   done
   say "ok: srun-python: collx.init() and allreduce right on all $P ranks ($PYDIR)"
+  if [ "$LAUNCH" = pmix ] && ls "$PYDIR"/collx/_collx_torch*.so >/dev/null 2>&1; then
+    # torch.distributed with none of torch's variables: collx.torch's env:// through PMIx.
+    cat >"$WORK/torch_allreduce.py" <<'EOF'
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+
+import collx.torch  # noqa: F401
+
+assert not any(v in os.environ for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+dist.init_process_group("collx")
+t = torch.full((1000,), float(dist.get_rank() + 1))
+dist.all_reduce(t)
+n = dist.get_world_size()
+ok = bool((t == n * (n + 1) / 2).all())
+print(f"torch rank {dist.get_rank()} of {n} on {socket.gethostname()}: all_reduce "
+      f"{'ok' if ok else 'WRONG'}", flush=True)
+dist.destroy_process_group()
+raise SystemExit(0 if ok else 1)
+EOF
+    srun_job srun-torch env PYTHONPATH="$PYDIR" OMP_NUM_THREADS=1 /usr/bin/python3 "$WORK/torch_allreduce.py" ||
+      fail "srun-torch: srun exited $?:
+$(cat "$WORK/srun-torch.out")"
+    for ((r = 0; r < P; r++)); do
+      grep -qE "^torch rank $r of $P on node$((r / RANKS)): all_reduce ok" "$WORK/srun-torch.out" ||
+        fail "srun-torch: rank $r did not report a right all_reduce on node$((r / RANKS)):
+$(cat "$WORK/srun-torch.out")"
+    done
+    say "ok: srun-torch: init_process_group(\"collx\") with nothing set and all_reduce right on all $P ranks"
+  fi
+fi
+
+# Without PMIx (plain srun), collx works as before PMIx: Slurm's variables and a given store.
+if [ "$LAUNCH" = pmix ]; then
+  t=$EPOCHREALTIME
+  run "${CL[@]}" exec 0 env COLLX_STORE="file://$STORE" COLLX_JOB_ID="ct$ID-plain" \
+    COLLX_JOB_SECRET_FILE="$SECRET" timeout "$LIMIT" srun -N "$HOSTS" -n "$P" \
+    "$BIN/collx-info" --rendezvous >"$WORK/srun-plain.out" 2>&1 ||
+    fail "srun-plain: srun exited $?:
+$(cat "$WORK/srun-plain.out")"
+  TIMES+=", srun-plain $(since "$t")s"
+  [ "$(grep -c "of $P: job ct$ID-plain .*, launcher slurm, store file://" "$WORK/srun-plain.out")" = "$P" ] ||
+    fail "srun-plain: every rank should take Slurm's variables and the file store:
+$(cat "$WORK/srun-plain.out")"
+  say "ok: srun-plain: without --mpi=pmix, every rank took Slurm's variables and the given store"
 fi
 
 # Every host's /dev/shm empty after all of that (killed ranks included).
