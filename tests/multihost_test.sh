@@ -18,6 +18,8 @@
 # Exit codes: 0 passed, 1 failed, 77 skipped (not root, no ip/unshare/namespaces, or the
 # test subnet in use here): ctest's SKIP_RETURN_CODE, with the reason printed.
 set -uo pipefail
+# shellcheck source=util/bench_output.sh
+. "$(dirname "$0")/util/bench_output.sh"
 
 BIN=${1:?usage: multihost_test.sh BIN_DIR [HOSTS]}
 HOSTS=${2:-2}
@@ -139,25 +141,13 @@ run_bench() {
 # Checks a run's output on host 0: N hosts, P ranks, shm and $XPORT (tcp) peers, #wrong 0 on every
 # size, the algorithm column, and empty /dev/shm on every host.
 check_run() {
-  local name=$1 algo=$2
-  local out="$WORK/$name.0"
-  local P=$((HOSTS * RANKS))
-  grep -q "P=$P on $HOSTS host(s)" "$out" || fail "$name: not P=$P on $HOSTS hosts: $(head -3 "$out")"
-  local transports
-  transports=$(grep "^# transports seen from rank 0:" "$out") || fail "$name: no transports line"
-  [[ $transports == *":shm"* && $transports == *":$XPORT"* ]] ||
-    fail "$name: rank 0 should see shm and $XPORT peers: $transports"
-  local rows
-  rows=$(grep -E '^ +[0-9]+ ' "$out")
-  [ -n "$rows" ] || fail "$name: no results in $out"
-  awk -v algo="$algo" -v name="$name" '
-    { if ($9 != 0) { print name ": " $9 " wrong elements at " $1 " bytes"; bad = 1 }
-      if (algo != "" && $10 != algo) { print name ": algorithm " $10 " at " $1 " bytes, expected " algo; bad = 1 } }
-    END { exit bad }' <<<"$rows" || fail "$name: see above; output:\n$(cat "$out")"
+  local name=$1 algo=$2 line
+  line=$(check_bench "$WORK/$name.0" "$name" $((HOSTS * RANKS)) "$HOSTS" "shm $XPORT" "$algo") ||
+    fail "$line"
   for ((i = 0; i < HOSTS; i++)); do
     [ -s "$WORK/$name.shm.$i" ] && fail "$name: host $i left in /dev/shm: $(tr '\n' ' ' <"$WORK/$name.shm.$i")"
   done
-  say "ok: $name ($transports)"
+  say "ok: $name ($line)"
 }
 
 bench() {

@@ -19,6 +19,8 @@ set -uo pipefail
 BIN=${1:?usage: pmix_test.sh BIN_DIR [PYTHON_DIR]}
 PYDIR=${2:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=util/bench_output.sh
+. "$HERE/util/bench_output.sh"
 WORK=$(mktemp -d /tmp/collx-pmix-test.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
@@ -44,11 +46,8 @@ MPIRUN=(mpirun --oversubscribe --mca btl self --mca oob_tcp_if_include lo)
 out=$WORK/bench
 "${MPIRUN[@]}" -np 4 "$BIN/collx-bench" -c allreduce --sizes 4,65536,1048576 >"$out" 2>&1 ||
   fail "mpirun -np 4 collx-bench: exit $?: $(tail -5 "$out")"
-grep -q "P=4 on 1 host(s)" "$out" || fail "collx-bench: not P=4 on 1 host: $(head -3 "$out")"
-grep -q "^# transports seen from rank 0: 0:self 1:shm 2:shm 3:shm" "$out" ||
-  fail "collx-bench: rank 0 should see shm peers: $(grep transports "$out")"
-rows=$(awk '/^ *[0-9]+ +[0-9]+ +float32/ { n++; if ($9 != 0) bad++ } END { print n + 0, bad + 0 }' "$out")
-[ "$rows" = "3 0" ] || fail "collx-bench: expected 3 sizes with #wrong 0, got (rows, wrong) $rows: $(cat "$out")"
+line=$(check_bench "$out" "mpirun -np 4 collx-bench" 4 1 "shm" "") || fail "$line"
+[ "$(grep -cE '^ +[0-9]+ +[0-9]+ +float32' "$out")" = 3 ] || fail "collx-bench: not 3 sizes: $(cat "$out")"
 say "mpirun -np 4 collx-bench: P=4, 3 sizes right"
 
 # 2. Where each value came from.
@@ -76,7 +75,7 @@ COLLX_STORE=pmix:// sh "$HERE/with_tls.sh" "${MPIRUN[@]}" -np 3 -x COLLX_STORE -
   -x COLLX_TLS_CERT -x COLLX_TLS_KEY -x COLLX_TLS_CA -x COLLX_TRANSPORT -x COLLX_LOG_LEVEL \
   "$BIN/collx-bench" -c allreduce --sizes 4,65536 >"$out" 2>&1 ||
   fail "COLLX_STORE=pmix:// in TLS: $(tail -5 "$out")"
-grep -q "P=3 on 1 host(s)" "$out" || fail "in TLS: not P=3: $(head -5 "$out")"
+line=$(check_bench "$out" "pmix:// in TLS" 3 1 "tcp" "") || fail "$line"
 say "COLLX_STORE=pmix:// with COLLX_TLS=1: P=3 over TLS"
 
 # 5. A rank killed mid-run: the ranks that notice first fail naming it (mpirun then ends

@@ -42,6 +42,8 @@ BIN=${1:?usage: cluster_test.sh BIN_DIR}
 BIN=$(cd "$BIN" 2>/dev/null && pwd) || { echo "cluster_test: FAILED: no directory $1"; exit 1; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CLUSTER="$HERE/cluster.sh"
+# shellcheck source=../util/bench_output.sh
+. "$HERE/../util/bench_output.sh"
 LAUNCH=${CLUSTER_TEST_LAUNCH:-pmix}
 HOSTS=4
 RANKS=2
@@ -184,22 +186,9 @@ mpirun_job() {
 # check_run NAME ALGO: collx-bench's output: P ranks on HOSTS hosts, shm and tcp peers seen
 # from rank 0, #wrong 0 on every size, ALGO in the algo column.
 check_run() {
-  local name=$1 algo=$2
-  local out="$WORK/$name.out"
-  grep -q "P=$P on $HOSTS host(s)" "$out" || fail "$name: not P=$P on $HOSTS hosts: $(head -5 "$out")"
-  local transports
-  transports=$(grep "^# transports seen from rank 0:" "$out") || fail "$name: no transports line: $(cat "$out")"
-  [[ $transports == *":shm"* && $transports == *":tcp"* ]] ||
-    fail "$name: rank 0 should see shm and tcp peers: $transports"
-  local rows
-  rows=$(grep -E '^ +[0-9]+ ' "$out")
-  [ -n "$rows" ] || fail "$name: no results in $out"
-  awk -v algo="$algo" -v name="$name" '
-    { if ($9 != 0) { print name ": " $9 " wrong elements at " $1 " bytes"; bad = 1 }
-      if (algo != "" && $10 != algo) { print name ": algorithm " $10 " at " $1 " bytes, expected " algo; bad = 1 } }
-    END { exit bad }' <<<"$rows" || fail "$name: see above; output:
-$(cat "$out")"
-  say "ok: $name ($transports)"
+  local name=$1 algo=$2 line
+  line=$(check_bench "$WORK/$name.out" "$name" "$P" "$HOSTS" "shm tcp" "$algo") || fail "$line"
+  say "ok: $name ($line)"
 }
 
 # No orted of this cluster may outlive its mpirun (its command line names the cluster's
