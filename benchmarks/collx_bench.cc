@@ -840,9 +840,9 @@ int main(int argc, char** argv) {
     if (args.stamp) {
       std::int32_t one = 1;
       collx::allreduce(*ctx, &one, &one, 1, DataType::kInt32);
-      const double now = std::chrono::duration<double>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+      const double now =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
       if (ctx->rank() == 0) std::printf("# first collective returned at %.6f\n", now);
     }
     const int P = ctx->size();

@@ -79,8 +79,8 @@ int main() {
     expectThrows<collx::TimeoutError>([&] { store.get("never-set", 1500ms); },
                                       "waiting for key [never-set]", "get of a key never set");
     const auto waited = std::chrono::steady_clock::now() - start;
-    expect(waited >= 1400ms && waited < 5s, "the get waited about its 1.5 s deadline, not " +
-                                                std::to_string(waited / 1ms) + " ms");
+    expect(waited >= 1400ms && waited < 5s,
+           "the get waited about its 1.5 s deadline, not " + std::to_string(waited / 1ms) + " ms");
     // What PMIx cannot offer.
     expectThrows<collx::Unsupported>([&] { store.add("n", 1); }, "set, get, wait and check only",
                                      "add");
@@ -96,8 +96,8 @@ int main() {
     for (int round = 0; round < 2; ++round) {
       collx::Bootstrap used;
       auto context = collx::init({}, &used);
-      expect(used.viaPmix && used.launcher == "pmix", "init() " + std::to_string(round) +
-                                                          " went through PMIx");
+      expect(used.viaPmix && used.launcher == "pmix",
+             "init() " + std::to_string(round) + " went through PMIx");
       expect(context->rank() == job.rank && context->size() == job.size,
              "init() " + std::to_string(round) + ": PMIx's rank and size");
       float value = static_cast<float>(job.rank + 1);

@@ -180,12 +180,14 @@ int rendezvous() {
 int main(int argc, char** argv) {
   collx::cli::CommandLine cli("collx-info", "collx-info [--rendezvous]", kAbout);
   bool join = false;
-  cli.flag("--rendezvous", join,
-           "also join the job described by the environment (COLLX_RANK, COLLX_WORLD_SIZE, "
-           "COLLX_STORE, or torchrun / Open MPI / Slurm variables) and print what this rank saw: "
-           "rank, world size, job, generation, where each value came from, every peer (with the "
-           "CPUs it may run on) and whether this host's ranks outnumber them. Run it under a "
-           "launcher: collx-run -n 4 -- collx-info --rendezvous");
+  cli.flag(
+      "--rendezvous", join,
+      "also join the job described by the environment (COLLX_RANK, COLLX_WORLD_SIZE, "
+      "COLLX_STORE, torchrun's variables, the PMIx server of mpirun or srun --mpi=pmix, or "
+      "Open MPI's or Slurm's variables) and print what this rank saw: "
+      "rank, world size, job, generation, where each value came from, every peer (with the "
+      "CPUs it may run on) and whether this host's ranks outnumber them. Run it under a "
+      "launcher: collx-run -n 4 -- collx-info --rendezvous, mpirun -np 4 collx-info --rendezvous");
   cli.parse(argc, argv);
   try {
     if (join) return rendezvous();

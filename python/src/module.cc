@@ -266,8 +266,9 @@ PYBIND11_MODULE(_collx, m) {
         "generation=None, timeout=None)\n\nJoins a job and connects to every peer (GIL "
         "released; bounded by the timeout). Each value not given is taken from the "
         "environment: COLLX_RANK / COLLX_WORLD_SIZE / COLLX_STORE (collx-run sets them), "
-        "torchrun's RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, Open MPI's, Slurm's; with "
-        "nothing set, rank 0 of 1. store is a URL: tcp://host:port, file:///shared/dir, "
+        "torchrun's RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, the PMIx server of mpirun or "
+        "srun --mpi=pmix (when no store is set), Open MPI's, Slurm's; with nothing set, rank 0 "
+        "of 1. store is a URL: tcp://host:port, file:///shared/dir, "
         "redis://host:port. timeout is in seconds (or a timedelta), else COLLX_TIMEOUT.");
   m.def(
       "config",

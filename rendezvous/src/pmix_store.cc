@@ -123,15 +123,33 @@ void onValue(pmix_status_t status, pmix_value_t* kv, void* cbdata) {
         case PMIX_STRING:
           if (kv->data.string != nullptr) out.bytes = toBytes(kv->data.string);
           break;
-        case PMIX_UINT8: out = {true, kv->data.uint8, {}}; break;
-        case PMIX_UINT16: out = {true, kv->data.uint16, {}}; break;
-        case PMIX_UINT32: out = {true, kv->data.uint32, {}}; break;
-        case PMIX_UINT64: out = {true, static_cast<std::int64_t>(kv->data.uint64), {}}; break;
-        case PMIX_INT: out = {true, kv->data.integer, {}}; break;
-        case PMIX_INT32: out = {true, kv->data.int32, {}}; break;
-        case PMIX_SIZE: out = {true, static_cast<std::int64_t>(kv->data.size), {}}; break;
-        case PMIX_PROC_RANK: out = {true, kv->data.rank, {}}; break;
-        default: pending->status = PMIX_ERR_TYPE_MISMATCH; break;
+        case PMIX_UINT8:
+          out = {true, kv->data.uint8, {}};
+          break;
+        case PMIX_UINT16:
+          out = {true, kv->data.uint16, {}};
+          break;
+        case PMIX_UINT32:
+          out = {true, kv->data.uint32, {}};
+          break;
+        case PMIX_UINT64:
+          out = {true, static_cast<std::int64_t>(kv->data.uint64), {}};
+          break;
+        case PMIX_INT:
+          out = {true, kv->data.integer, {}};
+          break;
+        case PMIX_INT32:
+          out = {true, kv->data.int32, {}};
+          break;
+        case PMIX_SIZE:
+          out = {true, static_cast<std::int64_t>(kv->data.size), {}};
+          break;
+        case PMIX_PROC_RANK:
+          out = {true, kv->data.rank, {}};
+          break;
+        default:
+          pending->status = PMIX_ERR_TYPE_MISMATCH;
+          break;
       }
     }
     pending->done = true;
@@ -143,8 +161,8 @@ void onValue(pmix_status_t status, pmix_value_t* kv, void* cbdata) {
 // PMIx_Get of `proc`'s `key`, answered by `deadline` (the server is told the same in whole
 // seconds). `immediate`: ask no other host. Returns PMIx's status; PMIX_ERR_TIMEOUT when the
 // deadline passed first.
-pmix_status_t getValue(const pmix_proc_t& proc, const std::string& key,
-                       Clock::time_point deadline, bool immediate, Value& out) {
+pmix_status_t getValue(const pmix_proc_t& proc, const std::string& key, Clock::time_point deadline,
+                       bool immediate, Value& out) {
   auto* pending = new PendingGet();
   pending->proc = proc;
   pending->key = key;
@@ -155,9 +173,8 @@ pmix_status_t getValue(const pmix_proc_t& proc, const std::string& key,
   PMIX_INFO_CREATE(pending->info, pending->ninfo);
   PMIX_INFO_LOAD(&pending->info[0], PMIX_TIMEOUT, &seconds, PMIX_INT);
   if (immediate) PMIX_INFO_LOAD(&pending->info[1], PMIX_IMMEDIATE, &yes, PMIX_BOOL);
-  pmix_status_t status =
-      PMIx_Get_nb(&pending->proc, pending->key.c_str(), pending->info, pending->ninfo, onValue,
-                  pending);
+  pmix_status_t status = PMIx_Get_nb(&pending->proc, pending->key.c_str(), pending->info,
+                                     pending->ninfo, onValue, pending);
   if (status != PMIX_SUCCESS) {  // no callback will come
     pending->release();
     pending->release();

@@ -177,11 +177,11 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
   auto masterAddr = env("MASTER_ADDR");
   auto masterPort = env("MASTER_PORT");
   auto storeSetting = kStore.get(config);
-  const bool pmixAsked = options.store ? *options.store == kPmixStoreUrl
-                                        : !options.storeObject && storeSetting &&
-                                              *storeSetting == kPmixStoreUrl;
-  const bool storeGiven = options.storeObject || options.store || storeSetting || masterAddr ||
-                          masterPort;
+  const bool pmixAsked =
+      options.store ? *options.store == kPmixStoreUrl
+                    : !options.storeObject && storeSetting && *storeSetting == kPmixStoreUrl;
+  const bool storeGiven =
+      options.storeObject || options.store || storeSetting || masterAddr || masterPort;
   const std::optional<std::string> pmixServer = rendezvous::pmixServerIn(config);
   if (pmixAsked && !pmixServer) {
     fail(kStore.name() + "=" + kPmixStoreUrl +
@@ -201,9 +201,9 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
       const std::string from = "PMIx (namespace " + job.nspace + ")";
       if (haveRank && (b.rank != job.rank || b.worldSize != job.size)) {
         fail("rank " + std::to_string(b.rank) + " of " + std::to_string(b.worldSize) + " (" +
-             b.origin.front().second + ") is not PMIx's rank " + std::to_string(job.rank) +
-             " of " + std::to_string(job.size) + ", which " + kStore.name() + "=" +
-             kPmixStoreUrl + " relies on");
+             b.origin.front().second + ") is not PMIx's rank " + std::to_string(job.rank) + " of " +
+             std::to_string(job.size) + ", which " + kStore.name() + "=" + kPmixStoreUrl +
+             " relies on");
       }
       if (!haveRank) {
         b.rank = job.rank;
@@ -259,11 +259,11 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
   if (b.viaPmix) {
     b.storeUrl = kPmixStoreUrl;
     b.rank0HostsStore = true;
-    b.origin.emplace_back("store", std::string(pmixAsked ? kStore.name() + "=" + kPmixStoreUrl + ": "
-                                                         : "") +
-                                       "PMIx: a TCP store hosted by rank 0, its address passed "
-                                       "through PMIx (" +
-                                       *pmixServer + ")");
+    b.origin.emplace_back("store",
+                          std::string(pmixAsked ? kStore.name() + "=" + kPmixStoreUrl + ": " : "") +
+                              "PMIx: a TCP store hosted by rank 0, its address passed "
+                              "through PMIx (" +
+                              *pmixServer + ")");
   } else if (options.storeObject) {
     b.origin.emplace_back("store", "options (store object)");
   } else if (options.store) {
@@ -304,8 +304,9 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
       why += " (the environment names a PMIx server, " + *pmixServer +
              ", but this collx was built without PMIx: install libpmix-dev and rebuild)";
     } else if (b.launcher == "slurm") {
-      why += " (srun gives no PMIx server here: srun --mpi=pmix gives one; srun --mpi=list "
-             "shows what this Slurm offers)";
+      why +=
+          " (srun gives no PMIx server here: srun --mpi=pmix gives one; srun --mpi=list "
+          "shows what this Slurm offers)";
     }
     fail(why);
   }

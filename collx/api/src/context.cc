@@ -466,9 +466,8 @@ void Context::leave() noexcept {
         COLLX_WARN(kRdzv,
                    "rank {}: stopping the store after {} ms although only {} of {} ranks have "
                    "left{}",
-                   rank_,
-                   std::chrono::duration_cast<std::chrono::milliseconds>(t - start).count(), now,
-                   size_,
+                   rank_, std::chrono::duration_cast<std::chrono::milliseconds>(t - start).count(),
+                   now, size_,
                    failed ? " (the job failed, and no rank has left for "
                             "a while: the others died with it or will find the store gone)"
                           : "; the others will lose it");

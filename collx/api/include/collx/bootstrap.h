@@ -86,7 +86,7 @@ struct Bootstrap {
   // PMIx: rank 0 hosts a TCP store (as with MASTER_ADDR) and passes its address, and the
   // job's secret when none is set, to every rank through PMIx (init() does it).
   bool viaPmix = false;
-  bool allLocal = false;  // PMIx: every rank runs on this host (the store listens on loopback)
+  bool allLocal = false;      // PMIx: every rank runs on this host (the store listens on loopback)
   std::string pmixNamespace;  // PMIx: the job's namespace
   std::shared_ptr<const secure::JobSecret> secret;  // nullptr: the job is unauthenticated
   bool insecure = false;  // COLLX_INSECURE: without a secret on purpose (collx-run --insecure)
