@@ -40,7 +40,7 @@ grep -q "PMIx bootstrap and store  *yes" <<<"$features" ||
   skip "this collx was built without PMIx: $(grep "PMIx bootstrap" <<<"$features")"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 COLLX_TIMEOUT=30s
-MPIRUN=(mpirun --oversubscribe --mca btl self --mca oob_tcp_if_include lo)
+MPIRUN=(timeout -k 10 120 mpirun --oversubscribe --mca btl self --mca oob_tcp_if_include lo)
 
 # 1. collx-bench with nothing set.
 out=$WORK/bench
@@ -69,6 +69,14 @@ out=$WORK/explicit
   fail "an explicit store should leave rank and size to Open MPI's variables: $(cat "$out")"
 say "COLLX_STORE set: Open MPI's variables, the given store"
 
+# 3b. COLLX_STORE=pmix:// with a rank of collx's own: it must be PMIx's.
+out=$WORK/asked
+"${MPIRUN[@]}" -np 2 -x COLLX_STORE=pmix:// -x COLLX_RANK=0 -x COLLX_WORLD_SIZE=2 \
+  "$BIN/collx-info" --rendezvous >"$out" 2>&1 && fail "COLLX_RANK=0 on both ranks with pmix:// passed: $(cat "$out")"
+grep -q "InvalidArgument: .*rank 0 of 2 (COLLX_RANK=0) is not PMIx's rank 1 of 2, which COLLX_STORE=pmix:// relies on" "$out" ||
+  fail "COLLX_STORE=pmix:// with a contradicting COLLX_RANK: $(cat "$out")"
+say "COLLX_STORE=pmix:// with COLLX_RANK=0 on every rank: rank 1 refuses, naming both"
+
 # 4. pmix:// asked for, in TLS.
 out=$WORK/tls
 COLLX_STORE=pmix:// sh "$HERE/with_tls.sh" "${MPIRUN[@]}" -np 3 -x COLLX_STORE -x COLLX_TLS \
@@ -82,9 +90,13 @@ say "COLLX_STORE=pmix:// with COLLX_TLS=1: P=3 over TLS"
 #    the job, and may end a rank before it has said so), and mpirun reports the signal.
 out=$WORK/killed
 start=$(date +%s)
+# (Rank 2 dies 1 s after rank 0 printed its table's head: the job formed and timing.)
 "${MPIRUN[@]}" -np 3 sh -c '
-  if [ "$PMIX_RANK" = 2 ]; then (sleep 2; kill -KILL $$) & fi
-  exec "$0" -c allreduce --sizes 65536 -n 1000000' "$BIN/collx-bench" >"$out" 2>&1
+  if [ "$PMIX_RANK" = 2 ]; then
+    (n=0; until grep -q "^# *size" "$1" || [ $n -ge 300 ]; do sleep 0.1; n=$((n + 1)); done
+     sleep 1; kill -KILL $$) &
+  fi
+  exec "$0" -c allreduce --sizes 65536 -n 1000000' "$BIN/collx-bench" "$out" >"$out" 2>&1
 code=$?
 elapsed=$(($(date +%s) - start))
 [ "$code" != 0 ] || fail "mpirun exited 0 although rank 2 was killed"
@@ -103,6 +115,22 @@ code=$?
 grep -q "IoError: .*PMIx_Init failed.*PMIX_NAMESPACE=4242.*unset the PMIX_\* variables or set COLLX_STORE" "$out" ||
   fail "a dead PMIx server: $(cat "$out")"
 say "PMIx variables without a server: $(cut -c1-90 "$out")..."
+
+# 6b. A host whose /etc/hosts maps its own name to 127.0.1.1 (Debian's default) is reached
+#     by its interface's address across hosts (root and unshare only).
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 &&
+  unshare --uts --mount true 2>/dev/null; then
+  printf '127.0.0.1 localhost\n127.0.1.1 collx-loopback-host\n' >"$WORK/hosts"
+  address=$(unshare --uts --mount sh -c 'hostname collx-loopback-host &&
+    mount --bind "$1" /etc/hosts && "$2"' sh "$WORK/hosts" "$BIN/collx-info" | tr -s ' \n' ' ' |
+    sed -n 's/.*reachable address ([^)]*): \([^ ]*\).*/\1/p')
+  case $address in
+    collx-loopback-host | 127.* | "") fail "a host whose name is 127.0.1.1 gives '$address'" ;;
+  esac
+  say "a host whose name is 127.0.1.1: rank 0 would give $address"
+else
+  say "(not root or no unshare: the reachable-address check is left out)"
+fi
 
 # 7. Python and torch.
 if [ -n "$PYDIR" ]; then

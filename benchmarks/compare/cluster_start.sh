@@ -29,20 +29,19 @@ BENCH=("$bin/collx-bench" --stamp --sizes 4 -n 1 -w 0 --no-check)
 
 # launch LAUNCHER OUT [PROGRAM...]: runs one job of PROGRAM (default: collx-bench); prints
 # "<to first collective ms> <wall ms>" (the first is 0 for another program).
-round=0
+round=0  # counted by the main loop: launch runs in a subshell (< <(...))
 launch() {
   local launcher=$1 out=$2 t0 t1 i
   shift 2
   local -a bench=("${@:-${BENCH[@]}}")
-  round=$((round + 1))
   t0=$EPOCHREALTIME
   case $launcher in
-    srun) "$cluster" exec 0 srun --mpi=pmix -N 4 -n 8 "${bench[@]}" >"$out" 2>&1 ;;
-    mpirun) "$cluster" mpirun -np 8 "${bench[@]}" >"$out" 2>&1 </dev/null ;;
+    srun) "$cluster" exec 0 timeout 60 srun --mpi=pmix -N 4 -n 8 "${bench[@]}" >"$out" 2>&1 ;;
+    mpirun) timeout 60 "$cluster" mpirun -np 8 "${bench[@]}" >"$out" 2>&1 </dev/null ;;
     collx-run)
       local -a pids=()
       for ((i = 0; i < 4; i++)); do
-        "$cluster" exec "$i" "$bin/collx-run" -n 2 --nnodes 4 --node-rank "$i" \
+        "$cluster" exec "$i" timeout 60 "$bin/collx-run" -n 2 --nnodes 4 --node-rank "$i" \
           --master-addr node0 --master-port $((24000 + round % 1000)) --job-id "cs$round" \
           --secret-file "$work/secret" --timeout 60s -- "${bench[@]}" >"$out.$i" 2>&1 &
         pids+=($!)
@@ -64,9 +63,11 @@ declare -A first=() wall=() alone=()
 launchers=(srun mpirun collx-run)
 for ((r = 0; r < ROUNDS; r++)); do
   for l in "${launchers[@]}"; do
+    round=$((round + 1))
     read -r f w < <(launch "$l" "$work/out")
     first[$l]+="$f "
     wall[$l]+="$w "
+    round=$((round + 1))
     read -r f w < <(launch "$l" "$work/out" true)
     alone[$l]+="$w "
   done

@@ -11,6 +11,7 @@
 #include "collx/algorithms/registry.h"
 #include "collx/algorithms/selection.h"
 #include "collx/collx.h"
+#include "collx/rendezvous/pmix_store.h"
 #include "collx/secure/tls.h"
 #include "collx/transport/ibverbs_info.h"
 #include "collx/transport/mesh.h"
@@ -103,6 +104,35 @@ void printTls(const collx::Config& config) {
   std::cout << "  " << collx::cli::wrap(kernel, 4, 96) << "\n";
 }
 
+// Launchers: whether a PMIx server is here, and the address rank 0 gives ranks on other
+// hosts when a bootstrap (PMIx, MPI) passes its store's address.
+void printLaunch(const collx::Config& config) {
+  std::cout << "\nlaunchers:\n";
+  const auto pmix = collx::rendezvous::pmixServerIn(config);
+  std::cout << "  "
+            << collx::cli::wrap(
+                   std::string("PMIx server: ") +
+                       (pmix ? "named by the environment (" + *pmix + ")"
+                             : "none named by the environment (mpirun and srun --mpi=pmix set "
+                               "PMIX_NAMESPACE, PMIX_RANK, PMIX_SERVER_URI*)"),
+                   4, 96)
+            << "\n";
+  std::string address;
+  try {
+    address = collx::transport::reachableAddress(
+        collx::transport::MeshOptions::fromConfig(config).ifname);
+  } catch (const collx::Error& e) {
+    address = "cannot tell: " + e.detail();
+  }
+  std::cout << "  "
+            << collx::cli::wrap(
+                   "this host's reachable address (in rank 0's store URL across "
+                   "hosts, under PMIx or MPI): " +
+                       address,
+                   4, 96)
+            << "\n";
+}
+
 void printInfo() {
   std::cout << "collx " << collx::versionString() << "\n\nbuild:\n";
   for (const collx::BuildFeature& f : collx::buildFeatures()) {
@@ -145,6 +175,7 @@ void printInfo() {
   }
   printVerbs(config);
   printTls(config);
+  printLaunch(config);
   std::vector<std::string> unknown = config.unknownVariables();
   if (!unknown.empty()) {
     std::cout << "\nunknown COLLX_* variables in the environment (ignored):\n";

@@ -62,7 +62,6 @@ if BACKEND.upper() not in getattr(_dist.Backend, "_plugins", {}):
 # ---- env:// under a PMIx launcher ---------------------------------------------------------
 _TORCH_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _rendezvous_module = sys.modules["torch.distributed.rendezvous"]
-_torch_env_handler = _rendezvous_module._rendezvous_handlers.get("env")
 _meetings = itertools.count()
 
 
@@ -70,15 +69,30 @@ def _pmix_rendezvous(job, timeout):
     rank, size, _local_rank, _namespace = job
     name = "torch-store-%d" % next(_meetings)  # every rank's n-th meets the others' n-th
     if rank == 0:
-        # Listens on every interface; the host name is what the others dial, and what collx
-        # routes its own connections by (so not "0.0.0.0", which routes to loopback).
-        host = socket.gethostname()
-        store = _dist.TCPStore(host, 0, size, True, timeout, wait_for_workers=False)
-        address = "%s %d" % (host, store.port)
+        try:
+            # Listens on every interface; the others dial this address, and collx routes
+            # its own connections by it (so not "0.0.0.0", which routes to loopback).
+            host = _collx._reachable_address()
+            store = _dist.TCPStore(host, 0, size, True, timeout, wait_for_workers=False)
+            address = "%s %d" % (host, store.port)
+        except Exception as e:  # tell the others at once instead of leaving them waiting
+            _collx._pmix_rank0_value(name, "error rank 0 could not start torch's TCPStore: %s"
+                                     % e, timeout)
+            raise
         _collx._pmix_rank0_value(name, address, timeout)
     else:
-        host, port = _collx._pmix_rank0_value(name, "", timeout).split()
+        address = _collx._pmix_rank0_value(name, "", timeout)
+        if address.startswith("error "):
+            raise RuntimeError("rank %d: %s" % (rank, address[len("error "):]))
+        host, port = address.split()
         store = _dist.TCPStore(host, int(port), size, False, timeout)
+    # Once every rank has joined the store, PMIx is done with: a task that dies while
+    # connected makes Slurm's PMIx plugin end the whole step before the others can report.
+    key = "collx/%s/joined" % name
+    if store.add(key, 1) == size:
+        store.set(key + "/all", "1")
+    store.wait([key + "/all"])
+    _collx._pmix_disconnect()
     yield store, rank, size
     raise RuntimeError("Unable to perform re-rendezvous using env:// method")
 
@@ -91,13 +105,14 @@ def _env_or_pmix(url, timeout=_dist.default_pg_timeout, **kwargs):
     given = given or any(v in os.environ for v in _TORCH_VARIABLES)
     job = None if given else _collx._pmix_job(timeout)
     if job is None:
-        return _torch_env_handler(url, timeout=timeout, **kwargs)
+        return _env_or_pmix.torch_handler(url, timeout=timeout, **kwargs)
     return _pmix_rendezvous(job, timeout)
 
 
 # torch 1.13 keeps its handlers in this table; register_rendezvous_handler refuses to replace
-# one, so the env:// entry is wrapped in place (once, however often this module loads).
-if _torch_env_handler is not None and getattr(_torch_env_handler, "__name__", "") != "_env_or_pmix":
+# one, so the env:// entry is wrapped in place, once however often this module loads (a
+# reload finds the wrapper of the previous load and keeps its torch handler).
+_installed = _rendezvous_module._rendezvous_handlers.get("env")
+if _installed is not None:
+    _env_or_pmix.torch_handler = getattr(_installed, "torch_handler", _installed)
     _rendezvous_module._rendezvous_handlers["env"] = _env_or_pmix
-elif _torch_env_handler is not None:
-    _torch_env_handler = _torch_env_handler.__globals__["_torch_env_handler"]

@@ -13,6 +13,7 @@
 
 #include "collx/base/config.h"
 #include "collx/rendezvous/pmix_store.h"
+#include "collx/transport/mesh.h"
 
 namespace collx::python {
 
@@ -332,24 +333,25 @@ PYBIND11_MODULE(_collx, m) {
       [](const std::string& name, const std::string& value, py::handle timeout) {
         rendezvous::StoreOptions options;
         options.timeout = toDuration(timeout, Where{-1, "PMIx", -1});
-        std::string out;
-        {
-          py::gil_scoped_release release;
-          rendezvous::PmixStore store(options, 0, "python." + name + ".");
-          const int rank = rendezvous::pmixJob(store.timeout()).rank;
-          store.setRank(rank);
-          if (rank == 0) {
-            store.set("value", value);
-            out = value;
-          } else {
-            out = rendezvous::toString(store.get("value"));
-          }
-        }
-        return out;
+        py::gil_scoped_release release;
+        return rendezvous::pmixRank0Value("python." + name + ".", value, options);
       },
       py::arg("name"), py::arg("value"), py::arg("timeout") = py::none(),
       "_pmix_rank0_value(name, value, timeout=None)\n\nFor collx.torch: rank 0's value for "
       "name, passed to every rank of the PMIx job (each name once per job).");
+  m.def(
+      "_pmix_disconnect", [] { rendezvous::pmixDisconnect(); },
+      "_pmix_disconnect()\n\nFor collx.torch: ends this process's PMIx connection (once every "
+      "rank has joined: a task that dies connected makes Slurm end the whole step at once).");
+  m.def(
+      "_reachable_address",
+      [] {
+        return transport::reachableAddress(
+            transport::MeshOptions::fromConfig(Config::process()).ifname);
+      },
+      "_reachable_address()\n\nFor collx.torch: the address ranks on other hosts dial to "
+      "reach a service of this host (COLLX_IFNAME's, else the host name unless it resolves to "
+      "loopback, else the first interface's).");
   m.attr("__version__") = versionString();
   m.def("_mapping", &mapping, py::arg("array"), py::arg("op") = py::none(),
         "_mapping(array, op=None)\n\nFor the tests: (collx type, units per element, op applied) "

@@ -33,7 +33,6 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "collx/collx.h"
-#include "collx/rendezvous/pmix_store.h"
 #include "collx/settings.h"
 #include "shared/in_flight.h"
 #include "shared/mapping.h"
@@ -518,9 +517,6 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     options.tls = tlsOf(Config::process());
     options.eraseKeys = false;  // torch's store lives and dies with torch's job
     context_ = Context::create(std::move(adapter), rank, size, options);
-    // When collx.torch's env:// met through PMIx, every rank has now joined: PMIx is done
-    // with (rendezvous/pmix_store.h says why it matters).
-    rendezvous::pmixDisconnect();
     eagerBytes_ = kTorchEagerBytes.get(Config::process());
     init();
   }

@@ -64,12 +64,12 @@ pmix_proc_t connect(const Where& where) {
   if (c.connected) return c.me;
   const pmix_status_t status = PMIx_Init(&c.me, nullptr, 0);
   if (status != PMIX_SUCCESS) {
-    const char* nspace = std::getenv("PMIX_NAMESPACE");
-    throw IoError(where, "PMIx_Init failed: " + statusText(status) +
-                             " (the environment names a PMIx server: PMIX_NAMESPACE=" +
-                             (nspace ? nspace : "") +
-                             "; a job started by mpirun or srun --mpi=pmix has one; outside "
-                             "such a job, unset the PMIX_* variables or set COLLX_STORE)");
+    const auto server = pmixServerIn(Config::process());
+    throw IoError(
+        where, "PMIx_Init failed: " + statusText(status) +
+                   " (the environment names a PMIx server: " + server.value_or("PMIX_* variables") +
+                   "; a job started by mpirun or srun --mpi=pmix has one; outside "
+                   "such a job, unset the PMIX_* variables or set COLLX_STORE)");
   }
   c.connected = true;
   if (!c.exitHook) {
@@ -162,17 +162,20 @@ void onValue(pmix_status_t status, pmix_value_t* kv, void* cbdata) {
 // seconds). `immediate`: ask no other host. Returns PMIx's status; PMIX_ERR_TIMEOUT when the
 // deadline passed first.
 pmix_status_t getValue(const pmix_proc_t& proc, const std::string& key, Clock::time_point deadline,
-                       bool immediate, Value& out) {
+                       bool immediate, Value& out, bool optional = false) {
   auto* pending = new PendingGet();
   pending->proc = proc;
   pending->key = key;
   const auto left = std::chrono::duration<double>(deadline - Clock::now()).count();
   int seconds = std::max(1, static_cast<int>(std::ceil(left)));
   bool yes = true;
-  pending->ninfo = immediate ? 2 : 1;
+  pending->ninfo = 1 + (immediate ? 1 : 0) + (optional ? 1 : 0);
   PMIX_INFO_CREATE(pending->info, pending->ninfo);
-  PMIX_INFO_LOAD(&pending->info[0], PMIX_TIMEOUT, &seconds, PMIX_INT);
-  if (immediate) PMIX_INFO_LOAD(&pending->info[1], PMIX_IMMEDIATE, &yes, PMIX_BOOL);
+  std::size_t n = 0;
+  PMIX_INFO_LOAD(&pending->info[n++], PMIX_TIMEOUT, &seconds, PMIX_INT);
+  if (immediate) PMIX_INFO_LOAD(&pending->info[n++], PMIX_IMMEDIATE, &yes, PMIX_BOOL);
+  // Job information that the server has or not: no request to the host for it.
+  if (optional) PMIX_INFO_LOAD(&pending->info[n++], PMIX_OPTIONAL, &yes, PMIX_BOOL);
   pmix_status_t status = PMIx_Get_nb(&pending->proc, pending->key.c_str(), pending->info,
                                      pending->ninfo, onValue, pending);
   if (status != PMIX_SUCCESS) {  // no callback will come
@@ -200,14 +203,16 @@ std::optional<std::int64_t> jobNumber(const pmix_proc_t& me, pmix_rank_t rank, c
   pmix_proc_t proc;
   PMIX_LOAD_PROCID(&proc, me.nspace, rank);
   Value value;
-  const pmix_status_t status = getValue(proc, key, deadline, false, value);
+  const pmix_status_t status = getValue(proc, key, deadline, false, value, !required);
   if (status == PMIX_SUCCESS && value.number) return value.integer;
   if (!required) return std::nullopt;
+  const Where where{static_cast<int>(me.rank), "PMIx", -1};
+  const std::string of = std::string(key) + " of namespace " + me.nspace;
   if (status == PMIX_ERR_TIMEOUT) {
-    throw TimeoutError(kWhere, std::string("the PMIx server did not answer ") + key + " in time");
+    throw TimeoutError(where, "the PMIx server did not answer " + of + " in time");
   }
-  throw IoError(kWhere, std::string("the PMIx server did not give ") + key + ": " +
-                            (status == PMIX_SUCCESS ? "not a number" : statusText(status)));
+  throw IoError(where, "the PMIx server did not give " + of + ": " +
+                           (status == PMIX_SUCCESS ? "not a number" : statusText(status)));
 }
 
 }  // namespace
@@ -236,9 +241,22 @@ PmixJob pmixJob(std::chrono::milliseconds timeout) {
   job.version = PMIx_Get_version();
   if (job.size < 1 || job.rank < 0 || job.rank >= job.size) {
     throw IoError(kWhere, "the PMIx server gives rank " + std::to_string(job.rank) +
-                              " of a job of " + std::to_string(job.size));
+                              " of a job of " + std::to_string(job.size) + " (namespace " +
+                              job.nspace + ")");
   }
   return job;
+}
+
+std::string pmixRank0Value(const std::string& scope, const std::string& value,
+                           const StoreOptions& options) {
+  PmixStore store(options, 0, scope);
+  const int rank = pmixJob(store.timeout()).rank;
+  store.setRank(rank);
+  if (rank == 0) {
+    store.set("value", value);
+    return value;
+  }
+  return toString(store.get("value"));
 }
 
 PmixStore::PmixStore(const StoreOptions& options, int writer, std::string scope)
@@ -359,6 +377,9 @@ namespace {
 
 PmixJob pmixJob(std::chrono::milliseconds) { notBuilt(Where{-1, "PMIx", -1}); }
 void pmixDisconnect() {}
+std::string pmixRank0Value(const std::string&, const std::string&, const StoreOptions&) {
+  notBuilt(Where{-1, "PMIx", -1});
+}
 
 PmixStore::PmixStore(const StoreOptions& options, int writer, std::string scope)
     : Store(options), writer_(writer), scope_(std::move(scope)) {

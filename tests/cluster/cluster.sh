@@ -199,13 +199,13 @@ cmd_down() {
   [ -n "$BRIDGE" ] && ip link del "$BRIDGE" 2>/dev/null
   local t
   for ((t = 0; t < 100; t++)); do
-    ip -o link show 2>/dev/null | grep -qE "(^| )${TAG}[hb]" || break
+    grep -qE "(^| )${TAG}[hb]" <<<"$(ip -o link show 2>/dev/null)" || break
     sleep 0.05
   done
   rm -rf "$DIR"
   local left=""
-  ip netns list 2>/dev/null | grep -q "^collx-$TAG-" && left+=" namespaces"
-  ip -o link show 2>/dev/null | grep -qE "(^| )${TAG}[hb]" && left+=" links"
+  grep -q "^collx-$TAG-" <<<"$(ip netns list 2>/dev/null)" && left+=" namespaces"
+  grep -qE "(^| )${TAG}[hb]" <<<"$(ip -o link show 2>/dev/null)" && left+=" links"
   [ -e "$DIR" ] && left+=" $DIR"
   [ -z "$left" ] || fail "down left behind:$left"
   say "down: cluster $TAG stopped and removed"
@@ -220,7 +220,7 @@ check_machine() {
     command -v "$tool" >/dev/null 2>&1 || skip "no '$tool' on this machine"
   done
   ip netns list >/dev/null 2>&1 || skip "'ip netns' does not work here"
-  if ip -4 addr show 2>/dev/null | grep -q " $NET\." || ip -4 route show 2>/dev/null | grep -q "^$NET\."; then
+  if grep -q " $NET\." <<<"$(ip -4 addr show 2>/dev/null)" || grep -q "^$NET\." <<<"$(ip -4 route show 2>/dev/null)"; then
     skip "$NET.0/24 is already in use on this machine (ip addr / ip route)"
   fi
   ensure_packages
@@ -364,7 +364,7 @@ cmd_up() {
   BRIDGE="${TAG}br"
   trap 'up_failed "interrupted"' INT TERM HUP
   local t0=$EPOCHREALTIME i
-  if ip -o link show "$BRIDGE" >/dev/null 2>&1 || ip netns list 2>/dev/null | grep -q "^collx-$TAG-"; then
+  if ip -o link show "$BRIDGE" >/dev/null 2>&1 || grep -q "^collx-$TAG-" <<<"$(ip netns list 2>/dev/null)"; then
     fail "links or namespaces named for tag $TAG exist already (another cluster with that tag? COLLX_CLUSTER_TAG=...)"
   fi
   [ -e "$DIR" ] && [ -n "$(ls -A "$DIR" 2>/dev/null)" ] && fail "$DIR exists and is not empty"

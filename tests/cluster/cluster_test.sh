@@ -318,6 +318,20 @@ if command -v mpirun >/dev/null 2>&1; then
 fi
 TIMES+=", placement $(since "$t")s"
 
+# ---- the PMIx store across hosts: a get from node0's rank, two init()s in a row (each
+# connecting to PMIx again after the last one's disconnect), under srun and mpirun ----
+if [ "$LAUNCH" = pmix ] && [ -x "$BIN/pmix_store_check" ]; then
+  for launcher in srun_job mpirun_job; do
+    [ "$launcher" = mpirun_job ] && ! command -v mpirun >/dev/null 2>&1 && continue
+    name=${launcher%_job}-pmix-store
+    "$launcher" "$name" "$BIN/pmix_store_check" || fail "$name: exit $?:
+$(cat "$WORK/$name.out")"
+    [ "$(grep -c "pmix store checks passed" "$WORK/$name.out")" = "$P" ] ||
+      fail "$name: not every rank passed: $(cat "$WORK/$name.out")"
+    say "ok: $name: the PMIx store and two init()s in a row on all $P ranks"
+  done
+fi
+
 # ---- (a) srun ----
 srun_job srun-info "$BIN/collx-info" --rendezvous ||
   fail "srun-info: srun exited $?:
@@ -459,9 +473,9 @@ cleanup
 TIMES+=", down $(since "$t")s"
 trap - EXIT
 leftover=""
-ip netns list 2>/dev/null | grep -q "^collx-$TAG-" &&
+grep -q "^collx-$TAG-" <<<"$(ip netns list 2>/dev/null)" &&
   leftover+=" namespaces($(ip netns list | grep "^collx-$TAG-" | cut -d' ' -f1 | tr '\n' ' '))"
-ip -o link show 2>/dev/null | grep -qE "(^| )${TAG}[hbn]" &&
+grep -qE "(^| )${TAG}[hbn]" <<<"$(ip -o link show 2>/dev/null)" &&
   leftover+=" links($(ip -o link show | grep -oE "${TAG}[hbn][^:@]*" | tr '\n' ' '))"
 # (One grep over every process's command line and environment, NUL-separated entries.)
 for f in $(grep -lzE -e "$WORK" -e "^COLLX_JOB_ID=ct$ID-" /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null); do

@@ -53,7 +53,10 @@ while [ $# -gt 0 ]; do
       break
       ;;
     # ssh's options that take a value.
-    -[BbcDEeFIiJLlmOopQRSWw]) shift 2 ;;
+    -[BbcDEeFIiJLlmOopQRSWw])
+      [ $# -ge 2 ] || fail "option $1 without its value"
+      shift 2
+      ;;
     -*) shift ;;
     *) break ;;
   esac

@@ -9,6 +9,7 @@
 #include "collx/rendezvous/tcp_store.h"
 #include "collx/secure/job_secret.h"
 #include "collx/secure/tls.h"
+#include "collx/transport/mesh.h"
 
 namespace collx {
 
@@ -223,7 +224,7 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
       b.pmixNamespace = job.nspace;
       continue;
     }
-    if (haveRank) break;
+    if (haveRank) continue;  // (not break: COLLX_STORE=pmix:// still meets PMIx's rank)
     auto rank = env(source.rankVar);
     auto size = env(source.sizeVar);
     if (!rank && !size) continue;
@@ -398,6 +399,23 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
                                : options.tls ? "options (" + b.tls->describe() + ")"
                                              : "COLLX_TLS=1 (" + b.tls->describe() + ")");
   return b;
+}
+
+JobStore startJobStore(bool allLocal, std::shared_ptr<const secure::JobSecret> secret,
+                       std::shared_ptr<const secure::TlsContext> tls) {
+  const Config& config = Config::process();
+  auto options = rendezvous::TcpStoreServer::Options::fromConfig(config);
+  options.host = allLocal ? "127.0.0.1" : "0.0.0.0";
+  options.secret = std::move(secret);
+  options.tls = std::move(tls);
+  JobStore out;
+  out.server = std::make_shared<rendezvous::TcpStoreServer>(options);
+  out.url =
+      allLocal ? out.server->url()
+               : rendezvous::tcpUrl(
+                     transport::reachableAddress(transport::MeshOptions::fromConfig(config).ifname),
+                     out.server->port());
+  return out;
 }
 
 std::shared_ptr<const secure::JobSecret> jobSecretOf(const Config& config) {

@@ -520,9 +520,9 @@ void warnUnauthenticated(const Bootstrap& b) {
   });
 }
 
-// The PMIx bootstrap (b.viaPmix): rank 0 starts a TCP store and puts its address, and a
-// secret it made when the job has none, into PMIx; every other rank reads them from there.
-// Returns rank 0's server (nullptr elsewhere) and sets b.storeUrl (and b.secret).
+// The PMIx bootstrap (b.viaPmix): rank 0 starts the job's TCP store and passes its address,
+// and a secret it made when the job has none, to the others through PMIx. Returns rank 0's
+// server (nullptr elsewhere) and sets b.storeUrl (and b.secret).
 std::shared_ptr<rendezvous::TcpStoreServer> meetThroughPmix(Bootstrap& b) {
   // Every init() of the job's ranks is a new meeting with a scope of its own: init() is
   // called by every rank alike, so the n-th of one rank meets the n-th of the others.
@@ -531,53 +531,66 @@ std::shared_ptr<rendezvous::TcpStoreServer> meetThroughPmix(Bootstrap& b) {
   rendezvous::StoreOptions options;
   options.timeout = b.timeout;
   options.rank = b.rank;
-  rendezvous::PmixStore pmix(options, 0, scope);
   const Where where{b.rank, "init (PMIx)", -1};
+  // Rank 0's value: "store <url>\n" and then "secret <text>\n" (a secret it made),
+  // "secret-held\n" (its own, from its environment) or nothing (COLLX_INSECURE); or
+  // "error <why>", so that the others fail at once.
   std::shared_ptr<rendezvous::TcpStoreServer> server;
-  std::string value;
+  std::string value, error, secretText;
   if (b.rank == 0) {
-    // "store <url>\n[secret <text>\n]", or "error <why>" so that the others fail at once.
-    std::string secretText;
     try {
-      if (!b.secret) {
+      const bool ownSecret = b.secret != nullptr;
+      if (!b.secret && !b.insecure) {
         secretText = secure::newSecretText();
         b.secret = secure::JobSecret::fromText(secretText, "rank 0's, passed through PMIx");
       }
-      auto serverOptions = rendezvous::TcpStoreServer::Options::fromConfig(Config::process());
-      serverOptions.host = b.allLocal ? "127.0.0.1" : "0.0.0.0";
-      serverOptions.secret = b.secret;
-      serverOptions.tls = b.tls;
-      server = std::make_shared<rendezvous::TcpStoreServer>(serverOptions);
-      char host[256] = {};
-      ::gethostname(host, sizeof(host) - 1);
-      b.storeUrl = b.allLocal ? server->url() : rendezvous::tcpUrl(host, server->port());
-      value = "store " + b.storeUrl + "\n";
-      if (!secretText.empty()) value += "secret " + secretText + "\n";
+      JobStore job = startJobStore(b.allLocal, b.secret, b.tls);
+      server = std::move(job.server);
+      b.storeUrl = job.url;
+      value = "store " + b.storeUrl + "\n" +
+              (ownSecret  ? "secret-held\n"
+               : b.secret ? "secret " + secretText + "\n"
+                          : "");
     } catch (const Error& e) {
-      value = "error " + e.detail();
+      error = e.detail();
+      value = "error " + error;
     }
-    pmix.set("address", value);
+  }
+  try {
+    value = rendezvous::pmixRank0Value(scope, value, options);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(where, "rank 0 did not pass its store's address through PMIx in " +
+                                  std::to_string(b.timeout.count()) +
+                                  " ms: it failed before, or it does not take its store from "
+                                  "PMIx (COLLX_STORE or MASTER_ADDR set on its host only?)");
+  }
+  std::fill(secretText.begin(), secretText.end(), '\0');
+  if (b.rank == 0) {
     std::fill(value.begin(), value.end(), '\0');
-    std::fill(secretText.begin(), secretText.end(), '\0');
-    if (!server) throw IoError(where, "rank 0 could not start the store: " + value.substr(6));
+    if (!error.empty()) throw IoError(where, "rank 0 could not start the store: " + error);
     return server;
   }
-  value = rendezvous::toString(pmix.get("address"));
   if (value.rfind("error ", 0) == 0) {
     throw IoError(where, "rank 0 could not start the store: " + value.substr(6));
   }
   std::istringstream lines(value);
-  std::string line;
-  while (std::getline(lines, line)) {
+  std::fill(value.begin(), value.end(), '\0');
+  for (std::string line; std::getline(lines, line);) {
     if (line.rfind("store ", 0) == 0) b.storeUrl = line.substr(6);
     if (line.rfind("secret ", 0) == 0 && !b.secret) {
       b.secret = secure::JobSecret::fromText(line.substr(7), "rank 0's, passed through PMIx");
     }
+    if (line == "secret-held" && !b.secret) {
+      throw InvalidArgument(where,
+                            "rank 0 has the job's secret from its environment "
+                            "(COLLX_JOB_SECRET or COLLX_JOB_SECRET_FILE) and this rank has "
+                            "none: give every rank the same one (mpirun -x COLLX_JOB_SECRET, "
+                            "or a file every host reads)");
+    }
     std::fill(line.begin(), line.end(), '\0');
   }
-  std::fill(value.begin(), value.end(), '\0');
   if (b.storeUrl.empty() || b.storeUrl == kPmixStoreUrl) {
-    throw IoError(where, "rank 0's PMIx value names no store");
+    throw IoError(where, "rank 0's value in PMIx names no store");
   }
   return nullptr;
 }
@@ -593,7 +606,7 @@ std::shared_ptr<Context> init(const BootstrapOptions& options, Bootstrap* used) 
     server = meetThroughPmix(b);
     for (auto& [what, origin] : b.origin) {
       if (what == "store") origin = b.storeUrl + " (" + origin + ")";
-      if (what == "secret" && !b.secret->origin().empty()) origin = b.secret->origin();
+      if (what == "secret" && b.secret) origin = b.secret->origin();
     }
   }
   if (used != nullptr) *used = b;

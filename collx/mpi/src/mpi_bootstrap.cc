@@ -1,5 +1,3 @@
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -105,15 +103,10 @@ std::shared_ptr<Context> initFromMpi(MPI_Comm comm, const BootstrapOptions& opti
     check(MPI_Allreduce(&sameHost, &allSameHost, 1, MPI_INT, MPI_MIN, comm), rank, "MPI_Allreduce");
     std::string url;
     if (rank == 0) {
-      auto serverOptions = rendezvous::TcpStoreServer::Options::fromConfig(Config::process());
-      serverOptions.host = allSameHost ? "127.0.0.1" : "0.0.0.0";
-      serverOptions.secret = resolved.secret;
-      serverOptions.tls = resolved.tls;
       try {
-        server = std::make_shared<rendezvous::TcpStoreServer>(serverOptions);
-        char host[256] = {};
-        ::gethostname(host, sizeof(host) - 1);
-        url = allSameHost ? server->url() : rendezvous::tcpUrl(host, server->port());
+        JobStore job = startJobStore(allSameHost != 0, resolved.secret, resolved.tls);
+        server = std::move(job.server);
+        url = job.url;
       } catch (const Error& e) {
         url = std::string("error:") + e.what();  // tell the others instead of leaving them hanging
       }

@@ -127,6 +127,56 @@ std::string routeTo(const std::string& host) {
   return result;
 }
 
+bool isLoopback(const sockaddr* address) {
+  if (address->sa_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(address)->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (address->sa_family == AF_INET6) {
+    return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr);
+  }
+  return false;
+}
+
+// Whether `host` resolves (here) to an address other than loopback.
+bool resolvesBeyondLoopback(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &list) != 0) return false;
+  bool found = false;
+  for (addrinfo* ai = list; ai != nullptr && !found; ai = ai->ai_next) {
+    found = !isLoopback(ai->ai_addr);
+  }
+  ::freeaddrinfo(list);
+  return found;
+}
+
+// This host's first interface address that is not loopback (IPv4 first; IPv6 link-local
+// ones skipped), or "".
+std::string firstInterfaceAddress() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "";
+  std::string v4, v6;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || (i->ifa_flags & IFF_UP) == 0 || isLoopback(i->ifa_addr)) {
+      continue;
+    }
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (i->ifa_addr->sa_family == AF_INET && v4.empty()) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf,
+                  sizeof(buf));
+      v4 = buf;
+    } else if (i->ifa_addr->sa_family == AF_INET6 && v6.empty()) {
+      auto* a6 = reinterpret_cast<sockaddr_in6*>(i->ifa_addr);
+      if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;
+      ::inet_ntop(AF_INET6, &a6->sin6_addr, buf, sizeof(buf));
+      v6 = buf;
+    }
+  }
+  ::freeifaddrs(list);
+  return !v4.empty() ? v4 : v6;
+}
+
 std::string chooseLocalAddress(const MeshOptions& options, const Where& where) {
   if (!options.ifname.empty()) return interfaceAddress(options.ifname, where);
   if (!options.routeHost.empty()) {
@@ -628,3 +678,16 @@ void TcpDevice::failAll(const Error& error) noexcept {
 }
 
 }  // namespace collx::transport::tcp
+
+namespace collx::transport {
+
+std::string reachableAddress(const std::string& ifname) {
+  if (!ifname.empty()) return tcp::interfaceAddress(ifname, Where{-1, "reachable address", -1});
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  if (name[0] != '\0' && tcp::resolvesBeyondLoopback(name)) return name;
+  std::string address = tcp::firstInterfaceAddress();
+  return address.empty() ? std::string(name) : address;
+}
+
+}  // namespace collx::transport

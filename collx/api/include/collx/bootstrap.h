@@ -50,7 +50,8 @@ inline constexpr const char* kPmixStoreUrl = "pmix://";
 
 namespace rendezvous {
 class Store;
-}
+class TcpStoreServer;
+}  // namespace rendezvous
 
 struct BootstrapOptions {
   std::optional<int> rank;
@@ -95,6 +96,19 @@ struct Bootstrap {
 
   static Bootstrap resolve(const BootstrapOptions& options, const Config& config);
 };
+
+// For bootstraps that pass rank 0's store address to the others over a channel of their
+// own (initFromMpi: MPI; init() under PMIx): the job's TCP store, started in this process
+// with the job's `secret` and `tls` (either may be nullptr), on loopback when every rank
+// runs on this host (`allLocal`), else on every interface; and the URL the others dial
+// (on other hosts: transport::reachableAddress, which COLLX_IFNAME steers). Throws IoError
+// as TcpStoreServer does.
+struct JobStore {
+  std::shared_ptr<rendezvous::TcpStoreServer> server;
+  std::string url;
+};
+JobStore startJobStore(bool allLocal, std::shared_ptr<const secure::JobSecret> secret,
+                       std::shared_ptr<const secure::TlsContext> tls);
 
 // The job's secret as `config` gives it (COLLX_JOB_SECRET or COLLX_JOB_SECRET_FILE), or
 // nullptr: for contexts made without the bootstrap (the PyTorch backend). Throws

@@ -59,9 +59,15 @@ struct PmixJob {
 PmixJob pmixJob(std::chrono::milliseconds timeout);
 
 // Ends this process's connection to its PMIx server, if it has one (PMIx counts the
-// connections of a process: an MPI library's stays). A later use connects again. No
-// PmixStore may be in use.
+// connections of a process: an MPI library's stays). A later pmixJob() or PmixStore
+// connects again; a PmixStore made before fails with an IoError when used after.
 void pmixDisconnect();
+
+// Rank 0's `value` on every rank of this process's PMIx job: rank 0 puts it under `scope`
+// (each scope once per job) and returns it; every other rank returns it once it is there
+// (their `value` is not used), or throws TimeoutError at options' timeout.
+std::string pmixRank0Value(const std::string& scope, const std::string& value,
+                           const StoreOptions& options);
 
 class PmixStore final : public Store {
  public:
