@@ -116,6 +116,30 @@ grep -q "IoError: .*PMIx_Init failed.*PMIX_NAMESPACE=4242.*unset the PMIX_\* var
   fail "a dead PMIx server: $(cat "$out")"
 say "PMIx variables without a server: $(cut -c1-90 "$out")..."
 
+# 6a. A PMIx server that takes the connection and never answers: a TimeoutError at
+#     COLLX_TIMEOUT, not a hang.
+/usr/bin/python3 -c '
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+print(s.getsockname()[1], flush=True)
+time.sleep(60)' >"$WORK/silent.port" &
+silent=$!
+for _ in $(seq 50); do [ -s "$WORK/silent.port" ] && break; sleep 0.1; done
+port=$(cat "$WORK/silent.port")
+start=$(date +%s)
+env COLLX_TIMEOUT=2s PMIX_NAMESPACE=4242 PMIX_RANK=0 PMIX_SERVER_URI41="4241.0;tcp4://127.0.0.1:$port" \
+  timeout 20 "$BIN/collx-info" --rendezvous >"$out" 2>&1
+code=$?
+elapsed=$(($(date +%s) - start))
+kill "$silent" 2>/dev/null
+wait "$silent" 2>/dev/null
+[ "$code" = 1 ] && grep -q "TimeoutError: .*PMIx_Init did not return in time.*PMIX_NAMESPACE=4242" "$out" ||
+  fail "a silent PMIx server: exit $code after ${elapsed}s: $(cat "$out")"
+[ "$elapsed" -lt 10 ] || fail "a silent PMIx server held collx-info ${elapsed}s with COLLX_TIMEOUT=2s"
+say "a silent PMIx server: TimeoutError after ${elapsed}s (COLLX_TIMEOUT=2s)"
+
 # 6b. A host whose /etc/hosts maps its own name to 127.0.1.1 (Debian's default) is reached
 #     by its interface's address across hosts (root and unshare only).
 if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 &&

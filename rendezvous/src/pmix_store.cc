@@ -43,10 +43,14 @@ const Where kWhere{-1, "PMIx", -1};
 std::string statusText(pmix_status_t status) { return PMIx_Error_string(status); }
 
 // The process's connection to its PMIx server: made by the first user, ended by
-// pmixDisconnect() or at exit.
+// pmixDisconnect() or at exit. PMIx_Init runs on a thread of its own, so that a server that
+// does not answer costs the caller its deadline, not its life; one that answers late still
+// leaves a connection that pmixDisconnect() and exit end.
 struct Client {
   std::mutex mutex;
-  bool connected = false;
+  std::condition_variable changed;
+  enum class State { kIdle, kConnecting, kConnected } state = State::kIdle;
+  pmix_status_t failure = PMIX_SUCCESS;  // the last PMIx_Init's error
   bool exitHook = false;
   pmix_proc_t me{};
 };
@@ -58,25 +62,41 @@ Client& client() {
 
 void disconnectAtExit() { pmixDisconnect(); }
 
-pmix_proc_t connect(const Where& where) {
+pmix_proc_t connect(const Where& where, Clock::time_point deadline) {
   Client& c = client();
-  std::lock_guard<std::mutex> lock(c.mutex);
-  if (c.connected) return c.me;
-  const pmix_status_t status = PMIx_Init(&c.me, nullptr, 0);
-  if (status != PMIX_SUCCESS) {
-    const auto server = pmixServerIn(Config::process());
-    throw IoError(
-        where, "PMIx_Init failed: " + statusText(status) +
-                   " (the environment names a PMIx server: " + server.value_or("PMIX_* variables") +
-                   "; a job started by mpirun or srun --mpi=pmix has one; outside "
-                   "such a job, unset the PMIX_* variables or set COLLX_STORE)");
+  std::unique_lock<std::mutex> lock(c.mutex);
+  if (c.state == Client::State::kIdle) {
+    c.state = Client::State::kConnecting;
+    std::thread([&c] {
+      pmix_proc_t me{};
+      const pmix_status_t status = PMIx_Init(&me, nullptr, 0);
+      {
+        std::lock_guard<std::mutex> guard(c.mutex);
+        c.failure = status;
+        c.state = status == PMIX_SUCCESS ? Client::State::kConnected : Client::State::kIdle;
+        if (status == PMIX_SUCCESS) c.me = me;
+        if (status == PMIX_SUCCESS && !c.exitHook) {
+          c.exitHook = true;
+          std::atexit(disconnectAtExit);
+        }
+      }
+      c.changed.notify_all();
+    }).detach();
   }
-  c.connected = true;
-  if (!c.exitHook) {
-    c.exitHook = true;
-    std::atexit(disconnectAtExit);
+  const auto server = [] {
+    return pmixServerIn(Config::process()).value_or("PMIX_* variables");
+  };
+  if (!c.changed.wait_until(lock, deadline,
+                            [&c] { return c.state != Client::State::kConnecting; })) {
+    throw TimeoutError(where, "PMIx_Init did not return in time: the PMIx server the "
+                              "environment names (" +
+                                  server() + ") does not answer");
   }
-  return c.me;
+  if (c.state == Client::State::kConnected) return c.me;
+  throw IoError(where, "PMIx_Init failed: " + statusText(c.failure) +
+                           " (the environment names a PMIx server: " + server() +
+                           "; a job started by mpirun or srun --mpi=pmix has one; outside "
+                           "such a job, unset the PMIX_* variables or set COLLX_STORE)");
 }
 
 // A value as PMIx_Get returned it: bytes (a byte object or a string) or an integer.
@@ -220,14 +240,14 @@ std::optional<std::int64_t> jobNumber(const pmix_proc_t& me, pmix_rank_t rank, c
 void pmixDisconnect() {
   Client& c = client();
   std::lock_guard<std::mutex> lock(c.mutex);
-  if (!c.connected) return;
-  c.connected = false;
+  if (c.state != Client::State::kConnected) return;
+  c.state = Client::State::kIdle;
   PMIx_Finalize(nullptr, 0);
 }
 
 PmixJob pmixJob(std::chrono::milliseconds timeout) {
-  const pmix_proc_t me = connect(kWhere);
   const Clock::time_point deadline = Clock::now() + timeout;
+  const pmix_proc_t me = connect(kWhere, deadline);
   PmixJob job;
   job.nspace = me.nspace;
   job.rank = static_cast<int>(me.rank);
