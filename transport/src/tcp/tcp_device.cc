@@ -62,19 +62,32 @@ std::string hostPort(const asio::ip::address& address, std::uint16_t port) {
   return host + ":" + std::to_string(port);
 }
 
-// The address of interface `name`, IPv4 preferred.
-std::string interfaceAddress(const std::string& name, const Where& where) {
+bool isLoopback(const sockaddr* address) {
+  if (address->sa_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(address)->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (address->sa_family == AF_INET6) {
+    return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr);
+  }
+  return false;
+}
+
+// The first address (IPv4 first; IPv6 link-local ones skipped) of the interfaces `accept`
+// takes, or ""; `names`, when given, receives every interface's name, comma-separated.
+// Throws IoError when the interfaces cannot be listed.
+template <typename Accept>
+std::string firstAddress(Accept accept, const Where& where, std::string* names = nullptr) {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) {
     throw IoError(where, std::string("getifaddrs failed: ") + std::strerror(errno));
   }
-  std::string v4, v6, names;
+  std::string v4, v6, seen;
   for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
     if (i->ifa_addr == nullptr) continue;
-    if (names.find(std::string(i->ifa_name) + ",") == std::string::npos) {
-      names += std::string(i->ifa_name) + ",";
+    if (seen.find(std::string(i->ifa_name) + ",") == std::string::npos) {
+      seen += std::string(i->ifa_name) + ",";
     }
-    if (name != i->ifa_name) continue;
+    if (!accept(*i)) continue;
     char buf[INET6_ADDRSTRLEN] = {};
     if (i->ifa_addr->sa_family == AF_INET && v4.empty()) {
       ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf,
@@ -88,9 +101,19 @@ std::string interfaceAddress(const std::string& name, const Where& where) {
     }
   }
   ::freeifaddrs(list);
-  if (!v4.empty()) return v4;
-  if (!v6.empty()) return v6;
-  if (!names.empty()) names.pop_back();
+  if (names != nullptr) {
+    if (!seen.empty()) seen.pop_back();
+    *names = seen;
+  }
+  return !v4.empty() ? v4 : v6;
+}
+
+// The address of interface `name`, IPv4 preferred.
+std::string interfaceAddress(const std::string& name, const Where& where) {
+  std::string names;
+  std::string address =
+      firstAddress([&name](const ifaddrs& i) { return name == i.ifa_name; }, where, &names);
+  if (!address.empty()) return address;
   throw InvalidArgument(
       where,
       "COLLX_IFNAME=" + name + ": no such interface with an address (interfaces: " + names + ")");
@@ -127,16 +150,6 @@ std::string routeTo(const std::string& host) {
   return result;
 }
 
-bool isLoopback(const sockaddr* address) {
-  if (address->sa_family == AF_INET) {
-    return (ntohl(reinterpret_cast<const sockaddr_in*>(address)->sin_addr.s_addr) >> 24) == 127;
-  }
-  if (address->sa_family == AF_INET6) {
-    return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr);
-  }
-  return false;
-}
-
 // Whether `host` resolves (here) to an address other than loopback.
 bool resolvesBeyondLoopback(const std::string& host) {
   addrinfo hints{};
@@ -149,32 +162,6 @@ bool resolvesBeyondLoopback(const std::string& host) {
   }
   ::freeaddrinfo(list);
   return found;
-}
-
-// This host's first interface address that is not loopback (IPv4 first; IPv6 link-local
-// ones skipped), or "".
-std::string firstInterfaceAddress() {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return "";
-  std::string v4, v6;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || (i->ifa_flags & IFF_UP) == 0 || isLoopback(i->ifa_addr)) {
-      continue;
-    }
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (i->ifa_addr->sa_family == AF_INET && v4.empty()) {
-      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf,
-                  sizeof(buf));
-      v4 = buf;
-    } else if (i->ifa_addr->sa_family == AF_INET6 && v6.empty()) {
-      auto* a6 = reinterpret_cast<sockaddr_in6*>(i->ifa_addr);
-      if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;
-      ::inet_ntop(AF_INET6, &a6->sin6_addr, buf, sizeof(buf));
-      v6 = buf;
-    }
-  }
-  ::freeifaddrs(list);
-  return !v4.empty() ? v4 : v6;
 }
 
 std::string chooseLocalAddress(const MeshOptions& options, const Where& where) {
@@ -686,7 +673,10 @@ std::string reachableAddress(const std::string& ifname) {
   char name[256] = {};
   ::gethostname(name, sizeof(name) - 1);
   if (name[0] != '\0' && tcp::resolvesBeyondLoopback(name)) return name;
-  std::string address = tcp::firstInterfaceAddress();
+  // This host's first interface address that is up and not loopback.
+  std::string address = tcp::firstAddress(
+      [](const ifaddrs& i) { return (i.ifa_flags & IFF_UP) != 0 && !tcp::isLoopback(i.ifa_addr); },
+      Where{-1, "reachable address", -1});
   return address.empty() ? std::string(name) : address;
 }
 
