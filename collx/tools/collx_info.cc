@@ -119,8 +119,7 @@ void printLaunch(const collx::Config& config) {
             << "\n";
   std::string address;
   try {
-    address = collx::transport::reachableAddress(
-        collx::transport::MeshOptions::fromConfig(config).ifname);
+    address = collx::transport::reachableAddress(config);
   } catch (const collx::Error& e) {
     address = "cannot tell: " + e.detail();
   }

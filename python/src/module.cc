@@ -344,11 +344,7 @@ PYBIND11_MODULE(_collx, m) {
       "_pmix_disconnect()\n\nFor collx.torch: ends this process's PMIx connection (once every "
       "rank has joined: a task that dies connected makes Slurm end the whole step at once).");
   m.def(
-      "_reachable_address",
-      [] {
-        return transport::reachableAddress(
-            transport::MeshOptions::fromConfig(Config::process()).ifname);
-      },
+      "_reachable_address", [] { return transport::reachableAddress(Config::process()); },
       "_reachable_address()\n\nFor collx.torch: the address ranks on other hosts dial to "
       "reach a service of this host (COLLX_IFNAME's, else the host name unless it resolves to "
       "loopback, else the first interface's).");

@@ -270,9 +270,8 @@ PmixJob pmixJob(std::chrono::milliseconds timeout) {
 std::string pmixRank0Value(const std::string& scope, const std::string& value,
                            const StoreOptions& options) {
   PmixStore store(options, 0, scope);
-  const int rank = pmixJob(store.timeout()).rank;
-  store.setRank(rank);
-  if (rank == 0) {
+  store.setRank(store.job().rank);
+  if (store.job().rank == 0) {
     store.set("value", value);
     return value;
   }

@@ -371,6 +371,16 @@ if [ "$MPI" = 1 ]; then
 fi
 
 # ---- (d) the Python module ----
+# every_rank_said NAME WHO RESULT: each rank r printed "WHO rank r of P on <its host>: RESULT"
+# in NAME's output (2 ranks a host: rank r on node r/2).
+every_rank_said() {
+  local name=$1 who=$2 result=$3 r
+  for ((r = 0; r < P; r++)); do
+    grep -qE "^$who rank $r of $P on node$((r / RANKS)): $result" "$WORK/$name.out" ||
+      fail "$name: rank $r did not report '$result' on node$((r / RANKS)):
+$(cat "$WORK/$name.out")"
+  done
+}
 PYDIR=""
 for d in "$BIN/../python" "$(dirname "$BIN")/python"; do
   if [ -f "$d/collx/__init__.py" ] && ls "$d"/collx/_collx*.so >/dev/null 2>&1; then
@@ -405,12 +415,7 @@ EOF
   srun_job srun-python env PYTHONPATH="$PYDIR" /usr/bin/python3 "$WORK/allreduce.py" ||
     fail "srun-python: srun exited $?:
 $(cat "$WORK/srun-python.out")"
-  out="$WORK/srun-python.out"
-  for ((r = 0; r < P; r++)); do
-    grep -qE "^python rank $r of $P on node$((r / RANKS)): allreduce ok" "$out" ||
-      fail "srun-python: rank $r did not report a right allreduce on node$((r / RANKS)):
-$(cat "$out")"
-  done
+  every_rank_said srun-python python "allreduce ok"
   say "ok: srun-python: collx.init() and allreduce right on all $P ranks ($PYDIR)"
   if [ "$LAUNCH" = pmix ] && ls "$PYDIR"/collx/_collx_torch*.so >/dev/null 2>&1; then
     # torch.distributed with none of torch's variables: collx.torch's env:// through PMIx.
@@ -437,11 +442,7 @@ EOF
     srun_job srun-torch env PYTHONPATH="$PYDIR" OMP_NUM_THREADS=1 /usr/bin/python3 "$WORK/torch_allreduce.py" ||
       fail "srun-torch: srun exited $?:
 $(cat "$WORK/srun-torch.out")"
-    for ((r = 0; r < P; r++)); do
-      grep -qE "^torch rank $r of $P on node$((r / RANKS)): all_reduce ok" "$WORK/srun-torch.out" ||
-        fail "srun-torch: rank $r did not report a right all_reduce on node$((r / RANKS)):
-$(cat "$WORK/srun-torch.out")"
-    done
+    every_rank_said srun-torch torch "all_reduce ok"
     say "ok: srun-torch: init_process_group(\"collx\") with nothing set and all_reduce right on all $P ranks"
   fi
 fi

@@ -1,5 +1,6 @@
 #include "collx/bootstrap.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "collx/base/config.h"
@@ -99,15 +100,18 @@ std::string originOf(const SettingInfo& setting, const Config& config) {
   return "default";
 }
 
+// A job id's characters: letters, digits and - _ . :
+bool isJobIdChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+         c == ':';
+}
+
 // A job id made of `text` (a PMIx namespace: "prterun-host-12@1", "slurm.pmix.12.0"): its
-// characters outside letters, digits and - _ . : become '-', and it is cut to 200.
+// other characters become '-', and it is cut to 200.
 std::string jobIdOf(const std::string& text) {
   std::string out = text.substr(0, 200);
   for (char& c : out) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' &&
-        c != ':') {
-      c = '-';
-    }
+    if (!isJobIdChar(c)) c = '-';
   }
   return out.empty() ? "default" : out;
 }
@@ -116,11 +120,8 @@ void validateJobId(const std::string& jobId, const std::string& source) {
   if (jobId.empty() || jobId.size() > 200) {
     fail(source + ": a job id has 1..200 characters");
   }
-  for (char c : jobId) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' &&
-        c != ':') {
-      fail(source + ": a job id may contain letters, digits and - _ . : only");
-    }
+  if (!std::all_of(jobId.begin(), jobId.end(), isJobIdChar)) {
+    fail(source + ": a job id may contain letters, digits and - _ . : only");
   }
 }
 
@@ -410,11 +411,8 @@ JobStore startJobStore(bool allLocal, std::shared_ptr<const secure::JobSecret> s
   options.tls = std::move(tls);
   JobStore out;
   out.server = std::make_shared<rendezvous::TcpStoreServer>(options);
-  out.url =
-      allLocal ? out.server->url()
-               : rendezvous::tcpUrl(
-                     transport::reachableAddress(transport::MeshOptions::fromConfig(config).ifname),
-                     out.server->port());
+  out.url = allLocal ? out.server->url()
+                     : rendezvous::tcpUrl(transport::reachableAddress(config), out.server->port());
   return out;
 }
 

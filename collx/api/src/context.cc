@@ -559,9 +559,10 @@ std::shared_ptr<rendezvous::TcpStoreServer> meetThroughPmix(Bootstrap& b) {
   try {
     value = rendezvous::pmixRank0Value(scope, value, options);
   } catch (const TimeoutError& e) {
-    throw TimeoutError(where, "rank 0 did not pass its store's address through PMIx in " +
-                                  std::to_string(b.timeout.count()) +
-                                  " ms: it failed before, or it does not take its store from "
+    if (b.rank == 0) throw;  // its own PMIx did not answer: the error says so
+    throw TimeoutError(where, "rank 0 did not pass its store's address through PMIx (" +
+                                  e.detail() +
+                                  "): it failed before, or it does not take its store from "
                                   "PMIx (COLLX_STORE or MASTER_ADDR set on its host only?)");
   }
   std::fill(secretText.begin(), secretText.end(), '\0');

@@ -668,7 +668,8 @@ void TcpDevice::failAll(const Error& error) noexcept {
 
 namespace collx::transport {
 
-std::string reachableAddress(const std::string& ifname) {
+std::string reachableAddress(const Config& config) {
+  const std::string ifname = MeshOptions::fromConfig(config).ifname;
   if (!ifname.empty()) return tcp::interfaceAddress(ifname, Where{-1, "reachable address", -1});
   char name[256] = {};
   ::gethostname(name, sizeof(name) - 1);

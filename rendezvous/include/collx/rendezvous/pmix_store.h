@@ -78,6 +78,8 @@ class PmixStore final : public Store {
   ~PmixStore() override;
 
   std::string describe() const override;
+  // This process's place in the job, as the store read it when it connected.
+  const PmixJob& job() const noexcept { return job_; }
 
  protected:
   void doSet(const std::string& key, const Bytes& value) override;

@@ -38,12 +38,12 @@ using Clock = std::chrono::steady_clock;
 extern const AutoSetting<kind::String> kHostId;
 
 // The address others on other hosts dial to reach a TCP service of this host (rank 0's
-// store, when a bootstrap passes its address over MPI or PMIx): the address of interface
-// `ifname` when given (COLLX_IFNAME); else this host's name when it resolves to an address
-// other than loopback; else its first interface address that is not loopback (IPv4
-// first); else its name. (A host whose /etc/hosts maps its own name to 127.0.1.1, as
-// Debian's does, is reached by its interface's address.)
-std::string reachableAddress(const std::string& ifname);
+// store, when a bootstrap passes its address over MPI or PMIx): the address of the
+// interface COLLX_IFNAME names in `config`, when set; else this host's name when it resolves to an
+// address other than loopback; else its first interface address that is not loopback (IPv4 first);
+// else its name. (A host whose /etc/hosts maps its own name to 127.0.1.1, as Debian's does, is
+// reached by its interface's address.)
+std::string reachableAddress(const Config& config);
 
 struct MeshOptions {
   // The transport's settings at their declared defaults (mesh_options.cc).
