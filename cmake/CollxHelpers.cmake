@@ -13,9 +13,11 @@ function(collx_optional var description)
   set_property(GLOBAL PROPERTY ${var}_DESCRIPTION "${description}")
 endfunction()
 
-# collx_resolve_optional(VAR FOUND_VAR "what was found" "Debian packages to install"):
-# turns VAR into a boolean COLLX_HAVE_<part> and says clearly what happened.
+# collx_resolve_optional(VAR FOUND_VAR "what was found" "Debian packages to install" ["why"]):
+# turns VAR into a boolean COLLX_HAVE_<part> and says clearly what happened ("why", when
+# given, says why the part was not found instead of the packages to install).
 function(collx_resolve_optional var found_var found_text packages)
+  set(_why "${ARGV4}")
   get_property(_description GLOBAL PROPERTY ${var}_DESCRIPTION)
   string(REGEX REPLACE "^COLLX_WITH_" "COLLX_HAVE_" _have "${var}")
   if(${var} STREQUAL "OFF")
@@ -25,8 +27,14 @@ function(collx_resolve_optional var found_var found_text packages)
     set(_state ON)
     set(_text "ON (${found_text})")
   elseif(${var} STREQUAL "ON")
+    if(_why)
+      message(FATAL_ERROR "collx: ${_description} was required by ${var}=ON: ${_why}")
+    endif()
     message(FATAL_ERROR "collx: ${_description} was required by ${var}=ON but its dependency "
                         "was not found; install: apt-get install -y ${packages}")
+  elseif(_why)
+    set(_state OFF)
+    set(_text "OFF (${_why})")
   else()
     set(_state OFF)
     set(_text "OFF (not found; install ${packages} to enable it)")

@@ -20,6 +20,7 @@ which are RuntimeErrors. The COLLX_* environment variables (COLLX_ALLREDUCE_ALGO
 COLLX_IFNAME, ...) apply as for collx.init().
 """
 
+import inspect
 import itertools
 import os
 import socket
@@ -55,8 +56,18 @@ def dump_state(group=None):
     return group._get_backend(torch.device("cpu")).dump_state()
 
 
-if BACKEND.upper() not in getattr(_dist.Backend, "_plugins", {}):
-    _dist.Backend.register_backend(BACKEND, create_process_group)
+def _register():
+    if BACKEND.upper() in getattr(_dist.Backend, "_plugins", {}):
+        return
+    # torch 2.x puts backends behind its ProcessGroup per device type: collx serves "cpu"
+    # (torch 1.13's register_backend has no devices, and the group is the backend).
+    if "devices" in inspect.signature(_dist.Backend.register_backend).parameters:
+        _dist.Backend.register_backend(BACKEND, create_process_group, devices=["cpu"])
+    else:
+        _dist.Backend.register_backend(BACKEND, create_process_group)
+
+
+_register()
 
 
 # ---- env:// under a PMIx launcher ---------------------------------------------------------
@@ -73,7 +84,7 @@ def _pmix_rendezvous(job, timeout):
             # Listens on every interface; the others dial this address, and collx routes
             # its own connections by it (so not "0.0.0.0", which routes to loopback).
             host = _collx._reachable_address()
-            store = _dist.TCPStore(host, 0, size, True, timeout, wait_for_workers=False)
+            store = _tcp_store(host, 0, size, True, timeout, wait_for_workers=False)
             address = "%s %d" % (host, store.port)
         except Exception as e:  # tell the others at once instead of leaving them waiting
             _collx._pmix_rank0_value(name, "error rank 0 could not start torch's TCPStore: %s"
@@ -85,7 +96,7 @@ def _pmix_rendezvous(job, timeout):
         if address.startswith("error "):
             raise RuntimeError("rank %d: %s" % (rank, address[len("error "):]))
         host, port = address.split()
-        store = _dist.TCPStore(host, int(port), size, False, timeout)
+        store = _tcp_store(host, int(port), size, False, timeout)
     # Once every rank has joined the store, PMIx is done with: a task that dies while
     # connected makes Slurm's PMIx plugin end the whole step before the others can report.
     key = "collx/%s/joined" % name
@@ -97,22 +108,72 @@ def _pmix_rendezvous(job, timeout):
     raise RuntimeError("Unable to perform re-rendezvous using env:// method")
 
 
-def _env_or_pmix(url, timeout=_dist.default_pg_timeout, **kwargs):
-    """torch's env:// handler; where none of torch's variables is set (nor rank and
-    world_size given) and the environment names a PMIx server, rank and size from PMIx."""
-    query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
-    given = "rank" in query or "world_size" in query
-    given = given or any(v in os.environ for v in _TORCH_VARIABLES)
-    job = None if given else _collx._pmix_job(timeout)
-    if job is None:
-        return _env_or_pmix.torch_handler(url, timeout=timeout, **kwargs)
-    return _pmix_rendezvous(job, timeout)
+def _lacks_libuv(error):
+    """torch 2.x's refusal of a TCPStore with libuv in a torch built without it (Debian 13's
+    torch 2.6), where libuv is the default."""
+    return isinstance(error, RuntimeError) and "without libuv" in str(error)
 
 
-# torch 1.13 keeps its handlers in this table; register_rendezvous_handler refuses to replace
-# one, so the env:// entry is wrapped in place, once however often this module loads (a
-# reload finds the wrapper of the previous load and keeps its torch handler).
-_installed = _rendezvous_module._rendezvous_handlers.get("env")
-if _installed is not None:
-    _env_or_pmix.torch_handler = getattr(_installed, "torch_handler", _installed)
-    _rendezvous_module._rendezvous_handlers["env"] = _env_or_pmix
+def _tcp_store(*args, **kwargs):
+    """torch's TCPStore, without libuv where this torch has none."""
+    try:
+        return _dist.TCPStore(*args, **kwargs)
+    except RuntimeError as e:
+        if not _lacks_libuv(e) or os.environ.get("USE_LIBUV") == "1":
+            raise
+        return _dist.TCPStore(*args, use_libuv=False, **kwargs)
+
+
+def _without_libuv(url):
+    parts = urllib.parse.urlparse(url)
+    return urllib.parse.urlunparse(parts._replace(
+        query=parts.query + ("&" if parts.query else "") + "use_libuv=0"))
+
+
+def _libuv_fallback(handler, url, timeout, kwargs):
+    """torch's handler; where its TCPStore refuses libuv because this torch has none, and
+    neither the URL's use_libuv nor USE_LIBUV asked for it, once more with use_libuv=0 (the
+    rendezvous an unchanged script would otherwise fail at, with any backend)."""
+    it = handler(url, timeout=timeout, **kwargs)
+    try:
+        first = next(it)
+    except RuntimeError as e:
+        if not _lacks_libuv(e) or "use_libuv" in url or "USE_LIBUV" in os.environ:
+            raise
+        it = handler(_without_libuv(url), timeout=timeout, **kwargs)
+        first = next(it)
+    yield first
+    yield from it
+
+
+def _env_or_pmix(torch_handler):
+    def handler(url, timeout=_dist.default_pg_timeout, **kwargs):
+        """torch's env:// handler; where none of torch's variables is set (nor rank and
+        world_size given) and the environment names a PMIx server, rank and size from
+        PMIx."""
+        query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
+        given = "rank" in query or "world_size" in query
+        given = given or any(v in os.environ for v in _TORCH_VARIABLES)
+        job = None if given else _collx._pmix_job(timeout)
+        if job is None:
+            return _libuv_fallback(torch_handler, url, timeout, kwargs)
+        return _pmix_rendezvous(job, timeout)
+    return handler
+
+
+def _tcp(torch_handler):
+    def handler(url, timeout=_dist.default_pg_timeout, **kwargs):
+        """torch's tcp:// handler, without libuv where this torch has none."""
+        return _libuv_fallback(torch_handler, url, timeout, kwargs)
+    return handler
+
+
+# torch keeps its handlers in this table; register_rendezvous_handler refuses to replace one,
+# so the entries are wrapped in place, once however often this module loads (a reload finds
+# the wrapper of the previous load and keeps its torch handler).
+for _scheme, _make in (("env", _env_or_pmix), ("tcp", _tcp)):
+    _installed = _rendezvous_module._rendezvous_handlers.get(_scheme)
+    if _installed is not None:
+        _torch_handler = getattr(_installed, "torch_handler", _installed)
+        _rendezvous_module._rendezvous_handlers[_scheme] = _make(_torch_handler)
+        _rendezvous_module._rendezvous_handlers[_scheme].torch_handler = _torch_handler

@@ -1,30 +1,36 @@
-// collx._collx_torch: the torch.distributed backend "collx" (torch 1.13's c10d API).
+// collx._collx_torch: the torch.distributed backend "collx", one source for torch 1.13 and
+// torch 2.x.
 //
 //   import collx.torch     # registers the backend
 //   torch.distributed.init_process_group("collx", init_method="env://")
 //
-// ProcessGroupCollx is a c10d::ProcessGroup over one collx::Context, which joins through the
-// c10d::Store torch's rendezvous made (C10dStore adapts it to collx's Store), so torch's
-// TCPStore or FileStore serves collx too. Every op turns its tensors into a collx::Call and
-// runs it (small ones) or starts it on the caller's thread (ranks issue them in the same
-// order, as torch requires), and returns a WorkCollx: wait() drives the call on the waiting
-// thread (no hand-off for a blocking torch call); getFuture() hands the wait to the group's
-// completion thread, which completes the future (DistributedDataParallel's path). Ops whose
-// torch arguments are lists of tensors go through one flat buffer and copy in or out around
-// the call. Types and ops map onto collx as in the module (shared/mapping.h), and a dropped
-// handle's tensors stay alive as there (shared/in_flight.h).
+// ProcessGroupCollx runs over one collx::Context, which joins through the c10d::Store torch's
+// rendezvous made (C10dStore adapts it to collx's Store), so torch's TCPStore or FileStore
+// serves collx too. Every op turns its tensors into a collx::Call and runs it (small ones) or
+// starts it on the caller's thread (ranks issue them in the same order, as torch requires),
+// and returns a WorkCollx: wait() drives the call on the waiting thread (no hand-off for a
+// blocking torch call); getFuture() hands the wait to the group's completion thread, which
+// completes the future (DistributedDataParallel's path). Ops whose torch arguments are lists
+// of tensors go through one flat buffer and copy in or out around the call. Types and ops map
+// onto collx as in the module (shared/mapping.h), and a dropped handle's tensors stay alive as
+// there (shared/in_flight.h).
+//
+// torch 2.x puts a backend behind its ProcessGroup (c10d::Backend, one per device type: this
+// one for "cpu"); torch 1.13 has the ProcessGroup itself as the backend. The ops' signatures
+// are the same in both; what differs is gathered under "torch versions" below.
 //
 // This is the only file that includes torch's headers (they cost ~1 minute to compile).
 #include <ATen/ATen.h>
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
-#include <torch/csrc/utils/tensor_dtypes.h>
+#include <torch/version.h>
 
 #include <array>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -36,6 +42,22 @@
 #include "collx/settings.h"
 #include "shared/in_flight.h"
 #include "shared/mapping.h"
+
+// ---- torch versions ------------------------------------------------------------------------
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#define COLLX_TORCH_BACKEND_API 1  // c10d::Backend behind torch's ProcessGroup
+#else
+#define COLLX_TORCH_BACKEND_API 0  // the ProcessGroup is the backend (torch 1.13)
+#endif
+
+namespace collx::torch_backend {
+#if COLLX_TORCH_BACKEND_API
+using BackendBase = c10d::Backend;
+#else
+using BackendBase = c10d::ProcessGroup;
+#endif
+}  // namespace collx::torch_backend
 
 namespace collx::torch_backend {
 
@@ -378,9 +400,31 @@ struct Flat {
   std::uint64_t perElement = 1;
 };
 
-// torch's own name for a type ("float32", "bool"), which is numpy's too: the module finds a
-// tensor's type by that name as well.
-std::string torchName(at::ScalarType type) { return torch::utils::getDtypeNames(type).first; }
+// torch's own name for a type ("float32", "bool"; torch.float32 prints as "torch.float32"),
+// which is numpy's too: the module finds a tensor's type by that name as well. From c10's
+// enumeration, which every torch release keeps, rather than torch's Python helpers, which
+// change between releases. A type not listed is named as c10 prints it ("Float8_e5m2").
+std::string torchName(at::ScalarType type) {
+  switch (type) {
+    case at::kByte: return "uint8";
+    case at::kChar: return "int8";
+    case at::kShort: return "int16";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    case at::kHalf: return "float16";
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kComplexHalf: return "complex32";
+    case at::kComplexFloat: return "complex64";
+    case at::kComplexDouble: return "complex128";
+    case at::kBool: return "bool";
+    case at::kBFloat16: return "bfloat16";
+    case at::kQInt8: return "qint8";
+    case at::kQUInt8: return "quint8";
+    case at::kQInt32: return "qint32";
+    default: return c10::toString(type);
+  }
+}
 
 // The element type of a torch type (nullptr: one collx has no name for), looked up by its
 // name once per type.
@@ -500,11 +544,11 @@ at::Tensor receiver(const std::vector<at::Tensor>& list) {
 
 // ---- the process group -----------------------------------------------------------------
 
-class ProcessGroupCollx final : public c10d::ProcessGroup {
+class ProcessGroupCollx final : public BackendBase {
  public:
   ProcessGroupCollx(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     milliseconds timeout)
-      : c10d::ProcessGroup(rank, size), completer_(std::make_shared<Completer>()) {
+      : BackendBase(rank, size), completer_(std::make_shared<Completer>()) {
     rendezvous::StoreOptions storeOptions;
     storeOptions.timeout = timeout;
     storeOptions.rank = rank;
@@ -807,6 +851,76 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
     return launch(c10d::OpType::BARRIER, {}, {}, describe(CallKind::kBarrier, opts.timeout, {}));
   }
 
+  // dist.monitored_barrier: a barrier that every rank leaves with an error naming the ranks
+  // that did not arrive in time (collx's timeout names whom each rank waited for, and its
+  // hang report says why), rather than hanging.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
+    barrier(opts)->wait();
+  }
+
+#if COLLX_TORCH_BACKEND_API
+  // dist._coalescing_manager's all_gather_into_tensor calls (FSDP's): one allgather of the
+  // inputs side by side. Rank r's block of the result holds rank r's inputs in turn; each
+  // output gets its column of blocks.
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    Where where = here("all_gather_into_tensor_coalesced");
+    const std::vector<std::int64_t> sizes = coalescedSizes(inputs, outputs, where);
+    const std::int64_t total = std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0});
+    at::Tensor in = packed(inputs);
+    at::Tensor flat = at::empty({size_ * total}, in.options());
+    Flat fin = flatOf(in, "the inputs", where);
+    Flat fout = flatOf(flat, "the outputs", where);
+    Call c = describe(CallKind::kAllgather, opts.timeout, fin);
+    c.sendbuf = fin.data;
+    c.recvbuf = fout.data;
+    std::vector<at::Tensor> list = outputs;
+    const std::int64_t P = size_;
+    return launch(c10d::OpType::COALESCED, list, {in, flat}, c,
+                  [flat, list, sizes, total, P]() mutable {
+                    at::Tensor rows = flat.view({P, total});
+                    std::int64_t at = 0;
+                    for (std::size_t i = 0; i < list.size(); ++i) {
+                      list[i].view({P, sizes[i]}).copy_(rows.narrow(1, at, sizes[i]));
+                      at += sizes[i];
+                    }
+                  });
+  }
+
+  // dist._coalescing_manager's reduce_scatter_tensor calls: one reduce_scatter over the
+  // inputs side by side (the block for rank r holds every input's block r in turn).
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override {
+    Where where = here("reduce_scatter_tensor_coalesced");
+    const std::vector<std::int64_t> sizes = coalescedSizes(outputs, inputs, where);
+    const std::int64_t total = std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0});
+    const std::int64_t P = size_;
+    at::Tensor flat = at::empty({P, total}, inputs[0].options());
+    std::int64_t at = 0;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      flat.narrow(1, at, sizes[i]).copy_(inputs[i].view({P, sizes[i]}));
+      at += sizes[i];
+    }
+    at::Tensor out = at::empty({total}, inputs[0].options());
+    Flat fin = flatOf(flat, "the inputs", where, opts.reduceOp.op_);
+    Flat fout = flatOf(out, "the outputs", where, opts.reduceOp.op_);
+    Call c = describe(CallKind::kReduceScatter, opts.timeout, fout);
+    c.sendbuf = fin.data;
+    c.recvbuf = fout.data;
+    c.op = reduceOpOf(opts.reduceOp, out.scalar_type(), where);
+    std::vector<at::Tensor> list = outputs;
+    return launch(c10d::OpType::COALESCED, list, {flat, out}, c, [out, list, sizes]() mutable {
+      std::int64_t at = 0;
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        list[i].view({-1}).copy_(out.narrow(0, at, sizes[i]));
+        at += sizes[i];
+      }
+    });
+  }
+#endif
+
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     Where where = here("send");
     const at::Tensor& t = single(tensors, where);
@@ -860,6 +974,40 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
                                        std::to_string(tensors.size()));
     }
     return tensors[0];
+  }
+
+  // The element counts of `small` (an input of an allgather, an output of a reduce-scatter)
+  // of coalesced pairs whose `large` tensor holds P times as many; all of one type.
+  std::vector<std::int64_t> coalescedSizes(const std::vector<at::Tensor>& small,
+                                           const std::vector<at::Tensor>& large,
+                                           const Where& where) const {
+    if (small.empty() || small.size() != large.size()) {
+      throw InvalidArgument(where, "expected as many inputs as outputs (at least one), got " +
+                                       std::to_string(small.size()) + " and " +
+                                       std::to_string(large.size()));
+    }
+    std::vector<std::int64_t> sizes;
+    for (std::size_t i = 0; i < small.size(); ++i) {
+      checkTensor(small[i], "a tensor", where);
+      checkTensor(large[i], "a tensor", where);
+      const at::ScalarType type = small[0].scalar_type();
+      const at::ScalarType other =
+          small[i].scalar_type() != type ? small[i].scalar_type() : large[i].scalar_type();
+      if (other != type) {
+        throw InvalidArgument(where, "the tensors have different types (" +
+                                         std::string(c10::toString(type)) + " and " +
+                                         std::string(c10::toString(other)) +
+                                         "): coalesce calls of one type");
+      }
+      if (large[i].numel() != small[i].numel() * size_) {
+        throw InvalidArgument(where, "pair " + std::to_string(i) + ": " +
+                                         std::to_string(large[i].numel()) +
+                                         " elements are not " + std::to_string(size_) +
+                                         " x " + std::to_string(small[i].numel()));
+      }
+      sizes.push_back(small[i].numel());
+    }
+    return sizes;
   }
 
   void checkRoot(int root, const Where& where) const {
@@ -998,9 +1146,10 @@ class ProcessGroupCollx final : public c10d::ProcessGroup {
 PYBIND11_MODULE(_collx_torch, m) {
   using collx::torch_backend::ProcessGroupCollx;
   m.doc() = "The torch.distributed backend 'collx' (import collx.torch to register it).";
-  // c10d::ProcessGroup's Python type must be registered before ours derives from it.
+  // The Python type of c10d's backend class must be registered before ours derives from it.
   py::module_::import("torch.distributed");
-  py::class_<ProcessGroupCollx, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupCollx>>(
+  py::class_<ProcessGroupCollx, collx::torch_backend::BackendBase,
+             c10::intrusive_ptr<ProcessGroupCollx>>(
       m, "ProcessGroupCollx",
       "A c10d ProcessGroup over a collx context. torch.distributed creates it through the "
       "backend registered by import collx.torch; it can also be made directly.")
@@ -1014,6 +1163,13 @@ PYBIND11_MODULE(_collx_torch, m) {
            "ProcessGroupCollx(store, rank, size, timeout=timedelta(minutes=30))\n\nJoins the "
            "group through a c10d store (the one torch's rendezvous made) and connects to every "
            "rank; timeout bounds joining and every call.")
+      .def(
+          "abort",
+          [](ProcessGroupCollx& pg, const std::string& why) { pg.context().abort(why); },
+          py::arg("why") = "the group was aborted (ProcessGroupCollx.abort)",
+          "abort(why=...)\n\nEnds every call of this group on this rank at once: each blocked "
+          "call, and every later one, raises collx.Aborted with `why`. Thread-safe: a "
+          "watchdog thread may call it while the main thread is blocked in a collective.")
       .def_property_readonly(
           "transports", [](ProcessGroupCollx& pg) { return pg.context().transports(); },
           "The collx transport to each rank ('self', 'tcp').")
@@ -1035,12 +1191,13 @@ PYBIND11_MODULE(_collx_torch, m) {
           const torch_backend::Flat f = torch_backend::flatOf(tensor, "the array", where);
           return py::make_tuple(dataTypeName(f.dtype), f.perElement, py::none());
         }
-        // dist.ReduceOp.SUM is a ReduceOp; dist.ReduceOp.PREMUL_SUM a bare RedOpType.
+        // dist.ReduceOp.SUM converts to a ReduceOp; dist.ReduceOp.PREMUL_SUM is a bare
+        // RedOpType (which torch 2.x's isinstance takes for a ReduceOp all the same).
         c10d::ReduceOp reduceOp;
-        if (py::isinstance<c10d::ReduceOp>(op)) {
+        try {
           reduceOp = op.cast<c10d::ReduceOp>();
-        } else {
-          reduceOp.op_ = static_cast<c10d::ReduceOp::RedOpType>(op.cast<int>());
+        } catch (const py::cast_error&) {
+          reduceOp.op_ = static_cast<c10d::ReduceOp::RedOpType>(py::int_(op).cast<int>());
         }
         const torch_backend::Flat f =
             torch_backend::flatOf(tensor, "the array", where, reduceOp.op_);

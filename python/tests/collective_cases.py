@@ -96,7 +96,8 @@ def empty(n, dtype):
         return torch.full((n,), -7, dtype=getattr(torch, dtype[6:]))
     if dtype == "bfloat16":
         return np.full(n, 0xC0E0, dtype=np.uint16)  # -7.0
-    return np.full(n, -7, dtype=dtype)
+    # -7 wrapped into unsigned types (numpy 2 refuses an out-of-range fill value)
+    return np.full(n, -7, dtype=np.int64).astype(dtype)
 
 
 def reduce_ref(op, per_rank, dtype):

@@ -103,7 +103,10 @@ def test_backend_is_documented_and_registered():
     assert backend.__doc__ and backend.create_process_group.__doc__
     assert backend.ProcessGroupCollx.__doc__ and backend.ProcessGroupCollx.__init__.__doc__
     assert "COLLX" in dist.Backend._plugins
-    assert issubclass(backend.ProcessGroupCollx, dist.ProcessGroup)
+    # torch 2.x: a c10d Backend behind torch's ProcessGroup; torch 1.13: the ProcessGroup
+    base = (dist.ProcessGroup if torch.__version__.startswith("1.")
+            else torch._C._distributed_c10d.Backend)
+    assert issubclass(backend.ProcessGroupCollx, base)
 
 
 def test_dtype_and_op_mapping_is_the_modules():

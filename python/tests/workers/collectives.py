@@ -278,6 +278,7 @@ for coll, dtype in CASES:
     except Exception as e:  # noqa: BLE001 - every failure is reported by its case
         results[case_id(coll, dtype)] = "rank %d: %s: %s\n%s" % (
             R, type(e).__name__, e, traceback.format_exc())
+        print(results[case_id(coll, dtype)], file=sys.stderr, flush=True)  # seen if it hangs
         if isinstance(e, collx.Error) and not isinstance(e, collx.InvalidArgument):
             # the context failed for good: the remaining cases cannot run
             break
