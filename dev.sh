@@ -5,12 +5,15 @@
 #                    embedded TCP store
 #   ./dev.sh test    install what is missing, build, and run the whole test suite (ctest:
 #                    the C++ suites and the pytest suites of the Python module and the
-#                    PyTorch backend), then the concurrency suites again under
-#                    AddressSanitizer+UBSan and ThreadSanitizer, then each fuzz harness
-#                    for a few seconds (clang-14, libFuzzer; tests/fuzz/README.md)
+#                    PyTorch backend), then the Python and torch suites again in a Debian 13
+#                    root (torch 2.6, Python 3.13, numpy 2; tests/debian13/), then the
+#                    concurrency suites under AddressSanitizer+UBSan and ThreadSanitizer,
+#                    then each fuzz harness for a few seconds (clang-14, libFuzzer;
+#                    tests/fuzz/README.md); prints each stage's time at the end
 # Debian 12, as root (apt-get installs with --no-install-recommends; nothing is downloaded
 # at build time). Knobs: BUILD_DIR (default build), JOBS (default nproc), SANITIZERS=0 to
-# skip the sanitizer builds, FUZZ=0 to skip the fuzz smoke.
+# skip the sanitizer builds, FUZZ=0 to skip the fuzz smoke, DEBIAN13=0 to skip the Debian 13
+# stage (COLLX_DEBIAN13_ROOT: where its root is kept, default /var/cache/collx/trixie).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -30,6 +33,8 @@ PACKAGES=(
   # The fuzz harnesses: libFuzzer's runtime is in libclang-rt-14-dev, which clang-14 only
   # recommends.
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
+  # The Debian 13 root (tests/debian13/root.sh).
+  mmdebstrap
 )
 
 say() { printf '\033[1m== %s %s\033[0m\n' "$(date +%T)" "$*" >&2; }
@@ -56,14 +61,26 @@ install_deps() {
   fi
 }
 
-configure_and_build() {  # dir [extra cmake args...]
+configure() {  # dir [extra cmake args...]
   local dir=$1; shift
-  say "building in $dir"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DPython3_EXECUTABLE=/usr/bin/python3 "$@" >"$dir.configure.log" 2>&1 \
     || { cat "$dir.configure.log" >&2; exit 1; }
   grep -E '^-- collx' "$dir.configure.log" >&2 || true
-  cmake --build "$dir" -j "$JOBS"
+}
+
+configure_and_build() {  # dir [extra cmake args...]
+  say "building in $1"
+  configure "$@"
+  cmake --build "$1" -j "$JOBS"
+}
+
+# Seconds since the test command started, and each stage's time (printed at the end).
+STARTED=$SECONDS
+STAGES=()
+stage_done() {  # name start-seconds
+  local s=$((SECONDS - $2))
+  STAGES+=("$(printf '%-40s %3d.%d min' "$1" $((s / 60)) $((s % 60 / 6)))")
 }
 
 bench() {
@@ -76,18 +93,34 @@ bench() {
 
 run_tests() {
   install_deps
+  local t=$SECONDS
   configure_and_build "$BUILD_DIR"
+  stage_done "Release build" $t
   say "test suite"
+  t=$SECONDS
   ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure --timeout 600
+  stage_done "Release tests" $t
+  if [ "${DEBIAN13:-1}" != 0 ]; then
+    # The Python and torch suites again on Debian 13's torch 2.6, Python 3.13 and numpy 2,
+    # in a Debian 13 root kept between runs (tests/debian13/README.md).
+    t=$SECONDS
+    local rc=0
+    tests/debian13/root.sh make || rc=$?
+    if [ $rc = 77 ]; then
+      say "Debian 13 stage skipped: tests/debian13/root.sh could not make the root (above)"
+    elif [ $rc != 0 ]; then
+      exit $rc
+    else
+      stage_done "Debian 13 root (made or checked)" $t
+      t=$SECONDS
+      JOBS=$JOBS tests/debian13/root.sh run bash /src/tests/debian13/suite.sh
+      stage_done "Debian 13 build and Python/torch suites" $t
+    fi
+  fi
   if [ "${SANITIZERS:-1}" = 1 ]; then
     # The suites that touch concurrency, processes and sockets, under the sanitizers.
     for sanitize in address,undefined thread; do
       local dir="$BUILD_DIR-${sanitize%%,*}"
-      # Without the Python module: an instrumented extension needs the sanitizer runtime
-      # preloaded into the interpreter, and its suites (label python) do not run here.
-      configure_and_build "$dir" -DCMAKE_BUILD_TYPE=Debug -DCOLLX_SANITIZE="$sanitize" \
-        -DCOLLX_WITH_PYTHON=OFF -DCOLLX_WITH_TORCH=OFF
-      say "concurrency and process suites under -fsanitize=$sanitize"
       # The world sizes beyond P in {1,2,3,4,5,7,8} run in the Release suite only, and so do
       # the suites' copies over the emulated verbs device beyond P=4 (their larger worlds
       # repeat the engine's paths, which the shm and tcp copies cover; the medium's own are
@@ -103,21 +136,42 @@ run_tests() {
         sizes="$sizes|7|8"
         heavy="$heavy|CollectivesSweepInProcesses|ShmProcesses[.](EightRanks|TwoSimulatedHosts|CmaTurnedOff|ARankWhoseCma)|^multihost\$|SixtyFourMebibyteValue|HangReports[.].*/(shm|ibverbs)|^Layouts/"
       fi
-      ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 600 -L 'concurrency|process' \
-        -E "/P($sizes)([_ ]|\$)|$heavy"
+      local selection=(-L 'concurrency|process' -E "/P($sizes)([_ ]|\$)|$heavy")
+      # Without the Python module: an instrumented extension needs the sanitizer runtime
+      # preloaded into the interpreter, and its suites (label python) do not run here. Only
+      # what the selected suites run is built (tests/util/targets_of_tests.py): the unit
+      # suites, the fuzz replays, the simulator and the micro benchmarks are not.
+      t=$SECONDS
+      say "building in $dir (what the suites below run)"
+      configure "$dir" -DCMAKE_BUILD_TYPE=Debug -DCOLLX_SANITIZE="$sanitize" \
+        -DCOLLX_WITH_PYTHON=OFF -DCOLLX_WITH_TORCH=OFF
+      local targets
+      targets=$(/usr/bin/python3 tests/util/targets_of_tests.py "$dir" "${selection[@]}")
+      # shellcheck disable=SC2086  # one target per word
+      cmake --build "$dir" -j "$JOBS" --target $targets
+      stage_done "$sanitize build" $t
+      t=$SECONDS
+      say "concurrency and process suites under -fsanitize=$sanitize"
+      ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 600 "${selection[@]}"
+      stage_done "$sanitize tests" $t
     done
   fi
   if [ "${FUZZ:-1}" != 0 ]; then
     # Every parser of outside input under libFuzzer with ASan+UBSan, 4 s each from its seeds
     # (tests/fuzz/README.md; tests/fuzz/run.sh runs them for longer). Only the libraries the
     # harnesses need are built (COLLX_FUZZ leaves out the tools).
+    t=$SECONDS
     configure_and_build "$BUILD_DIR-fuzz" -DCMAKE_BUILD_TYPE=Debug \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCOLLX_FUZZ=ON \
       -DCOLLX_BUILD_TESTS=OFF -DCOLLX_BUILD_BENCHMARKS=OFF -DCOLLX_WITH_PYTHON=OFF \
       -DCOLLX_WITH_TORCH=OFF -DCOLLX_WITH_MPI=OFF -DCOLLX_WITH_IBVERBS=OFF
     say "fuzz smoke: each harness for 4 s"
     ctest --test-dir "$BUILD_DIR-fuzz" -L fuzz -j "$JOBS" --output-on-failure
+    stage_done "fuzz build and smoke" $t
   fi
+  stage_done "all" $STARTED
+  say "stage times:"
+  printf '   %s\n' "${STAGES[@]}" >&2
   say "all tests passed"
 }
 
@@ -125,7 +179,7 @@ case "${1:-}" in
   bench) bench ;;
   test) run_tests ;;
   *)
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

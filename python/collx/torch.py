@@ -33,7 +33,8 @@ import torch.distributed as _dist
 from . import _collx  # noqa: F401  (collx's exception classes and their translation)
 from ._collx_torch import ProcessGroupCollx
 
-__all__ = ["ProcessGroupCollx", "BACKEND", "create_process_group", "dump_state"]
+__all__ = ["ProcessGroupCollx", "BACKEND", "abort", "backend_of", "create_process_group",
+           "dump_state", "monitored_barrier"]
 
 BACKEND = "collx"
 
@@ -45,15 +46,57 @@ def create_process_group(store, rank, world_size, timeout):
     return ProcessGroupCollx(store, rank, world_size, timeout)
 
 
+def backend_of(group=None):
+    """The ProcessGroupCollx of ``group`` (default: the default group): torch 2.x keeps it
+    behind its ProcessGroup, torch 1.13's group is the backend itself. A group on another
+    backend is a ValueError naming it."""
+    if group is None:
+        group = _dist.distributed_c10d._get_default_group()
+    if isinstance(group, ProcessGroupCollx):
+        return group
+    backend = _dist.get_backend(group)
+    if backend != BACKEND:
+        raise ValueError("the group's backend is %s, not collx" % backend)
+    return group._get_backend(torch.device("cpu"))
+
+
 def dump_state(group=None):
     """A hang report now (collx.Context.dump_state) for ``group``'s collx backend (default:
     the default group): every rank's calls, summarized through the store, joined into one
     diagnosis. Returns its text."""
+    return backend_of(group).dump_state()
+
+
+def abort(group=None, why="collx.torch.abort() was called"):
+    """Ends every call of ``group`` (default: the default group) on this rank at once: each
+    blocked call, and every later one, raises collx.Aborted carrying ``why``. Thread-safe: a
+    framework's watchdog thread calls it while the training thread is blocked in a
+    collective (torch's own abort_process_group is NCCL's only). The other ranks' calls fail
+    as their peer's connection ends or at their deadline; destroy the group after."""
+    backend_of(group).abort(why)
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """torch.distributed.monitored_barrier, for collx's groups too (torch's refuses every
+    backend but gloo): a barrier that raises, naming the ranks that did not arrive within
+    ``timeout``, instead of waiting for them. Other backends' groups go to torch's."""
+    if _dist.get_backend(group) != BACKEND:
+        return _torch_monitored_barrier(group=group, timeout=timeout,
+                                        wait_all_ranks=wait_all_ranks)
     if group is None:
         group = _dist.distributed_c10d._get_default_group()
-    if isinstance(group, ProcessGroupCollx):
-        return group.dump_state()
-    return group._get_backend(torch.device("cpu")).dump_state()
+    if timeout is None:
+        timeout = _dist.default_pg_timeout
+    return group.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+
+# torch.distributed re-exports distributed_c10d's functions: both names get collx's, once
+# however often this module loads.
+_torch_monitored_barrier = getattr(_dist.monitored_barrier, "torch_function",
+                                   _dist.monitored_barrier)
+monitored_barrier.torch_function = _torch_monitored_barrier
+_dist.monitored_barrier = monitored_barrier
+_dist.distributed_c10d.monitored_barrier = monitored_barrier
 
 
 def _register():

@@ -3,8 +3,9 @@
 # Python 3.13, numpy 2) without touching this machine's Debian 12.
 #
 #   tests/debian13/root.sh make          make the root, or install what its list lacks
-#   tests/debian13/root.sh run CMD...    run CMD inside it (proc, sys and dev mounted for the
-#                                        command and unmounted after; the checkout at /src)
+#   tests/debian13/root.sh run CMD...    run CMD inside it (proc, sys, dev and the checkout at
+#                                        /src mounted in a mount namespace of the command's
+#                                        own; a clean environment but for JOBS)
 #   tests/debian13/root.sh path          print where it is
 #   tests/debian13/root.sh remove        unmount and delete it
 #
@@ -31,14 +32,25 @@ cannot() { echo "debian13: cannot make a Debian 13 root here: $*" >&2; exit 77; 
 
 mounted() { mountpoint -q "$ROOT/$1"; }
 
-mount_all() {
-  mounted proc || mount -t proc proc "$ROOT/proc"
-  mounted sys || { mount --rbind /sys "$ROOT/sys"; mount --make-rslave "$ROOT/sys"; }
-  mounted dev || { mount --rbind /dev "$ROOT/dev"; mount --make-rslave "$ROOT/dev"; }
-  mkdir -p "$ROOT/src"
-  mounted src || mount --bind "$SRC" "$ROOT/src"
+# Runs the rest of the arguments in the root, inside a mount namespace of their own: proc,
+# sys, dev and the checkout are mounted there only, so runs side by side do not unmount each
+# other's, and the mounts end with the namespace whatever the command did (deleting a root
+# with them mounted would walk into the machine's own /dev and /sys).
+in_root() {
+  unshare --mount --propagation private -- "$0" __inside "$@"
 }
 
+inside() {  # (in the namespace)
+  mount -t proc proc "$ROOT/proc"
+  mount --rbind /sys "$ROOT/sys"
+  mount --rbind /dev "$ROOT/dev"
+  mkdir -p "$ROOT/src"
+  mount --bind "$SRC" "$ROOT/src"
+  exec chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
+    LANG=C.UTF-8 TERM="${TERM:-dumb}" ${JOBS:+JOBS=$JOBS} "$@"
+}
+
+# Mounts an earlier version of this script left in the machine's own namespace.
 umount_all() {
   local m
   for m in src dev sys proc; do
@@ -81,31 +93,21 @@ make_root() {
   done
   if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} in the root"
-    mount_all
-    trap umount_all EXIT
-    chroot "$ROOT" sh -c "apt-get -o DPkg::Lock::Timeout=600 update -qq && \
+    in_root sh -c "apt-get -o DPkg::Lock::Timeout=600 update -qq && \
       DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
       --no-install-recommends ${missing[*]}" >/dev/null
-    umount_all
-    trap - EXIT
   fi
 }
 
 run_in_root() {
   [ -x "$ROOT/usr/bin/python3" ] || { echo "debian13: no root at $ROOT: make it first" >&2; exit 1; }
-  mount_all
-  trap umount_all EXIT
-  local rc=0
-  chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
-    LANG=C.UTF-8 TERM="${TERM:-dumb}" "$@" || rc=$?
-  umount_all
-  trap - EXIT
-  return $rc
+  in_root "$@"
 }
 
 case "${1:-}" in
   make) make_root ;;
   run) shift; run_in_root "$@" ;;
+  __inside) shift; inside "$@" ;;
   path) echo "$ROOT" ;;
   remove) umount_all; rm -rf --one-file-system "$ROOT" "$ROOT.new" "$ROOT.log" ;;
   *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;

@@ -1,0 +1,130 @@
+"""What torch 2.x training calls, on backend collx against backend gloo in the same
+processes, at P = 2, 3 and 4 (workers/torch_training.py): coalesced all_gather_into_tensor,
+reduce_scatter_tensor and all_reduce (_coalescing_manager), batch_isend_irecv,
+monitored_barrier, functional collectives eager and under torch.compile, new_group,
+DeviceMesh (1-D and 2-D), DTensor, DDP with uneven batches, FSDP2 where the torch runs it on
+CPU, and abort() from a watchdog thread. A case this torch cannot run reports itself
+skipped, saying why (torch 1.13 has no DeviceMesh; torch 2.6's FSDP2 fails on CPU with gloo
+too)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import WORKERS, base_env
+from test_launch import free_port
+
+torch = pytest.importorskip("torch", reason="python3-torch is not importable by "
+                            + sys.executable)
+import collx  # noqa: E402
+
+if not any(name == "pytorch backend" and built for name, built, _ in collx.build_features()):
+    pytest.skip("this build has no torch backend (COLLX_WITH_TORCH)", allow_module_level=True)
+
+SCRIPT = WORKERS / "torch_training.py"
+CASES = ["coalesced", "batch_isend_irecv", "monitored_barrier", "functional_eager",
+         "functional_compiled", "new_group", "device_mesh", "dtensor", "ddp_uneven", "fsdp2",
+         "abort"]
+
+
+def launch(tmp_path, nranks, timeout=240):
+    port = free_port()
+    procs, outs = [], []
+    for r in range(nranks):
+        out = tmp_path / ("rank%d.json" % r)
+        outs.append(out)
+        procs.append(subprocess.Popen(
+            [sys.executable, str(SCRIPT), str(out), str(r), str(nranks), str(port)],
+            env=base_env(GLOO_SOCKET_IFNAME="lo", COLLX_HANG_REPORT_AFTER="0.5s"),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    logs = []
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            p.kill()
+            logs.append(p.communicate()[0] + "\n(killed after %d s)" % timeout)
+    results = []
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        if not out.exists() or p.returncode != 0:
+            return "rank %d exited %s (results %s):\n%s" % (r, p.returncode, out.exists(),
+                                                            logs[r][-6000:])
+        results.append(json.loads(out.read_text()))
+    return results
+
+
+@pytest.fixture(scope="module", params=[2, 3, 4], ids=lambda p: "P%d" % p)
+def run(request, tmp_path_factory):
+    return launch(tmp_path_factory.mktemp("training_P%d" % request.param), request.param)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_training_call_matches_gloo(run, case):
+    if isinstance(run, str):
+        pytest.fail(run)
+    outcomes = [r.get(case, "not run (an earlier case failed the group)") for r in run]
+    skips = {o for o in outcomes if o.startswith("skip: ")}
+    bad = [o for o in outcomes if o != "ok" and not o.startswith("skip: ")]
+    assert not bad, "\n".join(bad)
+    if skips:
+        assert len(skips) == 1 and all(o.startswith("skip: ") for o in outcomes), outcomes
+        pytest.skip(skips.pop()[len("skip: "):])
+
+
+# destroy_process_group() lets go of everything collx made: its threads, descriptors and
+# shared-memory mappings, and torch's store with them (a census before the first group and
+# after each later one: a job may form groups again). One thing stays by design after the
+# first group: the eventfd that collx's hang-report watcher keeps for its SIGUSR1 handler
+# (collx/api/src/hang_report.cc), which a signal may write to at any time.
+CENSUS_SCRIPT = """
+import gc, json, os, torch, torch.distributed as dist, collx.torch
+
+def census():
+    gc.collect()
+    maps = open("/proc/self/maps").read()
+    fds = sorted(os.readlink("/proc/self/fd/" + f) for f in os.listdir("/proc/self/fd")
+                 if os.path.exists("/proc/self/fd/" + f))
+    return dict(threads=len(os.listdir("/proc/self/task")), fds=fds,
+                memfds=maps.count("memfd:"), shm=sorted(os.listdir("/dev/shm")))
+
+torch.set_num_threads(1)
+torch.ones(4).sum()  # torch's own lazily made state, before the first census
+censuses = [census()]
+during = []
+for port in os.environ["PORTS"].split():  # a store of its own each time, as a new job's
+    os.environ["MASTER_PORT"] = port
+    dist.init_process_group("collx")
+    sub = dist.new_group(backend="collx")
+    x = torch.ones(1 << 18)  # 1 MiB: past COLLX_TORCH_EAGER_BYTES, the background path
+    dist.all_reduce(x)
+    dist.all_reduce(x, group=sub)
+    dist.all_reduce(torch.ones(4), async_op=True).get_future().wait()
+    during.append(census())
+    dist.destroy_process_group()
+    del sub, x
+    censuses.append(census())
+print("census", json.dumps(dict(censuses=censuses, during=during)))
+"""
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_destroy_process_group_frees_everything(nranks):
+    from test_launch import run_each
+
+    ports = " ".join(str(free_port()) for _ in range(3))
+    outs = run_each(nranks, lambda r: CENSUS_SCRIPT, lambda r: base_env(
+        MASTER_ADDR="127.0.0.1", PORTS=ports, RANK=r, WORLD_SIZE=nranks), timeout=120)
+    for r, (text, code) in enumerate(outs):
+        assert code == 0, "rank %d:\n%s" % (r, text)
+        line = [x for x in text.splitlines() if x.startswith("census ")]
+        assert line, text
+        c = json.loads(line[0][len("census "):])
+        first, after = c["censuses"][0], c["censuses"][1:]
+        for during in c["during"]:  # the census sees what a group holds
+            assert during["threads"] > first["threads"], c
+            assert len(during["fds"]) > len(first["fds"]) and during["memfds"] > 0, c
+        # the watcher's eventfd, once; then nothing more, however many groups came and went
+        kept = dict(first, fds=sorted(first["fds"] + ["anon_inode:[eventfd]"]))
+        for n, census in enumerate(after):
+            assert census == kept, "rank %d after group %d kept: %s" % (r, n, census)
