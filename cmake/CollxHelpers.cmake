@@ -153,8 +153,13 @@ function(collx_add_library name)
   add_library(${name} ${ARG_SOURCES})
   add_library(${ARG_ALIAS} ALIAS ${name})
   string(REGEX REPLACE "^collx::" "" _export_name "${ARG_ALIAS}")
-  set_target_properties(${name} PROPERTIES EXPORT_NAME ${_export_name}
-    VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+  set_target_properties(${name} PROPERTIES EXPORT_NAME ${_export_name})
+  # A wheel (pip install ., SKBUILD) stores symlinks as copies: there the libraries, private
+  # to the package that ships them, carry no version and are one file each.
+  if(NOT SKBUILD)
+    set_target_properties(${name} PROPERTIES
+      VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+  endif()
   target_compile_features(${name} PUBLIC cxx_std_17)
   collx_target_warnings(${name})
   # A shared library's calls to its own functions go straight to them, inlined where they
@@ -167,8 +172,9 @@ function(collx_add_library name)
     target_link_options(${name} PRIVATE
       $<$<CXX_COMPILER_ID:GNU,Clang>:LINKER:-Bsymbolic-functions>)
   endif()
+  # COMPONENT libraries: what a wheel takes (pyproject.toml's install.components).
   install(TARGETS ${name} EXPORT ${ARG_EXPORT}
-    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT libraries
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
     INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

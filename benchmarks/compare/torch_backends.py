@@ -2,17 +2,24 @@
 """torch.distributed all_reduce with backend "collx" against backend "gloo", in one run.
 
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/compare/torch_backends.py -p 4
-        [--sizes 4,64,...] [--min-time 0.3] [--repeat 1] [--csv out.csv]
+        [--sizes 4,64,...] [--dtype bfloat16] [--paths collx,gloo,fast,own]
+        [--min-time 0.3] [--repeat 1] [--csv out.csv]
 
 Spawns P ranks (subprocess, file:// rendezvous, everything on 127.0.0.1). Each rank
 creates the default group with backend collx and a second group over the same ranks with
-backend gloo; for every size both backends run in the same processes, one after the other
-(the order alternates between sizes), so that the machine's load is the same for both.
-Method as ../shared/peers/torch_bench.py: float32 sum, in place, one verified call, warmup,
-then a time-bounded loop of dist.all_reduce (blocking, as a training loop calls it); the
-time is the max over ranks of each rank's median. With --repeat R every size is measured R
-times per backend and each keeps its best round. Prints one table with gloo/collx ratios
-(above 1: collx is faster). On a terminal, rank 0 shows its progress on stderr (one line,
+backend gloo; for every size every path runs in the same processes, one after the other
+(the order turns between sizes), so that the machine's load is the same for all. The paths:
+  collx  dist.all_reduce on the collx group (blocking, as a training loop calls it)
+  gloo   dist.all_reduce on the gloo group
+  fast   collx.torch.all_reduce: collx's small-call path, without torch's dispatch, Work
+         and future (the path of CPU tensor-parallel inference's many small calls)
+  own    collx's own blocking allreduce on the same group's context, called from C++ in a
+         loop (no Python, no torch): the floor the torch paths are measured against
+Method as ../shared/peers/torch_bench.py: sum, in place, one verified call, warmup, then a
+time-bounded loop; the time is the max over ranks of each rank's median. With --repeat R
+every size is measured R times per path and each keeps its best round. Prints one table:
+the time of each path, gloo/collx (above 1: collx is faster) and fast - own, the cost of
+torch around collx's call. On a terminal, rank 0 shows its progress on stderr (one line,
 rewritten); in a pipe or a log, nothing.
 """
 import argparse
@@ -39,6 +46,9 @@ def parse():
     ap.add_argument("--max-iters", type=int, default=10000)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--csv", default="")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--paths", default="collx,gloo",
+                    help="of collx, gloo, fast, own (default collx,gloo)")
     return ap.parse_args()
 
 
@@ -108,27 +118,46 @@ def worker(a):
             ts.append(pc() - t1)
         return amax(statistics.median(ts))
 
+    import collx
+
+    backend = collx.torch.backend_of()
+    paths = a.paths.split(",")
+    dtype = getattr(torch, a.dtype)
+    calls = {
+        "collx": lambda x: dist.all_reduce(x, group=groups["collx"]),
+        "gloo": lambda x: dist.all_reduce(x, group=groups["gloo"]),
+        "fast": collx.torch.all_reduce,
+        "own": collx.torch.all_reduce,  # (verified through the fast path, timed in C++)
+    }
+
+    def time_own(x):
+        backend._time_own_all_reduce(x, 20)  # warmup
+        est = amax(statistics.median(backend._time_own_all_reduce(x, 5)))
+        iters = max(a.min_iters, min(a.max_iters, int(-(-a.min_time // max(est, 1e-9)))))
+        return amax(statistics.median(backend._time_own_all_reduce(x, iters)))
+
     best = {}
     progress = Progress(r == 0, a.repeat * len(sizes))
     for rep in range(a.repeat):
         for i, b in enumerate(sizes):
             progress.step("size %d of %d (round %d of %d)" % (i + 1, len(sizes), rep + 1,
                                                                a.repeat))
-            n = max(1, b // 4)
+            esize = torch.tensor([], dtype=dtype).element_size()
+            n = max(1, b // esize)
             idx = torch.arange(n, dtype=torch.int64)
-            pat = ((idx % 13) + 1).to(torch.float32)
-            order = ["collx", "gloo"] if (i + rep) % 2 == 0 else ["gloo", "collx"]
-            for name in order:
-                g = groups[name]
+            pat = ((idx % 13) + 1).to(dtype)
+            turn = (i + rep) % len(paths)
+            for name in paths[turn:] + paths[:turn]:
+                call = calls[name]
                 x = pat * (r + 1)
-                dist.all_reduce(x, group=g)
+                call(x)
                 if not torch.equal(x, pat * (P * (P + 1) // 2)):
                     sys.stderr.write("ERROR: %s all_reduce of %d bytes: wrong result\n" %
-                                     (name, n * 4))
+                                     (name, n * esize))
                     sys.exit(1)
                 x.zero_()
-                t = time_op(lambda: dist.all_reduce(x, group=g))
-                key = (name, n * 4)
+                t = time_own(x) if name == "own" else time_op(lambda: call(x))
+                key = (name, n * esize)
                 best[key] = min(best.get(key, float("inf")), t)
     progress.clear()
     if r == 0:
@@ -151,6 +180,7 @@ def launch(a):
             "--max-iters", str(a.max_iters), "--repeat", str(a.repeat)]
     if a.sizes:
         base += ["--sizes", a.sizes]
+    base += ["--dtype", a.dtype, "--paths", a.paths]
     procs = [subprocess.Popen(base + ["--rank", str(r)], env=env,
                               stdout=subprocess.PIPE if r == 0 else None, text=True)
              for r in range(a.p)]
@@ -173,12 +203,21 @@ def launch(a):
             for nbytes, r in sorted(rows.items()):
                 for name, t in sorted(r.items()):
                     f.write("%s,%d,%d,%.3f\n" % (name, a.p, nbytes, t))
-    print("| P | bytes | collx (us) | gloo (us) | gloo / collx |")
-    print("|---|---|---|---|---|")
+    paths = a.paths.split(",")
+    extra = []
+    if "collx" in paths and "gloo" in paths:
+        extra.append(("gloo / collx", lambda r: "%.2f" % (r["gloo"] / r["collx"])))
+    if "fast" in paths and "own" in paths:
+        extra.append(("fast - own (us)", lambda r: "%.2f" % (r["fast"] - r["own"])))
+    if "fast" in paths and "gloo" in paths:
+        extra.append(("gloo / fast", lambda r: "%.1f" % (r["gloo"] / r["fast"])))
+    head = ["P", "bytes (%s)" % a.dtype] + ["%s (us)" % p for p in paths] + [e[0] for e in extra]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
     for nbytes, r in sorted(rows.items()):
-        c, g = r.get("collx"), r.get("gloo")
-        ratio = "%.2f" % (g / c) if c and g else "-"
-        print("| %d | %d | %.1f | %.1f | %s |" % (a.p, nbytes, c or 0, g or 0, ratio))
+        cells = [str(a.p), str(nbytes)] + ["%.2f" % r[p] if p in r else "-" for p in paths]
+        cells += [f(r) if all(p in r for p in paths) else "-" for _, f in extra]
+        print("| " + " | ".join(cells) + " |")
     sys.stdout.flush()
     return rc
 

@@ -26,6 +26,7 @@ import os
 import socket
 import sys
 import urllib.parse
+import weakref
 
 import torch  # noqa: F401  (torch's c10d types must exist before the extension loads)
 import torch.distributed as _dist
@@ -33,8 +34,8 @@ import torch.distributed as _dist
 from . import _collx  # noqa: F401  (collx's exception classes and their translation)
 from ._collx_torch import ProcessGroupCollx
 
-__all__ = ["ProcessGroupCollx", "BACKEND", "abort", "backend_of", "create_process_group",
-           "dump_state", "monitored_barrier"]
+__all__ = ["ProcessGroupCollx", "BACKEND", "abort", "all_reduce", "backend_of",
+           "create_process_group", "dump_state", "monitored_barrier"]
 
 BACKEND = "collx"
 
@@ -88,6 +89,65 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     if timeout is None:
         timeout = _dist.default_pg_timeout
     return group.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+
+# ---- the small-call path ---------------------------------------------------------------
+_fast = [None, None]  # weak references to the group last used and to its backend
+# torch's RedOpType values by functional collectives' names for them.
+_OP_VALUES = {"sum": 0, "avg": 1, "product": 2, "min": 3, "max": 4, "band": 5, "bor": 6,
+              "bxor": 7}
+
+
+def all_reduce(tensor, op=_dist.ReduceOp.SUM, group=None):
+    """collx's fastest all_reduce for a torch user: ``tensor`` (a contiguous CPU tensor)
+    reduced in place over ``group`` (default: the default group, whose backend must be
+    collx), blocking, like ``dist.all_reduce(tensor, op, group)`` but without torch's
+    dispatch, Work and future around the call: for the many small calls of CPU
+    tensor-parallel inference. Inside a function compiled with torch.compile it is the op
+    ``torch.ops.collx.all_reduce_`` (torch 2.4 on), which the graph captures. ``op`` is a
+    dist.ReduceOp or its name, as functional collectives take it ("sum", "avg", "product",
+    "min", "max", "band", "bor", "bxor"); inside a compiled function, by name. Returns
+    ``tensor``. Errors are collx's (collx.InvalidArgument, collx.IoError, ...)."""
+    if group is None:
+        group = _dist.GroupMember.WORLD
+    if _compiling():
+        _all_reduce_op(tensor, _OP_VALUES[op] if isinstance(op, str) else int(op),
+                       group.group_name)
+        return tensor
+    if isinstance(op, str):
+        op = _dist.ReduceOp.RedOpType(_OP_VALUES[op]) if hasattr(
+            _dist.ReduceOp, "RedOpType") else getattr(_dist.ReduceOp, op.upper())
+    group_ref, backend_ref = _fast
+    backend = backend_ref() if group_ref is not None and group_ref() is group else None
+    if backend is None:
+        backend = backend_of(group)
+        _fast[:] = [weakref.ref(group), weakref.ref(backend)]
+    backend.all_reduce_(tensor, op)
+    return tensor
+
+
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+def _define_all_reduce_op():
+    @torch.library.custom_op("collx::all_reduce_", mutates_args=("tensor",))
+    def op(tensor: torch.Tensor, op: int, group_name: str) -> None:
+        group = _dist.distributed_c10d._resolve_process_group(group_name)
+        backend_of(group).all_reduce_(tensor, _dist.ReduceOp.RedOpType(op))
+
+    @op.register_fake
+    def _(tensor, op, group_name):
+        return None
+    return op
+
+
+if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
+    try:
+        _all_reduce_op = _define_all_reduce_op()
+    except RuntimeError:  # defined by an earlier load of this module
+        _all_reduce_op = torch.ops.collx.all_reduce_
+else:  # torch 1.13: no torch.compile to capture it
+    def _all_reduce_op(tensor, op, group_name):
+        raise RuntimeError("torch %s has no torch.library.custom_op" % torch.__version__)
 
 
 # torch.distributed re-exports distributed_c10d's functions: both names get collx's, once

@@ -584,6 +584,35 @@ class ProcessGroupCollx final : public BackendBase {
   const std::string getBackendName() const override { return "collx"; }
   Context& context() { return *context_; }
 
+  // The small-call path (collx.torch.all_reduce): an all_reduce in place, run to completion
+  // here, with no torch dispatch, Work or future around it.
+  void allReduceNow(const at::Tensor& t, c10d::ReduceOp::RedOpType redOp) {
+    Where where = here("all_reduce");
+    Flat f = flatOf(t, "the tensor", where, redOp);
+    Call c = describe(CallKind::kAllreduce, c10d::kUnsetTimeout, f);
+    c.sendbuf = c.recvbuf = f.data;
+    c.op = reduceOpOf(c10d::ReduceOp(redOp), t.scalar_type(), where);
+    inFlight_->sweep();
+    collx::execute(*context_, c);
+  }
+
+  // collx's own blocking allreduce of `t`, `iterations` times in a row on this group's
+  // context (no Python, no torch): the floor the torch paths are measured against
+  // (benchmarks/compare/torch_backends.py). Returns the seconds of each call.
+  std::vector<double> timeOwnAllReduce(const at::Tensor& t, int iterations) {
+    Where where = here("all_reduce");
+    Flat f = flatOf(t, "the tensor", where, c10d::ReduceOp::SUM);
+    std::vector<double> seconds;
+    seconds.reserve(static_cast<std::size_t>(std::max(iterations, 0)));
+    for (int i = 0; i < iterations; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      collx::allreduce(*context_, f.data, f.data, f.count, f.dtype);
+      seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return seconds;
+  }
+
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
     Where where = here("broadcast");
@@ -1173,6 +1202,21 @@ PYBIND11_MODULE(_collx_torch, m) {
       .def_property_readonly(
           "transports", [](ProcessGroupCollx& pg) { return pg.context().transports(); },
           "The collx transport to each rank ('self', 'tcp').")
+      .def(
+          "all_reduce_",
+          [](ProcessGroupCollx& pg, const at::Tensor& t, const c10d::ReduceOp& op) {
+            pg.allReduceNow(t, op.op_);
+          },
+          py::arg("tensor"), py::arg("op") = c10d::ReduceOp(c10d::ReduceOp::SUM),
+          py::call_guard<py::gil_scoped_release>(),
+          "all_reduce_(tensor, op=dist.ReduceOp.SUM)\n\nAn all_reduce of a CPU tensor in "
+          "place, blocking, with no torch dispatch, Work or future around it: "
+          "collx.torch.all_reduce's eager path.")
+      .def("_time_own_all_reduce", &ProcessGroupCollx::timeOwnAllReduce, py::arg("tensor"),
+           py::arg("iterations"), py::call_guard<py::gil_scoped_release>(),
+           "For the benchmarks: collx's own blocking allreduce (sum) of tensor, iterations "
+           "times in a row on this group's context, with no Python or torch around it; the "
+           "seconds of each call.")
       .def(
           "dump_state", [](ProcessGroupCollx& pg) { return pg.context().dumpState(); },
           py::call_guard<py::gil_scoped_release>(),

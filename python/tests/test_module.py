@@ -1,9 +1,12 @@
 """The module itself, in this process (a world of one over an in-process store): argument
-handling, clear errors for what collx cannot move, exception classes, docstrings."""
+handling, clear errors for what collx cannot move, exception classes, docstrings, the type
+stubs against the module."""
 import array
+import ast
 import datetime
 import inspect
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -236,3 +239,238 @@ def test_config_and_build():
     assert features["python module"] is True
     assert collx.__version__.count(".") == 2
     assert collx.DataType.BFLOAT16.itemsize == 2 and collx.bfloat16 == collx.DataType.BFLOAT16
+
+
+# ---- the type stubs (python/collx/*.pyi) -------------------------------------------------
+# An editor completes collx.Context and its methods from the stubs, not from the compiled
+# module: these tests compare them with the real module, so that a method, property or
+# argument added to the bindings fails here until the stubs have it too.
+
+def _stub(name):
+    """The stub file `name` of the imported package (the build copies them next to the
+    modules, an install installs them there): its module-level nodes and classes by name."""
+    path = pathlib.Path(collx.__file__).resolve().parent / name
+    assert path.exists(), ("%s is missing beside the package's modules: python/CMakeLists.txt "
+                           "copies and installs python/collx/%s" % (path, name))
+    tree = ast.parse(path.read_text(), str(path))
+    names, classes = {}, {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            classes[node.name] = node
+            names[node.name] = node
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.setdefault(node.name, []).append(node)  # a list: overloads
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names[node.target.id] = node
+        elif isinstance(node, ast.Assign):
+            names.update((t.id, node) for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom):
+            # A stub re-exports an imported name only as "import X as X".
+            names.update((a.name, node) for a in node.names if a.asname == a.name)
+    return names, classes
+
+
+def _members(cls_node, classes):
+    """A stub class's members by name, its stub base classes' included: {name: [nodes]}."""
+    members = {}
+    for base in cls_node.bases:
+        if isinstance(base, ast.Name) and base.id in classes:
+            members.update(_members(classes[base.id], classes))
+    for node in cls_node.body:
+        if isinstance(node, ast.FunctionDef):
+            members.setdefault(node.name, []).append(node)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            members[node.target.id] = [node]
+    return members
+
+
+def _decorators(fn):
+    return {d.id for d in fn.decorator_list if isinstance(d, ast.Name)}
+
+
+def _split_top_level(text):
+    """text split at the commas outside brackets and quotes."""
+    parts, depth, quote, start = [], 0, None, 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _runtime_params(fn):
+    """A pybind11 function's arguments as its docstring's signature line states them
+    ("allreduce(self: ..., array: handle, out: handle = None, *, dtype: ...) -> object"):
+    [(name, kind, has_default)], kind 'positional', 'keyword', '*args' or '**kwargs'."""
+    line = (fn.__doc__ or "").lstrip().split("\n", 1)[0]
+    start = line.find("(")
+    depth, quote, end = 0, None, -1
+    for i in range(start, len(line)):
+        ch = line[i]
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                end = i
+                break
+    assert start > 0 and end > start, "no signature line in the docstring of %r: %r" % (fn, line)
+    params, kind = [], "positional"
+    for part in _split_top_level(line[start + 1:end]):
+        if part == "*":
+            kind = "keyword"
+            continue
+        name = part.split(":", 1)[0].split("=", 1)[0].strip()
+        if name.startswith("**"):
+            params.append((name[2:], "**kwargs", False))
+        elif name.startswith("*"):
+            params.append((name[1:], "*args", False))
+            kind = "keyword"
+        else:
+            params.append((name, kind, "=" in part))
+    if params and params[0][0] == "self":
+        params = params[1:]
+    return params
+
+
+def _signature_params(fn):
+    """A Python function's arguments, as _runtime_params gives them."""
+    kinds = {inspect.Parameter.POSITIONAL_ONLY: "positional",
+             inspect.Parameter.POSITIONAL_OR_KEYWORD: "positional",
+             inspect.Parameter.KEYWORD_ONLY: "keyword",
+             inspect.Parameter.VAR_POSITIONAL: "*args",
+             inspect.Parameter.VAR_KEYWORD: "**kwargs"}
+    return [(p.name, kinds[p.kind], p.default is not inspect.Parameter.empty)
+            for p in inspect.signature(fn).parameters.values()]
+
+
+def _stub_params(fn, method):
+    """A stub function's arguments, as _runtime_params gives them (without self)."""
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    if method and "staticmethod" not in _decorators(fn):
+        positional = positional[1:]
+    first_default = len(positional) - len(a.defaults)
+    params = [(p.arg, "positional", i >= first_default) for i, p in enumerate(positional)]
+    if a.vararg:
+        params.append((a.vararg.arg, "*args", False))
+    params += [(p.arg, "keyword", d is not None) for p, d in zip(a.kwonlyargs, a.kw_defaults)]
+    if a.kwarg:
+        params.append((a.kwarg.arg, "**kwargs", False))
+    return params
+
+
+def _compare_params(what, runtime, overloads, method, problems):
+    """Every overload takes the runtime's arguments (names, order, positional or keyword);
+    the last, the general one, has the same defaults too (an earlier one may require an
+    argument, as async_op=True selects the overload that returns a Work)."""
+    for i, fn in enumerate(overloads):
+        stub = _stub_params(fn, method)
+        if i == len(overloads) - 1:
+            if stub != runtime:
+                problems.append("%s: the stub takes %s, the module %s" % (what, stub, runtime))
+        elif [p[:2] for p in stub] != [p[:2] for p in runtime]:
+            problems.append("%s (overload %d): the stub takes %s, the module %s"
+                            % (what, i + 1, [p[:2] for p in stub], [p[:2] for p in runtime]))
+
+
+def _public_members(cls):
+    """The members a stub must have: public names, and the context manager's methods."""
+    inherited = set()
+    for base in cls.__mro__[1:]:
+        if base.__module__ in ("builtins", "pybind11_builtins"):
+            inherited.update(dir(base))
+    return sorted(n for n in dir(cls) if n not in inherited
+                  and (not n.startswith("_") or n in ("__enter__", "__exit__")))
+
+
+def _check_class(stub_name, cls, stub_classes, problems):
+    node = stub_classes.get(cls.__name__)
+    if node is None:
+        problems.append("%s has no class %s" % (stub_name, cls.__name__))
+        return
+    members = _members(node, stub_classes)
+    for name in _public_members(cls):
+        what = "%s: %s.%s" % (stub_name, cls.__name__, name)
+        member = inspect.getattr_static(cls, name)
+        nodes = members.get(name)
+        if nodes is None:
+            problems.append("%s is missing" % what)
+        elif isinstance(member, property):
+            if not any("property" in _decorators(n) for n in nodes
+                       if isinstance(n, ast.FunctionDef)):
+                problems.append("%s is a property in the module, not in the stub" % what)
+        elif callable(getattr(cls, name)) and not inspect.isclass(getattr(cls, name)):
+            fns = [n for n in nodes if isinstance(n, ast.FunctionDef)]
+            if not fns or any("property" in _decorators(n) for n in fns):
+                problems.append("%s is a method in the module, not in the stub" % what)
+            else:
+                _compare_params(what, _runtime_params(getattr(cls, name)), fns, True, problems)
+
+
+def test_stubs_cover_the_module():
+    module = collx._collx
+    names, classes = _stub("_collx.pyi")
+    problems = []
+    for name in sorted(n for n in dir(module) if not n.startswith("__") or n == "__version__"):
+        value = getattr(module, name)
+        if name not in names:
+            problems.append("_collx.pyi lacks %s" % name)
+        elif inspect.isclass(value):
+            _check_class("_collx.pyi", value, classes, problems)
+        elif callable(value):
+            _compare_params("_collx.pyi: " + name, _runtime_params(value), names[name], False,
+                            problems)
+    assert not problems, "python/collx/_collx.pyi is behind the module:\n" + "\n".join(problems)
+
+
+def test_stubs_cover_the_package():
+    names, _ = _stub("__init__.pyi")
+    problems = ["__init__.pyi lacks %s (in collx.__all__)" % n
+                for n in collx.__all__ + ["__version__"] if n not in names]
+    if "init" in names:
+        _compare_params("__init__.pyi: init", _signature_params(collx.init), names["init"],
+                        False, problems)
+    assert not problems, "python/collx/__init__.pyi is behind collx:\n" + "\n".join(problems)
+    marker = pathlib.Path(collx.__file__).resolve().parent / "py.typed"
+    assert marker.exists(), "%s is missing: type checkers ignore the stubs without it" % marker
+
+
+def test_stubs_cover_the_torch_backend():
+    if not any(n == "pytorch backend" and b for n, b, _ in collx.build_features()):
+        pytest.skip("this build has no torch backend (COLLX_WITH_TORCH)")
+    pytest.importorskip("torch", reason="python3-torch is not installed")
+    import collx.torch as backend  # built: an import error here is a failure, not a skip
+    names, classes = _stub("torch.pyi")
+    problems = ["torch.pyi lacks %s (in collx.torch.__all__)" % n
+                for n in backend.__all__ if n not in names]
+    cls = backend.ProcessGroupCollx
+    if cls.__name__ in classes:
+        # Only what it defines: what it inherits is torch's.
+        members = _members(classes[cls.__name__], classes)
+        for name in sorted(n for n in vars(cls) if not n.startswith("_") or n == "__init__"):
+            what = "torch.pyi: ProcessGroupCollx.%s" % name
+            member = vars(cls)[name]
+            if name not in members:
+                problems.append("%s is missing" % what)
+            elif not isinstance(member, property):
+                _compare_params(what, _runtime_params(getattr(cls, name)), members[name], True,
+                                problems)
+    for name in backend.__all__:
+        if isinstance(names.get(name), list):  # a function's overloads
+            _compare_params("torch.pyi: " + name, _signature_params(getattr(backend, name)),
+                            names[name], False, problems)
+    assert not problems, "python/collx/torch.pyi is behind collx.torch:\n" + "\n".join(problems)

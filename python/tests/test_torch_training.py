@@ -7,12 +7,13 @@ CPU, and abort() from a watchdog thread. A case this torch cannot run reports it
 skipped, saying why (torch 1.13 has no DeviceMesh; torch 2.6's FSDP2 fails on CPU with gloo
 too)."""
 import json
+import pathlib
 import subprocess
 import sys
 
 import pytest
 
-from conftest import WORKERS, base_env
+from conftest import WORKERS, base_env, run_collx
 from test_launch import free_port
 
 torch = pytest.importorskip("torch", reason="python3-torch is not importable by "
@@ -23,9 +24,10 @@ if not any(name == "pytorch backend" and built for name, built, _ in collx.build
     pytest.skip("this build has no torch backend (COLLX_WITH_TORCH)", allow_module_level=True)
 
 SCRIPT = WORKERS / "torch_training.py"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CASES = ["coalesced", "batch_isend_irecv", "monitored_barrier", "functional_eager",
          "functional_compiled", "new_group", "device_mesh", "dtensor", "ddp_uneven", "fsdp2",
-         "abort"]
+         "abort", "fast_all_reduce", "fast_all_reduce_compiled"]
 
 
 def launch(tmp_path, nranks, timeout=240):
@@ -128,3 +130,41 @@ def test_destroy_process_group_frees_everything(nranks):
         kept = dict(first, fds=sorted(first["fds"] + ["anon_inode:[eventfd]"]))
         for n, census in enumerate(after):
             assert census == kept, "rank %d after group %d kept: %s" % (r, n, census)
+
+
+# An unchanged training script (examples/torch_ddp.py: DDP on collx against gloo) at 4 ranks,
+# under torchrun and under collx-run.
+def test_torchrun_runs_an_unchanged_script():
+    import shutil
+
+    torchrun = shutil.which("torchrun") or str(pathlib.Path(sys.executable).parent / "torchrun")
+    if not pathlib.Path(torchrun).exists():
+        pytest.skip("no torchrun beside %s" % sys.executable)
+    if torch.__version__.startswith("1."):
+        pytest.skip("Debian's torchrun 1.13 fails under Python 3.11 before it starts a rank")
+    def torchrun_job(script):
+        return subprocess.run(
+            [torchrun, "--nproc-per-node", "4", "--master-addr", "127.0.0.1", "--master-port",
+             str(free_port()), str(script)],
+            env=base_env(USE_LIBUV="0", GLOO_SOCKET_IFNAME="lo"), capture_output=True,
+            text=True, timeout=240)
+
+    proc = torchrun_job(ROOT / "examples" / "torch_ddp.py")
+    if proc.returncode != 0 and "without libuv support" in proc.stderr:
+        # torchrun's agent makes its TCPStore with libuv whatever USE_LIBUV says (Debian 13's
+        # torch 2.6 has none): no job starts, whichever backend; shown with gloo alone.
+        plain = torchrun_job(pathlib.Path(__file__).parent / "workers" / "gloo_only.py")
+        assert plain.returncode != 0 and "without libuv support" in plain.stderr, plain.stderr
+        pytest.skip("torch %s's torchrun starts no job, with any backend: its agent's TCPStore "
+                    "asks for libuv, which this torch was built without (gloo alone fails the "
+                    "same way)" % torch.__version__)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4 ranks: loss" in proc.stdout and "max parameter difference" in proc.stdout, \
+        proc.stdout + proc.stderr
+
+
+def test_collx_run_runs_an_unchanged_script():
+    proc = run_collx(4, ROOT / "examples" / "torch_ddp.py", timeout=200,
+                     env=base_env(GLOO_SOCKET_IFNAME="lo"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4 ranks: loss" in proc.stdout, proc.stdout + proc.stderr

@@ -25,6 +25,8 @@ PACKAGES=(
   python3-torch libtorch-dev
   # torch.compile's inductor needs setuptools; pip install . needs pip and scikit-build-core.
   python3-setuptools python3-pip python3-venv python3-scikit-build-core
+  # suite.sh's two builds (its own and pip's) share their compilations.
+  ccache
 )
 
 say() { printf '\033[1m== %s debian13: %s\033[0m\n' "$(date +%T)" "$*" >&2; }

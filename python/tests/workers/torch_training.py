@@ -334,6 +334,54 @@ def abort_wakes_a_blocked_call():
         collx.torch.abort(sub)
 
 
+def fast_all_reduce(compiled):
+    """collx.torch.all_reduce (the small-call path) against gloo's all_reduce: types, ops,
+    sub-groups; compiled, the op torch.ops.collx.all_reduce_ in the captured graph."""
+    if compiled:
+        needs(TORCH2 and hasattr(torch.library, "custom_op"),
+              "torch %s has no torch.library.custom_op" % torch.__version__)
+    fn = collx.torch.all_reduce
+    if compiled:
+        def step(x, op):  # op by name, as inside any compiled function
+            return collx.torch.all_reduce(x * 2, op) + 1
+        fn_compiled = torch.compile(step, fullgraph=True)
+        names = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MAX: "max"}
+    # compiled: one type (each type and op is a compilation of its own, seconds each)
+    for dtype in (torch.float32,) if compiled else (torch.float32, torch.bfloat16, torch.int64):
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX):
+            x = data(R, 300, 80, dtype)
+            want = x.clone() * (2 if compiled else 1)
+            if dtype == torch.bfloat16:  # gloo 1.13 lacks bfloat16: its float64 result
+                wide = want.double()
+                dist.all_reduce(wide, op=op, group=GLOO)
+                want = wide.to(dtype)
+            else:
+                dist.all_reduce(want, op=op, group=GLOO)
+            if compiled:
+                got = fn_compiled(x, names[op])
+                want = want + 1
+            else:
+                got = x.clone()
+                if fn(got, op) is not got:
+                    raise Mismatch("all_reduce did not return its tensor")
+            same("collx.torch.all_reduce %s %s%s" % (dtype, op, " compiled" if compiled else ""),
+                 got, want)
+    if compiled:
+        return
+    sub = dist.new_group(list(range(P))[::-1], backend="collx")  # another group, same ranks
+    x = data(R, 5, 81)
+    want = x.clone()
+    dist.all_reduce(want, group=GLOO)
+    same("collx.torch.all_reduce on a sub-group", fn(x, group=sub), want)
+    try:
+        fn(torch.zeros(4, 3).t())
+    except collx.InvalidArgument as e:
+        if "not contiguous" not in str(e):
+            raise Mismatch("unclear refusal: %s" % e)
+    else:
+        raise Mismatch("a non-contiguous tensor was accepted")
+
+
 CASES = {
     "coalesced": coalesced_tensors,
     "batch_isend_irecv": batch_isend_irecv,
@@ -346,6 +394,8 @@ CASES = {
     "ddp_uneven": ddp_uneven,
     "fsdp2": fsdp2,
     "abort": abort_wakes_a_blocked_call,
+    "fast_all_reduce": lambda: fast_all_reduce(False),
+    "fast_all_reduce_compiled": lambda: fast_all_reduce(True),
 }
 
 for case, fn in CASES.items():
