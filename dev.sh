@@ -13,7 +13,9 @@
 # Debian 12, as root (apt-get installs with --no-install-recommends; nothing is downloaded
 # at build time). Knobs: BUILD_DIR (default build), JOBS (default nproc), SANITIZERS=0 to
 # skip the sanitizer builds, FUZZ=0 to skip the fuzz smoke, DEBIAN13=0 to skip the Debian 13
-# stage (COLLX_DEBIAN13_ROOT: where its root is kept, default /var/cache/collx/trixie).
+# stage (DEBIAN13=1: fail where its root cannot be made; unset: say so and go on;
+# COLLX_DEBIAN13_ROOT: where the root is kept, default /var/cache/collx/trixie, made once from
+# Debian's archive by mmdebstrap, 1.7 GB).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -106,15 +108,19 @@ run_tests() {
     t=$SECONDS
     local rc=0
     tests/debian13/root.sh make || rc=$?
-    if [ $rc = 77 ]; then
-      say "Debian 13 stage skipped: tests/debian13/root.sh could not make the root (above)"
+    if [ $rc = 77 ] && [ -z "${DEBIAN13:-}" ]; then
+      # Not this machine's fault alone (no network to Debian's archive, say): said loudly,
+      # and in the stage times. DEBIAN13=1 makes it a failure.
+      say "Debian 13 stage SKIPPED: tests/debian13/root.sh could not make the root (above)"
+      STAGES+=("Debian 13 stage SKIPPED: no root (tests/debian13/root.sh make exited 77)")
     elif [ $rc != 0 ]; then
       exit $rc
     else
       stage_done "Debian 13 root (made or checked)" $t
       t=$SECONDS
-      JOBS=$JOBS tests/debian13/root.sh run bash /src/tests/debian13/suite.sh
-      stage_done "Debian 13 build and Python/torch suites" $t
+      # Bounded as ctest bounds the Debian 12 suites: a rank that hangs ends the stage.
+      JOBS=$JOBS timeout -k 30 1800 tests/debian13/root.sh run bash /src/tests/debian13/suite.sh
+      stage_done "Debian 13 build, suites and pip install" $t
     fi
   fi
   if [ "${SANITIZERS:-1}" = 1 ]; then
@@ -138,17 +144,12 @@ run_tests() {
       fi
       local selection=(-L 'concurrency|process' -E "/P($sizes)([_ ]|\$)|$heavy")
       # Without the Python module: an instrumented extension needs the sanitizer runtime
-      # preloaded into the interpreter, and its suites (label python) do not run here. Only
-      # what the selected suites run is built (tests/util/targets_of_tests.py): the unit
-      # suites, the fuzz replays, the simulator and the micro benchmarks are not.
+      # preloaded into the interpreter, and its suites (label python) do not run here. A
+      # sanitizer build leaves out of `all` what no suite below runs (COLLX_SANITIZE: the
+      # unit suites, the fuzz replays, the simulator and the micro benchmarks).
       t=$SECONDS
-      say "building in $dir (what the suites below run)"
-      configure "$dir" -DCMAKE_BUILD_TYPE=Debug -DCOLLX_SANITIZE="$sanitize" \
+      configure_and_build "$dir" -DCMAKE_BUILD_TYPE=Debug -DCOLLX_SANITIZE="$sanitize" \
         -DCOLLX_WITH_PYTHON=OFF -DCOLLX_WITH_TORCH=OFF
-      local targets
-      targets=$(/usr/bin/python3 tests/util/targets_of_tests.py "$dir" "${selection[@]}")
-      # shellcheck disable=SC2086  # one target per word
-      cmake --build "$dir" -j "$JOBS" --target $targets
       stage_done "$sanitize build" $t
       t=$SECONDS
       say "concurrency and process suites under -fsanitize=$sanitize"

@@ -140,6 +140,10 @@ function(collx_add_fuzzer name)
     target_sources(${target} PRIVATE "${PROJECT_SOURCE_DIR}/tests/fuzz/replay_main.cc")
     add_test(NAME ${target} COMMAND ${target} "${seeds}")
     set_tests_properties(${target} PROPERTIES LABELS "unit" TIMEOUT 120)
+    if(COLLX_SANITIZE)
+      # A sanitizer build runs the concurrency and process suites only (dev.sh).
+      set_target_properties(${target} PROPERTIES EXCLUDE_FROM_ALL ON)
+    endif()
   endif()
 endfunction()
 

@@ -35,22 +35,10 @@ else()
   list(GET _torch_out 1 _torch_abi)
   list(GET _torch_out 2 _torch_cmake_prefix)
   list(GET _torch_out 3 _torch_package)
-  # TorchConfig.cmake appends torch's flags to CMAKE_CXX_FLAGS for the whole project: only
-  # the backend's target gets them (COLLX_TORCH_DEFINITIONS).
-  set(_collx_saved_cxx_flags "${CMAKE_CXX_FLAGS}")
-  find_package(Torch CONFIG QUIET HINTS "${_torch_cmake_prefix}")
-  set(CMAKE_CXX_FLAGS "${_collx_saved_cxx_flags}")
   string(REGEX MATCH "^[0-9]+\\.[0-9]+" _torch_py_minor "${COLLX_TORCH_VERSION}")
-  string(REGEX MATCH "^[0-9]+\\.[0-9]+" _torch_cmake_minor "${Torch_VERSION}")
-  if(NOT Torch_FOUND)
-    set(_collx_torch_why "torch ${COLLX_TORCH_VERSION} imports (${_torch_package}) but its CMake "
-        "config (TorchConfig.cmake) was not found, neither under ${_torch_cmake_prefix} nor "
-        "in the system's; Debian: apt-get install libtorch-dev")
-  elseif(NOT _torch_py_minor VERSION_EQUAL _torch_cmake_minor)
-    set(_collx_torch_why "${Python3_EXECUTABLE} imports torch ${COLLX_TORCH_VERSION} "
-        "(${_torch_package}) but CMake found torch ${Torch_VERSION} (${Torch_DIR}): the backend "
-        "must be built against the torch it loads into; set Torch_DIR to the right one")
-  elseif(COLLX_TORCH_VERSION VERSION_LESS 1.13)
+  # What the interpreter says is checked first: TorchConfig.cmake (a CUDA torch's, say) may
+  # fail the configure itself where the backend could never be built anyway.
+  if(COLLX_TORCH_VERSION VERSION_LESS 1.13)
     set(_collx_torch_why "torch ${COLLX_TORCH_VERSION} is older than 1.13, the oldest the "
         "backend is written for")
   elseif(NOT _torch_abi EQUAL 1)
@@ -59,7 +47,25 @@ else()
         "C++11 one, which the backend must share with both: use a torch built with the C++11 "
         "ABI (a distribution's torch, or pip wheels from torch 2.7 on)")
   else()
-    find_library(COLLX_TORCH_PYTHON_LIBRARY torch_python
+    # TorchConfig.cmake appends torch's flags to CMAKE_CXX_FLAGS for the whole project: only
+    # the backend's target gets them (COLLX_TORCH_DEFINITIONS).
+    set(_collx_saved_cxx_flags "${CMAKE_CXX_FLAGS}")
+    find_package(Torch CONFIG QUIET HINTS "${_torch_cmake_prefix}")
+    set(CMAKE_CXX_FLAGS "${_collx_saved_cxx_flags}")
+    string(REGEX MATCH "^[0-9]+\\.[0-9]+" _torch_cmake_minor "${Torch_VERSION}")
+    if(NOT Torch_FOUND)
+      set(_collx_torch_why "torch ${COLLX_TORCH_VERSION} imports (${_torch_package}) but its "
+          "CMake config (TorchConfig.cmake) was not found, neither under "
+          "${_torch_cmake_prefix} nor in the system's; Debian: apt-get install libtorch-dev")
+    elseif(NOT _torch_py_minor VERSION_EQUAL _torch_cmake_minor)
+      set(_collx_torch_why "${Python3_EXECUTABLE} imports torch ${COLLX_TORCH_VERSION} "
+          "(${_torch_package}) but CMake found torch ${Torch_VERSION} (${Torch_DIR}): the "
+          "backend must be built against the torch it loads into; set Torch_DIR to the right "
+          "one")
+    endif()
+  endif()
+  if(NOT _collx_torch_why)
+    find_library(COLLX_TORCH_PYTHON_LIBRARY torch_python NO_CACHE
       HINTS "${TORCH_INSTALL_PREFIX}/lib" "${_torch_package}/lib")
     if(NOT COLLX_TORCH_PYTHON_LIBRARY)
       set(_collx_torch_why "torch ${COLLX_TORCH_VERSION}'s libtorch_python was not found "

@@ -49,16 +49,22 @@ def create_process_group(store, rank, world_size, timeout):
 
 def backend_of(group=None):
     """The ProcessGroupCollx of ``group`` (default: the default group): torch 2.x keeps it
-    behind its ProcessGroup, torch 1.13's group is the backend itself. A group on another
-    backend is a ValueError naming it."""
+    behind its ProcessGroup (for "cpu"; under TORCH_DISTRIBUTED_DEBUG=DETAIL inside torch's
+    wrapper), torch 1.13's group is the backend itself. A group whose CPU backend is not
+    collx's is a ValueError naming it."""
     if group is None:
         group = _dist.distributed_c10d._get_default_group()
     if isinstance(group, ProcessGroupCollx):
         return group
-    backend = _dist.get_backend(group)
-    if backend != BACKEND:
-        raise ValueError("the group's backend is %s, not collx" % backend)
-    return group._get_backend(torch.device("cpu"))
+    try:
+        backend = group._get_backend(torch.device("cpu"))
+    except (AttributeError, RuntimeError) as e:  # torch 1.13's other groups; no cpu backend
+        raise ValueError("the group's backend is %s, not collx (%s)"
+                         % (_dist.get_backend(group), e)) from None
+    backend = getattr(backend, "wrapped_pg", backend)
+    if not isinstance(backend, ProcessGroupCollx):
+        raise ValueError("the group's backend for cpu is %s, not collx" % type(backend).__name__)
+    return backend
 
 
 def dump_state(group=None):
@@ -81,49 +87,88 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     """torch.distributed.monitored_barrier, for collx's groups too (torch's refuses every
     backend but gloo): a barrier that raises, naming the ranks that did not arrive within
     ``timeout``, instead of waiting for them. Other backends' groups go to torch's."""
-    if _dist.get_backend(group) != BACKEND:
-        return _torch_monitored_barrier(group=group, timeout=timeout,
-                                        wait_all_ranks=wait_all_ranks)
     if group is None:
         group = _dist.distributed_c10d._get_default_group()
+    try:
+        backend_of(group)
+    except ValueError:  # another backend's group, or one this rank is not in: torch's
+        return _torch_monitored_barrier(group=group, timeout=timeout,
+                                        wait_all_ranks=wait_all_ranks)
     if timeout is None:
         timeout = _dist.default_pg_timeout
     return group.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
 # ---- the small-call path ---------------------------------------------------------------
-_fast = [None, None]  # weak references to the group last used and to its backend
+_fast = [None, None]  # a weak reference to the group last used, and its backend
 # torch's RedOpType values by functional collectives' names for them.
 _OP_VALUES = {"sum": 0, "avg": 1, "product": 2, "min": 3, "max": 4, "band": 5, "bor": 6,
               "bxor": 7}
+_BY_OP = [(getattr(_dist.ReduceOp, name.upper()), value) for name, value in _OP_VALUES.items()]
+_last_op = [None, 0]  # the dist.ReduceOp last given, and its value
+# The default group, read straight from where torch keeps it (torch 2.x: _world, whose
+# GroupMember.WORLD is a property on a metaclass; torch 1.13: a class attribute).
+_WORLD = getattr(_dist.distributed_c10d, "_world", None)
+if _WORLD is not None and hasattr(_WORLD, "_default_pg"):
+    def _default_group():
+        return _WORLD._default_pg
+else:
+    def _default_group():
+        return _dist.GroupMember.WORLD
 
 
-def all_reduce(tensor, op=_dist.ReduceOp.SUM, group=None):
+def all_reduce(tensor, op="sum", group=None):
     """collx's fastest all_reduce for a torch user: ``tensor`` (a contiguous CPU tensor)
     reduced in place over ``group`` (default: the default group, whose backend must be
     collx), blocking, like ``dist.all_reduce(tensor, op, group)`` but without torch's
     dispatch, Work and future around the call: for the many small calls of CPU
     tensor-parallel inference. Inside a function compiled with torch.compile it is the op
     ``torch.ops.collx.all_reduce_`` (torch 2.4 on), which the graph captures. ``op`` is a
-    dist.ReduceOp or its name, as functional collectives take it ("sum", "avg", "product",
-    "min", "max", "band", "bor", "bxor"); inside a compiled function, by name. Returns
+    name, as functional collectives take it ("sum", "avg", "product", "min", "max", "band",
+    "bor", "bxor"), or a dist.ReduceOp (not inside a compiled function). Returns
     ``tensor``. Errors are collx's (collx.InvalidArgument, collx.IoError, ...)."""
-    if group is None:
-        group = _dist.GroupMember.WORLD
-    if _compiling():
-        _all_reduce_op(tensor, _OP_VALUES[op] if isinstance(op, str) else int(op),
-                       group.group_name)
-        return tensor
+    # Every line here is paid on every call: no hashing of torch's op objects (a third of a
+    # microsecond each in torch 2.x), no torch.distributed lookups once the group is known.
     if isinstance(op, str):
-        op = _dist.ReduceOp.RedOpType(_OP_VALUES[op]) if hasattr(
-            _dist.ReduceOp, "RedOpType") else getattr(_dist.ReduceOp, op.upper())
-    group_ref, backend_ref = _fast
-    backend = backend_ref() if group_ref is not None and group_ref() is group else None
-    if backend is None:
+        value = _OP_VALUES.get(op)
+        if value is None:
+            raise ValueError("op %r is none of %s" % (op, sorted(_OP_VALUES)))
+    elif op is _last_op[0]:
+        value = _last_op[1]
+    else:
+        value = _op_value(op)
+        _last_op[:] = [op, value]
+    if group is None:
+        group = _default_group()
+    if _compiling():
+        _all_reduce_op(tensor, value, group.group_name)
+        return tensor
+    group_ref, backend = _fast
+    if group_ref is None or group_ref() is not group:
         backend = backend_of(group)
-        _fast[:] = [weakref.ref(group), weakref.ref(backend)]
-    backend.all_reduce_(tensor, op)
+        # The backend held while the group lives (torch 2.x makes a new Python object for
+        # it at each lookup), let go with the group: destroy_process_group frees it.
+        _fast[:] = [weakref.ref(group, _forget), backend]
+    backend.all_reduce_(tensor, value)
     return tensor
+
+
+def _forget(group_ref):
+    if _fast[0] is group_ref:
+        _fast[:] = [None, None]
+
+
+def _op_value(op):
+    """torch's RedOpType value of a dist.ReduceOp (PREMUL_SUM's: the backend refuses it,
+    naming it)."""
+    for known, value in _BY_OP:
+        if op == known:
+            return value
+    try:
+        return int(op)
+    except TypeError:
+        raise TypeError("op must be a torch.distributed.ReduceOp or one of %s, not %r"
+                        % (sorted(_OP_VALUES), op)) from None
 
 
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
@@ -132,7 +177,7 @@ def _define_all_reduce_op():
     @torch.library.custom_op("collx::all_reduce_", mutates_args=("tensor",))
     def op(tensor: torch.Tensor, op: int, group_name: str) -> None:
         group = _dist.distributed_c10d._resolve_process_group(group_name)
-        backend_of(group).all_reduce_(tensor, _dist.ReduceOp.RedOpType(op))
+        backend_of(group).all_reduce_(tensor, op)
 
     @op.register_fake
     def _(tensor, op, group_name):

@@ -26,6 +26,7 @@
 #include <torch/version.h>
 
 #include <array>
+#include <cctype>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -50,6 +51,9 @@
 #else
 #define COLLX_TORCH_BACKEND_API 0  // the ProcessGroup is the backend (torch 1.13)
 #endif
+// The coalesced all_gather_into_tensor and reduce_scatter_tensor (torch 2.1 on).
+#define COLLX_TORCH_COALESCED \
+  (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
 
 namespace collx::torch_backend {
 #if COLLX_TORCH_BACKEND_API
@@ -403,7 +407,7 @@ struct Flat {
 // torch's own name for a type ("float32", "bool"; torch.float32 prints as "torch.float32"),
 // which is numpy's too: the module finds a tensor's type by that name as well. From c10's
 // enumeration, which every torch release keeps, rather than torch's Python helpers, which
-// change between releases. A type not listed is named as c10 prints it ("Float8_e5m2").
+// change between releases.
 std::string torchName(at::ScalarType type) {
   switch (type) {
     case at::kByte: return "uint8";
@@ -422,7 +426,11 @@ std::string torchName(at::ScalarType type) {
     case at::kQInt8: return "qint8";
     case at::kQUInt8: return "quint8";
     case at::kQInt32: return "qint32";
-    default: return c10::toString(type);
+    default: {  // torch's name is c10's in lower case ("UInt16": torch.uint16)
+      std::string name = c10::toString(type);
+      for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      return name;
+    }
   }
 }
 
@@ -586,12 +594,8 @@ class ProcessGroupCollx final : public BackendBase {
 
   // The small-call path (collx.torch.all_reduce): an all_reduce in place, run to completion
   // here, with no torch dispatch, Work or future around it.
-  void allReduceNow(const at::Tensor& t, c10d::ReduceOp::RedOpType redOp) {
-    Where where = here("all_reduce");
-    Flat f = flatOf(t, "the tensor", where, redOp);
-    Call c = describe(CallKind::kAllreduce, c10d::kUnsetTimeout, f);
-    c.sendbuf = c.recvbuf = f.data;
-    c.op = reduceOpOf(c10d::ReduceOp(redOp), t.scalar_type(), where);
+  void allReduceNow(const at::Tensor& t, c10d::ReduceOp::RedOpType op) {
+    const Call c = allreduceOf(t, op, c10d::kUnsetTimeout, here("all_reduce"));
     inFlight_->sweep();
     collx::execute(*context_, c);
   }
@@ -629,11 +633,8 @@ class ProcessGroupCollx final : public BackendBase {
                                            const c10d::AllreduceOptions& opts) override {
     Where where = here("allreduce");
     const at::Tensor& t = single(tensors, where);
-    Flat f = flatOf(t, "the tensor", where, opts.reduceOp.op_);
-    Call c = describe(CallKind::kAllreduce, opts.timeout, f);
-    c.sendbuf = c.recvbuf = f.data;
-    c.op = reduceOpOf(opts.reduceOp, t.scalar_type(), where);
-    return launch(c10d::OpType::ALLREDUCE, tensors, {t}, c);
+    return launch(c10d::OpType::ALLREDUCE, tensors, {t},
+                  allreduceOf(t, opts.reduceOp.op_, opts.timeout, where));
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
@@ -880,14 +881,15 @@ class ProcessGroupCollx final : public BackendBase {
     return launch(c10d::OpType::BARRIER, {}, {}, describe(CallKind::kBarrier, opts.timeout, {}));
   }
 
-  // dist.monitored_barrier: a barrier that every rank leaves with an error naming the ranks
-  // that did not arrive in time (collx's timeout names whom each rank waited for, and its
-  // hang report says why), rather than hanging.
+  // dist.monitored_barrier: a barrier bounded by its timeout, which every waiting rank leaves
+  // with a TimeoutError naming the rank it waited for (and, once the hang report has run,
+  // the job's diagnosis), rather than hanging. Unlike gloo's, rank 0's need not name every
+  // rank that did not come (waitAllRanks changes nothing).
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
     barrier(opts)->wait();
   }
 
-#if COLLX_TORCH_BACKEND_API
+#if COLLX_TORCH_COALESCED
   // dist._coalescing_manager's all_gather_into_tensor calls (FSDP's): one allgather of the
   // inputs side by side. Rank r's block of the result holds rank r's inputs in turn; each
   // output gets its column of blocks.
@@ -906,7 +908,11 @@ class ProcessGroupCollx final : public BackendBase {
     c.recvbuf = fout.data;
     std::vector<at::Tensor> list = outputs;
     const std::int64_t P = size_;
-    return launch(c10d::OpType::COALESCED, list, {in, flat}, c,
+    // The inputs too: `in` is a view of them where they lie side by side (FSDP's shards).
+    std::vector<at::Tensor> keep = inputs;
+    keep.push_back(in);
+    keep.push_back(flat);
+    return launch(c10d::OpType::COALESCED, list, std::move(keep), c,
                   [flat, list, sizes, total, P]() mutable {
                     at::Tensor rows = flat.view({P, total});
                     std::int64_t at = 0;
@@ -989,6 +995,16 @@ class ProcessGroupCollx final : public BackendBase {
     c.count = f.count;
     c.dtype = f.dtype;
     if (timeout.count() > 0) c.options.timeout = timeout;
+    return c;
+  }
+
+  // An allreduce of `t` in place.
+  static Call allreduceOf(const at::Tensor& t, c10d::ReduceOp::RedOpType op,
+                          milliseconds timeout, const Where& where) {
+    Flat f = flatOf(t, "the tensor", where, op);
+    Call c = describe(CallKind::kAllreduce, timeout, f);
+    c.sendbuf = c.recvbuf = f.data;
+    c.op = reduceOpOf(c10d::ReduceOp(op), t.scalar_type(), where);
     return c;
   }
 
@@ -1202,16 +1218,18 @@ PYBIND11_MODULE(_collx_torch, m) {
       .def_property_readonly(
           "transports", [](ProcessGroupCollx& pg) { return pg.context().transports(); },
           "The collx transport to each rank ('self', 'tcp').")
+      // The op as torch's RedOpType value: converting a dist.ReduceOp object costs torch 2.x
+      // about a microsecond per call (an implicit conversion), more than the call itself.
       .def(
           "all_reduce_",
-          [](ProcessGroupCollx& pg, const at::Tensor& t, const c10d::ReduceOp& op) {
-            pg.allReduceNow(t, op.op_);
+          [](ProcessGroupCollx& pg, const at::Tensor& t, int op) {
+            pg.allReduceNow(t, static_cast<c10d::ReduceOp::RedOpType>(op));
           },
-          py::arg("tensor"), py::arg("op") = c10d::ReduceOp(c10d::ReduceOp::SUM),
-          py::call_guard<py::gil_scoped_release>(),
-          "all_reduce_(tensor, op=dist.ReduceOp.SUM)\n\nAn all_reduce of a CPU tensor in "
-          "place, blocking, with no torch dispatch, Work or future around it: "
-          "collx.torch.all_reduce's eager path.")
+          py::arg("tensor"), py::arg("op") = 0, py::call_guard<py::gil_scoped_release>(),
+          "all_reduce_(tensor, op=0)\n\nAn all_reduce of a CPU tensor in place, blocking, "
+          "with no torch dispatch, Work or future around it: collx.torch.all_reduce's eager "
+          "path. op is torch's RedOpType value (0 for SUM; collx.torch.all_reduce takes "
+          "dist.ReduceOp and names).")
       .def("_time_own_all_reduce", &ProcessGroupCollx::timeOwnAllReduce, py::arg("tensor"),
            py::arg("iterations"), py::call_guard<py::gil_scoped_release>(),
            "For the benchmarks: collx's own blocking allreduce (sum) of tensor, iterations "

@@ -10,7 +10,7 @@
 #   tests/debian13/root.sh remove        unmount and delete it
 #
 # COLLX_DEBIAN13_ROOT (default /var/cache/collx/trixie) is kept between runs: the first
-# `make` takes about 3 minutes and 1.7 GB from Debian's archive (mmdebstrap, as root), later
+# `make` takes about 2 minutes and 1.7 GB from Debian's archive (mmdebstrap, as root), later
 # ones a dpkg query. Exit 77 with the reason when this machine cannot (not root, no
 # mmdebstrap and no apt to get it, no network to the archive).
 set -euo pipefail
