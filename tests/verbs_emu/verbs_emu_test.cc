@@ -1755,6 +1755,11 @@ TEST(VerbsEmuProcesses, StoppedThenKilledPeerWithWorkInFlight) {
   // A stopped process answers nothing; its connection stays open, so no ack timer runs
   // (its NIC would keep answering): the writes wait.
   ASSERT_EQ(::kill(child.pid(), SIGSTOP), 0);
+  // kill() returns before a child running on another core has stopped: until it has, it may
+  // still take some of the writes (seen on a loaded machine).
+  int status = 0;
+  ASSERT_EQ(::waitpid(child.pid(), &status, WUNTRACED), child.pid());
+  ASSERT_TRUE(WIFSTOPPED(status));
   for (int i = 0; i < kWrites; ++i) {
     ASSERT_EQ(e.post(IBV_WR_RDMA_WRITE, i, {buffer.sge(0, 1u << 20)}, 0, peer.addr, peer.rkey), 0);
   }
