@@ -1038,6 +1038,17 @@ bool framesVisible() {
   return visible;
 }
 
+// The physical frame behind `p` (0: not shown).
+std::uint64_t frameOf(const void* p) {
+  const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const auto page = reinterpret_cast<std::uintptr_t>(p) / sysconf(_SC_PAGESIZE);
+  std::uint64_t entry = 0;
+  const bool read = pread(fd, &entry, sizeof entry, static_cast<off_t>(page * 8)) == 8;
+  ::close(fd);
+  return read && (entry >> 63) ? entry & ((std::uint64_t{1} << 55) - 1) : 0;
+}
+
 // Memory registered, then unmapped and mapped again at the same address (or its pages
 // dropped): a NIC would still access the old pages it pinned, so the device refuses the
 // access instead, as an error completion, and says so on stderr.
@@ -1061,15 +1072,25 @@ TEST(VerbsEmuProtection, StaleRegistrationIsAnError) {
       std::memset(mem, 1, kBytes);
       MemoryRegion mr = (remote ? p.b : p.a).reg(mem, kBytes);
       ASSERT_TRUE(mr);
-      if (change == Change::kMappedAgain) {
-        ASSERT_EQ(munmap(mem, kBytes), 0);
-        ASSERT_EQ(mmap(mem, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                       -1, 0),
-                  mem);
-      } else {
-        ASSERT_EQ(madvise(mem, kBytes, MADV_DONTNEED), 0);
+      const std::uint64_t registered = frameOf(mem);
+      // New pages, not the registered ones: the kernel hands a frame just freed out again
+      // first, so a hog takes those before the new pages are touched (without it, the new
+      // page was the old frame in some loaded runs, and nothing was stale).
+      std::vector<std::vector<std::uint8_t>> hogs;
+      for (int attempt = 0; attempt < 8; ++attempt) {
+        if (change == Change::kMappedAgain) {
+          ASSERT_EQ(munmap(mem, kBytes), 0);
+          ASSERT_EQ(mmap(mem, kBytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+                    mem);
+        } else {
+          ASSERT_EQ(madvise(mem, kBytes, MADV_DONTNEED), 0);
+        }
+        hogs.emplace_back(16 * kBytes, std::uint8_t{3});
+        std::memset(mem, 2, kBytes);
+        if (frameOf(mem) != registered) break;
       }
-      std::memset(mem, 2, kBytes);  // new pages, not the registered ones
+      ASSERT_NE(frameOf(mem), registered) << "the new page kept the registered frame";
       testing::internal::CaptureStderr();
       if (remote) {
         writeThenSend(p, local, reinterpret_cast<std::uintptr_t>(mem) + 8, mr->rkey, 64, in);
