@@ -135,7 +135,7 @@ run_tests() {
       # TSan (3-5x slower) runs P in {1,2,3,4,5} and leaves to ASan the process tests that
       # only repeat its paths at length (a sweep of every collective, 8 ranks on 2 cores,
       # simulated hosts, the CMA fallbacks, the hang reports beyond tcp), the hierarchical
-      # layouts and the 64 MiB store values: CI has 30 minutes.
+      # layouts and the 64 MiB store values (the whole command: about 31 minutes, README).
       local sizes='6|9|10|11|12|13|14|15|16|17|32|64'
       local heavy='^ibverbs:.*/P(5|7|8)([_ ]|$)|Selection[.]RulesFilesHaveBounds|CollectivesSweepInProcessesOverIbverbs'
       if [ "$sanitize" = thread ]; then
