@@ -410,22 +410,38 @@ struct Flat {
 // change between releases.
 std::string torchName(at::ScalarType type) {
   switch (type) {
-    case at::kByte: return "uint8";
-    case at::kChar: return "int8";
-    case at::kShort: return "int16";
-    case at::kInt: return "int32";
-    case at::kLong: return "int64";
-    case at::kHalf: return "float16";
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kComplexHalf: return "complex32";
-    case at::kComplexFloat: return "complex64";
-    case at::kComplexDouble: return "complex128";
-    case at::kBool: return "bool";
-    case at::kBFloat16: return "bfloat16";
-    case at::kQInt8: return "qint8";
-    case at::kQUInt8: return "quint8";
-    case at::kQInt32: return "qint32";
+    case at::kByte:
+      return "uint8";
+    case at::kChar:
+      return "int8";
+    case at::kShort:
+      return "int16";
+    case at::kInt:
+      return "int32";
+    case at::kLong:
+      return "int64";
+    case at::kHalf:
+      return "float16";
+    case at::kFloat:
+      return "float32";
+    case at::kDouble:
+      return "float64";
+    case at::kComplexHalf:
+      return "complex32";
+    case at::kComplexFloat:
+      return "complex64";
+    case at::kComplexDouble:
+      return "complex128";
+    case at::kBool:
+      return "bool";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kQInt8:
+      return "qint8";
+    case at::kQUInt8:
+      return "quint8";
+    case at::kQInt32:
+      return "qint32";
     default: {  // torch's name is c10's in lower case ("UInt16": torch.uint16)
       std::string name = c10::toString(type);
       for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -999,8 +1015,8 @@ class ProcessGroupCollx final : public BackendBase {
   }
 
   // An allreduce of `t` in place.
-  static Call allreduceOf(const at::Tensor& t, c10d::ReduceOp::RedOpType op,
-                          milliseconds timeout, const Where& where) {
+  static Call allreduceOf(const at::Tensor& t, c10d::ReduceOp::RedOpType op, milliseconds timeout,
+                          const Where& where) {
     Flat f = flatOf(t, "the tensor", where, op);
     Call c = describe(CallKind::kAllreduce, timeout, f);
     c.sendbuf = c.recvbuf = f.data;
@@ -1046,9 +1062,9 @@ class ProcessGroupCollx final : public BackendBase {
       }
       if (large[i].numel() != small[i].numel() * size_) {
         throw InvalidArgument(where, "pair " + std::to_string(i) + ": " +
-                                         std::to_string(large[i].numel()) +
-                                         " elements are not " + std::to_string(size_) +
-                                         " x " + std::to_string(small[i].numel()));
+                                         std::to_string(large[i].numel()) + " elements are not " +
+                                         std::to_string(size_) + " x " +
+                                         std::to_string(small[i].numel()));
       }
       sizes.push_back(small[i].numel());
     }
@@ -1209,8 +1225,7 @@ PYBIND11_MODULE(_collx_torch, m) {
            "group through a c10d store (the one torch's rendezvous made) and connects to every "
            "rank; timeout bounds joining and every call.")
       .def(
-          "abort",
-          [](ProcessGroupCollx& pg, const std::string& why) { pg.context().abort(why); },
+          "abort", [](ProcessGroupCollx& pg, const std::string& why) { pg.context().abort(why); },
           py::arg("why") = "the group was aborted (ProcessGroupCollx.abort)",
           "abort(why=...)\n\nEnds every call of this group on this rank at once: each blocked "
           "call, and every later one, raises collx.Aborted with `why`. Thread-safe: a "
