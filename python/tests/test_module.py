@@ -288,19 +288,30 @@ def _decorators(fn):
     return {d.id for d in fn.decorator_list if isinstance(d, ast.Name)}
 
 
-def _split_top_level(text):
-    """text split at the commas outside brackets and quotes."""
-    parts, depth, quote, start = [], 0, None, 0
-    for i, ch in enumerate(text):
+def _outside_quotes(text, start=0):
+    """(index, character, bracket depth after it) of each character of text from start that
+    stands outside quotes."""
+    depth, quote = 0, None
+    for i in range(start, len(text)):
+        ch = text[i]
         if quote:
             quote = None if ch == quote else quote
-        elif ch in "'\"":
+            continue
+        if ch in "'\"":
             quote = ch
-        elif ch in "([{":
+            continue
+        if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif ch == "," and depth == 0:
+        yield i, ch, depth
+
+
+def _split_top_level(text):
+    """text split at the commas outside brackets and quotes."""
+    parts, start = [], 0
+    for i, ch, depth in _outside_quotes(text):
+        if ch == "," and depth == 0:
             parts.append(text[start:i])
             start = i + 1
     parts.append(text[start:])
@@ -313,20 +324,8 @@ def _runtime_params(fn):
     [(name, kind, has_default)], kind 'positional', 'keyword', '*args' or '**kwargs'."""
     line = (fn.__doc__ or "").lstrip().split("\n", 1)[0]
     start = line.find("(")
-    depth, quote, end = 0, None, -1
-    for i in range(start, len(line)):
-        ch = line[i]
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                end = i
-                break
+    end = next((i for i, ch, depth in _outside_quotes(line, max(start, 0))
+                if ch in ")]}" and depth == 0), -1)
     assert start > 0 and end > start, "no signature line in the docstring of %r: %r" % (fn, line)
     params, kind = [], "positional"
     for part in _split_top_level(line[start + 1:end]):
