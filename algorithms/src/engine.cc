@@ -72,14 +72,14 @@ inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t n) noexcept 
 std::string callName(const CallInfo& info) {
   if (info.algorithm == nullptr) {
     return std::string(info.collective) + "(peer " + std::to_string(info.peer) + ", tag " +
-           std::to_string(info.key.seq) + ")";
+           transport::seqText(info.key.seq) + ")";
   }
   return std::string(info.collective) + "(" + info.algorithm + ", seq " +
-         std::to_string(info.key.seq) + ")";
+         transport::seqText(info.key.seq) + ")";
 }
 
 // One call of a schedule: its bound buffers, the state of every task, its outcome.
-class Execution {
+class Execution : public std::enable_shared_from_this<Execution> {
  public:
   Execution(Engine& engine, std::shared_ptr<const Schedule> schedule, const Bindings& bindings,
             CallInfo info, bool async)
@@ -341,7 +341,10 @@ class Execution {
     } else {
       engine_.failedCalls_.fetch_add(1, std::memory_order_relaxed);
     }
-    finished_.store(true, std::memory_order_release);
+    // (Sequentially consistent with waiter_: a thread that waits for this call without
+    // driving either sees it finished or is told.)
+    finished_.store(true);
+    if (waiter_.load()) engine_.wakeWaiters();
   }
 
   friend class Engine;
@@ -359,6 +362,10 @@ class Execution {
   std::size_t completed_ = 0;
   std::size_t outstanding_ = 0;
   std::atomic<bool> finished_{false};
+  // A thread waits for it without driving (Engine::awaitDrive); queued_: a blocking call
+  // handed to another thread's driving, counted in asyncInFlight_ until it retires.
+  std::atomic<bool> waiter_{false};
+  bool queued_ = false;
   std::exception_ptr error_;
   static constexpr TaskId kNoTask = ~TaskId{0};
   bool shared_ = false;
@@ -480,15 +487,63 @@ class Engine::DriveLock {
   Engine& engine_;
 };
 
+void Engine::wakeWaiters() {
+  std::lock_guard<std::mutex> lock(stateMutex_);
+  stateChanged_.notify_all();
+}
+
+// Another thread drives (a blocking call of its own, which it drives until that call ends,
+// or the progress thread): waits until `execution` ends, driven by that thread, or drive_ is
+// free, and returns whether it took drive_. Never blocks on drive_ itself: calls of
+// different sub-contexts on different threads may each wait for the other's peers, so the
+// driver must move this call too (a queued blocking call is admitted like a nonblocking one),
+// and a call that ended returns at once.
+bool Engine::awaitDrive(const std::shared_ptr<Execution>& execution) {
+  execution->waiter_.store(true);
+  callersWaiting_.fetch_add(1);  // a progress thread lets go of drive_
+  mesh_->wakeup();               // a driver in poll() admits what was queued
+  bool took = false;
+  {
+    std::unique_lock<std::mutex> lock(stateMutex_);
+    while (!execution->finished()) {
+      if (drive_.try_lock()) {
+        took = true;
+        break;
+      }
+      // Woken when it ends, when a caller unlocks drive_, or when the progress thread lets
+      // go of it (each under stateMutex_: nothing is missed); the slice is a safety net.
+      stateChanged_.wait_for(lock, kMaxPollSlice);
+    }
+  }
+  callersWaiting_.fetch_sub(1);
+  return took;
+}
+
 void Engine::run(std::shared_ptr<const Schedule> schedule, const Bindings& bindings,
                  CallInfo info) {
   if (info.deadline == Clock::time_point::max()) info.deadline = Clock::now() + info.timeout;
   recordAdmitted(info, CallState::kRunning);
   auto execution = std::make_shared<Execution>(*this, std::move(schedule), bindings,
                                                std::move(info), /*async=*/false);
-  {
-    DriveLock lock(*this);
-    if (!refuseIfFailed(*execution)) {
+  bool driving = drive_.try_lock();
+  if (!driving) {
+    // Queued behind the nonblocking calls started before it, for whoever drives.
+    execution->queued_ = true;
+    asyncInFlight_.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(stateMutex_);
+      incoming_.push_back(execution);
+    }
+    driving = awaitDrive(execution);
+  }
+  if (driving) {
+    struct Unlock {
+      Engine& engine;
+      ~Unlock() { engine.unlockDrive(); }
+    } unlock{*this};
+    if (execution->queued_) {
+      driveUntil(*execution, std::nullopt);  // admits it first, unless it ended already
+    } else if (!refuseIfFailed(*execution)) {
       admit();  // the nonblocking calls started before it come first
       activate(execution);
       driveUntil(*execution, std::nullopt);
@@ -560,8 +615,12 @@ std::string Engine::hangNote(const CallInfo& info) const {
 
 void Engine::recordAdmitted(CallInfo& info, CallState state, bool pending) noexcept {
   if (tracer_ && info.record) traceAdmitted(info);
-  if (!recorder_ || !info.record) return;
-  info.recorder = recorder_.get();
+  // A sub-context's calls come with a recorder of their own (their seqs are its).
+  if (info.recorder == nullptr) info.recorder = recorder_.get();
+  if (info.recorder == nullptr || !info.record) {
+    info.recorder = nullptr;
+    return;
+  }
   // A short blocking collective (no clock read for it), not traced: one write when it ends.
   if (pending && info.tracer == nullptr && info.key.space == transport::Space::kCollective &&
       info.deadline == Clock::time_point::max() && info.fingerprint.count < kTimedCount) {
@@ -569,7 +628,7 @@ void Engine::recordAdmitted(CallInfo& info, CallState state, bool pending) noexc
     info.recordPending = true;
     return;
   }
-  info.recordId = recorder_->admit(recordedCall(info), state);
+  info.recordId = info.recorder->admit(recordedCall(info), state);
 }
 
 void Engine::recordPending(const CallInfo& info) noexcept {
@@ -713,8 +772,16 @@ std::shared_ptr<Execution> Engine::start(std::shared_ptr<const Schedule> schedul
 
 bool Engine::wait(Execution& execution, std::optional<Clock::time_point> until) {
   if (!execution.finished()) {
-    DriveLock lock(*this);
-    driveUntil(execution, until);
+    if (drive_.try_lock() || (!until && awaitDrive(execution.shared_from_this()))) {
+      struct Unlock {
+        Engine& engine;
+        ~Unlock() { engine.unlockDrive(); }
+      } unlock{*this};
+      driveUntil(execution, until);
+    } else if (until) {
+      DriveLock lock(*this);
+      driveUntil(execution, until);
+    }
   }
   if (!execution.finished()) return false;
   if (execution.error()) std::rethrow_exception(execution.error());
@@ -939,7 +1006,7 @@ void Engine::retire() {
     if (e->info().key.space == transport::Space::kCollective) {
       mesh_->link().removeActive(e->info().key.seq);
     }
-    if (e->async()) asyncInFlight_.fetch_sub(1);
+    if (e->async() || e->queued_) asyncInFlight_.fetch_sub(1);
     return true;
   };
   if (!sharedQueue_.empty()) dropEndedShared();
@@ -1081,6 +1148,8 @@ void Engine::progressLoop() {
       }
     }
     lock.lock();
+    // A caller waiting in awaitDrive() may take drive_ now.
+    if (callersWaiting_.load() > 0) stateChanged_.notify_all();
   }
 }
 

@@ -70,6 +70,14 @@ TaskId Schedule::shared(std::shared_ptr<const ScheduleParams> params, Deps deps)
   return add(t, std::move(deps));
 }
 
+void Schedule::mapPeers(const std::vector<int>& ranks) {
+  for (Task& t : tasks_) {
+    if (t.kind == TaskKind::kSend || t.kind == TaskKind::kRecv) {
+      t.peer = ranks.at(static_cast<std::size_t>(t.peer));
+    }
+  }
+}
+
 void Schedule::finalize() {
   if (finalized_) return;
   std::vector<std::vector<TaskId>> dependentsOf(tasks_.size());

@@ -24,6 +24,7 @@ rewritten); in a pipe or a log, nothing.
 """
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -81,6 +82,32 @@ class Progress:
         if self.enabled:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
+
+
+def busy_seconds():
+    """CPU seconds the whole machine has spent busy (all CPUs, from /proc/stat), or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def report_load(busy0, wall0):
+    """Says on stderr how much CPU other processes took since busy0 (busy_seconds()) and
+    wall0 (time.monotonic()): their load slows every path (on a 2-core machine a build
+    alone turns 1 MiB from about 140 us into 600)."""
+    busy1, wall = busy_seconds(), time.monotonic() - wall0
+    if busy0 is None or busy1 is None or wall <= 0:
+        return
+    ours = resource.getrusage(resource.RUSAGE_CHILDREN)
+    others = max(0.0, busy1 - busy0 - ours.ru_utime - ours.ru_stime) / wall
+    sys.stderr.write("%s: other processes kept %.2f of %d CPUs busy on average during the "
+                     "run%s\n" % (os.path.basename(sys.argv[0]), others, os.cpu_count() or 0,
+                                   " (not a quiet machine: figures are inflated)"
+                                   if others > 0.1 else ""))
 
 
 def worker(a):
@@ -181,6 +208,7 @@ def launch(a):
     if a.sizes:
         base += ["--sizes", a.sizes]
     base += ["--dtype", a.dtype, "--paths", a.paths]
+    busy0, wall0 = busy_seconds(), time.monotonic()
     procs = [subprocess.Popen(base + ["--rank", str(r)], env=env,
                               stdout=subprocess.PIPE if r == 0 else None, text=True)
              for r in range(a.p)]
@@ -188,6 +216,7 @@ def launch(a):
     rc = 0
     for p in procs:
         rc |= p.wait()
+    report_load(busy0, wall0)
     try:
         for f in os.listdir(tmp):
             os.unlink(os.path.join(tmp, f))

@@ -32,9 +32,10 @@ import torch  # noqa: F401  (torch's c10d types must exist before the extension 
 import torch.distributed as _dist
 
 from . import _collx  # noqa: F401  (collx's exception classes and their translation)
+from . import _collx_torch
 from ._collx_torch import ProcessGroupCollx
 
-__all__ = ["ProcessGroupCollx", "BACKEND", "abort", "all_reduce", "backend_of",
+__all__ = ["ProcessGroupCollx", "BACKEND", "GroupOptions", "abort", "all_reduce", "backend_of",
            "create_process_group", "dump_state", "monitored_barrier"]
 
 BACKEND = "collx"
@@ -204,15 +205,60 @@ _dist.monitored_barrier = monitored_barrier
 _dist.distributed_c10d.monitored_barrier = monitored_barrier
 
 
+def _default_backend():
+    """The default group's ProcessGroupCollx, or None (no default group yet, or not collx's)."""
+    try:
+        return backend_of(_dist.distributed_c10d._get_default_group())
+    except (RuntimeError, ValueError):
+        return None
+
+
+class GroupOptions:
+    """``pg_options`` for ``dist.new_group(..., backend="collx", pg_options=...)``.
+
+    ``split=True`` (the default, as with no options): the group is a split of the default
+    group's context, over its connections, with no rendezvous; an error or abort on either
+    ends both. ``split=False``: the group joins through the store and connects on its own, a
+    fault domain of its own (an abort of it leaves the default group running), at the cost of
+    its own connections."""
+
+    def __init__(self, split=True):
+        self.split = bool(split)
+
+    def __repr__(self):
+        return "collx.torch.GroupOptions(split=%r)" % self.split
+
+
+def _create_group(options, backend_options=None):
+    """The creator torch calls with its extended arguments (register_backend's extended_api):
+    a sub-group of a collx default group is a split of its context (Context::split: the
+    default group's connections, no rendezvous), unless COLLX_TORCH_SPLIT=0 or its
+    GroupOptions say otherwise; the default group, and a group of another default backend's
+    job, join through torch's store."""
+    ranks = list(options.global_ranks_in_group)
+    split = _collx_torch._split_groups()
+    if isinstance(backend_options, GroupOptions):
+        split = backend_options.split
+    parent = _default_backend() if ranks and split else None
+    if parent is not None:
+        me = _dist.get_rank()
+        # torch numbers a group's ranks by their place in this list: so does the split.
+        if me in ranks and ranks.index(me) == options.group_rank:
+            return parent.split(ranks, "torch/%s" % options.group_id, options.timeout)
+    return ProcessGroupCollx(options.store, options.group_rank, options.group_size,
+                             options.timeout)
+
+
 def _register():
     if BACKEND.upper() in getattr(_dist.Backend, "_plugins", {}):
         return
     # torch 2.x puts backends behind its ProcessGroup per device type: collx serves "cpu"
     # (torch 1.13's register_backend has no devices, and the group is the backend).
     if "devices" in inspect.signature(_dist.Backend.register_backend).parameters:
-        _dist.Backend.register_backend(BACKEND, create_process_group, devices=["cpu"])
+        _dist.Backend.register_backend(BACKEND, _create_group, extended_api=True,
+                                       devices=["cpu"])
     else:
-        _dist.Backend.register_backend(BACKEND, create_process_group)
+        _dist.Backend.register_backend(BACKEND, _create_group, extended_api=True)
 
 
 _register()

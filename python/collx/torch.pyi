@@ -1,12 +1,13 @@
 # Type stubs of collx.torch (torch.py) and its ProcessGroupCollx (python/src/torch_backend.cc).
 # python/tests/test_module.py checks that they cover collx.torch.__all__, with the same
 # arguments, and the methods and properties ProcessGroupCollx defines.
+from collections.abc import Iterable
 from datetime import timedelta
 
 from torch import Tensor
 from torch.distributed import ProcessGroup, ReduceOp, Store
 
-__all__ = ["ProcessGroupCollx", "BACKEND", "abort", "all_reduce", "backend_of",
+__all__ = ["ProcessGroupCollx", "BACKEND", "GroupOptions", "abort", "all_reduce", "backend_of",
            "create_process_group", "dump_state", "monitored_barrier"]
 
 BACKEND: str
@@ -20,8 +21,14 @@ class ProcessGroupCollx:
     def transports(self) -> list[str]: ...
     def abort(self, why: str = "the group was aborted (ProcessGroupCollx.abort)") -> None: ...
     def dump_state(self) -> str: ...
+    def split(self, ranks: Iterable[int], name: str,
+              timeout: timedelta = ...) -> ProcessGroupCollx: ...  # 30 minutes
     def all_reduce_(self, tensor: Tensor, op: int = 0) -> None: ...  # torch's RedOpType value
     def _time_own_all_reduce(self, tensor: Tensor, iterations: int) -> list[float]: ...
+
+class GroupOptions:
+    split: bool
+    def __init__(self, split: bool = True) -> None: ...
 
 def create_process_group(store: Store, rank: int, world_size: int,
                          timeout: timedelta) -> ProcessGroupCollx: ...

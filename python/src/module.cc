@@ -247,6 +247,27 @@ PYBIND11_MODULE(_collx, m) {
           py::arg("why") = "abort() was called",
           "Wakes every call in flight, which fails with collx.Aborted, as does every later call "
           "(thread-safe).")
+      .def(
+          "split",
+          [](PyContext& s, const std::vector<int>& ranks, const std::string& name,
+             py::handle timeout) {
+            Context& c = s.ctx("split");
+            const auto bound = toDuration(timeout, Where{c.rank(), "split", -1});
+            std::shared_ptr<Context> sub;
+            {
+              py::gil_scoped_release release;
+              sub = c.split(ranks, name, bound);
+            }
+            return std::make_shared<PyContext>(std::move(sub));
+          },
+          py::arg("ranks"), py::arg("name"), py::kw_only(), py::arg("timeout") = py::none(),
+          "split(ranks, name, *, timeout=None)\n\nA sub-context of these ranks (a rank's place "
+          "in the list is its rank there) over this context's connections, with no new "
+          "rendezvous (as NCCL's comm split): every rank in ranks, and no other, calls it with "
+          "the same list and name. Its collectives interleave freely with this context's. It "
+          "shares this context's fate (an error or abort on either fails both); close() on "
+          "it leaves the parent as it is. GIL released; bounded by timeout (seconds or a "
+          "timedelta; default this context's).")
       .def("close", &PyContext::close,
            "Ends the context (waits for async calls whose Work was dropped). Idempotent.")
       .def("__enter__", [](std::shared_ptr<PyContext> s) { return s; })

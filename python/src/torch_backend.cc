@@ -589,6 +589,22 @@ class ProcessGroupCollx final : public BackendBase {
     init();
   }
 
+  // A sub-group over `context`, another group's split (Context::split): no rendezvous and
+  // no connections of its own.
+  explicit ProcessGroupCollx(std::shared_ptr<Context> context)
+      : BackendBase(context->rank(), context->size()),
+        context_(std::move(context)),
+        completer_(std::make_shared<Completer>()) {
+    eagerBytes_ = kTorchEagerBytes.get(Config::process());
+    init();
+  }
+
+  // A group of `ranks` (this group's) over this group's connections; see Context::split.
+  c10::intrusive_ptr<ProcessGroupCollx> split(const std::vector<int>& ranks,
+                                              const std::string& name, milliseconds timeout) {
+    return c10::make_intrusive<ProcessGroupCollx>(context_->split(ranks, name, timeout));
+  }
+
   ~ProcessGroupCollx() override {
     // Waiting for the dropped calls and finishing the pending waits (each bounded by its
     // call's deadline) may run futures' callbacks written in Python: never hold the GIL while
@@ -1230,6 +1246,13 @@ PYBIND11_MODULE(_collx_torch, m) {
           "abort(why=...)\n\nEnds every call of this group on this rank at once: each blocked "
           "call, and every later one, raises collx.Aborted with `why`. Thread-safe: a "
           "watchdog thread may call it while the main thread is blocked in a collective.")
+      .def("split", &ProcessGroupCollx::split, py::arg("ranks"), py::arg("name"),
+           py::arg("timeout") = std::chrono::milliseconds(30 * 60 * 1000),
+           py::call_guard<py::gil_scoped_release>(),
+           "split(ranks, name, timeout=timedelta(minutes=30))\n\nA group of ranks (this "
+           "group's; a rank's place in the list is its rank there) over this group's "
+           "connections, with no rendezvous: collx.Context.split. collx.torch makes torch's "
+           "sub-groups (new_group, DeviceMesh) this way.")
       .def_property_readonly(
           "transports", [](ProcessGroupCollx& pg) { return pg.context().transports(); },
           "The collx transport to each rank ('self', 'tcp').")
@@ -1257,6 +1280,10 @@ PYBIND11_MODULE(_collx_torch, m) {
           "one diagnosis (text). For the group torch made: "
           "dist.distributed_c10d._get_default_group()._get_backend(torch.device('cpu'))"
           ".dump_state(), or collx.torch.dump_state().");
+  m.def(
+      "_split_groups", []() { return collx::kTorchSplit.get(collx::Config::process()); },
+      "_split_groups()\n\nFor collx.torch: COLLX_TORCH_SPLIT, whether sub-groups split the "
+      "default group's context.");
   // For the tests (test_torch_backend.py compares it with collx._collx._mapping): how the
   // backend moves `tensor` and, with `op`, reduces it.
   m.def(

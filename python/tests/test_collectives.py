@@ -36,3 +36,18 @@ def test_collective(matrix, coll, dtype):
         pytest.skip(outcomes[0][6:])
     bad = [o for o in outcomes if o != "ok"]
     assert not bad, "\n".join(bad)
+
+
+def test_split_contexts_run_beside_their_parent(tmp_path):
+    """Context.split (4 ranks): rows and columns of a 2 x 2 grid over the parent's
+    connections, their calls beside the parent's from two threads, a refused list."""
+    out = tmp_path / "split"
+    proc = run_collx(4, WORKERS / "split.py", out, timeout=60)
+    outcomes = []
+    for r in range(4):
+        path = tmp_path / ("split.%d.json" % r)
+        assert path.exists(), "rank %d wrote nothing:\n%s\n%s" % (r, proc.stdout[-3000:],
+                                                                    proc.stderr[-3000:])
+        outcomes.append(json.loads(path.read_text()))
+    assert outcomes == ["ok"] * 4, "\n".join(outcomes)
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -179,11 +179,16 @@ Prepared prepare(Context& ctx, Resolved& call) {
   p.bindings.input = call.input;
   p.bindings.output = call.output;
   const std::uint64_t seq = rt.sequence.fetch_add(1);
+  if (seq > transport::kSeqMask) {  // after 2^40 calls (a sub-context's number lies above)
+    throw InvalidArgument(where, "this context has run out of sequence numbers");
+  }
   p.info.collective = what;
   p.info.algorithm = algorithm.name;
   p.info.counter = detail::Runtime::counterOf(algorithm);
   p.info.bytes = call.count * es;
-  p.info.key = transport::MessageKey{seq, 0, transport::Space::kCollective};
+  p.info.key = transport::MessageKey{rt.seqBase | seq, 0, transport::Space::kCollective};
+  p.info.recorder = rt.recorder.get();
+  p.info.recorderOwner = rt.recorder;
   p.info.fingerprint = transport::Fingerprint{
       static_cast<std::uint8_t>(call.coll), static_cast<std::uint8_t>(call.dtype),
       static_cast<std::uint8_t>(call.op != nullptr ? call.op->kind() : ReduceOpKind::kSum),
@@ -608,12 +613,16 @@ Prepared prepareP2P(Context& ctx, const Call& d, const CollectiveOptions& option
     throw InvalidArgument(where, "peer " + std::to_string(d.peer) + " is outside [0, " +
                                      std::to_string(rt.size) + ")");
   }
+  if (d.tag > transport::kSeqMask) {
+    throw InvalidArgument(where, "tag " + std::to_string(d.tag) + " is above the largest, 2^" +
+                                     std::to_string(transport::kSubContextShift) + " - 1");
+  }
   const std::uint64_t bytes = d.count * dataTypeSize(d.dtype);
   auto schedule = std::make_shared<algorithms::Schedule>(what);
   if (sending) {
-    schedule->send(d.peer, 0, algorithms::input(), bytes);
+    schedule->send(rt.meshRank(d.peer), 0, algorithms::input(), bytes);
   } else {
-    schedule->recv(d.peer, 0, algorithms::output(), bytes);
+    schedule->recv(rt.meshRank(d.peer), 0, algorithms::output(), bytes);
   }
   schedule->finalize();
   Prepared p;
@@ -624,7 +633,9 @@ Prepared prepareP2P(Context& ctx, const Call& d, const CollectiveOptions& option
   p.info.peer = d.peer;
   p.info.counter = sending ? detail::Runtime::sendCounter() : detail::Runtime::recvCounter();
   p.info.bytes = bytes;
-  p.info.key = transport::MessageKey{d.tag, 0, transport::Space::kPointToPoint};
+  p.info.key = transport::MessageKey{rt.seqBase | d.tag, 0, transport::Space::kPointToPoint};
+  p.info.recorder = rt.recorder.get();
+  p.info.recorderOwner = rt.recorder;
   p.info.fingerprint = transport::Fingerprint{static_cast<std::uint8_t>(Collective::kSendRecv),
                                               static_cast<std::uint8_t>(d.dtype), 0, -1, d.count};
   p.info.dtype = d.dtype;

@@ -406,7 +406,146 @@ void Context::connect(const ContextOptions& options) {
   reporter_ = detail::HangReporter::start(std::move(report), config);
 }
 
+// ---- sub-contexts -----------------------------------------------------------------------
+
+std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std::string& name,
+                                        std::optional<std::chrono::milliseconds> timeout) {
+  Where where{rank_, "split(" + name + ")", -1};
+  if (!runtime_) throw InvalidArgument(where, "the context has no transports");
+  if (name.empty()) throw InvalidArgument(where, "the name is empty");
+  const std::chrono::milliseconds wait = timeout.value_or(timeout_);
+  if (wait.count() <= 0) {
+    throw InvalidArgument(
+        where, "the timeout must be positive, got " + std::to_string(wait.count()) + " ms");
+  }
+  if (ranks.empty()) throw InvalidArgument(where, "the list of ranks is empty");
+  std::vector<bool> seen(static_cast<std::size_t>(size_));
+  for (int r : ranks) {
+    if (r < 0 || r >= size_) {
+      throw InvalidArgument(where, "rank " + std::to_string(r) + " is outside [0, " +
+                                       std::to_string(size_) + ")");
+    }
+    if (seen[static_cast<std::size_t>(r)]) {
+      throw InvalidArgument(where, "rank " + std::to_string(r) + " is listed twice");
+    }
+    seen[static_cast<std::size_t>(r)] = true;
+  }
+  if (!seen[static_cast<std::size_t>(rank_)]) {
+    throw InvalidArgument(where, "this rank is not among the ranks " + rankList(ranks) +
+                                     ": only they call split()");
+  }
+  if (const std::exception_ptr failed = runtime_->engine->failure()) {
+    try {
+      std::rethrow_exception(failed);
+    } catch (const Error& e) {
+      throw Error(e.kind(), where, "the context failed earlier: " + std::string(e.what()));
+    }
+  }
+  // The first rank of the list takes a number that no sub-context of the job has, and
+  // publishes it with the list; the others read both. The last to read erases the key.
+  const std::string key = "split/" + std::to_string(subContext_) + "/" + name;
+  std::string list;
+  for (int r : ranks) list += (list.empty() ? "" : ",") + std::to_string(r);
+  std::uint64_t number = 0;
+  std::string theirs;
+  if (ranks.front() == rank_) {
+    number = static_cast<std::uint64_t>(store_->add("split/next", 1));
+    if (number > transport::kMaxSubContext) {
+      throw InvalidArgument(where, "the job has made " + std::to_string(number - 1) +
+                                       " sub-contexts, the most it can");
+    }
+    const Bytes mine = rendezvous::toBytes(std::to_string(number) + " " + list);
+    const Bytes stored = store_->compareSet(key, {}, mine);
+    if (stored != mine) {
+      throw MismatchError(where, "the name is taken by another split still in progress (" +
+                                     rendezvous::toString(stored) + ")");
+    }
+    theirs = list;
+  } else {
+    Bytes stored;
+    try {
+      stored = store_->get(key, wait);
+    } catch (const TimeoutError&) {
+      throw TimeoutError(Where{rank_, where.op, ranks.front()},
+                         "rank " + std::to_string(ranks.front()) +
+                             ", the first of the list, did not publish the sub-context within " +
+                             std::to_string(wait.count()) + " ms");
+    }
+    const std::string text = rendezvous::toString(stored);
+    const std::size_t space = text.find(' ');
+    try {
+      number = std::stoull(text.substr(0, space));
+    } catch (const std::exception&) {
+      throw MismatchError(where, "the store holds a malformed split record: " + text);
+    }
+    theirs = space == std::string::npos ? "" : text.substr(space + 1);
+  }
+  if (theirs != list) {
+    throw MismatchError(Where{rank_, where.op, ranks.front()},
+                        "this rank splits ranks [" + list + "], rank " +
+                            std::to_string(ranks.front()) + " ranks [" + theirs + "]");
+  }
+  if (store_->add(key + "/read", 1) == static_cast<std::int64_t>(ranks.size())) {
+    store_->erase(key);
+    store_->erase(key + "/read");
+  }
+  auto sub = std::make_shared<Context>(Key{}, shared_from_this(), ranks, number, wait);
+  COLLX_DEBUG(kCore, "rank {}: sub-context {} \"{}\" of ranks [{}]: rank {} of {}", rank_, number,
+              name, list, sub->rank(), sub->size());
+  return sub;
+}
+
+Context::Context(Key, std::shared_ptr<Context> parent, std::vector<int> members,
+                 std::uint64_t subContext, std::chrono::milliseconds timeout)
+    : rank_(static_cast<int>(std::find(members.begin(), members.end(), parent->rank_) -
+                             members.begin())),
+      size_(static_cast<int>(members.size())),
+      localRank_(-1),
+      jobId_(parent->jobId_),
+      generation_(parent->generation_),
+      timeout_(timeout),
+      store_(parent->store_),
+      hostId_(parent->hostId_),
+      leaveBarrier_(false),
+      eraseKeys_(false),
+      formed_(true),
+      outnumbered_(parent->outnumbered_),
+      subContext_(subContext) {
+  const detail::Runtime& above = *parent->runtime_;
+  for (int r : members) {
+    PeerInfo peer = parent->peers_[static_cast<std::size_t>(r)];
+    peer.rank = static_cast<int>(peers_.size());
+    peers_.push_back(std::move(peer));
+  }
+  // Its local rank: its place among the members on its host.
+  int local = 0;
+  for (int r = 0; r < rank_; ++r) {
+    local += hostIdentity(peers_[static_cast<std::size_t>(r)]) ==
+             hostIdentity(peers_[static_cast<std::size_t>(rank_)]);
+  }
+  localRank_ = local;
+  runtime_ = std::make_shared<detail::Runtime>();
+  runtime_->engine = above.engine;
+  runtime_->rank = rank_;
+  runtime_->size = size_;
+  runtime_->timeout = timeout_;
+  runtime_->chunkBytes = above.chunkBytes;
+  std::tie(runtime_->hostOf, runtime_->hosts) = hostLayout(peers_);
+  // No group of its own on shared memory: the point-to-point algorithms only (a world of
+  // one takes the shared-memory ones, which move nothing).
+  runtime_->policy = algorithms::SelectionPolicy::fromConfig(Config::process(), size_ == 1,
+                                                             runtime_->hosts);
+  runtime_->seqBase = subContext << transport::kSubContextShift;
+  for (int r : members) runtime_->meshRanks.push_back(above.meshRank(r));
+  if (const auto& recorder = above.engine->recorder()) {
+    runtime_->recorder = std::make_shared<algorithms::Recorder>(recorder->capacity());
+  }
+  runtime_->tracePath = above.tracePath;
+  parent_ = std::move(parent);
+}
+
 std::string Context::dumpState() {
+  if (parent_) return parent_->dumpState();
   if (!reporter_) {
     throw InvalidArgument(Where{rank_, "dumpState", -1},
                           "the flight recorder is off (COLLX_TRACE_BUFFER=0): there is nothing "
@@ -418,13 +557,20 @@ std::string Context::dumpState() {
 std::string Context::tracePath() const { return runtime_ ? runtime_->tracePath : std::string(); }
 
 std::vector<std::string> Context::transports() const {
-  return runtime_ ? runtime_->engine->mesh().transportNames() : std::vector<std::string>{};
+  if (!runtime_) return {};
+  std::vector<std::string> names = runtime_->engine->mesh().transportNames();
+  if (runtime_->meshRanks.empty()) return names;
+  std::vector<std::string> mine;
+  for (int r : runtime_->meshRanks) mine.push_back(names[static_cast<std::size_t>(r)]);
+  return mine;
 }
 
 bool Context::sharedMemory() const noexcept { return runtime_ && runtime_->sharedMemory(); }
 
 std::string Context::describePeer(int peer) const {
-  return runtime_ ? runtime_->engine->mesh().describePeer(peer) : "unconnected";
+  if (!runtime_) return "unconnected";
+  if (peer < 0 || peer >= size_) return "no rank " + std::to_string(peer);
+  return runtime_->engine->mesh().describePeer(runtime_->meshRank(peer));
 }
 
 void Context::abort(const std::string& why) {
@@ -486,6 +632,7 @@ void Context::eraseKeys() {
     keys.push_back(rankKey(r));
     keys.push_back("transport/" + std::to_string(r));
   }
+  keys.push_back("split/next");
   for (const std::string& key : keys) store_->erase(key);
   detail::HangReporter::eraseKeys(*store_, size_);
   store_->erase("left");

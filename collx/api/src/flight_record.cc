@@ -112,8 +112,12 @@ std::string FlightEntry::describe() const {
 
 std::vector<FlightEntry> Context::flightRecord() const {
   std::vector<FlightEntry> out;
-  if (!runtime_ || !runtime_->engine->recorder()) return out;
-  const algorithms::Recorder& recorder = *runtime_->engine->recorder();
+  if (!runtime_) return out;
+  // A sub-context's calls are in its own recorder.
+  const algorithms::Recorder* own =
+      runtime_->recorder ? runtime_->recorder.get() : runtime_->engine->recorder().get();
+  if (own == nullptr) return out;
+  const algorithms::Recorder& recorder = *own;
   const std::vector<CallRecord> records = recorder.snapshot();
   const Clocks clocks;
   const std::vector<std::string> byRank = transports();
@@ -124,6 +128,7 @@ std::vector<FlightEntry> Context::flightRecord() const {
   out.reserve(records.size());
   for (const CallRecord& r : records) {
     FlightEntry e = entryOf(r, clocks);
+    e.seq &= transport::kSeqMask;  // a sub-context's number (kSubContextShift) is its own
     if (e.algorithm == "shm") {
       e.transports = {"shm"};
     } else if (!e.collective) {

@@ -20,6 +20,7 @@ std::shared_ptr<const algorithms::Schedule> Runtime::schedule(
     }
   }
   auto built = std::make_shared<algorithms::Schedule>(algorithm.build(p));
+  if (!meshRanks.empty()) built->mapPeers(meshRanks);
   built->finalize();
   COLLX_DEBUG(kAlgo, "rank {}: built {} {} schedule: {} tasks, {} sends, {} bytes out", p.rank,
               algorithms::collectiveName(p.coll), algorithm.name, built->tasks().size(),
@@ -69,10 +70,10 @@ std::string describeMessage(const transport::MessageKey& key, const transport::F
     dtype = dataTypeName(static_cast<DataType>(fp.dtype));
   }
   if (key.space == transport::Space::kPointToPoint) {
-    out = "send/recv tag " + std::to_string(key.seq);
+    out = "send/recv tag " + transport::seqText(key.seq);
   } else {
     out = std::string(algorithms::collectiveName(static_cast<algorithms::Collective>(fp.coll))) +
-          "#" + std::to_string(key.seq);
+          "#" + transport::seqText(key.seq);
   }
   out += " " + std::string(dtype) + "x" + std::to_string(fp.count);
   if (fp.root >= 0) out += " root " + std::to_string(fp.root);

@@ -26,9 +26,20 @@ struct Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  std::unique_ptr<algorithms::Engine> engine;
+  // A sub-context's is its parent's (Context::split): one engine drives the shared mesh.
+  std::shared_ptr<algorithms::Engine> engine;
   int rank = 0;
   int size = 1;
+  // A sub-context: its number in the high bits of its messages' seqs (kSubContextShift; 0:
+  // not a sub-context), the mesh's rank of each of its ranks, and its own flight recorder
+  // (its seqs are not the engine's recorder's).
+  std::uint64_t seqBase = 0;
+  std::vector<int> meshRanks;
+  std::shared_ptr<algorithms::Recorder> recorder;
+  // The mesh's rank of this context's rank `r`.
+  int meshRank(int r) const noexcept {
+    return meshRanks.empty() ? r : meshRanks[static_cast<std::size_t>(r)];
+  }
   std::chrono::milliseconds timeout{0};
   std::uint64_t chunkBytes = algorithms::kChunkBytes.defaultValue();  // COLLX_CHUNK_BYTES
   // Every rank's host index (hosts numbered by their lowest rank) and the number of hosts,

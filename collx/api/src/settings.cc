@@ -16,6 +16,15 @@ const Setting<kind::Bytes> kTorchEagerBytes(
              "instead of in the background; torch waits on it at once anyway, and the hand-off "
              "between threads costs more than a small call. 0: every call in the background."});
 
+const Setting<kind::Bool> kTorchSplit(
+    {.name = "COLLX_TORCH_SPLIT",
+     .component = "torch",
+     .defaultValue = true,
+     .help = "PyTorch backend: a sub-group (new_group, a DeviceMesh dimension) whose default "
+             "group is collx's is a split of the default group's context, over its connections "
+             "with no rendezvous of its own (Context::split). 0: every group joins through the "
+             "store and connects afresh, as a separate context."});
+
 void warnUnknownVariables() {
   static std::once_flag once;
   std::call_once(once, [] {

@@ -39,7 +39,8 @@ ContextStats Context::stats() const {
   std::map<std::string, TransportStats> byTransport;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    const auto& counted = engine.peers[static_cast<std::size_t>(r)];
+    // (A sub-context's peers by their ranks in the shared mesh.)
+    const auto& counted = engine.peers[static_cast<std::size_t>(runtime_->meshRank(r))];
     PeerStats peer;
     peer.rank = r;
     peer.transport = names[static_cast<std::size_t>(r)];

@@ -138,7 +138,8 @@ def monitored_barrier():
     dist.monitored_barrier(group=GLOO, timeout=datetime.timedelta(seconds=30))
     # the last rank does not come in time: every other rank leaves at the timeout with a
     # TimeoutError naming the rank it waited for, instead of waiting
-    sub = dist.new_group(backend="collx")  # the failure ends this group, not the default one
+    # A group of its own connections (not a split): the failure ends it, not the default one.
+    sub = dist.new_group(backend="collx", pg_options=collx.torch.GroupOptions(split=False))
     late = P - 1
     if R == late:
         time.sleep(4)
@@ -187,19 +188,43 @@ def functional(compiled):
         same("%s%s" % (name, " (compiled)" if compiled else ""), g, w)
 
 
+def descriptors():
+    return len(os.listdir("/proc/self/fd"))
+
+
 def sub_groups():
     # new_group over a subset, and over every rank in another order of creation
     ranks = list(range(P - 1)) if P > 2 else [0, 1]
+    before = descriptors()
     sub = dist.new_group(ranks, backend="collx")
+    # a split of the default group: no connection, segment or thread of its own
+    if descriptors() != before:
+        raise Mismatch("new_group opened %d descriptors" % (descriptors() - before))
+    apart = dist.new_group(ranks, backend="collx",
+                           pg_options=collx.torch.GroupOptions(split=False))
+    if R in ranks and descriptors() == before:
+        raise Mismatch("a group of its own connections opened no descriptor")
     gsub = dist.new_group(ranks, backend="gloo")
     if R in ranks:
-        x = data(R, 5, 60)
-        y = x.clone()
-        dist.all_reduce(x, group=sub)
-        dist.all_reduce(y, group=gsub)
-        same("new_group all_reduce", x, y)
-        if sub.size() != len(ranks) or dist.get_rank(sub) != ranks.index(R):
-            raise Mismatch("sub-group rank %d size %d" % (dist.get_rank(sub), sub.size()))
+        for group in (sub, apart):
+            x = data(R, 5, 60)
+            y = x.clone()
+            dist.all_reduce(x, group=group)
+            dist.all_reduce(y, group=gsub)
+            same("new_group all_reduce", x, y)
+            if group.size() != len(ranks) or dist.get_rank(group) != ranks.index(R):
+                raise Mismatch("sub-group rank %d size %d" % (dist.get_rank(group), group.size()))
+        # the split's calls interleave with the default group's from two threads
+        x = data(R, 3000, 61)
+        y, z = x.clone(), x.clone()
+        work = dist.all_reduce(y, group=sub, async_op=True)
+        other = threading.Thread(target=dist.all_reduce, args=(z,), kwargs={"group": apart})
+        other.start()
+        dist.all_reduce(x)
+        other.join()
+        work.wait()
+        same("split all_reduce beside the default group's", y, z)
+        same("default all_reduce beside a split's", x, sum(data(r, 3000, 61) for r in range(P)))
 
 
 def device_mesh():
@@ -312,8 +337,9 @@ def fsdp2():
 
 def abort_wakes_a_blocked_call():
     """A watchdog's collx.torch.abort(group) ends a call blocked on a peer that never comes,
-    at once, with collx.Aborted; the other ranks' groups are aborted too."""
-    sub = dist.new_group(backend="collx")
+    at once, with collx.Aborted; the other ranks' groups are aborted too. (A group of its own
+    connections: a split's abort would end the default group with it.)"""
+    sub = dist.new_group(backend="collx", pg_options=collx.torch.GroupOptions(split=False))
     if R == 0:
         started = time.monotonic()
         threading.Timer(0.5, collx.torch.abort, args=(sub, "watchdog")).start()

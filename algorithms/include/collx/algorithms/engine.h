@@ -53,8 +53,12 @@ struct CallInfo {
   std::chrono::milliseconds timeout{0};
   // false: the library's own call (connect's agreement), kept out of the flight recorder.
   bool record = true;
-  // Set by the engine: the flight recorder's entry of this call (recorder nullptr: none).
+  // The flight recorder's entry of this call (recorder nullptr: none). The engine sets its
+  // own recorder unless the caller gave one (a sub-context's, whose seqs it numbers).
   Recorder* recorder = nullptr;
+  // What owns a recorder the caller gave, kept alive until the call ends (a sub-context may
+  // go while its nonblocking call runs on).
+  std::shared_ptr<const void> recorderOwner;
   std::uint64_t recordId = 0;
   // A short blocking shared-memory call's entry is written once, when the call ends, unless
   // it first sleeps in a wait or fails (Engine::recordPending writes it then).
@@ -233,6 +237,9 @@ class Engine {
   void progressLoop();
   void lockDrive();
   void unlockDrive();
+  // Another thread drives: waits for `execution` to end or for drive_ (true: taken).
+  bool awaitDrive(const std::shared_ptr<Execution>& execution);
+  void wakeWaiters();
 
   // Scratch buffers outlive calls: allocating (and page-faulting) megabytes per call would
   // cost more than a large collective's reduction. Driver only (drive_), as is the pool.

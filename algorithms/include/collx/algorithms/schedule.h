@@ -68,6 +68,10 @@ class Schedule {
   TaskId shared(std::shared_ptr<const ScheduleParams> params, Deps deps = {});
   void setScratchBytes(std::uint64_t bytes) { scratchBytes_ = bytes; }
 
+  // Renames every send's and receive's peer r to ranks[r] (before finalize): a schedule
+  // built in a sub-context's ranks, run over its parent's mesh.
+  void mapPeers(const std::vector<int>& ranks);
+
   // Computes the dependents of every task; called once by the engine before first use.
   void finalize();
 

@@ -166,7 +166,8 @@ void barrier(Context& ctx, const CollectiveOptions& options = {});
 Work barrierAsync(Context& ctx, const CollectiveOptions& options = {});
 
 // Point to point. A receive matches the oldest send from `peer` with the same tag; count and
-// dtype must agree. A send completes once its bytes are handed to the transport.
+// dtype must agree. A send completes once its bytes are handed to the transport. Tags lie
+// below 2^40 (the bits above name a sub-context's messages: Context::split).
 void send(Context& ctx, const void* buffer, std::uint64_t count, DataType dtype, int peer,
           std::uint64_t tag = 0, const CollectiveOptions& options = {});
 void recv(Context& ctx, void* buffer, std::uint64_t count, DataType dtype, int peer,

@@ -103,7 +103,7 @@ struct PeerInfo {
 // The identity every rank groups hosts by: the override when given, else hostname + boot id.
 std::string hostIdentity(const PeerInfo& peer);
 
-class Context {
+class Context : public std::enable_shared_from_this<Context> {
  public:
   // Joins `store` as `rank` of `size` (blocking, bounded by the timeout). The store is the
   // job's store; the context works in its own namespace inside it.
@@ -153,6 +153,24 @@ class Context {
   // The trace file this rank writes (COLLX_TRACE), or "" when it writes none.
   std::string tracePath() const;
 
+  // A sub-context of `ranks` (this context's ranks; a rank's place in the list is its rank
+  // there), over this context's connections and without a new rendezvous, as NCCL's
+  // ncclCommSplit: called by every rank in `ranks` (and no other) with the same list and the
+  // same `name`, which no other split of this context uses at the same time. It costs one
+  // round through the store: the first rank of the list takes the sub-context's number
+  // there, the others read it (bounded by `timeout`, default this context's; a list that
+  // differs is a MismatchError naming both). Its collectives have their own sequence, so
+  // they interleave freely with this context's and other sub-contexts' on any thread
+  // (point-to-point tags are its own too); they take the point-to-point algorithms over the
+  // shared connections (the shared-memory ones need a group of their own). It shares this
+  // context's fate: an error or abort() on either fails both, and every sibling. Its stats()
+  // are its parent's counters (one set per connection); it keeps its own flight record, and
+  // dumpState() reports the parent's. It keeps its parent alive, and may be split again.
+  std::shared_ptr<Context> split(const std::vector<int>& ranks, const std::string& name,
+                                 std::optional<std::chrono::milliseconds> timeout = {});
+  // The context this one was split from (nullptr: none).
+  const std::shared_ptr<Context>& parent() const noexcept { return parent_; }
+
   // Internal: the collectives' machinery.
   const std::shared_ptr<detail::Runtime>& runtime() const noexcept { return runtime_; }
 
@@ -163,6 +181,9 @@ class Context {
   // Use create() or init().
   Context(Key, std::shared_ptr<rendezvous::Store> store, int rank, int size,
           const ContextOptions& options);
+  // Use split().
+  Context(Key, std::shared_ptr<Context> parent, std::vector<int> members,
+          std::uint64_t subContext, std::chrono::milliseconds timeout);
 
  private:
   void join();
@@ -188,6 +209,9 @@ class Context {
   bool outnumbered_ = false;
   // The store server this rank hosts, if any; it outlives the others' use of it.
   std::shared_ptr<rendezvous::TcpStoreServer> server_;
+  // A sub-context's parent and its number (0: not a sub-context).
+  std::shared_ptr<Context> parent_;
+  std::uint64_t subContext_ = 0;
 };
 
 // Bootstraps from the environment (see bootstrap.h) and joins: the usual way in. `used`,

@@ -14,6 +14,24 @@ enum class Space : std::uint8_t {
   kPointToPoint = 1,  // seq = the user's tag; equal keys match in posting order
 };
 
+// A sub-context (Context::split) shares its parent's pairs: its messages carry its number in
+// the high bits of `seq` (a collective's sequence number or a point-to-point tag below 2^40),
+// so that they never meet the parent's or another sub-context's (0: the parent's own).
+inline constexpr int kSubContextShift = 40;
+inline constexpr std::uint64_t kSeqMask = (std::uint64_t{1} << kSubContextShift) - 1;
+// The largest sub-context number: kSubContextShift bits up to, not including, bit 62 (the
+// library's own exchanges take seqs from ~0 down).
+inline constexpr std::uint64_t kMaxSubContext = (std::uint64_t{1} << (62 - kSubContextShift)) - 1;
+inline constexpr std::uint64_t subContextOf(std::uint64_t seq) noexcept {
+  return seq >> kSubContextShift;
+}
+// A seq as errors show it: "7", "7 of sub-context 3" (the library's own seqs, from 2^62 up,
+// as they are).
+inline std::string seqText(std::uint64_t seq) {
+  if (seq >= (std::uint64_t{1} << 62) || subContextOf(seq) == 0) return std::to_string(seq);
+  return std::to_string(seq & kSeqMask) + " of sub-context " + std::to_string(subContextOf(seq));
+}
+
 // Identifies a message between a sender and a receiver. A receive matches the oldest
 // message with an equal key from its peer.
 struct MessageKey {

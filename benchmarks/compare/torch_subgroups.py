@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""What a torch sub-group costs to make on collx: a split of the default group's context
+against a group that joins and connects on its own, and gloo's, in one run.
+
+    PYTHONPATH=build/python /usr/bin/python3 benchmarks/compare/torch_subgroups.py -p 8
+        [--rounds 10]
+
+Spawns P ranks (subprocess, file:// rendezvous, everything on 127.0.0.1) with backend collx
+as the default group. Each round makes, on every rank, the groups of a 2 x P/2 DeviceMesh
+(dist.new_group for each row and each column, as init_device_mesh does) and of the whole
+world in another kind, then runs one all_reduce on each (a group is only usable once its
+first call is through), in three kinds, the order turning between rounds:
+  split   collx's default: a split of the default group's context (no rendezvous, no
+          connection of its own: Context::split)
+  apart   collx with GroupOptions(split=False): a context of its own, joined through the
+          store and connected afresh (what every collx sub-group cost before splits)
+  gloo    backend gloo
+The time of a kind is the max over ranks of each rank's median over the rounds, for the
+three groups together and per group; also the descriptors each kind left open per round on
+rank 0 (a split opens none).
+"""
+import argparse
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_backends import busy_seconds, report_load  # noqa: E402
+
+KINDS = ["split", "apart", "gloo"]
+
+
+def parse():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-p", type=int, default=0, help="launch P ranks (even, at least 2)")
+    ap.add_argument("--rounds", type=int, default=10, help="groups made per kind (default 10)")
+    ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
+    ap.add_argument("--size", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--init", default="", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.rank < 0 and (a.p < 2 or a.p % 2):
+        ap.error("-p must be even and at least 2")
+    return a
+
+
+def worker(a):
+    import torch
+    import torch.distributed as dist
+
+    import collx.torch
+
+    torch.set_num_threads(1)
+    R, P = a.rank, a.size
+    dist.init_process_group("collx", init_method=a.init, rank=R, world_size=P,
+                            timeout=datetime.timedelta(seconds=120))
+    half = P // 2
+    rows = [list(range(r * half, (r + 1) * half)) for r in range(2)]
+    cols = [[c, half + c] for c in range(half)]
+
+    def make(kind):
+        if kind == "gloo":
+            options = {"backend": "gloo"}
+        elif kind == "split":
+            options = {"backend": "collx"}
+        else:
+            options = {"backend": "collx", "pg_options": collx.torch.GroupOptions(split=False)}
+        mine = []
+        for ranks in rows + cols + [list(range(P))]:
+            group = dist.new_group(ranks, **options)  # every rank takes part in every one
+            if R in ranks:
+                mine.append(group)
+        for group in mine:
+            dist.all_reduce(torch.ones(1), group=group)
+        return mine
+
+    seconds = {k: [] for k in KINDS}
+    opened = {k: [] for k in KINDS}
+    keep = []
+    for i in range(a.rounds + 1):
+        order = KINDS[i % 3:] + KINDS[:i % 3]
+        for kind in order:
+            dist.barrier()
+            fds = len(os.listdir("/proc/self/fd"))
+            start = time.perf_counter()
+            groups = make(kind)
+            took = time.perf_counter() - start
+            if i > 0:  # the first round warms up
+                seconds[kind].append(took / len(groups))
+                opened[kind].append(len(os.listdir("/proc/self/fd")) - fds)
+            keep.append(groups)  # destroying groups is not what is measured
+    mine = torch.tensor([statistics.median(seconds[k]) for k in KINDS], dtype=torch.float64)
+    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+    if R == 0:
+        for k, t in zip(KINDS, mine.tolist()):
+            print("%s,%d,%.6f,%.1f" % (k, P, t, statistics.median(opened[k])))
+    dist.destroy_process_group()
+
+
+def launch(a):
+    tmp = tempfile.mkdtemp(prefix="collx_subgroups_")
+    env = dict(os.environ)
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    base = [sys.executable, os.path.abspath(__file__), "--size", str(a.p), "--init",
+            "file://" + os.path.join(tmp, "rdzv"), "--rounds", str(a.rounds)]
+    busy0, wall0 = busy_seconds(), time.monotonic()
+    procs = [subprocess.Popen(base + ["--rank", str(r)], env=env,
+                              stdout=subprocess.PIPE if r == 0 else None, text=True)
+             for r in range(a.p)]
+    out, _ = procs[0].communicate()
+    rc = 0
+    for p in procs:
+        rc |= p.wait()
+    report_load(busy0, wall0)
+    for f in os.listdir(tmp):
+        os.unlink(os.path.join(tmp, f))
+    os.rmdir(tmp)
+    if rc:
+        sys.exit("torch_subgroups.py: a rank failed (exit %d)" % rc)
+    print("P = %d, %d rounds; per group: new_group and its first all_reduce" % (a.p, a.rounds))
+    print("%-6s %12s %22s" % ("kind", "ms per group", "descriptors per round"))
+    for line in out.splitlines():
+        kind, _, t, fds = line.split(",")
+        print("%-6s %12.3f %22s" % (kind, float(t) * 1e3, fds))
+
+
+def main():
+    a = parse()
+    if a.rank >= 0:
+        worker(a)
+    else:
+        launch(a)
+
+
+if __name__ == "__main__":
+    main()
