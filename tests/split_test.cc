@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collx/collx.h"
+#include "collx/rendezvous/store.h"
 #include "util/test_util.h"
 #include "util/world.h"
 
@@ -61,8 +62,13 @@ TEST_P(Split, RowsAndColumnsRunBesideTheirParent) {
     EXPECT_EQ(cols[rank]->size(), 2);
     EXPECT_EQ(rows[rank]->parent().get(), &ctx);
   });
-  // Nothing was connected or mapped for them.
+  // Nothing was connected or mapped for them, and their keys are gone from the store.
   EXPECT_EQ(openDescriptors(), before);
+  for (int i = 0; i < P / 2; ++i) {
+    const std::string name = "split/0/" + key("col", i);
+    EXPECT_FALSE(world.context(0).store()->check({name})) << name;
+    EXPECT_FALSE(world.context(0).store()->check({name + "/read"})) << name;
+  }
   world.runOk([&](int rank, Context& ctx) {
     Context& rowCtx = *rows[rank];
     Context& colCtx = *cols[rank];
@@ -232,6 +238,7 @@ TEST(SplitErrors, ListsThatDifferAreAMismatch) {
   });
   EXPECT_EQ(test::messageOf(errors[0]), "");
   EXPECT_EQ(test::messageOf(errors[2]), "");
+  EXPECT_FALSE(world.context(0).store()->check({"split/0/differ"})) << "a refused split's key";
   const std::string what = test::messageOf(errors[1]);
   EXPECT_NE(what.find("this rank splits ranks [0,2,1], rank 0 ranks [0,1,2]"), std::string::npos)
       << what;

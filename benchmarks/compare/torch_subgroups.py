@@ -5,33 +5,37 @@ against a group that joins and connects on its own, and gloo's, in one run.
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/compare/torch_subgroups.py -p 8
         [--rounds 10]
 
-Spawns P ranks (subprocess, file:// rendezvous, everything on 127.0.0.1) with backend collx
+Spawns P ranks (subprocess, tcp:// rendezvous: torch's TCPStore, everything on 127.0.0.1) with backend collx
 as the default group. Each round makes, on every rank, the groups of a 2 x P/2 DeviceMesh
-(dist.new_group for each row and each column, as init_device_mesh does) and of the whole
-world in another kind, then runs one all_reduce on each (a group is only usable once its
-first call is through), in three kinds, the order turning between rounds:
+(dist.new_group for each row and each column, as init_device_mesh does) and one of the
+whole world, then runs one all_reduce on each group it is in (a group is usable once its
+first call is through); in three kinds, the order turning between rounds:
   split   collx's default: a split of the default group's context (no rendezvous, no
           connection of its own: Context::split)
   apart   collx with GroupOptions(split=False): a context of its own, joined through the
           store and connected afresh (what every collx sub-group cost before splits)
   gloo    backend gloo
-The time of a kind is the max over ranks of each rank's median over the rounds, for the
-three groups together and per group; also the descriptors each kind left open per round on
-rank 0 (a split opens none).
+and, without torch's new_group around them, collx's own part for a group of all P ranks:
+  collx split  ProcessGroupCollx.split of the default group's backend, then all_reduce_
+  collx join   a ProcessGroupCollx joined through torch's store, then all_reduce_
+Times are the max over ranks of each rank's median over the rounds, per new_group call
+(torch's kinds: every rank calls new_group for every group, member or not) or per group
+(collx's own); "fds" is the descriptors rank 0 had open more after a round (a split opens
+none).
 """
 import argparse
 import datetime
 import os
 import statistics
+import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_backends import busy_seconds, report_load  # noqa: E402
 
-KINDS = ["split", "apart", "gloo"]
+KINDS = ["split", "apart", "gloo", "collx split", "collx join"]
 
 
 def parse():
@@ -61,7 +65,22 @@ def worker(a):
     rows = [list(range(r * half, (r + 1) * half)) for r in range(2)]
     cols = [[c, half + c] for c in range(half)]
 
+    world = collx.torch.backend_of()
+    store = dist.distributed_c10d._get_default_store()
+    made = [0]
+
     def make(kind):
+        """Makes the groups of one round; returns (them, how many were made)."""
+        made[0] += 1
+        if kind.startswith("collx"):
+            name = "bench/%d" % made[0]
+            if kind == "collx split":
+                group = world.split(list(range(P)), name)
+            else:
+                group = collx.torch.ProcessGroupCollx(dist.PrefixStore(name, store), R, P,
+                                                      datetime.timedelta(seconds=120))
+            group.all_reduce_(torch.ones(1))
+            return [group], 1
         if kind == "gloo":
             options = {"backend": "gloo"}
         elif kind == "split":
@@ -69,27 +88,28 @@ def worker(a):
         else:
             options = {"backend": "collx", "pg_options": collx.torch.GroupOptions(split=False)}
         mine = []
-        for ranks in rows + cols + [list(range(P))]:
+        every = rows + cols + [list(range(P))]
+        for ranks in every:
             group = dist.new_group(ranks, **options)  # every rank takes part in every one
             if R in ranks:
                 mine.append(group)
         for group in mine:
             dist.all_reduce(torch.ones(1), group=group)
-        return mine
+        return mine, len(every)
 
     seconds = {k: [] for k in KINDS}
     opened = {k: [] for k in KINDS}
     keep = []
     for i in range(a.rounds + 1):
-        order = KINDS[i % 3:] + KINDS[:i % 3]
+        order = KINDS[i % len(KINDS):] + KINDS[:i % len(KINDS)]
         for kind in order:
             dist.barrier()
             fds = len(os.listdir("/proc/self/fd"))
             start = time.perf_counter()
-            groups = make(kind)
+            groups, count = make(kind)
             took = time.perf_counter() - start
             if i > 0:  # the first round warms up
-                seconds[kind].append(took / len(groups))
+                seconds[kind].append(took / count)
                 opened[kind].append(len(os.listdir("/proc/self/fd")) - fds)
             keep.append(groups)  # destroying groups is not what is measured
     mine = torch.tensor([statistics.median(seconds[k]) for k in KINDS], dtype=torch.float64)
@@ -101,12 +121,14 @@ def worker(a):
 
 
 def launch(a):
-    tmp = tempfile.mkdtemp(prefix="collx_subgroups_")
+    with socket.socket() as s:  # a free port for rank 0's TCPStore
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     env = dict(os.environ)
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     env.setdefault("OMP_NUM_THREADS", "1")
     base = [sys.executable, os.path.abspath(__file__), "--size", str(a.p), "--init",
-            "file://" + os.path.join(tmp, "rdzv"), "--rounds", str(a.rounds)]
+            "tcp://127.0.0.1:%d" % port, "--rounds", str(a.rounds)]
     busy0, wall0 = busy_seconds(), time.monotonic()
     procs = [subprocess.Popen(base + ["--rank", str(r)], env=env,
                               stdout=subprocess.PIPE if r == 0 else None, text=True)
@@ -116,16 +138,13 @@ def launch(a):
     for p in procs:
         rc |= p.wait()
     report_load(busy0, wall0)
-    for f in os.listdir(tmp):
-        os.unlink(os.path.join(tmp, f))
-    os.rmdir(tmp)
     if rc:
         sys.exit("torch_subgroups.py: a rank failed (exit %d)" % rc)
-    print("P = %d, %d rounds; per group: new_group and its first all_reduce" % (a.p, a.rounds))
-    print("%-6s %12s %22s" % ("kind", "ms per group", "descriptors per round"))
+    print("P = %d, %d rounds: a group made and its first call" % (a.p, a.rounds))
+    print("%-12s %8s %6s" % ("kind", "ms", "fds"))
     for line in out.splitlines():
         kind, _, t, fds = line.split(",")
-        print("%-6s %12.3f %22s" % (kind, float(t) * 1e3, fds))
+        print("%-12s %8.3f %6s" % (kind, float(t) * 1e3, fds))
 
 
 def main():

@@ -480,14 +480,15 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
     }
     theirs = space == std::string::npos ? "" : text.substr(space + 1);
   }
+  // (Counted before the lists are compared: a refused split leaves no key behind either.)
+  if (store_->add(key + "/read", 1) == static_cast<std::int64_t>(ranks.size())) {
+    store_->erase(key);
+    store_->erase(key + "/read");
+  }
   if (theirs != list) {
     throw MismatchError(Where{rank_, where.op, ranks.front()},
                         "this rank splits ranks [" + list + "], rank " +
                             std::to_string(ranks.front()) + " ranks [" + theirs + "]");
-  }
-  if (store_->add(key + "/read", 1) == static_cast<std::int64_t>(ranks.size())) {
-    store_->erase(key);
-    store_->erase(key + "/read");
   }
   auto sub = std::make_shared<Context>(Key{}, shared_from_this(), ranks, number, wait);
   COLLX_DEBUG(kCore, "rank {}: sub-context {} \"{}\" of ranks [{}]: rank {} of {}", rank_, number,
