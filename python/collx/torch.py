@@ -33,7 +33,7 @@ import torch.distributed as _dist
 
 from . import _collx  # noqa: F401  (collx's exception classes and their translation)
 from . import _collx_torch
-from ._collx_torch import ProcessGroupCollx
+from ._collx_torch import ProcessGroupCollx, _all_reduce_at, _raise_last
 
 __all__ = ["ProcessGroupCollx", "BACKEND", "GroupOptions", "abort", "all_reduce", "backend_of",
            "create_process_group", "dump_state", "monitored_barrier"]
@@ -101,7 +101,8 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
 
 
 # ---- the small-call path ---------------------------------------------------------------
-_fast = [None, None]  # a weak reference to the group last used, and its backend
+# A weak reference to the group last used, its backend's address and the backend (held).
+_fast = [None, 0, None]
 # torch's RedOpType values by functional collectives' names for them.
 _OP_VALUES = {"sum": 0, "avg": 1, "product": 2, "min": 3, "max": 4, "band": 5, "bor": 6,
               "bxor": 7}
@@ -144,19 +145,22 @@ def all_reduce(tensor, op="sum", group=None):
     if _compiling():
         _all_reduce_op(tensor, value, group.group_name)
         return tensor
-    group_ref, backend = _fast
+    group_ref, address, _ = _fast
     if group_ref is None or group_ref() is not group:
         backend = backend_of(group)
         # The backend held while the group lives (torch 2.x makes a new Python object for
-        # it at each lookup), let go with the group: destroy_process_group frees it.
-        _fast[:] = [weakref.ref(group, _forget), backend]
-    backend.all_reduce_(tensor, value)
+        # it at each lookup), let go with the group: destroy_process_group frees it. The
+        # call goes to its address, without pybind11's dispatch.
+        address = backend._address()
+        _fast[:] = [weakref.ref(group, _forget), address, backend]
+    if _all_reduce_at(address, tensor, value) is not None:
+        _raise_last()
     return tensor
 
 
 def _forget(group_ref):
     if _fast[0] is group_ref:
-        _fast[:] = [None, None]
+        _fast[:] = [None, 0, None]
 
 
 def _op_value(op):

@@ -25,6 +25,7 @@ class ProcessGroupCollx:
               timeout: timedelta = ...) -> ProcessGroupCollx: ...  # 30 minutes
     def all_reduce_(self, tensor: Tensor, op: int = 0) -> None: ...  # torch's RedOpType value
     def _time_own_all_reduce(self, tensor: Tensor, iterations: int) -> list[float]: ...
+    def _address(self) -> int: ...
 
 class GroupOptions:
     split: bool

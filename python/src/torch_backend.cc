@@ -22,6 +22,7 @@
 // This is the only file that includes torch's headers (they cost ~1 minute to compile).
 #include <ATen/ATen.h>
 #include <pybind11/chrono.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/version.h>
 
@@ -1218,6 +1219,48 @@ class ProcessGroupCollx final : public BackendBase {
   std::shared_ptr<bindings::InFlight> inFlight_ = std::make_shared<bindings::InFlight>();
 };
 
+// ---- the small-call path's entry ----------------------------------------------------------
+
+// collx.torch.all_reduce's call, without pybind11's dispatch (a third of the path's cost):
+// _all_reduce_at(address, tensor, op) with the address of a ProcessGroupCollx that the
+// caller keeps alive (collx.torch's cache holds it), a CPU tensor and torch's RedOpType
+// value. Returns None when done; on an error, False, the error kept for this thread, which
+// _raise_last() raises through pybind11's translation (collx's exception classes).
+thread_local std::exception_ptr lastError;
+
+PyObject* allReduceAt(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3 || !THPVariable_Check(args[1]) || !PyLong_Check(args[2])) {
+    PyErr_SetString(PyExc_TypeError, "_all_reduce_at(address, tensor, op)");
+    return nullptr;
+  }
+  auto* pg = static_cast<ProcessGroupCollx*>(PyLong_AsVoidPtr(args[0]));
+  const long op = PyLong_AsLong(args[2]);
+  if (pg == nullptr || PyErr_Occurred()) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a null group address");
+    return nullptr;
+  }
+  const at::Tensor& tensor = THPVariable_Unpack(args[1]);
+  std::exception_ptr error;
+  PyThreadState* saved = PyEval_SaveThread();
+  try {
+    pg->allReduceNow(tensor, static_cast<c10d::ReduceOp::RedOpType>(op));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  PyEval_RestoreThread(saved);
+  if (!error) Py_RETURN_NONE;
+  lastError = std::move(error);
+  Py_RETURN_FALSE;
+}
+
+PyMethodDef fastMethods[] = {
+    {"_all_reduce_at", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(allReduceAt)),
+     METH_FASTCALL,
+     "_all_reduce_at(address, tensor, op)\n\nFor collx.torch.all_reduce: the all_reduce of "
+     "ProcessGroupCollx.all_reduce_ on the group at address (ProcessGroupCollx._address()); "
+     "None when done, False on an error (raised by _raise_last())."},
+    {nullptr, nullptr, 0, nullptr}};
+
 }  // namespace collx::torch_backend
 
 PYBIND11_MODULE(_collx_torch, m) {
@@ -1268,6 +1311,11 @@ PYBIND11_MODULE(_collx_torch, m) {
           "with no torch dispatch, Work or future around it: collx.torch.all_reduce's eager "
           "path. op is torch's RedOpType value (0 for SUM; collx.torch.all_reduce takes "
           "dist.ReduceOp and names).")
+      .def(
+          "_address",
+          [](ProcessGroupCollx& pg) { return reinterpret_cast<std::uintptr_t>(&pg); },
+          "For collx.torch.all_reduce's cache: this group's address, for _all_reduce_at "
+          "(valid while the group lives).")
       .def("_time_own_all_reduce", &ProcessGroupCollx::timeOwnAllReduce, py::arg("tensor"),
            py::arg("iterations"), py::call_guard<py::gil_scoped_release>(),
            "For the benchmarks: collx's own blocking allreduce (sum) of tensor, iterations "
@@ -1280,6 +1328,17 @@ PYBIND11_MODULE(_collx_torch, m) {
           "one diagnosis (text). For the group torch made: "
           "dist.distributed_c10d._get_default_group()._get_backend(torch.device('cpu'))"
           ".dump_state(), or collx.torch.dump_state().");
+  if (PyModule_AddFunctions(m.ptr(), collx::torch_backend::fastMethods) != 0) {
+    throw py::error_already_set();
+  }
+  m.def(
+      "_raise_last",
+      []() {
+        std::exception_ptr error = std::exchange(collx::torch_backend::lastError, nullptr);
+        if (error) std::rethrow_exception(error);
+      },
+      "_raise_last()\n\nFor collx.torch.all_reduce: raises the error _all_reduce_at kept for "
+      "this thread (collx's exception classes), if any.");
   m.def(
       "_split_groups", []() { return collx::kTorchSplit.get(collx::Config::process()); },
       "_split_groups()\n\nFor collx.torch: COLLX_TORCH_SPLIT, whether sub-groups split the "
