@@ -4,7 +4,6 @@
 // in the list, a bad list, lists that differ, a first rank that never comes, a mismatched
 // collective inside one, and the fate they share with their parent.
 #include <dirent.h>
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -76,9 +75,8 @@ TEST_P(Split, RowsAndColumnsRunBesideTheirParent) {
       const std::size_t n = round % 2 ? 3000 : 7;
       std::vector<float> mine(n, static_cast<float>(rank + 1)), viaRow(n), viaWorld(n), viaCol(n);
       Work w = allreduceAsync(rowCtx, mine.data(), viaRow.data(), n, DataType::kFloat32);
-      std::thread other([&] {
-        allreduce(colCtx, mine.data(), viaCol.data(), n, DataType::kFloat32);
-      });
+      std::thread other(
+          [&] { allreduce(colCtx, mine.data(), viaCol.data(), n, DataType::kFloat32); });
       allreduce(ctx, mine.data(), viaWorld.data(), n, DataType::kFloat32);
       other.join();
       w.wait();
@@ -101,8 +99,7 @@ TEST_P(Split, RowsAndColumnsRunBesideTheirParent) {
     ASSERT_EQ(colTransports.size(), 2u);
     const int half = P / 2, col = rank % half;
     EXPECT_EQ(colTransports[1], all[static_cast<std::size_t>(half + col)]);
-    EXPECT_EQ(cols[rank]->describePeer(1),
-              world.context(rank).describePeer(half + col));
+    EXPECT_EQ(cols[rank]->describePeer(1), world.context(rank).describePeer(half + col));
     // Its own flight record, numbered from 0.
     const std::vector<FlightEntry> calls = rows[rank]->flightRecord();
     ASSERT_EQ(calls.size(), 5u);
@@ -233,7 +230,8 @@ TEST(SplitErrors, ListsThatDifferAreAMismatch) {
   World world(3, worldOptions());
   const auto errors = world.run([](int rank, Context& ctx) {
     // Rank 0 lists {0, 1, 2}; rank 1 {0, 2, 1}; rank 2 {0, 1, 2}: rank 1 is told.
-    const std::vector<int> ranks = rank == 1 ? std::vector<int>{0, 2, 1} : std::vector<int>{0, 1, 2};
+    const std::vector<int> ranks =
+        rank == 1 ? std::vector<int>{0, 2, 1} : std::vector<int>{0, 1, 2};
     ctx.split(ranks, "differ", 3s);
   });
   EXPECT_EQ(test::messageOf(errors[0]), "");

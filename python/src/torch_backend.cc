@@ -1312,8 +1312,7 @@ PYBIND11_MODULE(_collx_torch, m) {
           "path. op is torch's RedOpType value (0 for SUM; collx.torch.all_reduce takes "
           "dist.ReduceOp and names).")
       .def(
-          "_address",
-          [](ProcessGroupCollx& pg) { return reinterpret_cast<std::uintptr_t>(&pg); },
+          "_address", [](ProcessGroupCollx& pg) { return reinterpret_cast<std::uintptr_t>(&pg); },
           "For collx.torch.all_reduce's cache: this group's address, for _all_reduce_at "
           "(valid while the group lives).")
       .def("_time_own_all_reduce", &ProcessGroupCollx::timeOwnAllReduce, py::arg("tensor"),

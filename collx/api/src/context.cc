@@ -422,8 +422,8 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
   std::vector<bool> seen(static_cast<std::size_t>(size_));
   for (int r : ranks) {
     if (r < 0 || r >= size_) {
-      throw InvalidArgument(where, "rank " + std::to_string(r) + " is outside [0, " +
-                                       std::to_string(size_) + ")");
+      throw InvalidArgument(
+          where, "rank " + std::to_string(r) + " is outside [0, " + std::to_string(size_) + ")");
     }
     if (seen[static_cast<std::size_t>(r)]) {
       throw InvalidArgument(where, "rank " + std::to_string(r) + " is listed twice");
@@ -431,8 +431,8 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
     seen[static_cast<std::size_t>(r)] = true;
   }
   if (!seen[static_cast<std::size_t>(rank_)]) {
-    throw InvalidArgument(where, "this rank is not among the ranks " + rankList(ranks) +
-                                     ": only they call split()");
+    throw InvalidArgument(
+        where, "this rank is not among the ranks " + rankList(ranks) + ": only they call split()");
   }
   if (const std::exception_ptr failed = runtime_->engine->failure()) {
     try {
@@ -534,8 +534,8 @@ Context::Context(Key, std::shared_ptr<Context> parent, std::vector<int> members,
   std::tie(runtime_->hostOf, runtime_->hosts) = hostLayout(peers_);
   // No group of its own on shared memory: the point-to-point algorithms only (a world of
   // one takes the shared-memory ones, which move nothing).
-  runtime_->policy = algorithms::SelectionPolicy::fromConfig(Config::process(), size_ == 1,
-                                                             runtime_->hosts);
+  runtime_->policy =
+      algorithms::SelectionPolicy::fromConfig(Config::process(), size_ == 1, runtime_->hosts);
   runtime_->seqBase = subContext << transport::kSubContextShift;
   for (int r : members) runtime_->meshRanks.push_back(above.meshRank(r));
   if (const auto& recorder = above.engine->recorder()) {

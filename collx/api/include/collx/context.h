@@ -182,8 +182,8 @@ class Context : public std::enable_shared_from_this<Context> {
   Context(Key, std::shared_ptr<rendezvous::Store> store, int rank, int size,
           const ContextOptions& options);
   // Use split().
-  Context(Key, std::shared_ptr<Context> parent, std::vector<int> members,
-          std::uint64_t subContext, std::chrono::milliseconds timeout);
+  Context(Key, std::shared_ptr<Context> parent, std::vector<int> members, std::uint64_t subContext,
+          std::chrono::milliseconds timeout);
 
  private:
   void join();
