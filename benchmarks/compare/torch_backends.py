@@ -110,6 +110,26 @@ def report_load(busy0, wall0):
                                    if others > 0.1 else ""))
 
 
+def run_ranks(command, p):
+    """Runs `command` + ["--rank", r] for r < p (loopback only, one thread each); returns
+    rank 0's standard output and the ranks' exit codes or'ed, and reports the load of other
+    processes meanwhile."""
+    env = dict(os.environ)
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.pop("MASTER_ADDR", None)
+    busy0, wall0 = busy_seconds(), time.monotonic()
+    procs = [subprocess.Popen(command + ["--rank", str(r)], env=env,
+                              stdout=subprocess.PIPE if r == 0 else None, text=True)
+             for r in range(p)]
+    out, _ = procs[0].communicate()
+    rc = 0
+    for proc in procs:
+        rc |= proc.wait()
+    report_load(busy0, wall0)
+    return out, rc
+
+
 def worker(a):
     import torch
     import torch.distributed as dist
@@ -198,25 +218,13 @@ def worker(a):
 def launch(a):
     tmp = tempfile.mkdtemp(prefix="collx_torch_bench_")
     init = "file://" + os.path.join(tmp, "rdzv")
-    env = dict(os.environ)
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.pop("MASTER_ADDR", None)
     base = [sys.executable, os.path.abspath(__file__), "--size", str(a.p), "--init", init,
             "--min-time", str(a.min_time), "--min-iters", str(a.min_iters),
             "--max-iters", str(a.max_iters), "--repeat", str(a.repeat)]
     if a.sizes:
         base += ["--sizes", a.sizes]
     base += ["--dtype", a.dtype, "--paths", a.paths]
-    busy0, wall0 = busy_seconds(), time.monotonic()
-    procs = [subprocess.Popen(base + ["--rank", str(r)], env=env,
-                              stdout=subprocess.PIPE if r == 0 else None, text=True)
-             for r in range(a.p)]
-    out, _ = procs[0].communicate()
-    rc = 0
-    for p in procs:
-        rc |= p.wait()
-    report_load(busy0, wall0)
+    out, rc = run_ranks(base, a.p)
     try:
         for f in os.listdir(tmp):
             os.unlink(os.path.join(tmp, f))

@@ -5,11 +5,11 @@ against a group that joins and connects on its own, and gloo's, in one run.
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/compare/torch_subgroups.py -p 8
         [--rounds 10]
 
-Spawns P ranks (subprocess, tcp:// rendezvous: torch's TCPStore, everything on 127.0.0.1) with backend collx
-as the default group. Each round makes, on every rank, the groups of a 2 x P/2 DeviceMesh
-(dist.new_group for each row and each column, as init_device_mesh does) and one of the
-whole world, then runs one all_reduce on each group it is in (a group is usable once its
-first call is through); in three kinds, the order turning between rounds:
+Spawns P ranks (subprocess, tcp:// rendezvous: torch's TCPStore, everything on 127.0.0.1)
+with backend collx as the default group. Each round makes, on every rank, the groups of a
+2 x P/2 DeviceMesh (dist.new_group for each row and each column, as init_device_mesh does)
+and one of the whole world, then runs one all_reduce on each group it is in (a group is
+usable once its first call is through); in three kinds, the order turning between rounds:
   split   collx's default: a split of the default group's context (no rendezvous, no
           connection of its own: Context::split)
   apart   collx with GroupOptions(split=False): a context of its own, joined through the
@@ -28,12 +28,11 @@ import datetime
 import os
 import statistics
 import socket
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_backends import busy_seconds, report_load  # noqa: E402
+from torch_backends import run_ranks  # noqa: E402
 
 KINDS = ["split", "apart", "gloo", "collx split", "collx join"]
 
@@ -124,20 +123,8 @@ def launch(a):
     with socket.socket() as s:  # a free port for rank 0's TCPStore
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ)
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    base = [sys.executable, os.path.abspath(__file__), "--size", str(a.p), "--init",
-            "tcp://127.0.0.1:%d" % port, "--rounds", str(a.rounds)]
-    busy0, wall0 = busy_seconds(), time.monotonic()
-    procs = [subprocess.Popen(base + ["--rank", str(r)], env=env,
-                              stdout=subprocess.PIPE if r == 0 else None, text=True)
-             for r in range(a.p)]
-    out, _ = procs[0].communicate()
-    rc = 0
-    for p in procs:
-        rc |= p.wait()
-    report_load(busy0, wall0)
+    out, rc = run_ranks([sys.executable, os.path.abspath(__file__), "--size", str(a.p),
+                         "--init", "tcp://127.0.0.1:%d" % port, "--rounds", str(a.rounds)], a.p)
     if rc:
         sys.exit("torch_subgroups.py: a rank failed (exit %d)" % rc)
     print("P = %d, %d rounds: a group made and its first call" % (a.p, a.rounds))
