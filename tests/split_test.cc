@@ -64,9 +64,11 @@ TEST_P(Split, RowsAndColumnsRunBesideTheirParent) {
   // Nothing was connected or mapped for them, and their keys are gone from the store.
   EXPECT_EQ(openDescriptors(), before);
   for (int i = 0; i < P / 2; ++i) {
-    const std::string name = "split/0/" + key("col", i);
-    EXPECT_FALSE(world.context(0).store()->check({name})) << name;
-    EXPECT_FALSE(world.context(0).store()->check({name + "/read"})) << name;
+    for (const std::string& kind :
+         std::vector<std::string>{"record", "done", "ack/" + std::to_string(i)}) {
+      const std::string name = "split/0/" + kind + "/1/" + key("col", i);
+      EXPECT_FALSE(world.context(0).store()->check({name})) << name;
+    }
   }
   world.runOk([&](int rank, Context& ctx) {
     Context& rowCtx = *rows[rank];
@@ -226,28 +228,142 @@ TEST(SplitErrors, BadListsAreRefusedNamingTheRank) {
   });
 }
 
-TEST(SplitErrors, ListsThatDifferAreAMismatch) {
+// A list that differs fails the split on every member, each naming a rank whose list differs.
+TEST(SplitErrors, ListsThatDifferFailEveryMember) {
   World world(3, worldOptions());
   const auto errors = world.run([](int rank, Context& ctx) {
-    // Rank 0 lists {0, 1, 2}; rank 1 {0, 2, 1}; rank 2 {0, 1, 2}: rank 1 is told.
-    const std::vector<int> ranks =
-        rank == 1 ? std::vector<int>{0, 2, 1} : std::vector<int>{0, 1, 2};
+    // Rank 0 lists {0, 1, 2}; rank 1 {0, 2, 1}; rank 2 {0, 1, 2}.
+    const std::vector<int> ranks = rank == 1 ? std::vector<int>{0, 2, 1} : std::vector<int>{0, 1, 2};
     ctx.split(ranks, "differ", 3s);
   });
-  EXPECT_EQ(test::messageOf(errors[0]), "");
-  EXPECT_EQ(test::messageOf(errors[2]), "");
-  EXPECT_FALSE(world.context(0).store()->check({"split/0/differ"})) << "a refused split's key";
-  const std::string what = test::messageOf(errors[1]);
-  EXPECT_NE(what.find("this rank splits ranks [0,2,1], rank 0 ranks [0,1,2]"), std::string::npos)
-      << what;
-  ASSERT_NE(errors[1], nullptr);
-  try {
-    std::rethrow_exception(errors[1]);
-  } catch (const MismatchError& e) {
-    EXPECT_EQ(e.peer(), 0);
-  } catch (...) {
-    ADD_FAILURE() << "not a MismatchError: " << what;
+  for (int rank = 0; rank < 3; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const std::string what = test::messageOf(errors[rank]);
+    EXPECT_NE(what.find("this rank splits ranks [0,2,1], the published list is [0,1,2]"),
+              std::string::npos)
+        << what;
+    try {
+      std::rethrow_exception(errors[rank]);
+    } catch (const MismatchError& e) {
+      EXPECT_EQ(e.peer(), rank == 1 ? 0 : 1);
+    } catch (...) {
+      ADD_FAILURE() << "not a MismatchError: " << what;
+    }
   }
+  for (const char* kind : {"record", "ack/0", "ack/1", "ack/2", "done"}) {
+    const std::string key = std::string("split/0/") + kind + "/1/differ";
+    EXPECT_FALSE(world.context(0).store()->check({key})) << "a refused split's key " << key;
+  }
+}
+
+// Lists whose first ranks differ: each takes itself for the first; both are told.
+TEST(SplitErrors, ListsWithAnotherFirstRankFailBoth) {
+  World world(2, worldOptions());
+  const auto errors = world.run([](int rank, Context& ctx) {
+    ctx.split(rank == 0 ? std::vector<int>{0, 1} : std::vector<int>{1, 0}, "first", 3s);
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string what = test::messageOf(errors[rank]);
+    EXPECT_NE(what.find("the published list is"), std::string::npos) << rank << ": " << what;
+  }
+}
+
+// A member that never comes: every other member's split ends at its timeout, naming it.
+TEST(SplitErrors, AMemberThatNeverComesTimesOut) {
+  World world(3, worldOptions());
+  const auto errors = world.run([](int rank, Context& ctx) {
+    if (rank != 2) ctx.split({0, 1, 2}, "absent", 300ms);
+  });
+  for (int rank : {0, 1}) {
+    const std::string what = test::messageOf(errors[rank]);
+    EXPECT_NE(what.find("rank 2 of the list did not come within 300 ms"), std::string::npos)
+        << rank << ": " << what;
+  }
+}
+
+// A name comes again at once: each split of it is its own.
+TEST(SplitNames, ANameComesAgain) {
+  World world(3, worldOptions());
+  world.runOk([](int rank, Context& ctx) {
+    std::vector<std::shared_ptr<Context>> subs;
+    for (int i = 0; i < 4; ++i) subs.push_back(ctx.split({0, 1, 2}, "again"));
+    for (int i = 0; i < 4; ++i) {
+      std::int32_t v = rank + i, sum = 0;
+      allreduce(*subs[static_cast<std::size_t>(3 - i)], &v, &sum, 1, DataType::kInt32);
+      EXPECT_EQ(sum, 3 + 3 * i);
+    }
+  });
+}
+
+// avg divides by the split's ranks, not the parent's; a split takes no shared-memory
+// algorithm, even of one rank (whose parent has a group), and says why when one is asked for.
+TEST(SplitAlgorithms, AvgAndNoSharedMemoryGroup) {
+  World world(4, worldOptions());
+  world.runOk([](int rank, Context& ctx) {
+    auto pair = ctx.split({rank / 2 * 2, rank / 2 * 2 + 1}, key("pair", rank / 2));
+    for (const char* algorithm : {"ring", "recursive_doubling", ""}) {
+      std::vector<float> v(1000, static_cast<float>(rank)), out(1000);
+      AllreduceOptions options;
+      options.op = ReduceOpKind::kAvg;
+      if (*algorithm != 0) options.algorithm = algorithm;
+      allreduce(*pair, v.data(), out.data(), v.size(), DataType::kFloat32, options);
+      EXPECT_EQ(out[999], static_cast<float>(rank / 2 * 2) + 0.5f) << algorithm;
+    }
+    AllreduceOptions shm;
+    shm.algorithm = "shm";
+    std::int32_t v = 1, out = 0;
+    try {
+      allreduce(*pair, &v, &out, 1, DataType::kInt32, shm);
+      ADD_FAILURE() << "a split ran the shm algorithm";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("a sub-context (Context::split) does not have"),
+                std::string::npos)
+          << e.what();
+    }
+    auto alone = ctx.split({rank}, key("alone", rank));
+    allreduce(*alone, &v, &out, 1, DataType::kInt32);
+    EXPECT_EQ(out, 1);
+    allreduce(ctx, &v, &out, 1, DataType::kInt32);  // the parent's group is still in step
+    EXPECT_EQ(out, 4);
+  });
+}
+
+// A call queued behind another thread's blocking call times out at its own deadline.
+TEST(SplitDeadlines, AQueuedCallTimesOutAtItsOwnDeadline) {
+  World world(2, worldOptions());
+  std::vector<std::shared_ptr<Context>> subs(2);
+  world.runOk([&](int rank, Context& ctx) { subs[rank] = ctx.split({0, 1}, "late"); });
+  const auto errors = world.run([&](int rank, Context& ctx) {
+    if (rank == 1) return;  // it never comes
+    std::string queued;
+    double seconds = 0;
+    std::thread other([&] {
+      std::this_thread::sleep_for(100ms);  // the main thread drives by then
+      const auto start = std::chrono::steady_clock::now();
+      std::int32_t v = 1, out = 0;
+      AllreduceOptions options;
+      options.timeout = 300ms;
+      try {
+        allreduce(*subs[0], &v, &out, 1, DataType::kInt32, options);
+      } catch (const Error& e) {
+        queued = e.what();
+      }
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    });
+    std::int32_t v = 0;
+    CollectiveOptions options;
+    options.timeout = 20s;
+    try {
+      recv(ctx, &v, 1, DataType::kInt32, 1, 7, options);
+    } catch (const Error&) {
+      // the queued call's timeout failed the context
+    }
+    other.join();
+    EXPECT_NE(queued.find("timed out after 300 ms"), std::string::npos) << queued;
+    EXPECT_NE(queued.find("of sub-context"), std::string::npos) << queued;
+    EXPECT_LT(seconds, 5.0) << "the queued call waited for the driver's own deadline";
+  });
+  EXPECT_EQ(test::messageOf(errors[0]), "");
 }
 
 TEST(SplitErrors, AFirstRankThatNeverComesTimesOut) {

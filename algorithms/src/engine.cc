@@ -191,7 +191,7 @@ class Execution : public std::enable_shared_from_this<Execution> {
         case TaskKind::kDivide: {
           const std::int64_t began = kTraced ? Tracer::nowNs() : 0;
           divideBy(pointer(t.dst), t.count, info_.dtype,
-                   static_cast<std::uint64_t>(engine_.size()));
+                   info_.divisor != 0 ? info_.divisor : static_cast<std::uint64_t>(engine_.size()));
           if constexpr (kTraced) traceCompute(Tracer::Compute::kDivide, t.count, began);
           done(id);
           break;
@@ -475,10 +475,10 @@ void Engine::unlockDrive() {
   }
 }
 
-// Holds drive_ for a scope (lockDrive / unlockDrive).
+// Releases drive_, which the caller took, at the end of a scope (unlockDrive).
 class Engine::DriveLock {
  public:
-  explicit DriveLock(Engine& engine) : engine_(engine) { engine_.lockDrive(); }
+  DriveLock(Engine& engine, std::adopt_lock_t) : engine_(engine) {}
   ~DriveLock() { engine_.unlockDrive(); }
   DriveLock(const DriveLock&) = delete;
   DriveLock& operator=(const DriveLock&) = delete;
@@ -498,21 +498,26 @@ void Engine::wakeWaiters() {
 // different sub-contexts on different threads may each wait for the other's peers, so the
 // driver must move this call too (a queued blocking call is admitted like a nonblocking one),
 // and a call that ended returns at once.
-bool Engine::awaitDrive(const std::shared_ptr<Execution>& execution) {
+bool Engine::awaitDrive(const std::shared_ptr<Execution>& execution,
+                        std::optional<Clock::time_point> until) {
   execution->waiter_.store(true);
   callersWaiting_.fetch_add(1);  // a progress thread lets go of drive_
   mesh_->wakeup();               // a driver in poll() admits what was queued
   bool took = false;
   {
     std::unique_lock<std::mutex> lock(stateMutex_);
-    while (!execution->finished()) {
+    // (finished_ read sequentially consistent, as finish() reads waiter_.)
+    while (!execution->finished_.load()) {
       if (drive_.try_lock()) {
         took = true;
         break;
       }
+      const auto now = Clock::now();
+      if (until && now >= *until) break;
       // Woken when it ends, when a caller unlocks drive_, or when the progress thread lets
       // go of it (each under stateMutex_: nothing is missed); the slice is a safety net.
-      stateChanged_.wait_for(lock, kMaxPollSlice);
+      stateChanged_.wait_for(lock, until ? std::min<Clock::duration>(*until - now, kMaxPollSlice)
+                                         : Clock::duration(kMaxPollSlice));
     }
   }
   callersWaiting_.fetch_sub(1);
@@ -537,10 +542,7 @@ void Engine::run(std::shared_ptr<const Schedule> schedule, const Bindings& bindi
     driving = awaitDrive(execution);
   }
   if (driving) {
-    struct Unlock {
-      Engine& engine;
-      ~Unlock() { engine.unlockDrive(); }
-    } unlock{*this};
+    DriveLock held(*this, std::adopt_lock);
     if (execution->queued_) {
       driveUntil(*execution, std::nullopt);  // admits it first, unless it ended already
     } else if (!refuseIfFailed(*execution)) {
@@ -605,7 +607,8 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
 }
 
 std::string Engine::hangNote(const CallInfo& info) const {
-  if (!options_.hangNote || info.recorder == nullptr) return {};
+  // (Only for the engine's own recorder: a sub-context's ids are its recorder's.)
+  if (!options_.hangNote || info.recorder == nullptr || info.recorder != recorder_.get()) return {};
   try {
     return options_.hangNote(info.recordId);
   } catch (...) {
@@ -771,17 +774,10 @@ std::shared_ptr<Execution> Engine::start(std::shared_ptr<const Schedule> schedul
 }
 
 bool Engine::wait(Execution& execution, std::optional<Clock::time_point> until) {
-  if (!execution.finished()) {
-    if (drive_.try_lock() || (!until && awaitDrive(execution.shared_from_this()))) {
-      struct Unlock {
-        Engine& engine;
-        ~Unlock() { engine.unlockDrive(); }
-      } unlock{*this};
-      driveUntil(execution, until);
-    } else if (until) {
-      DriveLock lock(*this);
-      driveUntil(execution, until);
-    }
+  if (!execution.finished() &&
+      (drive_.try_lock() || awaitDrive(execution.shared_from_this(), until))) {
+    DriveLock held(*this, std::adopt_lock);
+    driveUntil(execution, until);
   }
   if (!execution.finished()) return false;
   if (execution.error()) std::rethrow_exception(execution.error());
@@ -1040,6 +1036,18 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
       timeOut(target);
       retire();
       return true;
+    }
+    // The other calls it drives (queued blocking calls of other threads, nonblocking ones)
+    // time out at their own deadlines, not at the end of this one.
+    if (active_.size() > 1) {
+      for (const auto& e : active_) {
+        if (e.get() != &target && !e->finished() && now >= e->info().deadline) {
+          timeOut(*e);
+          break;
+        }
+      }
+      retire();
+      if (target.finished()) return true;
     }
     if (until && now >= *until) return false;
     if (now >= nextPeerCheck_) {

@@ -194,6 +194,7 @@ Prepared prepare(Context& ctx, Resolved& call) {
       static_cast<std::uint8_t>(call.op != nullptr ? call.op->kind() : ReduceOpKind::kSum),
       call.root, call.fingerprintCount};
   p.info.dtype = call.dtype;
+  p.info.divisor = static_cast<std::uint32_t>(rt.size);
   if (call.op != nullptr) p.info.op = *call.op;
   // Members of the shared-memory group waiting for this rank in a shm call of this seq can
   // tell it runs another collective.

@@ -441,54 +441,91 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
       throw Error(e.kind(), where, "the context failed earlier: " + std::string(e.what()));
     }
   }
-  // The first rank of the list takes a number that no sub-context of the job has, and
-  // publishes it with the list; the others read both. The last to read erases the key.
-  const std::string key = "split/" + std::to_string(subContext_) + "/" + name;
+  // The k-th split of this name on this rank (every member makes its splits of a name in
+  // the same order): its keys are its own, however soon the name comes again.
+  std::uint64_t k;
+  {
+    std::lock_guard<std::mutex> lock(runtime_->splitMutex);
+    k = ++runtime_->splits[name];
+  }
+  const std::string base = "split/" + std::to_string(subContext_) + "/";
+  const std::string round = std::to_string(k) + "/" + name;
+  const std::string record = base + "record/" + round, done = base + "done/" + round;
+  auto ackKey = [&](int r) { return base + "ack/" + std::to_string(r) + "/" + round; };
   std::string list;
   for (int r : ranks) list += (list.empty() ? "" : ",") + std::to_string(r);
-  std::uint64_t number = 0;
-  std::string theirs;
-  if (ranks.front() == rank_) {
-    number = static_cast<std::uint64_t>(store_->add("split/next", 1));
-    if (number > transport::kMaxSubContext) {
-      throw InvalidArgument(where, "the job has made " + std::to_string(number - 1) +
-                                       " sub-contexts, the most it can");
-    }
-    const Bytes mine = rendezvous::toBytes(std::to_string(number) + " " + list);
-    const Bytes stored = store_->compareSet(key, {}, mine);
-    if (stored != mine) {
-      throw MismatchError(where, "the name is taken by another split still in progress (" +
-                                     rendezvous::toString(stored) + ")");
-    }
-    theirs = list;
+  // The first rank of the list takes a number that no sub-context of the job has and
+  // publishes it with the list (or why it could not); the others read it. Every member then
+  // says whether its list is the one published, and reads what the others said: a list that
+  // differs fails the split on every member, naming a rank whose list differs. The last to
+  // leave erases the keys.
+  const int first = ranks.front();
+  std::string published;
+  if (first == rank_) {
+    const auto made = static_cast<std::uint64_t>(store_->add("split/next", 1));
+    const std::string mine = made > transport::kMaxSubContext
+                                 ? "error the job has made " + std::to_string(made - 1) +
+                                       " sub-contexts, the most it can"
+                                 : std::to_string(made) + " " + list;
+    // (Taken already: another rank took itself for the first, its list's first differs.)
+    published = rendezvous::toString(store_->compareSet(record, {}, rendezvous::toBytes(mine)));
   } else {
-    Bytes stored;
     try {
-      stored = store_->get(key, wait);
+      published = rendezvous::toString(store_->get(record, wait));
     } catch (const TimeoutError&) {
-      throw TimeoutError(Where{rank_, where.op, ranks.front()},
-                         "rank " + std::to_string(ranks.front()) +
+      throw TimeoutError(Where{rank_, where.op, first},
+                         "rank " + std::to_string(first) +
                              ", the first of the list, did not publish the sub-context within " +
                              std::to_string(wait.count()) + " ms");
     }
-    const std::string text = rendezvous::toString(stored);
-    const std::size_t space = text.find(' ');
+  }
+  const std::size_t space = published.find(' ');
+  const std::string head = published.substr(0, space);
+  const std::string theirs = space == std::string::npos ? "" : published.substr(space + 1);
+  std::uint64_t number = 0;
+  if (head != "error") {
     try {
-      number = std::stoull(text.substr(0, space));
+      number = std::stoull(head);
     } catch (const std::exception&) {
-      throw MismatchError(where, "the store holds a malformed split record: " + text);
     }
-    theirs = space == std::string::npos ? "" : text.substr(space + 1);
   }
-  // (Counted before the lists are compared: a refused split leaves no key behind either.)
-  if (store_->add(key + "/read", 1) == static_cast<std::int64_t>(ranks.size())) {
-    store_->erase(key);
-    store_->erase(key + "/read");
+  std::string problem;  // this rank's verdict, "" if it agrees
+  if (head == "error") {
+    problem = theirs;
+  } else if (number == 0 || number > transport::kMaxSubContext) {
+    problem = "the store holds a malformed split record: " + published;
+  } else if (theirs != list) {
+    problem = "this rank splits ranks [" + list + "], the published list is [" + theirs + "]";
   }
-  if (theirs != list) {
-    throw MismatchError(Where{rank_, where.op, ranks.front()},
-                        "this rank splits ranks [" + list + "], rank " +
-                            std::to_string(ranks.front()) + " ranks [" + theirs + "]");
+  store_->set(ackKey(rank_), problem.empty() ? "ok" : problem);
+  // Every member's verdict (a member that never comes: a TimeoutError naming it).
+  std::vector<std::string> acks;
+  for (int r : ranks) acks.push_back(ackKey(r));
+  std::vector<Bytes> verdicts;
+  try {
+    verdicts = store_->multiGet(acks, wait);
+  } catch (const TimeoutError&) {
+    std::vector<int> missing;
+    for (int r : ranks) {
+      if (!store_->check({ackKey(r)})) missing.push_back(r);
+    }
+    throw TimeoutError(Where{rank_, where.op, missing.empty() ? -1 : missing.front()},
+                       "rank" + std::string(missing.size() == 1 ? " " : "s ") +
+                           rankList(missing) + " of the list did not come within " +
+                           std::to_string(wait.count()) + " ms");
+  }
+  if (store_->add(done, 1) == static_cast<std::int64_t>(ranks.size())) {
+    for (const std::string& key : acks) store_->erase(key);
+    store_->erase(record);
+    store_->erase(done);
+  }
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const std::string verdict = rendezvous::toString(verdicts[i]);
+    if (verdict == "ok") continue;
+    if (head == "error") throw InvalidArgument(where, theirs);
+    throw MismatchError(Where{rank_, where.op, ranks[i] == rank_ ? first : ranks[i]},
+                        ranks[i] == rank_ ? problem
+                                          : "rank " + std::to_string(ranks[i]) + ": " + verdict);
   }
   auto sub = std::make_shared<Context>(Key{}, shared_from_this(), ranks, number, wait);
   COLLX_DEBUG(kCore, "rank {}: sub-context {} \"{}\" of ranks [{}]: rank {} of {}", rank_, number,
@@ -532,10 +569,11 @@ Context::Context(Key, std::shared_ptr<Context> parent, std::vector<int> members,
   runtime_->timeout = timeout_;
   runtime_->chunkBytes = above.chunkBytes;
   std::tie(runtime_->hostOf, runtime_->hosts) = hostLayout(peers_);
-  // No group of its own on shared memory: the point-to-point algorithms only (a world of
-  // one takes the shared-memory ones, which move nothing).
-  runtime_->policy =
-      algorithms::SelectionPolicy::fromConfig(Config::process(), size_ == 1, runtime_->hosts);
+  // No group of its own on shared memory: the point-to-point algorithms only, even for a
+  // sub-context of one rank (the engine's shared-memory runner works on the parent's group).
+  runtime_->policy = algorithms::SelectionPolicy::fromConfig(Config::process(), false,
+                                                             runtime_->hosts);
+  runtime_->policy.subContext = true;
   runtime_->seqBase = subContext << transport::kSubContextShift;
   for (int r : members) runtime_->meshRanks.push_back(above.meshRank(r));
   if (const auto& recorder = above.engine->recorder()) {

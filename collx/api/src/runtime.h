@@ -36,6 +36,9 @@ struct Runtime {
   std::uint64_t seqBase = 0;
   std::vector<int> meshRanks;
   std::shared_ptr<algorithms::Recorder> recorder;
+  // Context::split's count of the splits made of this context, by name.
+  std::mutex splitMutex;
+  std::unordered_map<std::string, std::uint64_t> splits;
   // The mesh's rank of this context's rank `r`.
   int meshRank(int r) const noexcept {
     return meshRanks.empty() ? r : meshRanks[static_cast<std::size_t>(r)];

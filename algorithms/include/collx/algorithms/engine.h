@@ -47,6 +47,9 @@ struct CallInfo {
   transport::Fingerprint fingerprint;
   DataType dtype = DataType::kUint8;
   ReduceOp op;
+  // What ReduceOp avg divides by: the number of ranks of the call's context (a sub-context's
+  // are fewer than the mesh's); 0: the mesh's.
+  std::uint32_t divisor = 0;
   // time_point::max(): the engine starts it, `timeout` from then, when the call first waits
   // (a blocking call that never waits reads no clock) or is started nonblocking.
   Clock::time_point deadline;
@@ -237,8 +240,10 @@ class Engine {
   void progressLoop();
   void lockDrive();
   void unlockDrive();
-  // Another thread drives: waits for `execution` to end or for drive_ (true: taken).
-  bool awaitDrive(const std::shared_ptr<Execution>& execution);
+  // Another thread drives: waits for `execution` to end, for drive_ (true: taken) or for
+  // `until`.
+  bool awaitDrive(const std::shared_ptr<Execution>& execution,
+                  std::optional<Clock::time_point> until = std::nullopt);
   void wakeWaiters();
 
   // Scratch buffers outlive calls: allocating (and page-faulting) megabytes per call would

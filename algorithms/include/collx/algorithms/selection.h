@@ -104,6 +104,8 @@ struct SelectionPolicy {
   bool sharedMemory = false;
   // The number of hosts the job's ranks are on (the host rule).
   int hosts = 1;
+  // A sub-context (Context::split): no shared-memory group of its own, whatever its size.
+  bool subContext = false;
 
   // COLLX_RULES and every COLLX_<COLL>_ALGO from `config`. Throws InvalidArgument naming the
   // variable (an algorithm name that is not one of the collective's) or the rules file.

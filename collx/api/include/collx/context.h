@@ -156,16 +156,21 @@ class Context : public std::enable_shared_from_this<Context> {
   // A sub-context of `ranks` (this context's ranks; a rank's place in the list is its rank
   // there), over this context's connections and without a new rendezvous, as NCCL's
   // ncclCommSplit: called by every rank in `ranks` (and no other) with the same list and the
-  // same `name`, which no other split of this context uses at the same time. It costs one
-  // round through the store: the first rank of the list takes the sub-context's number
-  // there, the others read it (bounded by `timeout`, default this context's; a list that
-  // differs is a MismatchError naming both). Its collectives have their own sequence, so
-  // they interleave freely with this context's and other sub-contexts' on any thread
-  // (point-to-point tags are its own too); they take the point-to-point algorithms over the
-  // shared connections (the shared-memory ones need a group of their own). It shares this
-  // context's fate: an error or abort() on either fails both, and every sibling. Its stats()
-  // are its parent's counters (one set per connection); it keeps its own flight record, and
-  // dumpState() reports the parent's. It keeps its parent alive, and may be split again.
+  // same `name`; a name may come again, in the same order on every member. It costs two
+  // rounds through the store (bounded by `timeout`, default this context's): the first rank
+  // of the list takes the sub-context's number and publishes it, then every member says
+  // whether its list is the one published. A list that differs fails the split on every
+  // member with a MismatchError naming a rank whose list differs; a member that never comes
+  // is a TimeoutError naming it. Its collectives have their own sequence, so they interleave
+  // freely with this context's and other sub-contexts' on any thread (point-to-point tags
+  // are its own too). They take the point-to-point algorithms over the shared connections:
+  // the shared-memory ones need a group of their own. It shares this context's fate: an
+  // error or abort() on either fails both, and every sibling; the transport's errors name
+  // this context's ranks (the mesh's), the API's the sub-context's. Its stats() are its
+  // parent's counters (one set per connection, mapped to its ranks); it keeps its own flight
+  // record, which the hang report does not cover (dumpState() reports the parent's). It
+  // keeps its parent alive (the parent leaves the job when its last split is gone), and may
+  // be split again.
   std::shared_ptr<Context> split(const std::vector<int>& ranks, const std::string& name,
                                  std::optional<std::chrono::milliseconds> timeout = {});
   // The context this one was split from (nullptr: none).
