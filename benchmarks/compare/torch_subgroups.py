@@ -10,10 +10,10 @@ with backend collx as the default group. Each round makes, on every rank, the gr
 2 x P/2 DeviceMesh (dist.new_group for each row and each column, as init_device_mesh does)
 and one of the whole world, then runs one all_reduce on each group it is in (a group is
 usable once its first call is through); in three kinds, the order turning between rounds:
-  split   collx's default: a split of the default group's context (no rendezvous, no
-          connection of its own: Context::split)
+  split   collx with GroupOptions(split=True): a split of the default group's context (no
+          rendezvous, no connection of its own: Context::split)
   apart   collx with GroupOptions(split=False): a context of its own, joined through the
-          store and connected afresh (what every collx sub-group cost before splits)
+          store and connected afresh (collx's default within one host)
   gloo    backend gloo
 and, without torch's new_group around them, collx's own part for a group of all P ranks:
   collx split  ProcessGroupCollx.split of the default group's backend, then all_reduce_
@@ -21,7 +21,9 @@ and, without torch's new_group around them, collx's own part for a group of all 
 Times are the max over ranks of each rank's median over the rounds, per new_group call
 (torch's kinds: every rank calls new_group for every group, member or not) or per group
 (collx's own); "fds" is the descriptors rank 0 had open more after a round (a split opens
-none).
+none). Then what a call costs on each: collx.torch.all_reduce on the rows (P/2 ranks each)
+made as splits and as groups of their own, 4 B to 1 MiB, the same number of calls on every
+rank, the median per call (the max over ranks, the best of 3 rounds).
 """
 import argparse
 import datetime
@@ -83,7 +85,7 @@ def worker(a):
         if kind == "gloo":
             options = {"backend": "gloo"}
         elif kind == "split":
-            options = {"backend": "collx"}
+            options = {"backend": "collx", "pg_options": collx.torch.GroupOptions(split=True)}
         else:
             options = {"backend": "collx", "pg_options": collx.torch.GroupOptions(split=False)}
         mine = []
@@ -116,6 +118,31 @@ def worker(a):
     if R == 0:
         for k, t in zip(KINDS, mine.tolist()):
             print("%s,%d,%.6f,%.1f" % (k, P, t, statistics.median(opened[k])))
+    # What a call costs on a row made each way.
+    row = {}
+    for kind, split in (("split", True), ("apart", False)):
+        for ranks in rows:
+            group = dist.new_group(ranks, backend="collx",
+                                   pg_options=collx.torch.GroupOptions(split=split))
+            if R in ranks:
+                row[kind] = group
+    for n in (1, 256, 16384, 262144):
+        x = torch.ones(n)
+        best = {}
+        for i in range(3):
+            for kind in ("split", "apart") if i % 2 == 0 else ("apart", "split"):
+                for _ in range(20):
+                    collx.torch.all_reduce(x, group=row[kind])
+                times = []
+                for _ in range(1000 if n < 100000 else 100):  # the same count on every rank
+                    start = time.perf_counter()
+                    collx.torch.all_reduce(x, group=row[kind])
+                    times.append(time.perf_counter() - start)
+                best[kind] = min(best.get(kind, 1.0), statistics.median(times))
+        t = torch.tensor([best["split"], best["apart"]], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        if R == 0:
+            print("call,%d,%.3f,%.3f" % (4 * n, t[0].item() * 1e6, t[1].item() * 1e6))
     dist.destroy_process_group()
 
 
@@ -129,9 +156,17 @@ def launch(a):
         sys.exit("torch_subgroups.py: a rank failed (exit %d)" % rc)
     print("P = %d, %d rounds: a group made and its first call" % (a.p, a.rounds))
     print("%-12s %8s %6s" % ("kind", "ms", "fds"))
+    calls = []
     for line in out.splitlines():
+        if line.startswith("call,"):
+            calls.append(line.split(",")[1:])
+            continue
         kind, _, t, fds = line.split(",")
         print("%-12s %8.3f %6s" % (kind, float(t) * 1e3, fds))
+    print("a call on a row of %d ranks (collx.torch.all_reduce, float32; us)" % (a.p // 2))
+    print("%10s %8s %8s %12s" % ("bytes", "split", "apart", "split/apart"))
+    for nbytes, split, apart in calls:
+        print("%10s %8s %8s %12.2f" % (nbytes, split, apart, float(split) / float(apart)))
 
 
 def main():

@@ -1339,9 +1339,13 @@ PYBIND11_MODULE(_collx_torch, m) {
       "_raise_last()\n\nFor collx.torch.all_reduce: raises the error _all_reduce_at kept for "
       "this thread (collx's exception classes), if any.");
   m.def(
-      "_split_groups", []() { return collx::kTorchSplit.get(collx::Config::process()); },
+      "_split_groups",
+      []() -> py::object {
+        const std::optional<bool> split = collx::kTorchSplit.get(collx::Config::process());
+        return split ? py::object(py::bool_(*split)) : py::object(py::none());
+      },
       "_split_groups()\n\nFor collx.torch: COLLX_TORCH_SPLIT, whether sub-groups split the "
-      "default group's context.");
+      "default group's context (None: automatic).");
   // For the tests (test_torch_backend.py compares it with collx._collx._mapping): how the
   // backend moves `tensor` and, with `op`, reduces it.
   m.def(

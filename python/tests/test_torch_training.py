@@ -31,15 +31,16 @@ CASES = ["coalesced", "batch_isend_irecv", "monitored_barrier", "functional_eage
          "abort", "fast_all_reduce", "fast_all_reduce_compiled"]
 
 
-def launch(tmp_path, nranks, timeout=90):
+def launch(tmp_path, nranks, timeout=90, cases=(), **env):
     port = free_port()
     procs, outs = [], []
     for r in range(nranks):
         out = tmp_path / ("rank%d.json" % r)
         outs.append(out)
         procs.append(subprocess.Popen(
-            [sys.executable, str(SCRIPT), str(out), str(r), str(nranks), str(port)],
-            env=base_env(GLOO_SOCKET_IFNAME="lo", COLLX_HANG_REPORT_AFTER="0.5s"),
+            [sys.executable, str(SCRIPT), str(out), str(r), str(nranks), str(port)] +
+            list(cases),
+            env=base_env(GLOO_SOCKET_IFNAME="lo", COLLX_HANG_REPORT_AFTER="0.5s", **env),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     logs = []
     deadline = time.monotonic() + timeout  # one for all ranks, within ctest's for the file
@@ -74,6 +75,17 @@ def test_training_call_matches_gloo(run, case):
     if skips:
         assert len(skips) == 1 and all(o.startswith("skip: ") for o in outcomes), outcomes
         pytest.skip(skips.pop()[len("skip: "):])
+
+
+# The sub-group case with every rank on a host of its own (COLLX_HOST_ID per rank, which the
+# worker sets): there a new_group with no options is a split (over tcp), where on one host it
+# is a context of its own (with its shared-memory group).
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_sub_groups_across_hosts_are_splits(tmp_path, nranks):
+    run = launch(tmp_path, nranks, cases=["new_group"], COLLX_TEST_HOST_PER_RANK="1")
+    if isinstance(run, str):
+        pytest.fail(run)
+    assert [r["new_group"] for r in run] == ["ok"] * nranks, run
 
 
 # destroy_process_group() lets go of everything collx made: its threads, descriptors and

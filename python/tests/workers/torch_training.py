@@ -14,13 +14,18 @@ import threading
 import time
 import traceback
 
-import torch
-import torch.distributed as dist
-
-import collx
-import collx.torch
-
 out, R, P, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+# Every rank on a simulated host of its own (before collx reads its settings).
+ACROSS_HOSTS = os.environ.get("COLLX_TEST_HOST_PER_RANK") == "1"
+if ACROSS_HOSTS:
+    os.environ["COLLX_HOST_ID"] = "host%d" % R
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import collx  # noqa: E402
+import collx.torch  # noqa: E402
+
 only = sys.argv[5:]
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -196,17 +201,24 @@ def sub_groups():
     # new_group over a subset, and over every rank in another order of creation
     ranks = list(range(P - 1)) if P > 2 else [0, 1]
     before = descriptors()
-    sub = dist.new_group(ranks, backend="collx")
+    sub = dist.new_group(ranks, backend="collx", pg_options=collx.torch.GroupOptions(split=True))
     # a split of the default group: no connection, segment or thread of its own
     if descriptors() != before:
-        raise Mismatch("new_group opened %d descriptors" % (descriptors() - before))
+        raise Mismatch("a split opened %d descriptors" % (descriptors() - before))
     apart = dist.new_group(ranks, backend="collx",
                            pg_options=collx.torch.GroupOptions(split=False))
     if R in ranks and descriptors() == before:
         raise Mismatch("a group of its own connections opened no descriptor")
+    # no options: within a host a context of its own (its shared-memory group), across hosts
+    # a split
+    before = descriptors()
+    default = dist.new_group(ranks, backend="collx")
+    if R in ranks and (descriptors() == before) != ACROSS_HOSTS:
+        raise Mismatch("new_group without options opened %d descriptors %s" %
+                       (descriptors() - before, "across hosts" if ACROSS_HOSTS else "on one host"))
     gsub = dist.new_group(ranks, backend="gloo")
     if R in ranks:
-        for group in (sub, apart):
+        for group in (sub, apart, default):
             x = data(R, 5, 60)
             y = x.clone()
             dist.all_reduce(x, group=group)

@@ -11,8 +11,10 @@ namespace collx {
 // COLLX_TORCH_EAGER_BYTES: the largest call the PyTorch backend runs on the calling thread.
 extern const Setting<kind::Bytes> kTorchEagerBytes;
 // COLLX_TORCH_SPLIT: whether the PyTorch backend makes sub-groups by splitting the default
-// group's context (Context::split) instead of joining each afresh.
-extern const Setting<kind::Bool> kTorchSplit;
+// group's context (Context::split) instead of joining each afresh; unset: automatic (split
+// unless the sub-group's ranks share one host, where a context of their own has a
+// shared-memory group).
+extern const AutoSetting<kind::Bool> kTorchSplit;
 
 // Warns, once per process, of each COLLX_* variable in the environment that is not a setting
 // (Config::unknownVariables: likely a typo, with the closest name). Every context does, and
