@@ -233,7 +233,8 @@ TEST(SplitErrors, ListsThatDifferFailEveryMember) {
   World world(3, worldOptions());
   const auto errors = world.run([](int rank, Context& ctx) {
     // Rank 0 lists {0, 1, 2}; rank 1 {0, 2, 1}; rank 2 {0, 1, 2}.
-    const std::vector<int> ranks = rank == 1 ? std::vector<int>{0, 2, 1} : std::vector<int>{0, 1, 2};
+    const std::vector<int> ranks =
+        rank == 1 ? std::vector<int>{0, 2, 1} : std::vector<int>{0, 1, 2};
     ctx.split(ranks, "differ", 3s);
   });
   for (int rank = 0; rank < 3; ++rank) {

@@ -366,13 +366,13 @@ Choice named(const AlgorithmInfo& info, const ScheduleParams& p, const Selection
     case Refusal::kNone:
       return Choice{&info, source};
     case Refusal::kSharedMemory:
-      throw InvalidArgument(Where{p.rank, what, -1},
-                            std::string(what) + " algorithm '" + info.name + "' (from " + source +
-                                (policy.subContext
-                                     ? ") needs a shared-memory group of its own, which a "
-                                       "sub-context (Context::split) does not have"
-                                     : ") needs every rank on this host over shared memory, which "
-                                       "this job's ranks are not"));
+      throw InvalidArgument(
+          Where{p.rank, what, -1},
+          std::string(what) + " algorithm '" + info.name + "' (from " + source +
+              (policy.subContext ? ") needs a shared-memory group of its own, which a "
+                                   "sub-context (Context::split) does not have"
+                                 : ") needs every rank on this host over shared memory, which "
+                                   "this job's ranks are not"));
     case Refusal::kRankOrder:
       throw InvalidArgument(Where{p.rank, what, -1},
                             "reduce op '" + (op != nullptr ? op->name() : std::string("custom")) +

@@ -510,9 +510,9 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
       if (!store_->check({ackKey(r)})) missing.push_back(r);
     }
     throw TimeoutError(Where{rank_, where.op, missing.empty() ? -1 : missing.front()},
-                       "rank" + std::string(missing.size() == 1 ? " " : "s ") +
-                           rankList(missing) + " of the list did not come within " +
-                           std::to_string(wait.count()) + " ms");
+                       "rank" + std::string(missing.size() == 1 ? " " : "s ") + rankList(missing) +
+                           " of the list did not come within " + std::to_string(wait.count()) +
+                           " ms");
   }
   if (store_->add(done, 1) == static_cast<std::int64_t>(ranks.size())) {
     for (const std::string& key : acks) store_->erase(key);
@@ -523,9 +523,9 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
     const std::string verdict = rendezvous::toString(verdicts[i]);
     if (verdict == "ok") continue;
     if (head == "error") throw InvalidArgument(where, theirs);
-    throw MismatchError(Where{rank_, where.op, ranks[i] == rank_ ? first : ranks[i]},
-                        ranks[i] == rank_ ? problem
-                                          : "rank " + std::to_string(ranks[i]) + ": " + verdict);
+    throw MismatchError(
+        Where{rank_, where.op, ranks[i] == rank_ ? first : ranks[i]},
+        ranks[i] == rank_ ? problem : "rank " + std::to_string(ranks[i]) + ": " + verdict);
   }
   auto sub = std::make_shared<Context>(Key{}, shared_from_this(), ranks, number, wait);
   COLLX_DEBUG(kCore, "rank {}: sub-context {} \"{}\" of ranks [{}]: rank {} of {}", rank_, number,
@@ -571,8 +571,8 @@ Context::Context(Key, std::shared_ptr<Context> parent, std::vector<int> members,
   std::tie(runtime_->hostOf, runtime_->hosts) = hostLayout(peers_);
   // No group of its own on shared memory: the point-to-point algorithms only, even for a
   // sub-context of one rank (the engine's shared-memory runner works on the parent's group).
-  runtime_->policy = algorithms::SelectionPolicy::fromConfig(Config::process(), false,
-                                                             runtime_->hosts);
+  runtime_->policy =
+      algorithms::SelectionPolicy::fromConfig(Config::process(), false, runtime_->hosts);
   runtime_->policy.subContext = true;
   runtime_->seqBase = subContext << transport::kSubContextShift;
   for (int r : members) runtime_->meshRanks.push_back(above.meshRank(r));
