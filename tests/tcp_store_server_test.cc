@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <mutex>
 #include <thread>
 
 #include "collx/rendezvous/tcp_store.h"
@@ -657,6 +659,68 @@ TEST(TcpStoreLimits, OneAddressFloodingItsHandshakesClosesOnlyItsOwnOldest) {
   TcpStore good("127.0.0.1", server.port(), clientWith(secretOf("the job's own secret")));
   good.set("k", "v");
   EXPECT_EQ(toString(good.get("k")), "v");
+}
+
+TEST(TcpStoreLimits, AHandshakeClosedToMakeRoomIsToldTheStoreIsBusy) {
+  TcpStoreServer::Options o = withSecret("the job's own secret");
+  o.maxPendingPerAddress = 1;
+  TcpStoreServer server(o);
+  auto statusOf = [](const std::vector<std::uint8_t>& bytes, std::size_t at) {
+    std::uint32_t status = ~0u;
+    if (bytes.size() >= at + 4) std::memcpy(&status, bytes.data() + at, 4);
+    return status;
+  };
+  // Waiting for the server's hello: kHelloBusy in its place.
+  RawClient first(server.port());
+  std::this_thread::sleep_for(100ms);
+  RawClient second(server.port());  // the address's second handshake: the first makes room
+  const auto hello = first.read(proto::kServerHelloBytes);
+  ASSERT_EQ(hello.size(), proto::kServerHelloBytes);
+  EXPECT_EQ(statusOf(hello, 8), proto::kHelloBusy);
+  EXPECT_TRUE(first.closedByPeer());
+  // Waiting for its proof's result: kHelloBusy in its place.
+  second.hello(proto::kVersion, proto::kHoldsSecret);
+  const auto challenge = second.read(proto::kServerHelloBytes + proto::kChallengeBytes);
+  ASSERT_EQ(challenge.size(), proto::kServerHelloBytes + proto::kChallengeBytes);
+  EXPECT_EQ(statusOf(challenge, 8), proto::kHelloChallenge);
+  RawClient third(server.port());
+  const auto result = second.read(proto::kAuthResultBytes);
+  EXPECT_EQ(statusOf(result, 0), proto::kHelloBusy);
+  EXPECT_TRUE(second.closedByPeer());
+}
+
+TEST(TcpStoreLimits, ClientsToldTheStoreIsBusyConnectAgainUntilServed) {
+  // Far more clients in their handshakes at once than the limits take, as when hundreds of
+  // ranks start together: every one is served, none refused.
+  TcpStoreServer::Options o = withSecret("the job's own secret");
+  o.maxPendingPerAddress = 2;
+  o.maxPendingHandshakes = 3;
+  TcpStoreServer server(o);
+  constexpr int kClients = 48;
+  std::vector<std::thread> clients;
+  std::atomic<int> served{0};
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      try {
+        StoreOptions options = clientWith(secretOf("the job's own secret"));
+        options.timeout = 60s;
+        TcpStore store("127.0.0.1", server.port(), options);
+        store.set("client/" + std::to_string(i), "here");
+        served.fetch_add(1);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        errors.push_back(e.what());
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(served.load(), kClients) << (errors.empty() ? "" : errors.front());
+  TcpStore check("127.0.0.1", server.port(), clientWith(secretOf("the job's own secret")));
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(toString(check.get("client/" + std::to_string(i))), "here");
+  }
 }
 
 TEST(TcpStoreLimits, AnIdleClientIsClosedAndReconnectsOnItsOwn) {

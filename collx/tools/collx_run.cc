@@ -405,6 +405,13 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
     auto options = TcpStoreServer::Options::fromConfig(collx::Config::process());
     options.secret = secret;
     options.tls = tls;
+    // Every rank of a node comes from one address, all at once: the limits on handshakes
+    // under way (which keep a flood of strangers from keeping the ranks out) take them all.
+    // (A rank that still finds the store busy connects again, kHelloBusy.)
+    const std::size_t world = static_cast<std::size_t>(args.nproc) * args.nnodes;
+    options.maxPendingPerAddress =
+        std::max(options.maxPendingPerAddress, static_cast<std::size_t>(args.nproc) + 16);
+    options.maxPendingHandshakes = std::max(options.maxPendingHandshakes, world + 64);
     if (args.nnodes == 1) {
       server = std::make_unique<TcpStoreServer>(options);
       storeUrl = server->url();

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <map>
 
+#include "collx/base/units.h"
 #include "process_probe.h"
 
 extern char** environ;
@@ -230,9 +231,9 @@ int supervise(const SuperviseOptions& options) {
     }
   };
   auto runningRanks = [&] {
-    std::string list;
+    std::vector<int> list;
     for (const Rank& r : ranks) {
-      if (r.running) list += (list.empty() ? "" : ", ") + std::to_string(r.rank);
+      if (r.running) list.push_back(r.rank);
     }
     return list;
   };
@@ -240,10 +241,10 @@ int supervise(const SuperviseOptions& options) {
     if (stopping) return;
     stopping = true;
     exitCode = code;
-    std::string running = runningRanks();
+    const std::vector<int> running = runningRanks();
     if (!running.empty()) {
-      say(why + "; stopping rank" + (running.find(',') != std::string::npos ? "s " : " ") +
-          running + " (SIGKILL after " + std::to_string(options.grace.count()) + " ms)");
+      say(why + "; stopping rank" + (running.size() > 1 ? "s " : " ") + rankRanges(running) +
+          " (SIGKILL after " + std::to_string(options.grace.count()) + " ms)");
     } else {
       say(why);
     }
@@ -409,8 +410,11 @@ int supervise(const SuperviseOptions& options) {
            "the job exceeded --timeout " + std::to_string(options.timeout->count()) + " ms");
     }
     if (now >= killAt) {
-      std::string left = runningRanks();
-      if (!left.empty()) say("rank(s) " + left + " still running after the grace period: SIGKILL");
+      const std::vector<int> left = runningRanks();
+      if (!left.empty()) {
+        say(std::string(left.size() > 1 ? "ranks " : "rank ") + rankRanges(left) +
+            " still running after the grace period: SIGKILL");
+      }
       signalGroups(SIGKILL);
       killAt = Clock::time_point::max();
     }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cctype>
+#include <random>
 #include <thread>
 
 #include "collx/base/hex.h"
@@ -79,7 +80,7 @@ std::unique_ptr<Store> TcpStore::doReopen(const StoreOptions& options) const {
 
 void TcpStore::closeLocked() noexcept { link_->close(); }
 
-void TcpStore::openLocked(int fd, Clock::time_point deadline, std::string_view op,
+bool TcpStore::openLocked(int fd, Clock::time_point deadline, std::string_view op,
                           Clock::time_point started) {
   *link_ = sockio::Link(fd);
   if (tls_) {
@@ -94,18 +95,33 @@ void TcpStore::openLocked(int fd, Clock::time_point deadline, std::string_view o
       throw IoError(where(op), why);
     }
   }
-  handshakeLocked(deadline, op, started);
+  return handshakeLocked(deadline, op, started);
 }
 
 void TcpStore::connectLocked(Clock::time_point deadline, std::string_view op) {
   auto step = std::chrono::milliseconds(10);
   std::string lastError;
   const auto started = Clock::now();
+  int busy = 0;
   while (true) {
     int fd = sockio::connectTcp(host_, port_, deadline, lastError);
     if (fd >= 0) {
-      openLocked(fd, deadline, op, started);
-      return;
+      if (openLocked(fd, deadline, op, started)) return;
+      // Too many clients were in their handshakes at once (hundreds of ranks starting
+      // together): again after a pause, drawn at random so that they do not all come back
+      // together.
+      lastError = "the store was busy with other clients' handshakes";
+      ++busy;
+      COLLX_DEBUG(kRdzv, "store {}: busy with other handshakes (time {}); connecting again",
+                  describe(), busy);
+      thread_local std::minstd_rand random(std::random_device{}());
+      const auto pause = std::chrono::milliseconds(
+          std::uniform_int_distribution<std::int64_t>(1, 50 + 50 * std::min(busy, 8))(random));
+      const auto now = Clock::now();
+      if (now < deadline) {
+        std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
+        continue;
+      }
     }
     if (Clock::now() >= deadline) {
       throw TimeoutError(
@@ -119,7 +135,7 @@ void TcpStore::connectLocked(Clock::time_point deadline, std::string_view op) {
   }
 }
 
-void TcpStore::handshakeLocked(Clock::time_point deadline, std::string_view op,
+bool TcpStore::handshakeLocked(Clock::time_point deadline, std::string_view op,
                                Clock::time_point started) {
   using sockio::Result;
   auto fail = [&](const sockio::Outcome& out) {
@@ -159,7 +175,7 @@ void TcpStore::handshakeLocked(Clock::time_point deadline, std::string_view op,
   const std::uint32_t serverVersion = serverHello.version;
   std::uint32_t status = serverHello.status;
   if (status == proto::kHelloOk) {
-    if (!secret_) return;
+    if (!secret_) return true;
     closeLocked();
     throw IoError(where(op), "the store at " + describe() +
                                  " serves clients without asking for the job's secret, and "
@@ -190,9 +206,10 @@ void TcpStore::handshakeLocked(Clock::time_point deadline, std::string_view op,
     if (out.result == Result::kOk) out = link_->recvAll(result, sizeof(result), deadline);
     if (out.result != Result::kOk) fail(out);
     std::memcpy(&status, result, 4);
-    if (status == proto::kHelloOk) return;
+    if (status == proto::kHelloOk) return true;
   }
   closeLocked();
+  if (status == proto::kHelloBusy) return false;
   if (status == proto::kHelloBadVersion) {
     throw IoError(where(op), "the store speaks protocol v" + std::to_string(serverVersion) +
                                  ", this client v" + std::to_string(proto::kVersion));
@@ -240,7 +257,9 @@ TcpStore::Reply TcpStore::roundTrip(proto::Op op, std::size_t keys,
         throw IoError(where(name), "the store closed the connection and takes no new one (" +
                                        why + ")");
       }
-      openLocked(fd, started + timeout(), name, started);
+      if (!openLocked(fd, started + timeout(), name, started)) {
+        connectLocked(started + timeout(), name);
+      }
     }
   }
   if (!link_->open()) connectLocked(Clock::now() + timeout(), name);

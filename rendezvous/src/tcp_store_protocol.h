@@ -12,6 +12,10 @@
 //   the store key is the job secret's (secure::Purpose::kStore).
 // - kHelloBadVersion, kHelloTooManyConnections, kHelloAuthRequired (the client holds no
 //   secret): the server closes the connection.
+// - kHelloBusy, in place of the server's hello or of the proof's result: the server closed
+//   this handshake to make room for newer ones (more clients than its limits were in their
+//   handshakes at once, as when hundreds of ranks start together). A client of the job
+//   connects again, backing off, until its deadline.
 // A client that does not finish the handshake within the server's handshake timeout is
 // closed.
 //
@@ -63,6 +67,7 @@ inline constexpr std::uint32_t kHelloTooManyConnections = 2;
 inline constexpr std::uint32_t kHelloChallenge = 3;
 inline constexpr std::uint32_t kHelloAuthRequired = 4;
 inline constexpr std::uint32_t kHelloAuthFailed = 5;
+inline constexpr std::uint32_t kHelloBusy = 6;
 // The parts the proofs are made of (secure::JobSecret::mac with Purpose::kStore).
 inline constexpr const char* kServerProofLabel = "server";
 inline constexpr const char* kClientProofLabel = "client";

@@ -195,6 +195,8 @@ class Session : public std::enable_shared_from_this<Session> {
         }
         return close();
       }
+      tlsReady_ = true;
+      if (evicted_) return close();
       readHello();
     });
   }
@@ -204,17 +206,27 @@ class Session : public std::enable_shared_from_this<Session> {
     readExactly(asio::buffer(hello_.data(), proto::kHelloHeadBytes),
                 [this, self](const asio::error_code& ec, std::size_t) {
                   if (ec) return close();  // (and its handshake timer)
+                  if (evicted_) return;    // (kHelloBusy is on its way)
                   onHello();
                 });
   }
 
-  bool authenticated() const noexcept { return authenticated_; }
-  bool open() const noexcept { return socket_.is_open(); }
+  // In its handshake still: not served yet, not closed, not told to make room.
+  bool waiting() const noexcept { return !authenticated_ && !evicted_ && socket_.is_open(); }
   const std::string& address() const noexcept { return address_; }
-  // Closed to make room for newer clients while still in its handshake.
+  // Closed to make room for newer clients while still in its handshake. A client that
+  // waits for the server's hello or for its proof's result is told kHelloBusy first (after
+  // the challenge, when that is still being written): a rank of the job then connects again.
+  // (A stranger that said nothing learns nothing from it.)
   void evict(const std::string& why) {
     server_.logRefusal(peer_, "closed in its handshake: " + why);
-    close();
+    evicted_ = true;
+    if (tls_ && !tlsReady_) return close();
+    if (!out_.empty()) {
+      if (stage_ != Stage::kProof) close();  // (a refusal, closing anyway)
+      return;                                // the challenge's write ends in tellBusy()
+    }
+    tellBusy();
   }
 
   void close() {
@@ -258,6 +270,7 @@ class Session : public std::enable_shared_from_this<Session> {
                                   proto::kClientHelloBytes - proto::kHelloHeadBytes),
                      [this, self](const asio::error_code& ec, std::size_t) {
                        if (ec) return close();
+                       if (evicted_) return;
                        onHelloRest();
                      });
   }
@@ -269,6 +282,7 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto& secret = server_.options.secret;
     if (!secret) {
       authenticated_ = true;
+      stage_ = Stage::kServing;
       sendHello(proto::kHelloOk, false);
       return;
     }
@@ -285,6 +299,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::vector<std::uint8_t> frame = helloFrame(proto::kHelloChallenge);
     frame.insert(frame.end(), serverNonce_.begin(), serverNonce_.end());
     frame.insert(frame.end(), proof.begin(), proof.end());
+    stage_ = Stage::kProof;
     send(std::move(frame), false, &Session::readProof);
   }
 
@@ -293,6 +308,7 @@ class Session : public std::enable_shared_from_this<Session> {
     readExactly(asio::buffer(proof_),
                      [this, self](const asio::error_code& ec, std::size_t) {
                        if (ec) return close();
+                       if (evicted_) return;
                        onProof();
                      });
   }
@@ -310,9 +326,19 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     authenticated_ = true;
+    stage_ = Stage::kServing;
     handshakeTimer_.cancel();
     std::memcpy(result.data(), &status, 4);
     send(std::move(result), false);
+  }
+
+  void tellBusy() {
+    if (stage_ == Stage::kHello) return sendHello(proto::kHelloBusy, /*thenClose=*/true);
+    if (stage_ != Stage::kProof) return close();
+    std::vector<std::uint8_t> result(proto::kAuthResultBytes);
+    const std::uint32_t status = proto::kHelloBusy;
+    std::memcpy(result.data(), &status, 4);
+    send(std::move(result), /*thenClose=*/true);
   }
 
   std::vector<std::uint8_t> helloFrame(std::uint32_t status) {
@@ -343,6 +369,7 @@ class Session : public std::enable_shared_from_this<Session> {
                           close();
                           return;
                         }
+                        if (evicted_) return tellBusy();
                         (this->*next)();
                       });
   }
@@ -564,6 +591,10 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::steady_timer stallTimer_;
   std::size_t expected_ = 0;    // the request's bytes, as its header said
   bool authenticated_ = false;  // the handshake is done: requests are served
+  // What the client waits for in its handshake: the server's hello, or its proof's result.
+  enum class Stage { kHello, kProof, kServing } stage_ = Stage::kHello;
+  bool tlsReady_ = false;  // the TLS handshake is done: the session can write
+  bool evicted_ = false;   // closed in its handshake to make room (evict())
   secure::Nonce clientNonce_{};
   secure::Nonce serverNonce_{};
   secure::Tag proof_{};
@@ -594,7 +625,7 @@ void TcpStoreServer::Impl::accept() {
     // A flood of clients that never finish their handshake: the oldest makes room.
     while (!pending.empty()) {
       auto oldest = pending.front().lock();
-      const bool waiting = oldest && !oldest->authenticated() && oldest->open();
+      const bool waiting = oldest && oldest->waiting();
       if (waiting && pending.size() < options.maxPendingHandshakes) break;
       pending.pop_front();
       if (waiting) {
@@ -610,8 +641,7 @@ void TcpStoreServer::Impl::accept() {
       std::size_t here = 0;
       for (const auto& weak : pending) {
         auto other = weak.lock();
-        if (!other || other->authenticated() || !other->open() ||
-            other->address() != session->address()) {
+        if (!other || !other->waiting() || other->address() != session->address()) {
           continue;
         }
         if (!oldestHere) oldestHere = other;

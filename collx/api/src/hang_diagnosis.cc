@@ -666,26 +666,6 @@ const char* causeName(Cause cause) noexcept {
   return "unknown";
 }
 
-std::string rankRanges(const std::vector<int>& ranks) {
-  std::vector<int> sorted = ranks;
-  std::sort(sorted.begin(), sorted.end());
-  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
-  std::string out;
-  for (std::size_t i = 0; i < sorted.size();) {
-    std::size_t j = i;
-    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
-    if (!out.empty()) out += ",";
-    if (j >= i + 2) {
-      out += std::to_string(sorted[i]) + "-" + std::to_string(sorted[j]);
-      i = j + 1;
-    } else {
-      out += std::to_string(sorted[i]);
-      ++i;
-    }
-  }
-  return out;
-}
-
 Diagnosis diagnose(const Summaries& summaries, const std::vector<PeerInfo>& peers,
                    const Probe& probe, const ReportInfo& info) {
   Diagnosis d;

@@ -150,7 +150,6 @@ std::string reportFileName(const Diagnosis& diagnosis);
 // place: readers never see half a report) and returns its path. Throws IoError.
 std::string writeReport(const std::string& dir, const Diagnosis& diagnosis);
 
-// "0-4,6,7": ranks in increasing order, runs of three or more as ranges.
-std::string rankRanges(const std::vector<int>& ranks);
+using collx::rankRanges;
 
 }  // namespace collx::detail

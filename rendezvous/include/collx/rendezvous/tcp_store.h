@@ -116,11 +116,14 @@ class TcpStore final : public Store {
   struct Reply;
   void connectLocked(Clock::time_point deadline, std::string_view op);
   // The connection on a connected socket: TLS when the store uses it, then the handshake.
-  void openLocked(int fd, Clock::time_point deadline, std::string_view op,
-                  Clock::time_point started);
+  // False when the server was busy with other handshakes (kHelloBusy): connect again.
+  [[nodiscard]] bool openLocked(int fd, Clock::time_point deadline, std::string_view op,
+                                Clock::time_point started);
   // The handshake on a connected socket (the hello, and the job secret's challenge when the
-  // server asks for it); throws IoError or TimeoutError, closing the socket.
-  void handshakeLocked(Clock::time_point deadline, std::string_view op, Clock::time_point started);
+  // server asks for it); false, the socket closed, when the server said kHelloBusy; throws
+  // IoError or TimeoutError, closing the socket.
+  [[nodiscard]] bool handshakeLocked(Clock::time_point deadline, std::string_view op,
+                                     Clock::time_point started);
   void closeLocked() noexcept;
   // Sends one request frame (of `op`, naming `keys` keys) and reads and parses its reply,
   // refusing one longer than such a request can have; `serverWait` is how long the server

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace collx {
 
@@ -27,5 +28,8 @@ std::uint64_t parseBytes(std::string_view text, std::string_view what);
 
 // The largest exact unit: 65536 -> "64 KiB", 1000 -> "1000 B", UINT64_MAX -> "inf".
 std::string formatBytes(std::uint64_t bytes);
+
+// "0-4,6,7": ranks in increasing order, once each, runs of three or more as ranges.
+std::string rankRanges(const std::vector<int>& ranks);
 
 }  // namespace collx
