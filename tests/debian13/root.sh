@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # A Debian 13 (trixie) root for building and testing collx against torch 2.x (torch 2.6,
-# Python 3.13, numpy 2) without touching this machine's Debian 12.
+# Python 3.13, numpy 2), and for benchmarks/compare/run.sh's Debian 13 peers (Open MPI 5,
+# MPICH 4.2, Gloo), without touching this machine's Debian 12.
 #
 #   tests/debian13/root.sh make          make the root, or install what its list lacks
 #   tests/debian13/root.sh run CMD...    run CMD inside it (proc, sys, dev and the checkout at
 #                                        /src mounted in a mount namespace of the command's
-#                                        own; a clean environment but for JOBS)
+#                                        own; a clean environment but for JOBS;
+#                                        COLLX_DEBIAN13_BIND=DIR[:DIR...]: those directories
+#                                        too, at the same paths)
 #   tests/debian13/root.sh path          print where it is
 #   tests/debian13/root.sh remove        unmount and delete it
 #
@@ -27,6 +30,9 @@ PACKAGES=(
   python3-setuptools python3-pip python3-venv python3-scikit-build-core
   # suite.sh's two builds (its own and pip's) share their compilations.
   ccache
+  # benchmarks/compare/run.sh's Debian 13 peers (mpi5, mpich42, gloo13): ../shared/peers'
+  # mpi_bench.c and gloo_bench.cc built and run in the root.
+  make openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev
 )
 
 say() { printf '\033[1m== %s debian13: %s\033[0m\n' "$(date +%T)" "$*" >&2; }
@@ -48,6 +54,17 @@ inside() {  # (in the namespace)
   mount --rbind /dev "$ROOT/dev"
   mkdir -p "$ROOT/src"
   mount --bind "$SRC" "$ROOT/src"
+  # COLLX_DEBIAN13_BIND: this machine's directories (absolute, ':' between them) seen at the
+  # same paths inside (benchmarks/compare/run.sh: its out dir).
+  local dir dirs
+  IFS=: read -r -a dirs <<<"${COLLX_DEBIAN13_BIND:-}"
+  for dir in "${dirs[@]}"; do
+    [ -n "$dir" ] || continue
+    [[ $dir == /* && -d $dir ]] ||
+      { echo "debian13: COLLX_DEBIAN13_BIND: $dir is no absolute path of a directory" >&2; exit 2; }
+    mkdir -p "$ROOT$dir"
+    mount --bind "$dir" "$ROOT$dir"
+  done
   exec chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
     LANG=C.UTF-8 TERM="${TERM:-dumb}" ${JOBS:+JOBS=$JOBS} "$@"
 }
@@ -112,5 +129,5 @@ case "${1:-}" in
   __inside) shift; inside "$@" ;;
   path) echo "$ROOT" ;;
   remove) umount_all; rm -rf --one-file-system "$ROOT" "$ROOT.new" "$ROOT.log" ;;
-  *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
