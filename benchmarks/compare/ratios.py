@@ -2,13 +2,35 @@
 algorithm (peer time / collx time: above 1 means collx is faster), from each one's best
 round; and, when the CSV has rounds (a `round` column: run.sh's PER_SIZE=1 runs every
 implementation of a size back to back in each round), the median over rounds of the ratio
-within each round, with its lowest and highest."""
+within each round, with its lowest and highest. Every implementation in the CSV's impl
+column gets its columns (Debian 13's mpi5, mpich42 and gloo13 among them). Headed by the
+machine of run.sh's machine.txt beside the CSV: CPU model, core count, date."""
 import csv
+import os
 import statistics
 import sys
 from collections import defaultdict
 
 path, coll = sys.argv[1], sys.argv[2]
+
+
+def machine(csv_path):
+    """'machine: CPU, N cores, date' from run.sh's machine.txt beside the CSV."""
+    info = {}
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(csv_path)), "machine.txt")) as f:
+            for line in f:
+                key, sep, value = line.partition(": ")
+                if sep and key in ("cpu", "cores", "date") and key not in info:
+                    info[key] = value.strip()
+    except OSError:
+        return "machine: not recorded (no machine.txt beside the CSV)"
+    cores = info.get("cores", "?").split(" ")[0]
+    date = info.get("date", "?").replace(" (start)", "")
+    return f"machine: {info.get('cpu', 'unknown CPU')}, {cores} cores; run of {date}"
+
+
+print(machine(path) + "\n")
 best = defaultdict(dict)  # (P, bytes) -> impl -> (time, algorithm)
 rounds = defaultdict(lambda: defaultdict(dict))  # (P, bytes) -> round -> impl -> best time
 for row in csv.DictReader(open(path)):
@@ -55,4 +77,4 @@ for (P, b) in sorted(best):
     ratios = [f"{row[i][0] / c[0]:.2f}" if i in row else "-" for i in impls]
     if has_rounds:
         ratios += [paired((P, b), i) for i in impls]
-    print(f"| {P} | {b} | {c[0]:.1f} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    print("| " + " | ".join([str(P), str(b), f"{c[0]:.1f}"] + cells + ratios) + " |")

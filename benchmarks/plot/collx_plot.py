@@ -267,7 +267,9 @@ def bench(out, paths):
 # run.sh's impl column -> the name in the legend, in the order of their colors (each keeps
 # its color in every picture).
 IMPL_NAMES = {"collx": "collx", "gloo": "Gloo", "mpich": "MPICH", "ompi": "Open MPI",
-              "torch": "torch.distributed (gloo)", "base": "collx (BASE build)"}
+              "torch": "torch.distributed (gloo)", "base": "collx (BASE build)",
+              # Debian 13's peers (run.sh's ONLY="mpi5 mpich42 gloo13")
+              "gloo13": "Gloo (Debian 13)", "mpich42": "MPICH 4.2", "mpi5": "Open MPI 5"}
 
 
 def bus_factor(collective, P):
