@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -169,6 +170,67 @@ TEST_F(BenchPlot, AllAlgorithmsCsvRowsAndPng) {
     left.insert(e.path().filename().string());
   }
   EXPECT_EQ(left, (std::set<std::string>{"all.csv", "all.png"}));
+}
+
+// collx-tune: a real (short) tuning run into the default place, then a job that follows the
+// rules it wrote, and collx-info that shows them.
+TEST_F(BenchPlot, TuneWritesRulesThatJobsThenFollow) {
+  const std::string home = dir_.path();
+  const std::map<std::string, std::string> env{
+      {"HOME", home}, {"XDG_CONFIG_HOME", ""}, {"COLLX_RULES", ""}, {"COLLX_ALLREDUCE_ALGO", ""}};
+  test::Process tune({test::binDir() + "/collx-tune", "-n", "2", "-c", "allreduce,barrier",
+                      "--sizes", "4,64K", "--min-time", "0.01", "-r", "2"},
+                     env);
+  ASSERT_TRUE(tune.wait(std::chrono::seconds(300))) << tune.out() << tune.err();
+  ASSERT_EQ(tune.exitCode(), 0) << tune.out() << tune.err();
+  const std::string rules = home + "/.config/collx/rules.json";
+  EXPECT_NE(tune.out().find("to " + rules), std::string::npos) << tune.out();
+  for (const char* row : {"| shm | 2 | allreduce | 4 |", "| shm | 2 | allreduce | 65536 |",
+                          "| tcp | 2 | allreduce | 65536 |", "| tcp | 2 | barrier | 0 |"}) {
+    EXPECT_NE(tune.out().find(row), std::string::npos) << row << "\n" << tune.out();
+  }
+  EXPECT_NE(tune.out().find("worst regret: built-in"), std::string::npos) << tune.out();
+  EXPECT_EQ(readFile(home + "/.config/collx/collx-tune_allreduce.png").substr(0, 4),
+            std::string("\x89PNG", 4));
+  // The rows are the fastest algorithm of each point, by the median over the rounds.
+  const auto table = algorithms::Selection::fromFile(rules);
+  const auto measured =
+      nlohmann::json::parse(readFile(home + "/.config/collx/collx-tune-results/measurements.json"));
+  int checked = 0;
+  for (const auto& point : measured) {
+    if (point["collective"] != "allreduce") continue;
+    std::string fastest;
+    double best = 1e300;
+    for (const auto& [algorithm, times] : point["times_us"].items()) {
+      std::vector<double> t = times.get<std::vector<double>>();
+      const double median = (t[0] + t[1]) / 2;
+      if (median < best) best = median, fastest = algorithm;
+    }
+    const bool shared = point["transport"] == "shm";
+    const auto* row = table.choose(algorithms::Collective::kAllreduce, 2,
+                                   point["size"].get<std::uint64_t>(), shared);
+    ASSERT_NE(row, nullptr);
+    EXPECT_FALSE(row->builtIn) << point.dump();
+    EXPECT_EQ(row->algorithm->name, fastest) << point.dump();
+    EXPECT_EQ(row->maxHosts, 1);
+    EXPECT_EQ(row->sharedOnly, shared);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);  // 2 sizes, 2 transports
+  // A job and collx-info find the file in its default place.
+  std::map<std::string, std::string> jobEnv = env;
+  jobEnv["COLLX_LOG_LEVEL"] = "warn,collx.algo=debug";
+  jobEnv["COLLX_TRANSPORT"] = "tcp";
+  test::RunResult job = test::run({test::binDir() + "/collx-run", "-n", "2", "--",
+                                   test::binDir() + "/collx-bench", "--sizes", "64K", "-n", "2"},
+                                  jobEnv, std::chrono::seconds(60));
+  EXPECT_EQ(job.code, 0) << job.err;
+  EXPECT_NE(job.err.find("(from rules file " + rules + ", allreduce entry"), std::string::npos)
+      << job.err;
+  test::RunResult info = test::run({test::binDir() + "/collx-info"}, env);
+  EXPECT_NE(info.out.find("rules file: " + rules + " (found in a default place"),
+            std::string::npos)
+      << info.out;
 }
 
 // -a all asks the job: over TCP the ranks share no memory, so the shm algorithm is not run.

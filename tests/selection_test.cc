@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <memory>
 
+#include "collx/base/config.h"
 #include "collx/base/error.h"
 #include "collx/base/units.h"
 #include "util/test_util.h"
@@ -194,6 +197,75 @@ TEST(Selection, ByteSizes) {
   EXPECT_EQ(formatBytes(65536), "64 KiB");
   EXPECT_EQ(formatBytes(1000), "1000 B");
   EXPECT_EQ(formatBytes(~std::uint64_t{0}), "inf");
+}
+
+TEST(Selection, RowsForSharedMemoryOrNotAndForOneHost) {
+  Selection s = Selection::fromJson(R"({
+    "allreduce": [
+      {"max_bytes": "64K", "shared_memory": true, "max_hosts": 1, "algorithm": "ring_chunked"},
+      {"max_bytes": "64K", "shared_memory": false, "max_hosts": 1, "algorithm": "knomial"}
+    ]
+  })",
+                                    "tuned");
+  EXPECT_STREQ(s.choose(Collective::kAllreduce, 4, 1024, /*shared=*/true)->algorithm->name,
+               "ring_chunked");
+  EXPECT_STREQ(s.choose(Collective::kAllreduce, 4, 1024, /*shared=*/false)->algorithm->name,
+               "knomial");
+  EXPECT_EQ(s.rows(Collective::kAllreduce)[0].maxHosts, 1);
+  // Through select(): the job's shared memory and its hosts.
+  SelectionPolicy policy;
+  auto rules = std::make_shared<const Selection>(s);
+  policy.rules = rules;
+  policy.table = rules.get();
+  UniformCall call;
+  call.ranks = 4;
+  call.count = 256;
+  policy.sharedMemory = true;
+  EXPECT_STREQ(defaultChoice(call, policy).algorithm->name, "ring_chunked");
+  policy.sharedMemory = false;
+  EXPECT_STREQ(defaultChoice(call, policy).algorithm->name, "knomial");
+  EXPECT_EQ(std::string(defaultChoice(call, policy).source), "tuned, allreduce entry 2");
+  policy.hosts = 2;  // 2 hosts of 2 ranks: the rows are for one host; the host rule decides
+  EXPECT_STREQ(defaultChoice(call, policy).algorithm->name, "hierarchical");
+  // A shared-memory algorithm in a row for other transports cannot run there.
+  EXPECT_THROW(Selection::fromJson(
+                   R"({"allreduce": [{"shared_memory": false, "algorithm": "shm"}]})", "x"),
+               InvalidArgument);
+  EXPECT_THROW(Selection::fromJson(R"({"allreduce": [{"shared_memory": 1, "algorithm": "ring"}]})",
+                                   "x"),
+               InvalidArgument);
+  EXPECT_THROW(Selection::fromJson(R"({"allreduce": [{"max_hosts": 0, "algorithm": "ring"}]})",
+                                   "x"),
+               InvalidArgument);
+}
+
+TEST(Selection, RulesFileFromTheDefaultPlacesUnlessCollxRulesSaysOtherwise) {
+  test::TempDir dir;
+  const std::string xdg = dir.path() + "/xdg";
+  const std::string home = dir.path() + "/home";
+  ASSERT_EQ(std::system(("mkdir -p " + xdg + "/collx " + home + "/.config/collx").c_str()), 0);
+  const std::string rules = R"({"allreduce": [{"algorithm": "ring_chunked"}]})";
+  std::ofstream(home + "/.config/collx/rules.json") << rules;
+  auto found = [](Config::Environment env) {
+    std::string origin;
+    std::string path = Selection::rulesPath(Config(std::move(env)), &origin);
+    return path.empty() ? std::string("none") : origin + " " + path;
+  };
+  EXPECT_EQ(found({{"HOME", home}}), "rules file " + home + "/.config/collx/rules.json");
+  // XDG_CONFIG_HOME takes the place of ~/.config: its place holds no file yet, and ~/.config's
+  // is not read.
+  EXPECT_EQ(found({{"HOME", home}, {"XDG_CONFIG_HOME", xdg}}).find(home), std::string::npos);
+  std::ofstream(xdg + "/collx/rules.json") << rules;
+  EXPECT_EQ(found({{"HOME", home}, {"XDG_CONFIG_HOME", xdg}}),
+            "rules file " + xdg + "/collx/rules.json");
+  EXPECT_EQ(found({{"HOME", home}, {"COLLX_RULES", "none"}}), "none");
+  EXPECT_EQ(found({{"HOME", home}, {"COLLX_RULES", "/x/r.json"}}), "COLLX_RULES /x/r.json");
+  const SelectionPolicy policy =
+      SelectionPolicy::fromConfig(Config(Config::Environment{{"HOME", home}}), false, 1);
+  EXPECT_EQ(policy.rulesPath, home + "/.config/collx/rules.json");
+  ASSERT_NE(policy.rules, nullptr);
+  EXPECT_EQ(policy.table->rows(Collective::kAllreduce).front().source,
+            "rules file " + home + "/.config/collx/rules.json, allreduce entry 1");
 }
 
 TEST(SelectionInAJob, RulesFileDecidesAndCollxInfoShowsIt) {

@@ -76,8 +76,8 @@ const Selection& Selection::builtIn() {
   return kTable;
 }
 
-Selection Selection::fromFile(const std::string& path) {
-  const std::string source = "COLLX_RULES " + path;
+Selection Selection::fromFile(const std::string& path, std::string_view origin) {
+  const std::string source = std::string(origin) + " " + path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) bad(source, std::string("cannot read the file: ") + std::strerror(errno));
   const FileCloser closer(fd);
@@ -209,12 +209,25 @@ Selection Selection::fromJson(std::string_view text, const std::string& source) 
           row.minBytes = bytes();
         } else if (field == "max_bytes") {
           row.maxBytes = bytes();
+        } else if (field == "max_hosts") {
+          row.maxHosts = static_cast<int>(std::min<std::int64_t>(number(1), kAnyRanks));
+        } else if (field == "shared_memory") {
+          if (!value.is_boolean()) {
+            bad(source, at + ": shared_memory must be true or false, not " + shown());
+          }
+          row.sharedOnly = value.get<bool>();
+          row.notShared = !row.sharedOnly;
         } else {
           bad(source, at + ": unknown field '" + cut(field) +
-                          "' (fields: min_ranks, max_ranks, min_bytes, max_bytes, algorithm)");
+                          "' (fields: min_ranks, max_ranks, min_bytes, max_bytes, "
+                          "max_hosts, shared_memory, algorithm)");
         }
       }
       if (row.algorithm == nullptr) bad(source, at + " names no algorithm");
+      if (row.notShared && row.algorithm->shared) {
+        bad(source, at + ": " + row.algorithm->name +
+                        " runs over shared memory only, and the row says shared_memory: false");
+      }
       if (row.minRanks > row.maxRanks || row.minBytes > row.maxBytes) {
         bad(source, at + ": an empty range (min above max)");
       }
@@ -237,17 +250,40 @@ const Selection::Row* Selection::choose(Collective coll, int ranks, std::uint64_
                                         bool shared) const {
   for (const Row& row : rows(coll)) {
     if ((row.algorithm->shared || row.sharedOnly) && !shared) continue;
+    if (row.notShared && shared) continue;
     if (row.holds(ranks, bytes)) return &row;
   }
   return nullptr;
+}
+
+std::string Selection::rulesPath(const Config& config, std::string* origin) {
+  if (origin != nullptr) *origin = "COLLX_RULES";
+  if (std::optional<std::string> named = kRules.get(config)) {
+    return *named == "none" ? std::string() : *named;
+  }
+  if (origin != nullptr) *origin = "rules file";
+  std::vector<std::string> places;
+  if (std::optional<std::string> xdg = config.env("XDG_CONFIG_HOME"); xdg && xdg->front() == '/') {
+    places.push_back(*xdg + "/collx/rules.json");
+  } else if (std::optional<std::string> home = config.env("HOME")) {
+    places.push_back(*home + "/.config/collx/rules.json");
+  }
+  places.emplace_back("/etc/collx/rules.json");
+  for (const std::string& place : places) {
+    struct stat st {};
+    if (::stat(place.c_str(), &st) == 0) return place;  // (unreadable: fromFile says so)
+  }
+  return {};
 }
 
 SelectionPolicy SelectionPolicy::fromConfig(const Config& config, bool sharedMemory, int hosts) {
   SelectionPolicy policy;
   policy.sharedMemory = sharedMemory;
   policy.hosts = hosts;
-  if (std::optional<std::string> rules = kRules.get(config)) {
-    policy.rules = std::make_shared<const Selection>(Selection::fromFile(*rules));
+  policy.rulesPath = Selection::rulesPath(config, &policy.rulesOrigin);
+  if (!policy.rulesPath.empty()) {
+    policy.rules = std::make_shared<const Selection>(
+        Selection::fromFile(policy.rulesPath, policy.rulesOrigin));
     policy.table = policy.rules.get();
   }
   for (Collective coll : collectives()) {
@@ -414,6 +450,7 @@ const Selection::Row* firstRow(const std::vector<Selection::Row>& rows, std::siz
   for (std::size_t i = from; i < to; ++i) {
     const Selection::Row& row = rows[i];
     if (!row.holds(p.size, bytes) || (row.sharedOnly && !policy.sharedMemory) ||
+        (row.notShared && policy.sharedMemory) || policy.hosts > row.maxHosts ||
         refusal(*row.algorithm, p, policy) != Refusal::kNone) {
       continue;
     }

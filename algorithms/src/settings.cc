@@ -98,10 +98,14 @@ const Setting<kind::Bytes> kChunkBytes(
 const AutoSetting<kind::String> kRules(
     {.name = "COLLX_RULES",
      .component = "algorithms.selection",
-     .automatic = "the built-in table alone",
+     .automatic = "the first of $XDG_CONFIG_HOME/collx/rules.json (~/.config/collx/rules.json) "
+                  "and /etc/collx/rules.json that exists (collx-tune writes there), else the "
+                  "built-in table alone",
      .help = "A JSON rules file of the selection table's shape ({\"allreduce\": [{\"min_ranks\": "
-             "1, \"max_bytes\": \"64K\", \"algorithm\": \"ring\"}, ...]}) whose rows are tried "
-             "before the built-in table; collx-info prints the table in effect."});
+             "1, \"max_bytes\": \"64K\", \"shared_memory\": true, \"algorithm\": \"ring\"}, "
+             "...]}) whose rows are tried before the built-in table, or none (the built-in "
+             "table alone, whatever the default places hold); collx-info prints the table in "
+             "effect."});
 
 EngineOptions engineOptions(const Config& config, bool outnumbered) {
   EngineOptions options;

@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "collx/algorithms/registry.h"
 #include "collx/algorithms/selection.h"
+#include "collx/algorithms/settings.h"
 #include "collx/collx.h"
 #include "collx/rendezvous/pmix_store.h"
 #include "collx/secure/tls.h"
@@ -143,8 +144,18 @@ void printInfo() {
   // algorithms::select() reads, as a context reads it).
   const collx::algorithms::SelectionPolicy policy =
       collx::algorithms::SelectionPolicy::fromConfig(config, false, 1);
-  std::cout << "\nalgorithm selection (options > COLLX_<COLL>_ALGO > COLLX_RULES > built-in "
+  std::cout << "\nalgorithm selection (options > COLLX_<COLL>_ALGO > rules file > built-in "
                "table; first matching row):\n";
+  if (policy.rulesPath.empty()) {
+    std::cout << "  rules file: none ("
+              << (collx::algorithms::kRules.get(config) ? "COLLX_RULES=none"
+                                                        : "none in the default places")
+              << ": the built-in table alone)\n";
+  } else {
+    std::cout << "  rules file: " << policy.rulesPath << " ("
+              << (policy.rulesOrigin == "COLLX_RULES" ? "COLLX_RULES" : "found in a default place")
+              << "; its rows come first)\n";
+  }
   for (collx::algorithms::Collective coll : collx::algorithms::collectives()) {
     std::printf("  %s  (algorithms: %s)\n", collx::algorithms::collectiveName(coll),
                 collx::algorithms::algorithmNames(coll).c_str());
@@ -167,9 +178,14 @@ void printInfo() {
       std::string bytes =
           collx::formatBytes(row.minBytes) + ".." + collx::formatBytes(row.maxBytes);
       const bool shared = row.sharedOnly || row.algorithm->shared;
-      std::printf("    P %-9s bytes %-20s -> %-20s (%s%s)\n", ranks.c_str(), bytes.c_str(),
+      std::printf("    P %-9s bytes %-20s -> %-20s (%s%s%s)\n", ranks.c_str(), bytes.c_str(),
                   row.algorithm->name, row.source.c_str(),
-                  shared ? "; only when every rank shares memory" : "");
+                  row.maxHosts < (1 << 30)
+                      ? ("; jobs on at most " + std::to_string(row.maxHosts) + " host(s)").c_str()
+                      : "",
+                  shared           ? "; only when every rank shares memory"
+                  : row.notShared ? "; only when the ranks do not all share memory"
+                                  : "");
     }
   }
   printVerbs(config);

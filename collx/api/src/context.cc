@@ -338,6 +338,10 @@ void Context::connect(const ContextOptions& options) {
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(where, e.detail());
   }
+  if (!runtime_->policy.rulesPath.empty()) {
+    COLLX_DEBUG(kAlgo, "rank {}: selection: the rows of {} {} before the built-in table", rank_,
+                runtime_->policy.rulesOrigin, runtime_->policy.rulesPath);
+  }
   // The shared-memory algorithms need every rank in one group; every rank must know whether
   // all are, or some would take them and others not.
   // Their waits must agree too whether ranks outnumber cores (the barrier takes another

@@ -21,7 +21,16 @@
 //     "broadcast": [{"min_bytes": 1048576, "algorithm": "scatter_allgather"}]
 //   }
 // Every field but "algorithm" is optional (the whole range); byte bounds are numbers or
-// strings with a K, M or G suffix (powers of 2) and are inclusive.
+// strings with a K, M or G suffix (powers of 2) and are inclusive. "shared_memory": true
+// makes a row count only where every rank of the call shares memory with the others (the
+// shm transport), false only where they do not (tcp, ibverbs); absent, both. "max_hosts": N
+// makes it count only in jobs on at most N hosts (collx-tune's rows say 1: what one host
+// measured says nothing of a job across hosts, whose host rule then applies).
+//
+// Where the rules come from: COLLX_RULES=/path (none: no file), or else the first of
+// $XDG_CONFIG_HOME/collx/rules.json (~/.config/collx/rules.json) and
+// /etc/collx/rules.json that exists: where collx-tune writes what it measured, so that a
+// machine tuned once stays tuned.
 #pragma once
 
 #include <array>
@@ -62,6 +71,8 @@ class Selection {
     std::string source;       // "default table" or "COLLX_RULES /path, allreduce entry 2"
     bool sharedOnly = false;  // only where every rank shares memory (SelectionRule)
     bool builtIn = true;      // a row of defaultSelection(), not of a rules file
+    bool notShared = false;   // only where the ranks do not all share memory
+    int maxHosts = 1 << 30;   // only in jobs on at most this many hosts
 
     bool holds(int ranks, std::uint64_t bytes) const noexcept {
       return ranks >= minRanks && ranks <= maxRanks && bytes >= minBytes && bytes <= maxBytes;
@@ -75,11 +86,16 @@ class Selection {
   // Rules from a file, then the built-in table. Throws InvalidArgument naming the file and
   // the entry: unreadable file, bad JSON, unknown collective or algorithm (listing the valid
   // ones), a range that is empty or out of order, a file beyond the bounds above.
-  static Selection fromFile(const std::string& path);
+  // `origin` says how the file was found, in errors and rows' sources ("COLLX_RULES", or
+  // "rules file" for one found in a default place).
+  static Selection fromFile(const std::string& path, std::string_view origin = "COLLX_RULES");
   static Selection fromJson(std::string_view text, const std::string& source);
+  // The rules file a configuration names (COLLX_RULES), or the first default place that
+  // holds one; "" for none. `origin` is set to how it was found.
+  static std::string rulesPath(const Config& config, std::string* origin = nullptr);
 
-  // The first row of `coll` whose ranges hold (nullptr if none: the built-in table always
-  // has one). Rows naming a shared-memory algorithm, or marked sharedOnly, count only when
+  // The first row of `coll` whose ranges hold in a job of one host (nullptr if none: the
+  // built-in table always has one). Rows naming a shared-memory algorithm, or marked sharedOnly, count only when
   // `shared` (every rank of the call shares memory with the others).
   const Row* choose(Collective coll, int ranks, std::uint64_t bytes, bool shared = false) const;
   // Every row of one collective, in the order they are tried.
@@ -98,6 +114,9 @@ struct SelectionPolicy {
   // table alone.
   std::shared_ptr<const Selection> rules;
   const Selection* table = &Selection::builtIn();
+  // The rules file read ("" for none), and how it was found ("COLLX_RULES", "rules file").
+  std::string rulesPath;
+  std::string rulesOrigin;
   // COLLX_<COLL>_ALGO by Collective value (nullptr: unset).
   std::array<const AlgorithmInfo*, kCollectiveSlots> configured{};
   // Every rank of the job shares memory with every other (the shared-memory algorithms run).
