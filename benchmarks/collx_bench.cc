@@ -119,6 +119,7 @@ struct Args {
   int iters = -1;
   double minTime = 0.3;
   bool noCheck = false;
+  bool interleave = false;
   bool stamp = false;
   std::string csv;
   std::string json;
@@ -171,6 +172,10 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
                a.middleMean = text == "middle";
              });
   cli.flag("--no-check", a.noCheck, "skip the checked call");
+  cli.flag("--interleave", a.interleave,
+           "with -a all: size after size, every algorithm at one size before the next size, "
+           "their order rotated from size to size, so that noise drifting with time falls on "
+           "every algorithm alike (collx-tune runs this way); rows in the order they ran");
   cli.flag("--stamp", a.stamp,
            "right after joining, one 4-byte allreduce; rank 0 prints the wall-clock time it "
            "returned at (\"# first collective returned at <unix seconds>\"), to measure a "
@@ -891,9 +896,21 @@ int main(int argc, char** argv) {
     }
     std::vector<Result> results;
     Progress progress(root, args.sizes.size(), algorithms.size());
-    for (std::size_t a = 0; a < algorithms.size(); ++a) {
+    // (a, k): algorithm after algorithm, or with --interleave size after size.
+    std::vector<std::pair<std::size_t, std::size_t>> order;
+    const std::size_t A = algorithms.size();
+    for (std::size_t i = 0; i < A; ++i) {
+      for (std::size_t j = 0; j < args.sizes.size(); ++j) order.emplace_back(i, j);
+    }
+    if (args.interleave) {
+      std::sort(order.begin(), order.end(), [A](const auto& x, const auto& y) {
+        if (x.second != y.second) return x.second < y.second;
+        return (x.first + A - x.second % A) % A < (y.first + A - y.second % A) % A;
+      });
+    }
+    for (const auto& [a, k] : order) {
       bench.setAlgorithm(algorithms[a]);
-      for (std::size_t k = 0; k < args.sizes.size(); ++k) {
+      {
         progress.show(k, a, algorithms[a]);
         Result r = bench.measure(args.sizes[k]);
         results.push_back(r);

@@ -3,8 +3,8 @@
 rules file collx then chooses from.
 
 For each transport (shm: the ranks over shared memory; tcp: over loopback TCP), each P and
-each collective, it runs `collx-run -n P -- collx-bench -c COLL -a all` over the sizes, once
-per round, and keeps per point (transport, P, collective, size) the algorithm with the
+each collective, it runs `collx-run -n P -- collx-bench -c COLL -a all --interleave` over
+the sizes (every algorithm at a size before the next size), once per round, and keeps per point (transport, P, collective, size) the algorithm with the
 lowest median time over the rounds. Those choices become the rows of a rules file in the
 schema COLLX_RULES reads (algorithms/include/collx/algorithms/selection.h):
   - a row per run of sizes with the same choice; a size between two measured ones takes the
@@ -129,7 +129,7 @@ def run_bench(args, transport, p, coll, sizes, json_path, algorithm="all", rules
            tool("collx-bench"), "-c", coll, "--sizes", ",".join(str(s) for s in sizes),
            "--json", json_path]
     if algorithm == "all":
-        cmd += ["-a", "all", "--min-time", str(args.min_time)]
+        cmd += ["-a", "all", "--interleave", "--min-time", str(args.min_time)]
     else:  # which algorithm the table picks: one call per size
         cmd += ["-n", "1", "-w", "0", "--no-check"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -194,10 +194,10 @@ def main():
                         help="collx-bench's sizes (default %(default)s)")
     parser.add_argument("-t", "--transports", default="shm,tcp",
                         help="shm, tcp or both (default %(default)s)")
-    parser.add_argument("-r", "--rounds", type=int, default=2,
+    parser.add_argument("-r", "--rounds", type=int, default=3,
                         help="runs of every point; 2 or more also give the tuned rules' "
                         "held-out regret (default %(default)s)")
-    parser.add_argument("--min-time", type=float, default=0.05,
+    parser.add_argument("--min-time", type=float, default=0.03,
                         help="seconds per algorithm and size in a run (default %(default)s)")
     parser.add_argument("-o", "--output", default=None,
                         help="the rules file (default: %s)" % default_output())
@@ -260,12 +260,10 @@ def main():
     progress = Progress(len(runs) + len(transports) * len(ranks) * len(colls))
     # measured[(t, p, c, size)][algorithm] = [time per round]
     measured = {}
-    files = []
     for r, t, p, c in runs:
         progress.step("round %d, %s, P=%d, %s" % (r + 1, t, p, c))
         path = os.path.join(results, "%s_p%d_%s_r%d.json" % (t, p, c, r + 1))
         doc = run_bench(args, t, p, c, sizes, path)
-        files.append(path)
         for row in doc["results"]:
             key = (t, p, c, row["size"])
             measured.setdefault(key, {}).setdefault(row["algorithm"], [None] * args.rounds)
@@ -367,7 +365,8 @@ def main():
             if c in SIZELESS:
                 continue  # (no sizes to draw against)
             picture = "%s_%s%s" % (stem, c, ext or ".png")
-            mine = [f for f in files if f.endswith("_%s_r1.json" % c)]
+            mine = [os.path.join(results, "%s_p%d_%s_r1.json" % (t, p, c))
+                    for t in transports for p in ranks]
             drawn = subprocess.run([sys.executable, script, "bench", picture] + mine,
                                    capture_output=True, text=True)
             if drawn.returncode != 0:
