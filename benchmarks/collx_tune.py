@@ -19,7 +19,8 @@ By default the file goes where collx looks for one (COLLX_RULES unset):
 $XDG_CONFIG_HOME/collx/rules.json, else ~/.config/collx/rules.json.
 
 It then prints the regret table: at every point, the time of what collx would pick divided
-by the time of the fastest algorithm there, for the built-in table and for the tuned rules.
+by the time of the fastest algorithm there, for the built-in table, for what
+COLLX_SELECTION=learn learned in a run of 48 calls per size, and for the tuned rules.
 The tuned rules' regret is held out: with R >= 2 rounds, round r is judged by a choice made
 from the other rounds only (what a new run of the same machine would see); with 1 round it
 would be 1.00 by construction, and is not shown. It draws what it measured
@@ -32,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -130,15 +132,25 @@ def run_bench(args, transport, p, coll, sizes, json_path, algorithm="all", rules
            "--json", json_path]
     if algorithm == "all":
         cmd += ["-a", "all", "--interleave", "--min-time", str(args.min_time)]
-    else:  # which algorithm the table picks: one call per size
-        cmd += ["-n", "1", "-w", "0", "--no-check"]
+    else:
+        # Which algorithm the table picks (the algo column), and what COLLX_SELECTION=learn
+        # learns in 48 calls of each size (rank 0's debug log: "... (from learned)").
+        cmd += ["-n", "48", "-w", "0", "--no-check"]
+        env["COLLX_SELECTION"] = "learn"
+        env["COLLX_LOG_LEVEL"] = "warn,collx.algo=debug"
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.stderr.write("\n" + done.stdout + done.stderr)
+        sys.stderr.write("\n" + done.stdout + done.stderr[-5000:])
         fail("%s at P=%d over %s failed (exit %d): %s" %
              (coll, p, transport, done.returncode, " ".join(cmd)), 1)
     with open(json_path) as f:
-        return json.load(f)
+        doc = json.load(f)
+    doc["learned"] = {}
+    for m in re.finditer(r"rank 0: (\w+) of (\d+) bytes over \d+ ranks: (\w+) \(from learned\)",
+                         done.stderr):
+        if m.group(1) == coll:
+            doc["learned"][int(m.group(2))] = m.group(3)
+    return doc
 
 
 def selection_bytes(coll, size, p):
@@ -269,14 +281,22 @@ def main():
             measured.setdefault(key, {}).setdefault(row["algorithm"], [None] * args.rounds)
             measured[key][row["algorithm"]][r] = row["time_us"]
     # What the built-in table picks, per point.
-    builtin = {}
+    builtin, learned = {}, {}
     for t in transports:
         for p in ranks:
             for c in colls:
-                progress.step("the built-in table's choices, %s, P=%d, %s" % (t, p, c))
+                progress.step("the built-in table's and learning's choices, %s, P=%d, %s" %
+                              (t, p, c))
                 path = os.path.join(results, "%s_p%d_%s_builtin.json" % (t, p, c))
-                for row in run_bench(args, t, p, c, sizes, path, algorithm="default")["results"]:
+                doc = run_bench(args, t, p, c, sizes, path, algorithm="default")
+                for row in doc["results"]:
                     builtin[(t, p, c, row["size"])] = row["algorithm"]
+                    if c in SIZELESS:
+                        pick = next(iter(doc["learned"].values()), None)
+                    else:
+                        pick = doc["learned"].get(selection_bytes(c, row["size"], p))
+                    if pick:
+                        learned[(t, p, c, row["size"])] = pick
     progress.clear()
     # Keep only algorithms measured in every round (one that failed to run is left out).
     for key in measured:
@@ -328,10 +348,11 @@ def main():
     print("collx-tune: regret, the time of what collx picks / the fastest algorithm's, per "
           "point (median over %d round(s))" % args.rounds)
     heldout = args.rounds >= 2
-    print("| transport | P | collective | size | fastest | built-in picks | built-in regret |" +
-          (" tuned regret (held out) |" if heldout else ""))
-    print("|---|---|---|---|---|---|---|" + ("---|" if heldout else ""))
-    worst = {"builtin": 1.0, "tuned": 1.0}
+    print("| transport | P | collective | size | fastest | built-in picks | built-in regret | "
+          "learned | learned regret |" + (" tuned regret (held out) |" if heldout else ""))
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|" if heldout else ""))
+    worst = {"builtin": 1.0, "tuned": 1.0, "learned": 1.0}
+    counts = {"points": 0, "builtin": 0, "tuned": 0, "learned": 0}
     for (t, p, c, s), times in sorted(measured.items()):
         if not times:
             continue
@@ -340,8 +361,16 @@ def main():
         pick = builtin.get((t, p, c, s))
         regret = medians[pick] / medians[fastest] if pick in medians else float("nan")
         cells = [t, str(p), c, str(s), fastest, pick or "?", "%.2f" % regret]
+        counts["points"] += 1
         if regret == regret:
             worst["builtin"] = max(worst["builtin"], regret)
+            counts["builtin"] += regret > 1.05
+        got = learned.get((t, p, c, s))
+        learned_regret = medians[got] / medians[fastest] if got in medians else float("nan")
+        cells += [got or "?", "%.2f" % learned_regret]
+        if learned_regret == learned_regret:
+            worst["learned"] = max(worst["learned"], learned_regret)
+            counts["learned"] += learned_regret > 1.05
         if heldout:
             ratios = []
             for r in every:
@@ -350,10 +379,15 @@ def main():
                 ratios.append(times[chosen][r] / min(v[r] for v in times.values()))
             held = statistics.median(ratios)
             worst["tuned"] = max(worst["tuned"], held)
+            counts["tuned"] += held > 1.05
             cells.append("%.2f" % held)
         print("| " + " | ".join(cells) + " |")
-    print("collx-tune: worst regret: built-in %.2f%s" %
-          (worst["builtin"], ", tuned %.2f (held out)" % worst["tuned"] if heldout else ""))
+    print("collx-tune: worst regret: built-in %.2f, learned %.2f%s" %
+          (worst["builtin"], worst["learned"],
+           ", tuned %.2f (held out)" % worst["tuned"] if heldout else ""))
+    print("collx-tune: points above 1.05 of %d: built-in %d, learned %d%s" %
+          (counts["points"], counts["builtin"], counts["learned"],
+           ", tuned %d (held out)" % counts["tuned"] if heldout else ""))
     if plot != "none":
         # One picture per collective (collx_plot.py draws one collective at a time), of the
         # first round: a line per algorithm, transport and P.

@@ -111,8 +111,8 @@ TEST_P(Split, RowsAndColumnsRunBesideTheirParent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, Split, ::testing::Values(2, 4, 6, 8),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return "P" + std::to_string(info.param);
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return "P" + std::to_string(p.param);
                          });
 
 // A list in any order: a rank's place in it is its rank, for roots and block order alike.

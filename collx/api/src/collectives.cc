@@ -60,6 +60,7 @@ struct Prepared {
   std::shared_ptr<const algorithms::Schedule> schedule;
   algorithms::Bindings bindings;
   algorithms::CallInfo info;
+  algorithms::Learner::Pick trial;  // COLLX_SELECTION=learn: a call to time (trial.slot >= 0)
 };
 
 detail::Runtime& runtimeOf(Context& ctx, const char* what) {
@@ -119,7 +120,7 @@ std::vector<std::uint64_t> exchangeCounts(Context& ctx, const algorithms::Schedu
   return matrix;
 }
 
-Prepared prepare(Context& ctx, Resolved& call) {
+Prepared prepare(Context& ctx, Resolved& call, bool blocking) {
   const char* what = algorithms::collectiveName(call.coll);
   detail::Runtime& rt = runtimeOf(ctx, what);
   Site where{rt.rank, what, -1};
@@ -158,8 +159,14 @@ Prepared prepare(Context& ctx, Resolved& call) {
   params.recvCounts = std::move(call.recvCounts);
   params.recvDispls = std::move(call.recvDispls);
   if (rt.hosts > 1) params.hostOf = rt.hostOf;
-  const algorithms::Choice choice =
+  algorithms::Choice choice =
       algorithms::select(params, rt.policy, call.options->algorithm, call.op);
+  if (rt.learner && !rt.selectOnly && call.options->algorithm.empty() &&
+      rt.policy.configured[static_cast<std::size_t>(call.coll)] == nullptr) [[unlikely]] {
+    std::lock_guard<std::mutex> lock(rt.learnMutex);
+    p.trial = rt.learner->pick(params, rt.policy, choice, blocking);
+    choice = algorithms::Choice{p.trial.algorithm, p.trial.source};
+  }
   const algorithms::AlgorithmInfo& algorithm = *choice.algorithm;
   COLLX_DEBUG(kAlgo, "rank {}: {} of {} bytes over {} ranks: {} (from {})", rt.rank, what,
               algorithms::selectionBytes(params), rt.size, algorithm.name, choice.source);
@@ -207,10 +214,7 @@ Prepared prepare(Context& ctx, Resolved& call) {
   return p;
 }
 
-void runBlocking(Context& ctx, Resolved&& call) {
-  Prepared p = prepare(ctx, call);
-  if (p.selectOnly) return;
-  detail::Runtime& rt = *ctx.runtime();
+void runPrepared(detail::Runtime& rt, Prepared& p) {
   if (p.shared) {
     if (rt.engine->runShared(p.params, p.bindings, p.info)) return;
     p.schedule = rt.schedule(*p.shared, p.params);
@@ -218,8 +222,43 @@ void runBlocking(Context& ctx, Resolved&& call) {
   rt.engine->run(std::move(p.schedule), p.bindings, std::move(p.info));
 }
 
+// COLLX_SELECTION=learn: a trial timed; once its class has tried every candidate, the ranks
+// agree on the slowest rank's median per candidate (an allreduce of the maxima, over ring:
+// named, so that it is no trial itself) and the learner takes the fastest.
+void runTrial(Context& ctx, detail::Runtime& rt, Prepared& p) {
+  const algorithms::Learner::Pick trial = p.trial;
+  const auto started = algorithms::Clock::now();
+  runPrepared(rt, p);
+  const double seconds =
+      std::chrono::duration<double>(algorithms::Clock::now() - started).count();
+  std::vector<double> times;
+  {
+    std::lock_guard<std::mutex> lock(rt.learnMutex);
+    if (!rt.learner->record(trial, seconds)) return;
+    times = rt.learner->offer(trial.slot);
+  }
+  AllreduceOptions options;
+  options.algorithm = "ring";
+  options.op = ReduceOpKind::kMax;
+  allreduce(ctx, times.data(), times.data(), times.size(), DataType::kFloat64, options);
+  std::lock_guard<std::mutex> lock(rt.learnMutex);
+  const algorithms::AlgorithmInfo& chosen = rt.learner->decide(trial.slot, times);
+  COLLX_DEBUG(kAlgo, "rank {}: learned {} over {} ranks: {}", rt.rank,
+              rt.learner->describe(trial.slot), rt.size, chosen.name);
+}
+
+void runBlocking(Context& ctx, Resolved&& call) {
+  Prepared p = prepare(ctx, call, /*blocking=*/true);
+  if (p.selectOnly) return;
+  detail::Runtime& rt = *ctx.runtime();
+  if (p.trial.slot >= 0) [[unlikely]] {
+    return runTrial(ctx, rt, p);
+  }
+  runPrepared(rt, p);
+}
+
 Work runAsync(Context& ctx, Resolved&& call) {
-  Prepared p = prepare(ctx, call);
+  Prepared p = prepare(ctx, call, /*blocking=*/false);
   if (p.selectOnly) return Work{};
   if (p.shared) p.schedule = ctx.runtime()->schedule(*p.shared, p.params);
   auto execution =

@@ -338,6 +338,15 @@ void Context::connect(const ContextOptions& options) {
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(where, e.detail());
   }
+  const std::string selection = options.selection.value_or(algorithms::kSelection.get(config));
+  if (selection != "table" && selection != "learn") {
+    throw InvalidArgument(where, "ContextOptions::selection is '" + selection +
+                                     "': it must be 'table' or 'learn'");
+  }
+  if (selection == "learn") {
+    runtime_->learner = std::make_unique<algorithms::Learner>(
+        static_cast<int>(algorithms::kLearnTrials.get(config)));
+  }
   if (!runtime_->policy.rulesPath.empty()) {
     COLLX_DEBUG(kAlgo, "rank {}: selection: the rows of {} {} before the built-in table", rank_,
                 runtime_->policy.rulesOrigin, runtime_->policy.rulesPath);
@@ -578,6 +587,10 @@ Context::Context(Key, std::shared_ptr<Context> parent, std::vector<int> members,
   runtime_->policy =
       algorithms::SelectionPolicy::fromConfig(Config::process(), false, runtime_->hosts);
   runtime_->policy.subContext = true;
+  if (above.learner) {
+    runtime_->learner = std::make_unique<algorithms::Learner>(
+        static_cast<int>(algorithms::kLearnTrials.get(Config::process())));
+  }
   runtime_->seqBase = subContext << transport::kSubContextShift;
   for (int r : members) runtime_->meshRanks.push_back(above.meshRank(r));
   if (const auto& recorder = above.engine->recorder()) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collx/algorithms/engine.h"
+#include "collx/algorithms/learner.h"
 #include "collx/algorithms/registry.h"
 #include "collx/algorithms/selection.h"
 
@@ -52,6 +53,9 @@ struct Runtime {
   // What algorithms::select() knows of this job: COLLX_RULES, COLLX_<COLL>_ALGO (read once),
   // whether every rank shares memory, the number of hosts.
   algorithms::SelectionPolicy policy;
+  // COLLX_SELECTION=learn: what this context's calls learned (nullptr: the table decides).
+  std::unique_ptr<algorithms::Learner> learner;
+  std::mutex learnMutex;
   // Tests: a call stops once it chose its algorithm, which it leaves here (it takes no
   // sequence number and moves nothing, so its buffers are never touched).
   bool selectOnly = false;

@@ -68,6 +68,10 @@ struct ContextOptions {
   // out of the other ranks' buffers: "auto", "never" or "always"; unset means
   // COLLX_SHM_DIRECT.
   std::optional<std::string> shmDirect;
+  // How calls choose their algorithm where nothing names one: "table" (the rules file and
+  // the built-in table) or "learn" (each size class tries every algorithm, then keeps the
+  // one the ranks agree is fastest); unset means COLLX_SELECTION.
+  std::optional<std::string> selection;
   // A host (the store's) whose route picks the TCP interface when COLLX_IFNAME is unset.
   std::string routeHost;
   // This rank's host identity, overriding hostname + boot id (and COLLX_HOST_ID): ranks with
