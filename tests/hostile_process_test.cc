@@ -269,8 +269,8 @@ TEST_P(HostileProcesses, StrangersAreRefusedWhileTheJobCompletes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(, HostileProcesses, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("tls") : std::string("plain");
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? std::string("tls") : std::string("plain");
                          });
 
 }  // namespace
