@@ -228,8 +228,7 @@ TEST_F(BenchPlot, TuneWritesRulesThatJobsThenFollow) {
   EXPECT_NE(job.err.find("(from rules file " + rules + ", allreduce entry"), std::string::npos)
       << job.err;
   test::RunResult info = test::run({test::binDir() + "/collx-info"}, env);
-  EXPECT_NE(info.out.find("rules file: " + rules + " (found in a default place"),
-            std::string::npos)
+  EXPECT_NE(info.out.find("rules file: " + rules + " (found in a default place"), std::string::npos)
       << info.out;
 }
 

@@ -128,7 +128,8 @@ TEST_P(LearningJob, EveryCallRightAndEveryRankEndsOnOneAlgorithm) {
       }
     }
     before[rank] = allreduces(ctx);
-    for (int i = 0; i < 10; ++i) allreduce(ctx, data.data(), data.data(), kCount, DataType::kFloat32);
+    for (int i = 0; i < 10; ++i)
+      allreduce(ctx, data.data(), data.data(), kCount, DataType::kFloat32);
     after[rank] = allreduces(ctx);
   });
   // Learning tried several algorithms; the last ten calls ran one, the same on every rank.

@@ -228,15 +228,15 @@ TEST(Selection, RowsForSharedMemoryOrNotAndForOneHost) {
   policy.hosts = 2;  // 2 hosts of 2 ranks: the rows are for one host; the host rule decides
   EXPECT_STREQ(defaultChoice(call, policy).algorithm->name, "hierarchical");
   // A shared-memory algorithm in a row for other transports cannot run there.
-  EXPECT_THROW(Selection::fromJson(
-                   R"({"allreduce": [{"shared_memory": false, "algorithm": "shm"}]})", "x"),
-               InvalidArgument);
-  EXPECT_THROW(Selection::fromJson(R"({"allreduce": [{"shared_memory": 1, "algorithm": "ring"}]})",
-                                   "x"),
-               InvalidArgument);
-  EXPECT_THROW(Selection::fromJson(R"({"allreduce": [{"max_hosts": 0, "algorithm": "ring"}]})",
-                                   "x"),
-               InvalidArgument);
+  EXPECT_THROW(
+      Selection::fromJson(R"({"allreduce": [{"shared_memory": false, "algorithm": "shm"}]})", "x"),
+      InvalidArgument);
+  EXPECT_THROW(
+      Selection::fromJson(R"({"allreduce": [{"shared_memory": 1, "algorithm": "ring"}]})", "x"),
+      InvalidArgument);
+  EXPECT_THROW(
+      Selection::fromJson(R"({"allreduce": [{"max_hosts": 0, "algorithm": "ring"}]})", "x"),
+      InvalidArgument);
 }
 
 TEST(Selection, RulesFileFromTheDefaultPlacesUnlessCollxRulesSaysOtherwise) {

@@ -40,8 +40,8 @@ int sizeClassOf(const ScheduleParams& p) {
 Learner::Pick Learner::pick(const ScheduleParams& params, const SelectionPolicy& policy,
                             const Choice& table, bool blocking) {
   Pick out{table.algorithm, table.source};
-  const auto key = std::make_tuple(static_cast<int>(params.coll), sizeClassOf(params),
-                                   params.commutative);
+  const auto key =
+      std::make_tuple(static_cast<int>(params.coll), sizeClassOf(params), params.commutative);
   auto found = index_.find(key);
   if (found == index_.end()) {
     Slot slot{params.coll, std::get<1>(key), eligibleAlgorithms(params, policy), {}, 0, nullptr};
@@ -71,8 +71,9 @@ bool Learner::record(const Pick& pick, double seconds) {
   Slot& slot = slots_[static_cast<std::size_t>(pick.slot)];
   // The first call of each candidate is cold (its schedule built, its buffers touched).
   if (!pick.cold) slot.seconds[static_cast<std::size_t>(pick.candidate)].push_back(seconds);
-  return std::all_of(slot.seconds.begin(), slot.seconds.end(),
-                     [this](const auto& s) { return s.size() >= static_cast<std::size_t>(trials_); });
+  return std::all_of(slot.seconds.begin(), slot.seconds.end(), [this](const auto& s) {
+    return s.size() >= static_cast<std::size_t>(trials_);
+  });
 }
 
 std::vector<double> Learner::offer(int slot) const {

@@ -183,7 +183,7 @@ void printInfo() {
                   row.maxHosts < (1 << 30)
                       ? ("; jobs on at most " + std::to_string(row.maxHosts) + " host(s)").c_str()
                       : "",
-                  shared           ? "; only when every rank shares memory"
+                  shared          ? "; only when every rank shares memory"
                   : row.notShared ? "; only when the ranks do not all share memory"
                                   : "");
     }

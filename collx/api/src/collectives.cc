@@ -229,8 +229,7 @@ void runTrial(Context& ctx, detail::Runtime& rt, Prepared& p) {
   const algorithms::Learner::Pick trial = p.trial;
   const auto started = algorithms::Clock::now();
   runPrepared(rt, p);
-  const double seconds =
-      std::chrono::duration<double>(algorithms::Clock::now() - started).count();
+  const double seconds = std::chrono::duration<double>(algorithms::Clock::now() - started).count();
   std::vector<double> times;
   {
     std::lock_guard<std::mutex> lock(rt.learnMutex);

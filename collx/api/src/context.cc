@@ -340,8 +340,8 @@ void Context::connect(const ContextOptions& options) {
   }
   const std::string selection = options.selection.value_or(algorithms::kSelection.get(config));
   if (selection != "table" && selection != "learn") {
-    throw InvalidArgument(where, "ContextOptions::selection is '" + selection +
-                                     "': it must be 'table' or 'learn'");
+    throw InvalidArgument(
+        where, "ContextOptions::selection is '" + selection + "': it must be 'table' or 'learn'");
   }
   if (selection == "learn") {
     runtime_->learner = std::make_unique<algorithms::Learner>(

@@ -95,8 +95,8 @@ class Selection {
   static std::string rulesPath(const Config& config, std::string* origin = nullptr);
 
   // The first row of `coll` whose ranges hold in a job of one host (nullptr if none: the
-  // built-in table always has one). Rows naming a shared-memory algorithm, or marked sharedOnly, count only when
-  // `shared` (every rank of the call shares memory with the others).
+  // built-in table always has one). Rows naming a shared-memory algorithm, or marked sharedOnly,
+  // count only when `shared` (every rank of the call shares memory with the others).
   const Row* choose(Collective coll, int ranks, std::uint64_t bytes, bool shared = false) const;
   // Every row of one collective, in the order they are tried.
   const std::vector<Row>& rows(Collective coll) const noexcept {
