@@ -20,7 +20,7 @@ $XDG_CONFIG_HOME/collx/rules.json, else ~/.config/collx/rules.json.
 
 It then prints the regret table: at every point, the time of what collx would pick divided
 by the time of the fastest algorithm there, for the built-in table, for what
-COLLX_SELECTION=learn learned in a run of 48 calls per size, and for the tuned rules.
+COLLX_SELECTION=learn learned in a run of 160 calls per size, and for the tuned rules.
 The tuned rules' regret is held out: with R >= 2 rounds, round r is judged by a choice made
 from the other rounds only (what a new run of the same machine would see); with 1 round it
 would be 1.00 by construction, and is not shown. It draws what it measured
@@ -134,8 +134,8 @@ def run_bench(args, transport, p, coll, sizes, json_path, algorithm="all", rules
         cmd += ["-a", "all", "--interleave", "--min-time", str(args.min_time)]
     else:
         # Which algorithm the table picks (the algo column), and what COLLX_SELECTION=learn
-        # learns in 48 calls of each size (rank 0's debug log: "... (from learned)").
-        cmd += ["-n", "48", "-w", "0", "--no-check"]
+        # learns in 160 calls of each size (rank 0's debug log: "... (from learned)").
+        cmd += ["-n", "160", "-w", "0", "--no-check"]
         env["COLLX_SELECTION"] = "learn"
         env["COLLX_LOG_LEVEL"] = "warn,collx.algo=debug"
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)

@@ -96,13 +96,28 @@ ContextOptions learning() {
   return options;
 }
 
-// The algorithms rank `ctx` ran allreduce with so far: name -> calls.
-std::map<std::string, std::uint64_t> allreduces(Context& ctx) {
+// The algorithms rank `ctx` ran a collective with so far: name -> calls.
+std::map<std::string, std::uint64_t> callsOf(Context& ctx, const std::string& collective) {
   std::map<std::string, std::uint64_t> out;
   for (const auto& a : ctx.stats().algorithms) {
-    if (a.collective == "allreduce") out[a.algorithm] = a.calls;
+    if (a.collective == collective) out[a.algorithm] = a.calls;
   }
   return out;
+}
+std::map<std::string, std::uint64_t> allreduces(Context& ctx) { return callsOf(ctx, "allreduce"); }
+
+// The one algorithm whose calls grew by `calls` between two readings (every other unchanged).
+std::string grownBy(const std::map<std::string, std::uint64_t>& before,
+                    const std::map<std::string, std::uint64_t>& after, std::uint64_t calls) {
+  std::string grew;
+  for (const auto& [name, n] : after) {
+    const std::uint64_t was = before.count(name) ? before.at(name) : 0;
+    if (n == was) continue;
+    EXPECT_EQ(n - was, calls) << name;
+    EXPECT_TRUE(grew.empty()) << grew << " and " << name;
+    grew = name;
+  }
+  return grew;
 }
 
 class LearningJob : public ::testing::TestWithParam<int> {};
@@ -112,7 +127,7 @@ TEST_P(LearningJob, EveryCallRightAndEveryRankEndsOnOneAlgorithm) {
   test::World world(P, learning());
   std::vector<std::map<std::string, std::uint64_t>> before(P), after(P);
   world.runOk([&](int rank, Context& ctx) {
-    constexpr std::uint64_t kCount = 4096;  // 16 KiB of float32
+    constexpr std::uint64_t kCount = 65536;  // 256 KiB of float32: 3 trials per algorithm
     std::vector<float> data(kCount);
     // Enough calls for every candidate's 1 + 3 trials, with nonblocking calls in between.
     for (int i = 0; i < 40; ++i) {
@@ -135,17 +150,34 @@ TEST_P(LearningJob, EveryCallRightAndEveryRankEndsOnOneAlgorithm) {
   // Learning tried several algorithms; the last ten calls ran one, the same on every rank.
   EXPECT_GT(before[0].size(), 2u);
   std::set<std::string> learned;
-  for (int r = 0; r < P; ++r) {
-    std::string grew;
-    for (const auto& [name, calls] : after[r]) {
-      const std::uint64_t was = before[r].count(name) ? before[r].at(name) : 0;
-      if (calls != was) {
-        EXPECT_EQ(calls - was, 10u) << "rank " << r << " " << name;
-        grew = name;
+  for (int r = 0; r < P; ++r) learned.insert(grownBy(before[r], after[r], 10));
+  EXPECT_EQ(learned.size(), 1u);
+}
+
+// A rooted collective's trials are fenced (the ranks meet after each): the calls stay right
+// and every rank ends on the same algorithm.
+TEST(LearningJobs, BroadcastsLearnToo) {
+  constexpr int P = 3;
+  test::World world(P, learning());
+  std::vector<std::map<std::string, std::uint64_t>> before(P), after(P);
+  world.runOk([&](int rank, Context& ctx) {
+    constexpr std::uint64_t kCount = 65536;
+    std::vector<std::int32_t> data(kCount);
+    for (int i = 0; i < 40; ++i) {
+      for (std::uint64_t k = 0; k < kCount; ++k) {
+        data[k] = rank == 1 ? static_cast<std::int32_t>(k * 3 + i) : -1;
       }
+      broadcast(ctx, data.data(), kCount, DataType::kInt32, /*root=*/1);
+      for (std::uint64_t k = 0; k < kCount; k += 97) {
+        ASSERT_EQ(data[k], static_cast<std::int32_t>(k * 3 + i)) << rank << " " << i << " " << k;
+      }
+      if (i == 29) before[rank] = callsOf(ctx, "broadcast");
     }
-    learned.insert(grew);
-  }
+    after[rank] = callsOf(ctx, "broadcast");
+  });
+  EXPECT_GT(before[0].size(), 2u);
+  std::set<std::string> learned;
+  for (int r = 0; r < P; ++r) learned.insert(grownBy(before[r], after[r], 10));
   EXPECT_EQ(learned.size(), 1u);
 }
 

@@ -15,7 +15,7 @@ const Setting<kind::Choice> kSelection(
      .help = "'table': a call's algorithm comes from the rules file and the built-in table. "
              "'learn': the first blocking calls of each collective and size class (a power of "
              "two of bytes) try every algorithm that can take them, COLLX_LEARN_TRIALS times "
-             "each after a first, untimed one; the ranks then agree on the fastest (the "
+             "each (4 times as many below 64 KiB) after a first, untimed one; the ranks then agree on the fastest (the "
              "slowest rank's median per algorithm: one small allreduce) and every later call "
              "of the class runs it. An algorithm named in the call's options or in "
              "COLLX_<COLL>_ALGO is kept. Every rank must make the same calls blocking."});
@@ -44,7 +44,11 @@ Learner::Pick Learner::pick(const ScheduleParams& params, const SelectionPolicy&
       std::make_tuple(static_cast<int>(params.coll), sizeClassOf(params), params.commutative);
   auto found = index_.find(key);
   if (found == index_.end()) {
-    Slot slot{params.coll, std::get<1>(key), eligibleAlgorithms(params, policy), {}, 0, nullptr};
+    Slot slot{params.coll, std::get<1>(key), eligibleAlgorithms(params, policy), {}, 0, nullptr,
+              trials_};
+    // Calls below 64 KiB take microseconds, where one preemption outweighs the difference
+    // between algorithms: four times the trials (every rank alike: a count, never a time).
+    if (slot.sizeClass >= 0 && slot.sizeClass <= 16) slot.trials = 4 * trials_;
     if (slot.candidates.size() <= 1) slot.chosen = table.algorithm;  // nothing to learn
     slot.seconds.resize(slot.candidates.size());
     found = index_.emplace(key, static_cast<int>(slots_.size())).first;
@@ -57,7 +61,7 @@ Learner::Pick Learner::pick(const ScheduleParams& params, const SelectionPolicy&
     return out;
   }
   const std::uint64_t C = slot.candidates.size();
-  if (!blocking || slot.calls >= C * (1 + static_cast<std::uint64_t>(trials_))) return out;
+  if (!blocking || slot.calls >= C * (1 + static_cast<std::uint64_t>(slot.trials))) return out;
   out.candidate = static_cast<int>(slot.calls % C);
   out.cold = slot.calls < C;
   out.slot = found->second;
@@ -71,8 +75,8 @@ bool Learner::record(const Pick& pick, double seconds) {
   Slot& slot = slots_[static_cast<std::size_t>(pick.slot)];
   // The first call of each candidate is cold (its schedule built, its buffers touched).
   if (!pick.cold) slot.seconds[static_cast<std::size_t>(pick.candidate)].push_back(seconds);
-  return std::all_of(slot.seconds.begin(), slot.seconds.end(), [this](const auto& s) {
-    return s.size() >= static_cast<std::size_t>(trials_);
+  return std::all_of(slot.seconds.begin(), slot.seconds.end(), [&slot](const auto& s) {
+    return s.size() >= static_cast<std::size_t>(slot.trials);
   });
 }
 

@@ -103,7 +103,7 @@ def main():
     # What a rank costs at the largest P.
     p = ps[-1]
     job = subprocess.Popen([run, "-n", str(p), "--timeout", args.timeout, "--", bench,
-                            "--stamp", "-c", "allreduce", "--sizes", "1M", "--min-time", "4",
+                            "--stamp", "-c", "allreduce", "--sizes", "1M", "--min-time", "10",
                             "--no-check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
     for line in job.stdout:

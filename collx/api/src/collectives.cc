@@ -230,6 +230,25 @@ void runTrial(Context& ctx, detail::Runtime& rt, Prepared& p) {
   const auto started = algorithms::Clock::now();
   runPrepared(rt, p);
   const double seconds = std::chrono::duration<double>(algorithms::Clock::now() - started).count();
+  // A rooted collective's ranks would otherwise not start the next trial together: calls
+  // back to back overlap (the root returns once its data is sent), and the times would say
+  // little. The ranks meet after each trial, as collx-bench fences these calls. (Not before:
+  // this call's sequence number is taken, and a call of a later one must not run first.)
+  switch (p.params.coll) {
+    case algorithms::Collective::kBroadcast:
+    case algorithms::Collective::kReduce:
+    case algorithms::Collective::kGather:
+    case algorithms::Collective::kGatherv:
+    case algorithms::Collective::kScatter:
+    case algorithms::Collective::kScatterv: {
+      CollectiveOptions fence;
+      fence.algorithm = "dissemination";
+      barrier(ctx, fence);
+      break;
+    }
+    default:
+      break;
+  }
   std::vector<double> times;
   {
     std::lock_guard<std::mutex> lock(rt.learnMutex);

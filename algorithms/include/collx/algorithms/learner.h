@@ -4,8 +4,9 @@
 // one class for gatherv and scatterv, whose bytes differ between ranks) and whether the op
 // commutes. The first blocking calls of a class try its candidates (every algorithm that can
 // take the call, eligibleAlgorithms()) in turn, call i the candidate i mod C, until each ran
-// 1 + trials times; a rank times each of its calls (the first of each candidate, cold, is
-// not counted). Then every rank offers its median per candidate, the ranks agree on the
+// 1 + trials times (4 x trials below 64 KiB, where calls take microseconds); a rank times each of its calls (the first of each candidate, cold, is
+// not counted; the API has the ranks meet before a trial of a rooted collective, whose
+// calls back to back would overlap). Then every rank offers its median per candidate, the ranks agree on the
 // slowest rank's (an allreduce of the maxima, which the API runs: decide()), and each takes
 // the candidate with the lowest: every rank the same one, from the same numbers. Later calls
 // of the class run it. A nonblocking call takes the class's learned algorithm once there is
@@ -67,6 +68,7 @@ class Learner {
     std::vector<std::vector<double>> seconds;  // per candidate, the timed trials
     std::uint64_t calls = 0;                   // trials given out
     const AlgorithmInfo* chosen = nullptr;
+    int trials;  // timed calls per candidate
   };
   int trials_;
   std::map<std::tuple<int, int, bool>, int> index_;
