@@ -15,7 +15,8 @@ const Setting<kind::Choice> kSelection(
      .help = "'table': a call's algorithm comes from the rules file and the built-in table. "
              "'learn': the first blocking calls of each collective and size class (a power of "
              "two of bytes) try every algorithm that can take them, COLLX_LEARN_TRIALS times "
-             "each (4 times as many below 64 KiB) after a first, untimed one; the ranks then agree on the fastest (the "
+             "each (4 times as many below 64 KiB) after a first, untimed one; the ranks then agree "
+             "on the fastest (the "
              "slowest rank's median per algorithm: one small allreduce) and every later call "
              "of the class runs it. An algorithm named in the call's options or in "
              "COLLX_<COLL>_ALGO is kept. Every rank must make the same calls blocking."});
@@ -44,8 +45,8 @@ Learner::Pick Learner::pick(const ScheduleParams& params, const SelectionPolicy&
       std::make_tuple(static_cast<int>(params.coll), sizeClassOf(params), params.commutative);
   auto found = index_.find(key);
   if (found == index_.end()) {
-    Slot slot{params.coll, std::get<1>(key), eligibleAlgorithms(params, policy), {}, 0, nullptr,
-              trials_};
+    Slot slot{params.coll, std::get<1>(key), eligibleAlgorithms(params, policy), {}, 0,
+              nullptr,     trials_};
     // Calls below 64 KiB take microseconds, where one preemption outweighs the difference
     // between algorithms: four times the trials (every rank alike: a count, never a time).
     if (slot.sizeClass >= 0 && slot.sizeClass <= 16) slot.trials = 4 * trials_;

@@ -4,12 +4,13 @@
 // one class for gatherv and scatterv, whose bytes differ between ranks) and whether the op
 // commutes. The first blocking calls of a class try its candidates (every algorithm that can
 // take the call, eligibleAlgorithms()) in turn, call i the candidate i mod C, until each ran
-// 1 + trials times (4 x trials below 64 KiB, where calls take microseconds); a rank times each of its calls (the first of each candidate, cold, is
-// not counted; the API has the ranks meet before a trial of a rooted collective, whose
-// calls back to back would overlap). Then every rank offers its median per candidate, the ranks agree on the
-// slowest rank's (an allreduce of the maxima, which the API runs: decide()), and each takes
-// the candidate with the lowest: every rank the same one, from the same numbers. Later calls
-// of the class run it. A nonblocking call takes the class's learned algorithm once there is
+// 1 + trials times (4 x trials below 64 KiB, where calls take microseconds). A rank times
+// each of its calls; the first of each candidate, cold, is not counted, and the API has the
+// ranks meet after each trial of a rooted collective, whose calls back to back would
+// overlap. Then every rank offers its median per candidate, the ranks agree on the slowest
+// rank's (an allreduce of the maxima, which the API runs: decide()), and each takes the
+// candidate with the lowest: every rank the same one, from the same numbers. Later calls of
+// the class run it. A nonblocking call takes the class's learned algorithm once there is
 // one, the table's before (its time is not the call's own): every rank must therefore make
 // the same calls blocking, as it must make the same calls.
 //
