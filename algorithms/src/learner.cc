@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 
 #include "collx/base/units.h"
 
@@ -107,6 +108,17 @@ std::string Learner::describe(int slot) const {
   if (s.sizeClass == 0) return out + ", 0 B";
   const std::uint64_t low = std::uint64_t{1} << (s.sizeClass - 1);
   return out + ", " + formatBytes(low) + " to under " + formatBytes(2 * low);
+}
+
+std::string Learner::describeTimes(int slot, const std::vector<double>& agreed) const {
+  const Slot& s = slots_[static_cast<std::size_t>(slot)];
+  std::string out;
+  for (std::size_t i = 0; i < s.candidates.size() && i < agreed.size(); ++i) {
+    char time[32];
+    std::snprintf(time, sizeof time, " %.1f us", agreed[i] * 1e6);
+    out += (out.empty() ? "" : ", ") + std::string(s.candidates[i]->name) + time;
+  }
+  return out;
 }
 
 std::vector<std::pair<std::string, std::string>> Learner::learned() const {

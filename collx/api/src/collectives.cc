@@ -241,8 +241,10 @@ void runTrial(Context& ctx, detail::Runtime& rt, Prepared& p) {
     case algorithms::Collective::kGatherv:
     case algorithms::Collective::kScatter:
     case algorithms::Collective::kScatterv: {
+      // (Named, so that the fence is no trial itself: the shared-memory barrier where the
+      // ranks share memory, the one that releases them closest together.)
       CollectiveOptions fence;
-      fence.algorithm = "dissemination";
+      fence.algorithm = rt.policy.sharedMemory && !rt.policy.subContext ? "shm" : "dissemination";
       barrier(ctx, fence);
       break;
     }
@@ -261,8 +263,9 @@ void runTrial(Context& ctx, detail::Runtime& rt, Prepared& p) {
   allreduce(ctx, times.data(), times.data(), times.size(), DataType::kFloat64, options);
   std::lock_guard<std::mutex> lock(rt.learnMutex);
   const algorithms::AlgorithmInfo& chosen = rt.learner->decide(trial.slot, times);
-  COLLX_DEBUG(kAlgo, "rank {}: learned {} over {} ranks: {}", rt.rank,
-              rt.learner->describe(trial.slot), rt.size, chosen.name);
+  COLLX_DEBUG(kAlgo, "rank {}: learned {} over {} ranks: {} ({})", rt.rank,
+              rt.learner->describe(trial.slot), rt.size, chosen.name,
+              rt.learner->describeTimes(trial.slot, times));
 }
 
 void runBlocking(Context& ctx, Resolved&& call) {

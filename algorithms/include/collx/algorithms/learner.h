@@ -58,6 +58,8 @@ class Learner {
   const AlgorithmInfo& decide(int slot, const std::vector<double>& agreed);
   // "allreduce, 64 KiB to under 128 KiB": a class, for logs.
   std::string describe(int slot) const;
+  // "ring 12.5 us, shm 3.1 us": the candidates with the agreed times, for logs.
+  std::string describeTimes(int slot, const std::vector<double>& agreed) const;
   // Classes whose algorithm was learned, and which: for collx-info-like reports and tests.
   std::vector<std::pair<std::string, std::string>> learned() const;
 
