@@ -32,6 +32,11 @@ cmake --build "$BUILD" -j "$JOBS"
 say "Python and torch suites (python/tests) on $(python3 -c 'import sys, numpy, torch; print("Python %d.%d, numpy %s, torch %s" % (sys.version_info[:2] + (numpy.__version__, torch.__version__)))')"
 # As ctest runs them in the Debian 12 build (python/tests/CMakeLists.txt).
 export PYTHONPATH=/src/$BUILD/python PYTEST_COLLX_BUILD_DIR=/src/$BUILD PYTHONDONTWRITEBYTECODE=1
+# Temporary files of the suites (torchrun's elastic agent leaves a torchelastic_* directory
+# per job) in a directory of this run's, removed at the end: the root's /tmp keeps nothing.
+TMPDIR=$(mktemp -d)
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
 python3 -m pytest -q -p no:cacheprovider -rs "${@:-python/tests}"
 
 if [ $# -eq 0 ]; then  # (not when the suites were narrowed by pytest arguments)
