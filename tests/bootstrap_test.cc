@@ -549,7 +549,8 @@ TEST(BootstrapProcesses, BadEnvironmentFailsNamingTheVariable) {
 
 TEST(BootstrapProcesses, UnreachableStoreIsATimeoutNamingIt) {
   auto env = cleanEnv();
-  const std::string port = std::to_string(test::freePort());
+  test::ClosedPort closed;  // held: a released port could be taken by a parallel test's store
+  const std::string port = std::to_string(closed.port());
   env["COLLX_RANK"] = "1";
   env["COLLX_WORLD_SIZE"] = "2";
   env["COLLX_STORE"] = "tcp://127.0.0.1:" + port;

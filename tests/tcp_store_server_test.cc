@@ -460,7 +460,8 @@ TEST(TcpStoreClient, SilentListenerIsATimeoutNotAHang) {
 }
 
 TEST(TcpStoreClient, NothingListeningTimesOutWithTheLastError) {
-  int port = test::freePort();
+  test::ClosedPort closed;
+  int port = closed.port();
   StoreOptions o;
   o.timeout = 300ms;
   try {

@@ -218,6 +218,21 @@ int freePort() {
   return ntohs(addr.sin_port);
 }
 
+ClosedPort::ClosedPort() {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    throw std::runtime_error(std::string("ClosedPort: ") + std::strerror(errno));
+  }
+  port_ = ntohs(addr.sin_port);
+}
+
+ClosedPort::~ClosedPort() { ::close(fd_); }
+
 RedisServer::RedisServer(const std::vector<std::string>& extraArgs, const RedisTls* tls) {
   const char* candidates[] = {"/usr/bin/redis-server", "/usr/local/bin/redis-server"};
   std::string binary;

@@ -100,6 +100,21 @@ bool portOpen(int port);
 // A free TCP port on 127.0.0.1 (bound and released).
 int freePort();
 
+// A port on 127.0.0.1 that refuses connections for as long as this object lives: it is bound
+// and never listened on, so no other process (another test running in parallel) can take it.
+class ClosedPort {
+ public:
+  ClosedPort();
+  ~ClosedPort();
+  ClosedPort(const ClosedPort&) = delete;
+  ClosedPort& operator=(const ClosedPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
 // Gigabytes of anonymous memory on transparent huge pages where the kernel allows them
 // (madvise), so that touching it costs a fault per 2 MiB, not per 4 KiB. Zero-filled.
 class LargeBuffer {
