@@ -71,6 +71,8 @@ struct PageAligned {
   }
 };
 using Buffer = std::vector<std::uint8_t, PageAligned<std::uint8_t>>;
+// The bytes a Buffer of `bytes` takes: whole pages.
+constexpr std::uint64_t pageRound(std::uint64_t bytes) { return (bytes + 4095) / 4096 * 4096; }
 
 using Clock = std::chrono::steady_clock;
 using collx::DataType;
@@ -127,6 +129,7 @@ struct Args {
   std::string plotPython = COLLX_PLOT_PYTHON;
   bool stats = false;
   bool middleMean = false;  // --time-stat middle
+  std::uint64_t rotate = 0;  // --rotate: bytes of buffers per rank to cycle through (0: one set)
 };
 
 std::string lowerExtension(const std::string& path) {
@@ -172,6 +175,11 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
                a.middleMean = text == "middle";
              });
   cli.flag("--no-check", a.noCheck, "skip the checked call");
+  cli.bytes("--rotate", a.rotate, "SIZE",
+            "cycle through sets of buffers that take SIZE bytes per rank together (e.g. 256M, "
+            "several times the last-level cache), a different set on every call, so that no "
+            "call finds its vectors in a cache that a call before it warmed (as XHC's authors "
+            "measure); default 0: every call uses the same buffers");
   cli.flag("--interleave", a.interleave,
            "with -a all: size after size, every algorithm at one size before the next size, "
            "their order rotated from size to size, so that noise drifting with time falls on "
@@ -306,6 +314,7 @@ struct Result {
   double busbw;
   std::uint64_t wrong;
   std::string algorithm;
+  std::uint64_t bufferSets;  // 1, or with --rotate the sets the calls cycled through
 };
 
 // The v-collectives run equal blocks in rank order: their buffers, checks and sizes are
@@ -537,8 +546,27 @@ class Bench {
     collx::allreduce(ctx_, &wrong, &totalWrong, 1, DataType::kInt64, sum);
     res.wrong = totalWrong;
 
-    Buffer in(std::max<std::uint64_t>(inputBytes(count), 1), 0);
-    Buffer out(std::max<std::uint64_t>(outputBytes(count), 1), 0);
+    // One set of buffers, or with --rotate enough sets to fill its bytes (page-aligned each).
+    const std::uint64_t inBytes = std::max<std::uint64_t>(inputBytes(count), 1);
+    const std::uint64_t outBytes = std::max<std::uint64_t>(outputBytes(count), 1);
+    const std::uint64_t setBytes = pageRound(inBytes) + pageRound(outBytes);
+    const std::uint64_t sets = std::max<std::uint64_t>(1, (a_.rotate + setBytes - 1) / setBytes);
+    std::vector<Buffer> ins, outs;
+    ins.reserve(sets);
+    outs.reserve(sets);
+    for (std::uint64_t k = 0; k < sets; ++k) {
+      ins.emplace_back(inBytes, 0);
+      outs.emplace_back(outBytes, 0);
+    }
+    res.bufferSets = sets;
+    std::uint64_t next = 0;
+    // The next set's buffers, round the sets.
+    auto call = [&](std::uint64_t n, Buffer&, Buffer&) {
+      const std::uint64_t k = next++ % sets;
+      this->call(n, ins[k], outs[k]);
+    };
+    Buffer& in = ins[0];
+    Buffer& out = outs[0];
     // Back-to-back rooted calls pipeline (a non-root may leave before the root is done).
     const std::string l = layoutOf(c);
     const bool fence = l == "broadcast" || l == "reduce" || l == "gather" || l == "scatter";
@@ -714,7 +742,8 @@ nlohmann::ordered_json resultsJson(const Args& args, int P, std::size_t hosts,
                     {"algbw_gbps", r.algbw},
                     {"busbw_gbps", r.busbw},
                     {"wrong", r.wrong},
-                    {"algorithm", r.algorithm}});
+                    {"algorithm", r.algorithm},
+                    {"buffer_sets", r.bufferSets}});
   }
   return {{"collective", args.collective},
           {"P", P},
@@ -723,6 +752,7 @@ nlohmann::ordered_json resultsJson(const Args& args, int P, std::size_t hosts,
           {"op", collx::reduceOpKindName(args.op)},
           {"algorithm", algorithm},
           {"transports", transports},
+          {"rotate_bytes", args.rotate},
           {"results", rows}};
 }
 
@@ -890,6 +920,11 @@ int main(int argc, char** argv) {
                   collx::versionString(), args.collective.c_str(), collx::dataTypeName(args.dtype),
                   collx::reduceOpKindName(args.op), P, hosts.size(), shown.c_str());
       std::printf("# transports seen from rank 0: %s\n", transports.c_str());
+      if (args.rotate > 0) {
+        std::printf("# buffers: every call takes the next of the sets that fill %llu bytes per "
+                    "rank (--rotate)\n",
+                    static_cast<unsigned long long>(args.rotate));
+      }
       std::printf("# %12s %12s %8s %11s %11s %11s %11s %11s %7s  %s\n", "size(B)", "count", "type",
                   "time(us)", "p50(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "algo");
       std::fflush(stdout);

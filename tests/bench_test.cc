@@ -305,6 +305,32 @@ TEST(BenchTimeStat, MiddleMeanStaysWithinTheCallsAndOtherStatsAreRefused) {
   EXPECT_NE(bad.err().find("median or middle"), std::string::npos) << bad.err();
 }
 
+// --rotate SIZE: the calls cycle through as many page-aligned sets of buffers as fill SIZE
+// bytes per rank (at least one), said in the header and in each JSON row; results stay right.
+TEST(BenchRotate, CyclesThroughTheSetsThatFillTheBytesGiven) {
+  test::TempDir dir;
+  const std::string json = dir.path() + "/result.json";
+  test::Process job({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",
+                     test::binDir() + "/collx-bench", "--sizes", "4,64K,1M", "-n", "20",
+                     "--rotate", "1M", "--json", json});
+  ASSERT_TRUE(job.wait(90s));
+  ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
+  EXPECT_NE(job.out().find("sets that fill 1048576 bytes per rank"), std::string::npos)
+      << job.out();
+  std::ifstream in(json);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  EXPECT_EQ(doc.at("rotate_bytes").get<std::uint64_t>(), 1u << 20);
+  ASSERT_EQ(doc.at("results").size(), 3u) << doc;
+  // Input and output of each set: a page each at 4 B (128 sets in 1 MiB), 64 KiB each at
+  // 64 KiB (8 sets), 1 MiB each at 1 MiB (one set of 2 MiB).
+  const std::uint64_t want[] = {128, 8, 1};
+  for (std::size_t i = 0; i < 3; ++i) {
+    const nlohmann::json& row = doc.at("results")[i];
+    EXPECT_EQ(row.at("buffer_sets").get<std::uint64_t>(), want[i]) << row;
+    EXPECT_EQ(row.at("wrong").get<std::uint64_t>(), 0u) << row;
+  }
+}
+
 TEST(BenchPlotArguments, BadExtensionFailsBeforeRunning) {
   test::TempDir dir;
   for (const std::string name : {"out.pdf", "out", "out.png.txt"}) {

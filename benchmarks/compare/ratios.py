@@ -4,9 +4,18 @@ round; and, when the CSV has rounds (a `round` column: run.sh's PER_SIZE=1 runs 
 implementation of a size back to back in each round), the median over rounds of the ratio
 within each round, with its lowest and highest. Every implementation in the CSV's impl
 column gets its columns (Debian 13's mpi5, mpich42 and gloo13 among them). Headed by the
-machine of run.sh's machine.txt beside the CSV: CPU model, core count, date."""
+machine of run.sh's machine.txt beside the CSV: CPU model, core count, date.
+
+For allreduce, when run.sh measured this machine's limits in the same run (limits.txt beside
+the CSV), a last column gives the fraction of them collx reaches: the time the limits allow /
+collx's time. Over shared memory the limits allow 2 (P-1)/P n bytes copied at memcpy's rate
+plus (P-1)/P of the vector's elements reduced at the reduce loop's rate (both single-core,
+memory to memory: a vector in cache can beat them, above 1; from 16 KiB up); over TCP, 2 (P-1)/P n bytes
+each way at the loopback exchange's rate with the reduction fused (tcp_exchange reduce=1).
+Each limit is the median of its rounds."""
 import csv
 import os
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -30,7 +39,40 @@ def machine(csv_path):
     return f"machine: {info.get('cpu', 'unknown CPU')}, {cores} cores; run of {date}"
 
 
+def limits(csv_path):
+    """This run's limits from limits.txt beside the CSV: medians over its rounds of memcpy's
+    copy rate (B/s), the reduce loop's float32 rate (elements/s) and the TCP exchange's rate
+    each way with the reduction fused (B/s); the ones not measured are left out."""
+    found = defaultdict(list)
+    patterns = {
+        "copy": r"^memcpy_bw: .* median ([0-9.]+) GB/s copied",
+        "reduce": r"^reduce_bw(?:_native)?: .* ([0-9.]+) Gelem/s",
+        "tcp": r"^tcp_exchange: .* reduce=1 .*\(([0-9.]+) GB/s each way\)",
+    }
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(csv_path)), "limits.txt")) as f:
+            for line in f:
+                for name, pattern in patterns.items():
+                    m = re.search(pattern, line)
+                    if m:
+                        found[name].append(float(m.group(1)) * 1e9)
+    except OSError:
+        pass
+    return {name: statistics.median(values) for name, values in found.items()}
+
+
+def allowed_us(lim, transport, P, n):
+    """The time (us) the limits allow an allreduce of n float32 bytes at P, or None."""
+    share = (P - 1) / P
+    if transport == "tcp":
+        return 2 * share * n / lim["tcp"] * 1e6 if "tcp" in lim else None
+    if "copy" in lim and "reduce" in lim:
+        return (2 * share * n / lim["copy"] + share * n / 4 / lim["reduce"]) * 1e6
+    return None
+
+
 print(machine(path) + "\n")
+lim = limits(path) if coll == "allreduce" else {}
 best = defaultdict(dict)  # (P, bytes) -> impl -> (time, algorithm)
 rounds = defaultdict(lambda: defaultdict(dict))  # (P, bytes) -> round -> impl -> best time
 for row in csv.DictReader(open(path)):
@@ -66,6 +108,8 @@ print(f"# {coll}: time in us (best algorithm of each peer), and peer/collx (>1: 
 header = ["P", "bytes", "collx"] + impls + [f"{i} / collx" for i in impls]
 if has_rounds:
     header += [f"{i} / collx by round" for i in impls]
+if lim:
+    header += ["collx of the limits"]
 print("| " + " | ".join(header) + " |")
 print("|" + "---|" * len(header))
 for (P, b) in sorted(best):
@@ -77,4 +121,9 @@ for (P, b) in sorted(best):
     ratios = [f"{row[i][0] / c[0]:.2f}" if i in row else "-" for i in impls]
     if has_rounds:
         ratios += [paired((P, b), i) for i in impls]
+    if lim:
+        transport = next(i for i in row if i.startswith("collx/")).split("/", 1)[1]
+        allowed = allowed_us(lim, transport, P, b)
+        # (below 16 KiB a call is latency, which bandwidth limits say nothing about)
+        ratios.append(f"{allowed / c[0]:.2f}" if allowed and b >= 16384 else "-")
     print("| " + " | ".join([str(P), str(b), f"{c[0]:.1f}"] + cells + ratios) + " |")

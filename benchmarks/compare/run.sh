@@ -32,7 +32,9 @@
 #        same rounds, as the peer "base": a change against the tree before it; ONLY must
 #        include "base", which it does by default when BASE is set), BASE_ENV="NAME=VALUE
 #        ..." (variables for the base's runs only: BASE=build BASE_ENV=COLLX_TRACE_BUFFER=0
-#        prices a feature against itself turned off in one tree), TIME_STAT=middle
+#        prices a feature against itself turned off in one tree), BASE_ARGS="..."
+#        (collx-bench options for the base's runs only: BASE=build BASE_ARGS="--rotate 256M"
+#        gives collx's figures with cold buffers beside its usual ones), TIME_STAT=middle
 #        (collx-bench --time-stat for collx and base: the mean of each rank's middle half of
 #        calls instead of the median the peers take, finer than a 10 ns clock tick; for
 #        collx against collx),
@@ -61,6 +63,7 @@ else
 fi
 REPEAT=${REPEAT:-1}
 BASE_ENV=${BASE_ENV:-}
+BASE_ARGS=${BASE_ARGS:-}
 TIME_STAT=${TIME_STAT:-}
 PER_SIZE=${PER_SIZE:-0}
 PLOT=${PLOT:-$out/compare.png}
@@ -209,7 +212,7 @@ versions() {  # [chroot dir] packages...: "package version, ..." of those instal
   echo "collx: $build (commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'))"
   knobs="COLL=$COLL TRANSPORT=$TRANSPORT PS=\"$PS\" SIZES=$SIZES MIN_TIME=$MIN_TIME"
   knobs+=" REPEAT=$REPEAT PER_SIZE=$PER_SIZE ONLY=\"$ONLY_ASKED\"${BASE:+ BASE=$BASE}"
-  knobs+="${BASE_ENV:+ BASE_ENV=\"$BASE_ENV\"}${TIME_STAT:+ TIME_STAT=$TIME_STAT}"
+  knobs+="${BASE_ENV:+ BASE_ENV=\"$BASE_ENV\"}${BASE_ARGS:+ BASE_ARGS=\"$BASE_ARGS\"}${TIME_STAT:+ TIME_STAT=$TIME_STAT}"
   echo "run: $knobs"
   echo "peers, Debian 12: $(versions / openmpi-bin mpich libgloo0 libgloo-dev python3-torch)"
   if [ ${#asked13[@]} -gt 0 ]; then
@@ -224,9 +227,11 @@ for P in $PS; do
     if [ "$TRANSPORT" = tcp ]; then
       "$work/bin/tcp_exchange" $((32 << 20)) 9 0 | tee -a "$out/limits.txt"
       "$work/bin/tcp_exchange" $((32 << 20)) 9 1 | tee -a "$out/limits.txt"
-    else  # shared memory's limits: memcpy bandwidth, a flag's round trip between 2 cores,
-      # and how fast the 2 cores hand data to each other this round (collx-handoff-probe)
+    else  # shared memory's limits: memcpy bandwidth, a float32 sum loop's (built for this
+      # CPU, as collx's kernels pick theirs), a flag's round trip between 2 cores, and how
+      # fast the 2 cores hand data to each other this round (collx-handoff-probe)
       "$work/bin/memcpy_bw" 64 20 | tee -a "$out/limits.txt"
+      "$work/bin/reduce_bw_native" 64 20 | tee -a "$out/limits.txt"
       "$work/bin/pingpong_shm" 200000 1 | tee -a "$out/limits.txt"
       if [ -x "$build/bin/collx-handoff-probe" ]; then
         "$build/bin/collx-handoff-probe" 5 | tail -1 | sed "s/^/round $round: /" | tee -a "$out/limits.txt"
@@ -248,12 +253,14 @@ for P in $PS; do
       fi
       local extra=() stat=()
       [ "$impl" = base ] && [ -n "$BASE_ENV" ] && read -r -a extra <<< "$BASE_ENV"
+      local args=()
+      [ "$impl" = base ] && [ -n "$BASE_ARGS" ] && read -r -a args <<< "$BASE_ARGS"
       [ -n "$TIME_STAT" ] && stat=(--time-stat "$TIME_STAT")
       # (its stderr to a file: collx-bench's own progress line would fight this one)
       progress "round $round, P=$P, $impl, sizes $chunk"
       if ! env "${extra[@]}" COLLX_TRANSPORT=$TRANSPORT "$dir/bin/collx-run" -n "$P" -- \
         "$dir/bin/collx-bench" -c "$COLL" --sizes "$sizes" --min-time "$MIN_TIME" $inplace \
-        "${stat[@]}" --csv "$out/${impl}_p$P.csv" > "$out/${impl}_p$P.txt" 2> "$out/${impl}_p$P.err"; then
+        "${stat[@]}" "${args[@]}" --csv "$out/${impl}_p$P.csv" > "$out/${impl}_p$P.txt" 2> "$out/${impl}_p$P.err"; then
         clear_progress
         cat "$out/${impl}_p$P.err" >&2
         echo "run.sh: $impl at P=$P failed (above; its table: $out/${impl}_p$P.txt)" >&2
