@@ -626,6 +626,30 @@ TEST(AlgorithmSchedules, BinomialGathervAndScattervNeedCountsWhereTheyForward) {
   }
 }
 
+// A reduce_scatter whose every count is 0 (4 bytes at P = 4 is 0 elements per rank) sends
+// nothing with either algorithm: every rank knows all counts, so none waits for a message.
+TEST(AlgorithmSchedules, ReduceScatterOfNothingSendsNothing) {
+  for (const char* name : {"ring", "recursive_halving"}) {
+    const AlgorithmInfo* info = findAlgorithm(Collective::kReduceScatter, name);
+    ASSERT_NE(info, nullptr) << name;
+    for (int P : {2, 3, 4, 6}) {
+      for (int r = 0; r < P; ++r) {
+        ScheduleParams p;
+        p.coll = Collective::kReduceScatter;
+        p.size = P;
+        p.rank = r;
+        p.elementSize = 4;
+        p.counts.assign(static_cast<std::size_t>(P), 0);
+        p.displs.assign(static_cast<std::size_t>(P), 0);
+        const Schedule s = info->build(p);
+        EXPECT_TRUE(s.tasks().empty()) << name << " P=" << P << " rank " << r;
+        const Cost c = info->cost(p);
+        EXPECT_EQ(c.sends + c.recvs, 0u) << name << " P=" << P << " rank " << r;
+      }
+    }
+  }
+}
+
 // Every call finds a registered default, and the v-collectives whose ranks pass different
 // bytes (allgatherv, gatherv, scatterv, alltoallv) get one whatever the bytes, or ranks
 // could choose different algorithms.

@@ -37,7 +37,8 @@
 // receive of n and n reduced elements, one send of 2i's block), then in round j one send of
 // the half it gives and one receive (and reduction) of the half it keeps, which the cost
 // function adds up from the counts. Any P, any counts (zero-byte messages still go, so both
-// sides agree without knowing which blocks are empty). No fallback needed.
+// sides agree without knowing which blocks are empty); when every count is 0, which every rank
+// knows alike, nothing goes. No fallback needed.
 #include <algorithm>
 #include <utility>
 
@@ -138,6 +139,8 @@ Schedule buildReduceScatterRecursiveHalving(const ScheduleParams& p) {
     if (n > 0) s.copy(output(), input(), n * es);
     return s;
   }
+  // Every rank holds the same counts: with nothing to reduce, none has anything to send.
+  if (n == 0) return s;
   const Layout L(p);
   const auto& fold = L.fold();
   const int nr = fold.newRank(r);
@@ -241,7 +244,7 @@ Cost costReduceScatterRecursiveHalving(const ScheduleParams& p) {
   const int P = p.size, r = p.rank;
   const std::uint64_t es = p.elementSize;
   const std::uint64_t n = totalCount(p);
-  if (P == 1) return c;
+  if (P == 1 || n == 0) return c;
   const Layout L(p);
   const int nr = L.fold().newRank(r);
   if (nr < 0) {
