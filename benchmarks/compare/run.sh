@@ -364,6 +364,8 @@ clear_progress
 } >> "$out/machine.txt"
 /usr/bin/python3 "$here/ratios.py" "$csv" "$COLL" | tee "$out/ratios.md"
 if [ "$PLOT" != none ]; then
-  /usr/bin/python3 "$plot_script" compare "$PLOT" "$csv" --collective "$COLL"
+  # (the base with options of its own is named by them)
+  /usr/bin/python3 "$plot_script" compare "$PLOT" "$csv" --collective "$COLL" \
+    ${BASE_ARGS:+--base-label "collx with $BASE_ARGS"}
   echo "run.sh: the picture: $PLOT" >&2
 fi

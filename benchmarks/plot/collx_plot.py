@@ -368,6 +368,9 @@ def main():
     ap.add_argument("out", nargs="?", help="the picture to write: .png or .svg")
     ap.add_argument("inputs", nargs="*", help="collx-bench JSON (bench) or run.sh CSV (compare)")
     ap.add_argument("--collective", default="", help="compare: the collective to draw")
+    ap.add_argument("--base-label", default="",
+                    help="compare: the legend's name for run.sh's base (default: collx (BASE "
+                         "build))")
     a = ap.parse_args()
     if a.check:
         load_matplotlib()
@@ -376,6 +379,8 @@ def main():
         ap.error("expected a mode (bench or compare), the picture to write and its inputs")
     if os.path.splitext(a.out)[1].lower() not in FORMATS:
         ap.error("%s: the picture's format follows its extension: .png or .svg" % a.out)
+    if a.base_label:
+        IMPL_NAMES["base"] = a.base_label
     if a.mode == "bench":
         bench(a.out, a.inputs)
     else:
