@@ -229,7 +229,10 @@ std::string algorithmTablesMarkdown() { return table(false) + "\n" + table(true)
 // linear beat binomial: with every rank on 2 cores, the total bytes and messages decide,
 // not the critical path. gatherv and scatterv binomial need counts on every rank, so linear
 // stays their default; alltoallv bruck pays an allgather of the counts before its rounds,
-// so pairwise stays alltoallv's.
+// so pairwise stays alltoallv's. allgatherv bruck (log2 P steps) beats the ring (P - 1) up to
+// 64 KiB gathered in all at P = 4, 1.11-1.48x over shared memory and TCP alike (AMD EPYC VM,
+// collx-tune, 5 rounds, 2026-11-28; the session before measured the same), as allgather's
+// tree picks log-step algorithms for small totals; from 256 KiB the ring is as fast or faster.
 const std::vector<SelectionRule>& defaultSelection() {
   static constexpr std::uint64_t kAny = ~std::uint64_t{0};
   static constexpr int kMax = 1 << 30;
@@ -305,6 +308,7 @@ const std::vector<SelectionRule>& defaultSelection() {
       {Collective::kBroadcast, 5, 8, 0, 4 * 1024, "one_to_all"},
       {Collective::kBroadcast, 3, kMax, 0, kAny, "binomial"},
       {Collective::kBarrier, 1, kMax, 0, kAny, "dissemination"},
+      {Collective::kAllgatherv, 3, kMax, 0, 64 * 1024, "bruck"},
       {Collective::kAllgatherv, 1, kMax, 0, kAny, "ring"},
       {Collective::kReduceScatter, 1, kMax, 0, 256 * 1024, "recursive_halving"},
       {Collective::kReduceScatter, 1, kMax, 0, kAny, "ring"},

@@ -22,14 +22,15 @@ Schedule buildScatterLinear(const ScheduleParams& p) {
     s.recv(p.root, 0, output(), p.count * es);
     return s;
   }
-  for (int i = 0; i < p.size; ++i) {
-    const std::uint64_t bytes = p.counts[i] * es;
-    if (i == p.rank) {
-      if (!p.inPlace && bytes > 0) s.copy(output(), input(p.displs[i] * es), bytes);
-      continue;
-    }
-    s.send(i, 0, input(p.displs[i] * es), bytes);
+  // The messages first, from the next rank on, and the root's own block last: copied
+  // first, it held back every send (at P = 2 over shared memory that cost 1.06-1.55x against
+  // the binomial tree, which sends first).
+  for (int k = 1; k < p.size; ++k) {
+    const int i = (p.rank + k) % p.size;
+    s.send(i, 0, input(p.displs[i] * es), p.counts[i] * es);
   }
+  const std::uint64_t own = p.counts[p.rank] * es;
+  if (!p.inPlace && own > 0) s.copy(output(), input(p.displs[p.rank] * es), own);
   return s;
 }
 
