@@ -921,9 +921,10 @@ int main(int argc, char** argv) {
                   collx::reduceOpKindName(args.op), P, hosts.size(), shown.c_str());
       std::printf("# transports seen from rank 0: %s\n", transports.c_str());
       if (args.rotate > 0) {
-        std::printf("# buffers: every call takes the next of the sets that fill %llu bytes per "
-                    "rank (--rotate)\n",
-                    static_cast<unsigned long long>(args.rotate));
+        std::printf(
+            "# buffers: every call takes the next of the sets that fill %llu bytes per "
+            "rank (--rotate)\n",
+            static_cast<unsigned long long>(args.rotate));
       }
       std::printf("# %12s %12s %8s %11s %11s %11s %11s %11s %7s  %s\n", "size(B)", "count", "type",
                   "time(us)", "p50(us)", "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "algo");

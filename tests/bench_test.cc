@@ -311,8 +311,8 @@ TEST(BenchRotate, CyclesThroughTheSetsThatFillTheBytesGiven) {
   test::TempDir dir;
   const std::string json = dir.path() + "/result.json";
   test::Process job({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",
-                     test::binDir() + "/collx-bench", "--sizes", "4,64K,1M", "-n", "20",
-                     "--rotate", "1M", "--json", json});
+                     test::binDir() + "/collx-bench", "--sizes", "4,64K,1M", "-n", "20", "--rotate",
+                     "1M", "--json", json});
   ASSERT_TRUE(job.wait(90s));
   ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
   EXPECT_NE(job.out().find("sets that fill 1048576 bytes per rank"), std::string::npos)
