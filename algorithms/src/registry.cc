@@ -240,8 +240,9 @@ const std::vector<SelectionRule>& defaultSelection() {
       // Rows naming shm apply only when every rank shares memory with the others (the
       // selection skips them otherwise). shm wins everywhere but at P = 2 for allreduce
       // from 32 KiB up to 1 MiB, where its copies through the buffers cost more than
-      // halving-doubling's single exchange of halves. From 1 MiB shm is as fast and keeps
-      // its speed in the slow periods through its direct reads. (One sweep had binomial
+      // halving-doubling's single exchange of halves (and ring_chunked's, below). Above
+      // 1 MiB shm is as fast and keeps its speed in the slow periods through its direct
+      // reads. (One sweep had binomial
       // ahead of shm for broadcast at P = 8 from 64 KiB; three interleaved reruns had shm
       // 2-3x ahead from 1 MiB, so shm stays.) benchmarks/README.md, "Shared memory: shm
       // against the point-to-point algorithms", has the runs. At P = 2 above 512 KiB up to
