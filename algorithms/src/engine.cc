@@ -124,7 +124,18 @@ class Execution : public std::enable_shared_from_this<Execution> {
   // The engine ran the shared-memory task to its end.
   void sharedDone() { done(sharedTask_); }
   bool async() const noexcept { return async_; }
-  std::exception_ptr error() const noexcept { return error_; }
+  // The call's error, or null: a new exception object on every call, so that threads that
+  // rethrow it never share one (its count of owners lives in the uninstrumented C++ runtime,
+  // which ThreadSanitizer cannot see: a waiter's catch and the driver's release of a shared
+  // object read as a race).
+  std::exception_ptr error() const noexcept {
+    if (!error_) return nullptr;
+    try {
+      throwError(error_->kind(), error_->where(), error_->detail());
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
 
   // Runs every ready task (posts transfers, computes reductions and copies).
   void pump() {
@@ -210,7 +221,7 @@ class Execution : public std::enable_shared_from_this<Execution> {
       throwError(cause.kind(), Where{engine_.rank(), callName(info_), cause.peer()},
                  cause.detail() + engine_.hangNote(info_));
     } catch (const Error& e) {
-      error_ = std::current_exception();
+      error_.emplace(e);
       Engine::recordEnded(info_, &e);
     }
     ready_.clear();
@@ -366,7 +377,7 @@ class Execution : public std::enable_shared_from_this<Execution> {
   // handed to another thread's driving, counted in asyncInFlight_ until it retires.
   std::atomic<bool> waiter_{false};
   bool queued_ = false;
-  std::exception_ptr error_;
+  std::optional<Error> error_;
   static constexpr TaskId kNoTask = ~TaskId{0};
   bool shared_ = false;
   TaskId sharedTask_ = kNoTask;
