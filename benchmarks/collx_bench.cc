@@ -128,7 +128,7 @@ struct Args {
   std::string plot;  // a .png or .svg to draw
   std::string plotPython = COLLX_PLOT_PYTHON;
   bool stats = false;
-  bool middleMean = false;  // --time-stat middle
+  bool middleMean = false;   // --time-stat middle
   std::uint64_t rotate = 0;  // --rotate: bytes of buffers per rank to cycle through (0: one set)
 };
 
@@ -560,13 +560,11 @@ class Bench {
     }
     res.bufferSets = sets;
     std::uint64_t next = 0;
-    // The next set's buffers, round the sets.
-    auto call = [&](std::uint64_t n, Buffer&, Buffer&) {
+    // One call on the next set's buffers, round the sets.
+    auto callNext = [&] {
       const std::uint64_t k = next++ % sets;
-      this->call(n, ins[k], outs[k]);
+      call(count, ins[k], outs[k]);
     };
-    Buffer& in = ins[0];
-    Buffer& out = outs[0];
     // Back-to-back rooted calls pipeline (a non-root may leave before the root is done).
     const std::string l = layoutOf(c);
     const bool fence = l == "broadcast" || l == "reduce" || l == "gather" || l == "scatter";
@@ -574,7 +572,7 @@ class Bench {
     // read directly try both ways in their first 6 calls of a size: COLLX_SHM_DIRECT=auto),
     // at most 50.
     auto t0 = Clock::now();
-    call(count, in, out);
+    callNext();
     double first = seconds(Clock::now() - t0);
     // Every rank must make the same number of calls: agree on the slowest first call.
     collx::AllreduceOptions slowestFirst;
@@ -585,13 +583,13 @@ class Bench {
                      : static_cast<int>(std::clamp(0.02 / std::max(first, 1e-7), 8.0, 50.0));
     for (int i = 0; i < warmup; ++i) {
       if (fence) collx::barrier(ctx_);
-      call(count, in, out);
+      callNext();
     }
     // Iterations: rank 0's estimate, agreed by everyone.
     double estimate = first;
     if (warmup > 0) {
       t0 = Clock::now();
-      call(count, in, out);
+      callNext();
       estimate = seconds(Clock::now() - t0);
     }
     std::int64_t iters = a_.iters > 0 ? a_.iters
@@ -602,7 +600,7 @@ class Bench {
     for (auto& sample : samples) {
       if (fence) collx::barrier(ctx_);
       t0 = Clock::now();
-      call(count, in, out);
+      callNext();
       sample = seconds(Clock::now() - t0) * 1e6;
     }
     // Per iteration, the slowest rank; per rank, its typical call.

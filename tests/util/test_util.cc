@@ -206,17 +206,7 @@ bool portOpen(int port) {
   return open;
 }
 
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+int freePort() { return ClosedPort().port(); }
 
 ClosedPort::ClosedPort() {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -226,7 +216,9 @@ ClosedPort::ClosedPort() {
   socklen_t len = sizeof(addr);
   if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    throw std::runtime_error(std::string("ClosedPort: ") + std::strerror(errno));
+    const int err = errno;
+    if (fd_ >= 0) ::close(fd_);
+    throw std::runtime_error(std::string("ClosedPort: ") + std::strerror(err));
   }
   port_ = ntohs(addr.sin_port);
 }
@@ -252,9 +244,9 @@ RedisServer::RedisServer(const std::vector<std::string>& extraArgs, const RedisT
                                   "no"};
     if (tls != nullptr) {
       tlsPort_ = freePort();
-      argv.insert(argv.end(), {"--tls-port", std::to_string(tlsPort_), "--tls-cert-file",
-                               tls->cert, "--tls-key-file", tls->key, "--tls-ca-cert-file",
-                               tls->ca, "--tls-auth-clients", tls->authClients ? "yes" : "no"});
+      argv.insert(argv.end(), {"--tls-port", std::to_string(tlsPort_), "--tls-cert-file", tls->cert,
+                               "--tls-key-file", tls->key, "--tls-ca-cert-file", tls->ca,
+                               "--tls-auth-clients", tls->authClients ? "yes" : "no"});
     }
     argv.insert(argv.end(), extraArgs.begin(), extraArgs.end());
     auto p = std::make_unique<Process>(argv);

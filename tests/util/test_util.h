@@ -97,7 +97,7 @@ bool waitForProcessState(pid_t pid, char state, std::chrono::milliseconds timeou
 // True when something accepts TCP connections on 127.0.0.1:port.
 bool portOpen(int port);
 
-// A free TCP port on 127.0.0.1 (bound and released).
+// A free TCP port on 127.0.0.1 (a ClosedPort's, released: another process may take it).
 int freePort();
 
 // A port on 127.0.0.1 that refuses connections for as long as this object lives: it is bound

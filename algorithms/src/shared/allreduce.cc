@@ -14,7 +14,7 @@
 // From kDirectMin, when every rank can read every other's memory (SharedGroup::directReads),
 // a first use carries each rank's input and output addresses and member 0's choice
 // (SharedGroup::chooseDirect): the rounds above, or direct reads: rank i reduces slice i in
-// chunks (1 MiB at P = 2, smaller from P = 8: at most 4 MiB for all P), reading every other rank's
+// chunks of 4 MiB / P bytes, 64 KiB to 1 MiB (1 MiB up to P = 4), reading every other rank's
 // part of the chunk out of that rank's input into its own cache (process_vm_readv), in rank order
 // into its output, and publishes; then it reads every other rank's reduced slice out of that rank's
 // output into its own, publishes, and returns once all have. Nothing moves through the group
