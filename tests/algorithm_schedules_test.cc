@@ -650,6 +650,47 @@ TEST(AlgorithmSchedules, ReduceScatterOfNothingSendsNothing) {
   }
 }
 
+// ring_chunked moves each segment in 2 pieces up to 512 KiB a segment, and above in pieces
+// of at most 256 KiB (the eager limit), as many as it takes; its cost counts them alike.
+TEST(AlgorithmSchedules, RingChunkedPiecesStayWithinTheEagerLimit) {
+  const AlgorithmInfo* info = findAlgorithm(Collective::kAllreduce, "ring_chunked");
+  ASSERT_NE(info, nullptr);
+  struct Want {
+    int P;
+    std::uint64_t bytes, sends, largest;
+  };
+  // P = 2: 1 MiB is 2 segments of 2 pieces of 256 KiB, sent twice (reduce-scatter and
+  // allgather) for one of the 2 segments each: 4 sends; 4 MiB: 8 pieces a segment, 16 sends;
+  // 4 MiB + 8 B: segments of 2 MiB + 4 B, 9 pieces each (the last of 4 B), 18 sends; 1000 B:
+  // pieces of 63 elements.
+  for (const Want& w : {Want{2, 1 << 20, 4, 256 * 1024}, Want{2, 4 << 20, 16, 256 * 1024},
+                        Want{2, (4 << 20) + 8, 18, 256 * 1024}, Want{2, 1000, 4, 252},
+                        Want{4, 4 << 20, 3 * 4 * 2, 256 * 1024}}) {
+    for (int r = 0; r < w.P; ++r) {
+      ScheduleParams p;
+      p.coll = Collective::kAllreduce;
+      p.size = w.P;
+      p.rank = r;
+      p.elementSize = 4;
+      p.count = w.bytes / 4;
+      const Schedule s = info->build(p);
+      std::uint64_t sends = 0, largest = 0, sent = 0;
+      for (const Task& t : s.tasks()) {
+        if (t.kind != TaskKind::kSend) continue;
+        ++sends;
+        sent += t.bytes;
+        largest = std::max(largest, t.bytes);
+      }
+      const std::string at = "P=" + std::to_string(w.P) + " " + std::to_string(w.bytes) +
+                             " bytes, rank " + std::to_string(r);
+      EXPECT_LE(largest, w.largest) << at;
+      EXPECT_EQ(sends, info->cost(p).sends) << at;
+      EXPECT_EQ(sent, info->cost(p).sendBytes) << at;
+      EXPECT_EQ(sends, w.sends) << at;
+    }
+  }
+}
+
 // Every call finds a registered default, and the v-collectives whose ranks pass different
 // bytes (gatherv, scatterv, alltoallv) get one whatever the bytes, or ranks could choose
 // different algorithms (allgatherv's rows see the whole buffer, which every rank knows).

@@ -84,7 +84,8 @@ Cost costBroadcastHierarchical(const ScheduleParams& p);
 Cost costAllgatherHierarchical(const ScheduleParams& p);
 
 // Shared by the ring allreduces: the bandwidth-optimal ring (reduce-scatter + allgather)
-// with every segment moved in `piecesPerSegment` pieces (0: pieces of params.chunkBytes).
+// with every segment moved in `piecesPerSegment` pieces of at most 256 KiB (more where
+// they would be larger), or (0) in pieces of params.chunkBytes.
 Schedule buildAllreduceRingPieces(const ScheduleParams& p, std::uint64_t piecesPerSegment,
                                   const char* name);
 Cost costAllreduceRingPieces(const ScheduleParams& p, std::uint64_t piecesPerSegment);
