@@ -246,15 +246,17 @@ const std::vector<SelectionRule>& defaultSelection() {
       // ahead of shm for broadcast at P = 8 from 64 KiB; three interleaved reruns had shm
       // 2-3x ahead from 1 MiB, so shm stays.) benchmarks/README.md, "Shared memory: shm
       // against the point-to-point algorithms", has the runs. At P = 2 above 512 KiB up to
-      // 4 MiB ring_chunked: its pieces are at most the eager limit (256 KiB), so they go as
+      // 3 MiB ring_chunked: its pieces are at most the eager limit (256 KiB), so they go as
       // two copies through the pair's ring, pipelined, which on the AMD EPYC VM took 51-82 us
       // at 768 KiB to 1 MiB against shm's 96-141 and halving_doubling's 110-135 (five
-      // interleaved runs and collx-tune, 2026-11-28), and 1.24x, 1.11x, 1.08x and 1.03x shm's
-      // time at 1.5, 2, 3 and 4 MiB (five interleaved rounds); at 6 and 8 MiB shm is ahead
-      // (0.95, 0.93). (The Xeon's run had halving_doubling 8% ahead of shm at 1 MiB and did
-      // not time ring_chunked.)
+      // interleaved runs and collx-tune, 2026-11-28). In place it took 1.24x, 1.11x, 1.08x
+      // and 1.03x less time than shm at 1.5, 2, 3 and 4 MiB, out of place 1.18x, 1.06x and
+      // 0.92x at 2, 3 and 4 MiB (five interleaved rounds each; collx-tune, out of place,
+      // had shm ahead at 4 MiB in every round), so 4 MiB stays with shm, which also keeps
+      // its speed better in the VM's slow periods. (The Xeon's run had halving_doubling 8%
+      // ahead of shm at 1 MiB and did not time ring_chunked.)
       {Collective::kAllreduce, 2, 2, 32 * 1024, 512 * 1024, "halving_doubling", true},
-      {Collective::kAllreduce, 2, 2, 512 * 1024 + 1, 4 * 1024 * 1024, "ring_chunked", true},
+      {Collective::kAllreduce, 2, 2, 512 * 1024 + 1, 3 * 1024 * 1024, "ring_chunked", true},
       {Collective::kAllreduce, 2, kMax, 0, kAny, "shm"},
       {Collective::kReduceScatter, 2, kMax, 0, kAny, "shm"},
       {Collective::kBroadcast, 2, kMax, 0, kAny, "shm"},
