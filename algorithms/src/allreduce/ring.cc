@@ -42,7 +42,8 @@ constexpr std::uint64_t kScratchSlots = 4;
 // ring_chunked's pieces are at most the eager limit both transports default to, so that
 // each goes without waiting for the receiver and the pipeline stays full; a larger one
 // would wait for a round trip, and over shared memory move as a single copy set up per
-// piece (P = 2, AMD EPYC VM, 2026-11-28: 2 MiB 165 against 183 us with pieces of 512 KiB).
+// piece (P = 2, AMD EPYC VM, 2026-11-28: with two pieces of 320 KiB a segment, 1.25 MiB took
+// 1.11x shm's time; with pieces of 256 KiB, 2 MiB took 165 us against shm's 183).
 constexpr std::uint64_t kChunkedPieceMaxBytes = 256 * 1024;
 
 // Elements per piece: of chunkBytes (piecesPerSegment 0), else `piecesPerSegment` per
