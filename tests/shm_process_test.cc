@@ -92,10 +92,12 @@ TEST(ShmProcesses, LargeCollectivesReadOtherRanksBuffersWithProcessVmReadv) {
 }
 
 // auto: rank 0 (member 0) alternates for the first 6 allreduces of 1.2 MB, then says at
-// debug level which way it takes and why; the other rank decides nothing.
+// debug level which way it takes and why; the other rank decides nothing. (shm named: the
+// table gives that size at P = 2 to ring_chunked.)
 TEST(ShmProcesses, AutoSaysWhichWayItTakesForASizeAndWhy) {
   Ranks job(2, {"loop", "300000", "10"}, [](int) {
     return std::map<std::string, std::string>{{"COLLX_TRANSPORT", "shm"},
+                                              {"COLLX_ALLREDUCE_ALGO", "shm"},
                                               {"COLLX_SHM_DIRECT", "auto"},
                                               {"COLLX_LOG_LEVEL", "warn,collx.shm=debug"}};
   });
