@@ -27,8 +27,10 @@ constexpr int kMaxIov = 64;
 // socket's backlog until the call ends: on loopback, two ranks exchanging large messages
 // then take turns instead of moving both ways at once. Shorter writes let both directions
 // flow. Ranks that take turns on cores gain nothing from it and pay the extra calls
-// (benchmarks/README.md: "TCP writes of at most 256 KiB").
-constexpr std::uint64_t kWriteBytes = 256 * 1024;
+// (benchmarks/README.md: "TCP writes of at most 512 KiB": 256 KiB on the Xeon VM; on the
+// AMD EPYC VM 512 KiB was 1.12-1.23x faster from 1 MiB, and 128 KiB or less, or no limit,
+// slower).
+constexpr std::uint64_t kWriteBytes = 512 * 1024;
 // Bytes one progress() reads from one stream before giving the other pairs a turn.
 constexpr std::uint64_t kReadBudget = 32u << 20;
 
@@ -403,7 +405,8 @@ bool TcpPair::receive(Stream& s) {
         n = 0;  // handled as end of stream below
       } else {
         int err = errno;
-        peerGone("receiving from " + rankName() + " (" + describe() + ") failed: " + ioError(s, err));
+        peerGone("receiving from " + rankName() + " (" + describe() +
+                 ") failed: " + ioError(s, err));
       }
     }
     if (n == 0) {
