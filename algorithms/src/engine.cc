@@ -124,6 +124,7 @@ class Execution : public std::enable_shared_from_this<Execution> {
   // The engine ran the shared-memory task to its end.
   void sharedDone() { done(sharedTask_); }
   bool async() const noexcept { return async_; }
+  bool failed() const noexcept { return error_.has_value(); }
   // The call's error, or null: a new exception object on every call, so that threads that
   // rethrow it never share one (its count of owners lives in the uninstrumented C++ runtime,
   // which ThreadSanitizer cannot see: a waiter's catch and the driver's release of a shared
@@ -562,7 +563,7 @@ void Engine::run(std::shared_ptr<const Schedule> schedule, const Bindings& bindi
       driveUntil(*execution, std::nullopt);
     }
   }
-  if (execution->error()) std::rethrow_exception(execution->error());
+  if (execution->failed()) std::rethrow_exception(execution->error());
 }
 
 bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, CallInfo& info) {
@@ -791,7 +792,7 @@ bool Engine::wait(Execution& execution, std::optional<Clock::time_point> until) 
     driveUntil(execution, until);
   }
   if (!execution.finished()) return false;
-  if (execution.error()) std::rethrow_exception(execution.error());
+  if (execution.failed()) std::rethrow_exception(execution.error());
   return true;
 }
 
@@ -816,7 +817,7 @@ bool Engine::test(Execution& execution) {
     unlockDrive();
   }
   if (!execution.finished()) return false;
-  if (execution.error()) std::rethrow_exception(execution.error());
+  if (execution.failed()) std::rethrow_exception(execution.error());
   return true;
 }
 

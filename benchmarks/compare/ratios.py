@@ -10,8 +10,9 @@ For allreduce, when run.sh measured this machine's limits in the same run (limit
 the CSV), a last column gives the fraction of them collx reaches: the time the limits allow /
 collx's time. Over shared memory the limits allow 2 (P-1)/P n bytes copied at memcpy's rate
 plus (P-1)/P of the vector's elements reduced at the reduce loop's rate (both single-core,
-memory to memory: a vector in cache can beat them, above 1; from 16 KiB up); over TCP, 2 (P-1)/P n bytes
-each way at the loopback exchange's rate with the reduction fused (tcp_exchange reduce=1).
+memory to memory: a vector in cache can beat them, above 1; from 16 KiB up); over TCP,
+2 (P-1)/P n bytes each way at the loopback exchange's rate with the reduction fused
+(tcp_exchange reduce=1).
 Each limit is the median of its rounds."""
 import csv
 import os
