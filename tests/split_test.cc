@@ -15,6 +15,7 @@
 
 #include "collx/collx.h"
 #include "collx/rendezvous/store.h"
+#include "collx/transport/shared_group.h"
 #include "util/test_util.h"
 #include "util/world.h"
 
@@ -60,6 +61,9 @@ TEST_P(Split, RowsAndColumnsRunBesideTheirParent) {
     EXPECT_EQ(cols[rank]->rank(), row);
     EXPECT_EQ(cols[rank]->size(), 2);
     EXPECT_EQ(rows[rank]->parent().get(), &ctx);
+    // Within a host, groups of their own in the parent's shared memory.
+    EXPECT_EQ(rows[rank]->sharedMemory(), ctx.sharedMemory() || half == 1);
+    EXPECT_EQ(cols[rank]->sharedMemory(), ctx.sharedMemory());
   });
   // Nothing was connected or mapped for them, and their keys are gone from the store.
   EXPECT_EQ(openDescriptors(), before);
@@ -296,12 +300,14 @@ TEST(SplitNames, ANameComesAgain) {
   });
 }
 
-// avg divides by the split's ranks, not the parent's; a split takes no shared-memory
-// algorithm, even of one rank (whose parent has a group), and says why when one is asked for.
-TEST(SplitAlgorithms, AvgAndNoSharedMemoryGroup) {
+// avg divides by the split's ranks, not the parent's. A split whose ranks share memory has a
+// shared-memory group of its own (over shm; not over tcp), which runs the shm algorithms
+// beside its parent's calls; a split of one rank has none, and says why when one is asked for.
+TEST(SplitAlgorithms, AvgAndASharedMemoryGroupOfItsOwn) {
   World world(4, worldOptions());
   world.runOk([](int rank, Context& ctx) {
     auto pair = ctx.split({rank / 2 * 2, rank / 2 * 2 + 1}, key("pair", rank / 2));
+    EXPECT_EQ(pair->sharedMemory(), ctx.sharedMemory());
     for (const char* algorithm : {"ring", "recursive_doubling", ""}) {
       std::vector<float> v(1000, static_cast<float>(rank)), out(1000);
       AllreduceOptions options;
@@ -312,20 +318,83 @@ TEST(SplitAlgorithms, AvgAndNoSharedMemoryGroup) {
     }
     AllreduceOptions shm;
     shm.algorithm = "shm";
-    std::int32_t v = 1, out = 0;
-    try {
-      allreduce(*pair, &v, &out, 1, DataType::kInt32, shm);
-      ADD_FAILURE() << "a split ran the shm algorithm";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("a sub-context (Context::split) does not have"),
-                std::string::npos)
-          << e.what();
+    if (ctx.sharedMemory()) {
+      for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{300000}}) {
+        std::vector<std::int32_t> v(n, rank + 1), out(n), all(n);
+        allreduce(*pair, v.data(), out.data(), n, DataType::kInt32, shm);
+        allreduce(ctx, v.data(), all.data(), n, DataType::kInt32, shm);  // the parent's between
+        ASSERT_EQ(out[n - 1], rank / 2 * 4 + 3) << n;
+        ASSERT_EQ(out[0], rank / 2 * 4 + 3) << n;
+        ASSERT_EQ(all[n / 2], 10) << n;
+      }
+      CollectiveOptions viaShm;
+      viaShm.algorithm = "shm";
+      std::vector<std::int64_t> mine(300, rank), both(600);
+      allgather(*pair, mine.data(), both.data(), mine.size(), DataType::kInt64, viaShm);
+      EXPECT_EQ(both[0], rank / 2 * 2);
+      EXPECT_EQ(both[599], rank / 2 * 2 + 1);
+    } else {
+      std::int32_t v = 1, out = 0;
+      try {
+        allreduce(*pair, &v, &out, 1, DataType::kInt32, shm);
+        ADD_FAILURE() << "a split across tcp ran the shm algorithm";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("its ranks do not all share memory"),
+                  std::string::npos)
+            << e.what();
+      }
     }
+    std::int32_t v = 1, out = 0;
     auto alone = ctx.split({rank}, key("alone", rank));
+    EXPECT_FALSE(alone->sharedMemory() && alone->size() > 1);
+    try {
+      allreduce(*alone, &v, &out, 1, DataType::kInt32, shm);
+      ADD_FAILURE() << "a split of one rank ran the shm algorithm";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("it has one rank"), std::string::npos) << e.what();
+    }
     allreduce(*alone, &v, &out, 1, DataType::kInt32);
     EXPECT_EQ(out, 1);
     allreduce(ctx, &v, &out, 1, DataType::kInt32);  // the parent's group is still in step
     EXPECT_EQ(out, 4);
+  });
+}
+
+// Every rank has SharedGroup::kSubGroupSlots slots: that many live splits get groups, the
+// next ones take the point-to-point algorithms (with the same results), and the slots come
+// back once their splits are gone, for splits of other ranks too.
+TEST(SplitAlgorithms, SlotsServeEightSplitsAtOnceAndComeBack) {
+  World world(4, worldOptions());
+  if (!world.context(0).sharedMemory()) GTEST_SKIP() << "over tcp: no shared-memory groups";
+  const int slots = transport::SharedGroup::kSubGroupSlots;
+  world.runOk([&](int rank, Context& ctx) {
+    std::vector<std::shared_ptr<Context>> live;
+    const std::vector<int> pair{rank / 2 * 2, rank / 2 * 2 + 1};
+    for (int i = 0; i < slots + 2; ++i) {
+      live.push_back(ctx.split(pair, key("many", rank / 2) + "/" + std::to_string(i)));
+      EXPECT_EQ(live.back()->sharedMemory(), i < slots) << "split " << i;
+    }
+    for (int i = 0; i < slots + 2; ++i) {
+      std::vector<std::int32_t> v(777, rank + i), out(777);
+      allreduce(*live[static_cast<std::size_t>(i)], v.data(), out.data(), v.size(),
+                DataType::kInt32);
+      ASSERT_EQ(out[776], rank / 2 * 4 + 1 + 2 * i) << "split " << i;
+    }
+    live.clear();
+    barrier(ctx);  // every member let go of its slots
+    // Pairs across the old ones: the slots were each member's last pair's.
+    const std::vector<int> across{rank % 2, rank % 2 + 2};
+    for (int round = 0; round < 3; ++round) {
+      auto sub = ctx.split(across, key("across", rank % 2) + "/" + std::to_string(round));
+      EXPECT_TRUE(sub->sharedMemory()) << "round " << round;
+      std::vector<std::int32_t> v(5000, rank), out(5000);
+      AllreduceOptions shm;
+      shm.algorithm = "shm";
+      allreduce(*sub, v.data(), out.data(), v.size(), DataType::kInt32, shm);
+      ASSERT_EQ(out[4999], 2 * (rank % 2) + 2) << "round " << round;
+      sub.reset();
+      barrier(ctx);
+    }
   });
 }
 

@@ -391,22 +391,106 @@ Engine::Engine(std::unique_ptr<transport::Mesh> mesh, const EngineOptions& optio
                                         : nullptr),
       traffic_(std::make_unique<PeerCounters[]>(static_cast<std::size_t>(mesh_->size()))),
       calls_{std::make_unique<CallCounters[]>(options.callCounters),
-             std::make_unique<CallCounters[]>(options.callCounters)},
-      shared_(std::make_unique<shared::Runner>(mesh_->sharedGroup())) {
-  if (transport::SharedGroup* group = mesh_->sharedGroup()) {
-    // A shared-memory wait that fails fails the mesh as the driving thread would: not while
-    // another thread moves bytes through it. (A nonblocking call's waits run on the driving
-    // thread itself.)
-    group->setFailMesh([this](const Error& error) {
-      if (blockingCaller_.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
-        mesh_->fail(error);
-        return;
-      }
-      lockDrive();
+             std::make_unique<CallCounters[]>(options.callCounters)} {
+  lanes_[0].group = mesh_->sharedGroup();
+  lanes_[0].runner = std::make_unique<shared::Runner>(lanes_[0].group);
+  setFailMesh(lanes_[0]);
+}
+
+void Engine::setFailMesh(Lane& lane) {
+  if (lane.group == nullptr) return;
+  // A shared-memory wait that fails fails the mesh as the driving thread would: not while
+  // another thread moves bytes through it. (A nonblocking call's waits run on the driving
+  // thread itself.)
+  lane.group->setFailMesh([this, &lane](const Error& error) {
+    if (lane.blockingCaller.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
       mesh_->fail(error);
-      unlockDrive();
-    });
+      return;
+    }
+    failFromBlockingCall(error);
+  });
+}
+
+void Engine::failFromBlockingCall(const Error& error) {
+  if (drive_.try_lock()) {
+    mesh_->fail(error);
+    drive_.unlock();
+    return;
   }
+  // Another thread drives (a blocking call of its own may hold drive_ until its deadline):
+  // it fails the mesh with this error in its next round, and this call ends now.
+  {
+    std::lock_guard<std::mutex> lock(failSoonMutex_);
+    if (!failSoonError_) failSoonError_ = std::make_exception_ptr(error);
+    failSoon_.store(true, std::memory_order_release);
+  }
+  mesh_->wakeup();
+  // Unless the driver let go before it looked: then this thread does it.
+  while (failSoon_.load(std::memory_order_acquire)) {
+    if (drive_.try_lock()) {
+      applyFailSoon();
+      drive_.unlock();
+      return;
+    }
+    std::this_thread::yield();
+  }
+}
+
+void Engine::applyFailSoon() {
+  std::exception_ptr failed;
+  {
+    std::lock_guard<std::mutex> lock(failSoonMutex_);
+    failed = std::move(failSoonError_);
+    failSoonError_ = nullptr;
+    failSoon_.store(false, std::memory_order_release);
+  }
+  if (!failed) return;
+  try {
+    std::rethrow_exception(failed);
+  } catch (const Error& e) {
+    failAll(e);
+  }
+}
+
+void Engine::addSharedGroup(int lane, std::unique_ptr<transport::SharedGroup> group) {
+  if (lane < 1 || lane >= kLanes || group == nullptr) {
+    throw std::logic_error("collx: addSharedGroup: no lane " + std::to_string(lane));
+  }
+  auto runner = std::make_unique<shared::Runner>(group.get());
+  lockDrive();
+  Lane& l = lanes_[lane];
+  if (l.group != nullptr) {  // the slot was free: the lane is too
+    unlockDrive();
+    throw std::logic_error("collx: addSharedGroup: lane " + std::to_string(lane) + " is in use");
+  }
+  l.owned = std::move(group);
+  l.group = l.owned.get();
+  l.runner = std::move(runner);
+  l.removed = false;
+  setFailMesh(l);
+  unlockDrive();
+}
+
+void Engine::removeSharedGroup(int lane) {
+  if (lane < 1 || lane >= kLanes) return;
+  lockDrive();
+  Lane& l = lanes_[lane];
+  l.removed = true;
+  if (l.queue.empty()) retireLane(l);
+  unlockDrive();
+}
+
+void Engine::retireLane(Lane& lane) noexcept {
+  if (!lane.removed || !lane.queue.empty()) return;
+  lane.runner.reset();
+  lane.group = nullptr;
+  lane.owned.reset();
+  lane.removed = false;
+}
+
+Engine::Lane& Engine::laneOf(const Execution& execution) noexcept {
+  const int lane = execution.info().lane;
+  return lanes_[lane >= 0 && lane < kLanes ? lane : 0];
 }
 
 std::unique_ptr<std::uint8_t[]> Engine::takeScratch(std::uint64_t bytes, std::uint64_t& capacity) {
@@ -463,10 +547,13 @@ Engine::~Engine() {
     mesh_->fail(error);
     failAll(error);
   }
-  shared_->abandon();
-  if (sharedRunning_ != nullptr) releaseShared();
-  sharedRunning_ = nullptr;
-  sharedQueue_.clear();
+  for (Lane& lane : lanes_) {
+    if (lane.runner) lane.runner->abandon();
+    if (lane.running != nullptr) releaseShared(lane);
+    lane.running = nullptr;
+    lane.queue.clear();
+  }
+  sharedCalls_ = 0;
   active_.clear();
 }
 
@@ -567,21 +654,25 @@ void Engine::run(std::shared_ptr<const Schedule> schedule, const Bindings& bindi
 }
 
 bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, CallInfo& info) {
-  // (A failed or aborted context: the engine's way refuses the call.)
-  if (asyncInFlight_.load() > 0 || mesh_->stopped() || !claimShared()) return false;
-  blockingCaller_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  // (A failed or aborted context: the engine's way refuses the call.) Its lane was added
+  // before its context's first call and stays until the context goes.
+  if (info.lane < 0 || info.lane >= kLanes) return false;
+  Lane& lane = lanes_[info.lane];
+  if (asyncInFlight_.load() > 0 || mesh_->stopped() || !claimShared(lane)) return false;
+  lane.blockingCaller.store(std::this_thread::get_id(), std::memory_order_relaxed);
   struct Release {
     Engine& engine;
+    Lane& lane;
     ~Release() {
-      engine.blockingCaller_.store(std::thread::id(), std::memory_order_relaxed);
-      engine.releaseShared();
+      lane.blockingCaller.store(std::thread::id(), std::memory_order_relaxed);
+      engine.releaseShared(lane);
     }
-  } release{*this};
+  } release{*this, lane};
   countCall(info, 1);
   recordAdmitted(info, CallState::kRunning, /*pending=*/true);
   const std::int64_t began = info.tracer != nullptr ? Tracer::nowNs() : 0;
   try {
-    shared_->start(params, bindings, info, /*blocking=*/true);
+    lane.runner->start(params, bindings, info, /*blocking=*/true);
   } catch (const Error& e) {
     failedCalls_.fetch_add(1, std::memory_order_relaxed);
     recordPending(info);  // before the hang report looks for it
@@ -604,7 +695,7 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
   // Its one write (instead of recordEnded's), with the times its waits read: no clock of
   // its own unless it never waited.
   info.recordPending = false;
-  const transport::Waiting& waited = shared_->waiting();
+  const transport::Waiting& waited = lane.runner->waiting();
   std::int64_t admittedNs = 0;
   std::int64_t endedNs;
   if (waited.deadline != Clock::time_point::max()) {
@@ -701,7 +792,7 @@ EngineStats Engine::stats() const {
   out.failedCalls = failedCalls_.load(std::memory_order_relaxed);
   out.waited = std::chrono::nanoseconds(waitedNs_.load(std::memory_order_relaxed));
   if (const transport::SharedGroup* group = mesh_->sharedGroup()) {
-    out.sharedWaited = group->waited();
+    out.sharedWaited = group->waited();  // (a sub-group's waits are its own)
   }
   return out;
 }
@@ -748,23 +839,24 @@ void Engine::noteWaits(Clock::time_point now) {
     }
     if (!e->shared()) {
       e->noteWait(nowNs);
-    } else if (sharedRunning_ == e.get()) {  // else queued behind an earlier one
-      const auto [member, use] = shared_->awaited();
+    } else if (Lane& lane = laneOf(*e); lane.running == e.get()) {  // else queued
+      const auto [member, use] = lane.runner->awaited();
       if (member >= 0) {
-        info.recorder->waiting(info.recordId, WaitKind::kShared,
-                               mesh_->sharedGroup()->rankOf(member), 0, 0, use, nowNs);
+        info.recorder->waiting(info.recordId, WaitKind::kShared, lane.group->rankOf(member), 0,
+                               0, use, nowNs);
       }
     }
   }
 }
 
-bool Engine::claimShared() noexcept {
+bool Engine::claimShared(Lane& lane) noexcept {
   bool free = false;
-  return sharedClaimed_.compare_exchange_strong(free, true, std::memory_order_acq_rel);
+  return lane.runner != nullptr &&
+         lane.claimed.compare_exchange_strong(free, true, std::memory_order_acq_rel);
 }
 
-void Engine::releaseShared() noexcept {
-  sharedClaimed_.store(false, std::memory_order_release);
+void Engine::releaseShared(Lane& lane) noexcept {
+  lane.claimed.store(false, std::memory_order_release);
   if (asyncInFlight_.load() > 0) mesh_->wakeup();  // a queued call may start
 }
 
@@ -880,7 +972,10 @@ void Engine::activate(std::shared_ptr<Execution> execution) {
   }
   execution->takeScratch();
   registerActive(*execution);
-  if (execution->shared()) sharedQueue_.push_back(execution.get());
+  if (execution->shared()) {
+    laneOf(*execution).queue.push_back(execution.get());
+    ++sharedCalls_;
+  }
   active_.push_back(std::move(execution));
 }
 
@@ -894,27 +989,35 @@ bool Engine::pumpAll() {
       return true;
     }
   }
-  return !sharedQueue_.empty() && pumpShared();
+  return sharedCalls_ > 0 && pumpShared();
 }
 
 bool Engine::pumpShared() {
   bool moved = false;
-  while (!sharedQueue_.empty()) {
-    Execution& e = *sharedQueue_.front();
+  for (Lane& lane : lanes_) {
+    if (!lane.queue.empty() && pumpLane(lane)) moved = true;
+  }
+  return moved;
+}
+
+bool Engine::pumpLane(Lane& lane) {
+  bool moved = false;
+  while (!lane.queue.empty()) {
+    Execution& e = *lane.queue.front();
     if (e.finished()) {  // it failed
-      dropEndedShared();
+      dropEnded(lane);
       continue;
     }
     if (!e.sharedReady()) break;
     bool ended = false;
     try {
-      if (sharedRunning_ != &e) {
-        if (!claimShared()) break;  // a blocking call runs on its own thread
-        sharedRunning_ = &e;
-        if (e.info().tracer != nullptr) sharedBeganNs_ = Tracer::nowNs();
-        ended = shared_->start(e.sharedParams(), e.bindings(), e.info(), /*blocking=*/false);
+      if (lane.running != &e) {
+        if (!claimShared(lane)) break;  // a blocking call runs on its own thread
+        lane.running = &e;
+        if (e.info().tracer != nullptr) lane.beganNs = Tracer::nowNs();
+        ended = lane.runner->start(e.sharedParams(), e.bindings(), e.info(), /*blocking=*/false);
       } else {
-        ended = shared_->poll(kSharedLooks);
+        ended = lane.runner->poll(kSharedLooks);
       }
     } catch (const Error& error) {
       failAll(error);  // the call's wait failed the mesh already
@@ -922,59 +1025,76 @@ bool Engine::pumpShared() {
     }
     if (!ended) break;
     if (const CallInfo& info = e.info(); info.tracer != nullptr) {
-      info.tracer->shared(info.traceId, info.collective, info.bytes, sharedBeganNs_,
+      info.tracer->shared(info.traceId, info.collective, info.bytes, lane.beganNs,
                           Tracer::nowNs());
     }
     moved = true;
-    sharedRunning_ = nullptr;
-    releaseShared();
-    sharedQueue_.pop_front();
+    lane.running = nullptr;
+    releaseShared(lane);
+    lane.queue.pop_front();
+    --sharedCalls_;
     e.sharedDone();
   }
+  retireLane(lane);
   return moved;
 }
 
 void Engine::dropEndedShared() noexcept {
-  while (!sharedQueue_.empty() && sharedQueue_.front()->finished()) {
-    if (sharedRunning_ == sharedQueue_.front()) {
-      shared_->abandon();
-      sharedRunning_ = nullptr;
-      releaseShared();
+  if (sharedCalls_ == 0) return;
+  for (Lane& lane : lanes_) {
+    if (!lane.queue.empty()) dropEnded(lane);
+  }
+}
+
+void Engine::dropEnded(Lane& lane) noexcept {
+  const std::size_t before = lane.queue.size();
+  while (!lane.queue.empty() && lane.queue.front()->finished()) {
+    if (lane.running == lane.queue.front()) {
+      lane.runner->abandon();
+      lane.running = nullptr;
+      releaseShared(lane);
     }
-    sharedQueue_.pop_front();
+    lane.queue.pop_front();
   }
   // A failure fails every call: the ones behind end too, before they ran.
-  std::erase_if(sharedQueue_, [](Execution* e) { return e->finished(); });
+  std::erase_if(lane.queue, [](Execution* e) { return e->finished(); });
+  sharedCalls_ -= static_cast<int>(before - lane.queue.size());
+  retireLane(lane);
 }
 
 std::string Engine::sharedPending(const Execution& execution) {
-  if (sharedRunning_ == &execution) return shared_->waitingFor();
+  Lane& lane = laneOf(execution);
+  if (lane.running == &execution) return lane.runner->waitingFor();
   return "an earlier shared-memory call to end";
 }
 
 int Engine::sharedPendingPeer(const Execution& execution) {
-  return sharedRunning_ == &execution ? shared_->waitingRank() : -1;
+  Lane& lane = laneOf(execution);
+  return lane.running == &execution ? lane.runner->waitingRank() : -1;
 }
 
 void Engine::checkSharedPeers() {
-  transport::SharedGroup* group = mesh_->sharedGroup();
-  if (group != nullptr && sharedRunning_ != nullptr) {
-    // The member this call waits for: gone, closed or failed ends the call now, not at its
-    // deadline (a blocking call's own waits check this; the engine's calls wait here).
-    const int member = shared_->awaited().first;
-    if (member < 0) return;
-    const Execution* running = sharedRunning_;
+  // The member each running call waits for: gone, closed or failed ends the call now, not at
+  // its deadline (a blocking call's own waits check this; the engine's calls wait here).
+  for (Lane& lane : lanes_) {
+    if (lane.running == nullptr) continue;
+    const int member = lane.runner->awaited().first;
+    if (member < 0) continue;
+    const Execution* running = lane.running;
     try {
-      group->checkMember(member, [running] { return callName(running->info()); });
+      lane.group->checkMember(member, [running] { return callName(running->info()); });
     } catch (const Error& e) {
       failAll(e);
+      return;
     }
-    return;
   }
-  // Not while this rank has a shared-memory call: its next use is that call's.
-  if (group == nullptr || !sharedQueue_.empty() || !claimShared()) return;
+  // Not while this rank has a shared-memory call of the mesh's group: its next use is that
+  // call's. (Sub-groups are not asked: a mismatch there ends at the call's deadline.)
+  Lane& lane = lanes_[0];
+  transport::SharedGroup* group = lane.group;
+  if (group == nullptr || !lane.queue.empty() || !claimShared(lane)) return;
   const std::uint64_t use = group->nextUse();
-  releaseShared();
+  releaseShared(lane);
   for (const auto& execution : active_) {
     const CallInfo& info = execution->info();
     if (execution->finished() || info.key.space != transport::Space::kCollective) continue;
@@ -1017,7 +1137,7 @@ void Engine::retire() {
     if (e->async() || e->queued_) asyncInFlight_.fetch_sub(1);
     return true;
   };
-  if (!sharedQueue_.empty()) dropEndedShared();
+  dropEndedShared();
   active_.erase(std::remove_if(active_.begin(), active_.end(), finished), active_.end());
 }
 
@@ -1039,6 +1159,7 @@ void Engine::timeOut(Execution& execution) {
 bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> until) {
   auto lastActivity = Clock::now();
   while (true) {
+    if (failSoon_.load(std::memory_order_acquire)) applyFailSoon();
     admit();
     if (pumpAll()) lastActivity = Clock::now();
     retire();
@@ -1086,13 +1207,15 @@ void Engine::progressSleeping(std::chrono::microseconds wait, bool tryDirect, Cl
                               Clock::time_point& lastActivity) {
   // A nonblocking shared-memory call that waits for a member's use sleeps in the mesh's poll
   // like any other call: the member's publish rings this rank's doorbell (expect()).
-  transport::SharedGroup* group = mesh_->sharedGroup();
-  bool expecting = false;
-  if (wait.count() > 0 && sharedRunning_ != nullptr && group != nullptr) {
-    const auto [member, use] = shared_->awaited();
-    if (member >= 0) {
-      expecting = group->expect(member, use);
-      if (!expecting) wait = std::chrono::microseconds(0);  // it is there already
+  bool expecting[kLanes] = {};
+  if (wait.count() > 0 && sharedCalls_ > 0) {
+    for (int l = 0; l < kLanes; ++l) {
+      Lane& lane = lanes_[l];
+      if (lane.running == nullptr) continue;
+      const auto [member, use] = lane.runner->awaited();
+      if (member < 0) continue;
+      expecting[l] = lane.group->expect(member, use);
+      if (!expecting[l]) wait = std::chrono::microseconds(0);  // it is there already
     }
   }
   bool moved = false;
@@ -1113,7 +1236,9 @@ void Engine::progressSleeping(std::chrono::microseconds wait, bool tryDirect, Cl
                std::chrono::duration_cast<std::chrono::nanoseconds>(after - now).count()));
     }
   }
-  if (expecting) group->endExpect();
+  for (int l = 0; l < kLanes; ++l) {
+    if (expecting[l]) lanes_[l].group->endExpect();
+  }
 }
 
 void Engine::progressLoop() {
@@ -1130,6 +1255,7 @@ void Engine::progressLoop() {
       std::lock_guard<std::mutex> drive(drive_);
       auto lastActivity = Clock::now();
       while (!stopping_ && callersWaiting_.load() == 0 && asyncInFlight_.load() > 0) {
+        if (failSoon_.load(std::memory_order_acquire)) applyFailSoon();
         admit();
         if (pumpAll()) lastActivity = Clock::now();
         retire();
@@ -1155,7 +1281,7 @@ void Engine::progressLoop() {
         // Nobody waits for these calls: no spinning. A shared-memory call's wait yields the
         // core for a while (its members are usually there soon), then sleeps.
         const auto idle = now - lastActivity;
-        const bool yielding = !sharedQueue_.empty() && idle < options_.spin + options_.yield;
+        const bool yielding = sharedCalls_ > 0 && idle < options_.spin + options_.yield;
         std::chrono::microseconds wait(0);
         if (!yielding) {
           wait = std::max(std::chrono::duration_cast<std::chrono::microseconds>(

@@ -405,8 +405,10 @@ Choice named(const AlgorithmInfo& info, const ScheduleParams& p, const Selection
       throw InvalidArgument(
           Where{p.rank, what, -1},
           std::string(what) + " algorithm '" + info.name + "' (from " + source +
-              (policy.subContext ? ") needs a shared-memory group of its own, which a "
-                                   "sub-context (Context::split) does not have"
+              (policy.subContext ? ") needs a shared-memory group of its own, which this "
+                                   "sub-context (Context::split) did not get: its ranks do not "
+                                   "all share memory, it has one rank, or some member had no "
+                                   "free slot (at most 8 sub-groups at once)"
                                  : ") needs every rank on this host over shared memory, which "
                                    "this job's ranks are not"));
     case Refusal::kRankOrder:

@@ -55,6 +55,21 @@ def test_killed_peer_raises_io_error_naming_it(ranks):
     assert elapsed < 30, "noticed only after %.1f s (COLLX_TIMEOUT is 60 s)" % elapsed
 
 
+@pytest.mark.parametrize("way", ["", "_async"], ids=["blocking", "nonblocking"])
+def test_killed_peer_of_a_split_raises_io_error_naming_it(ranks, way):
+    start = time.monotonic()
+    results = run(ranks, "killed_peer_of_a_split" + way, timeout=45)
+    elapsed = time.monotonic() - start
+    assert results[1][0] == -signal.SIGKILL
+    d = outcome(results, 0)
+    assert d.get("shared_memory") is True, d  # its own group in the parent's shared memory
+    assert d.get("error") == "IoError", d
+    assert "rank 1" in d["message"] and "died or was killed" in d["message"], d["message"]
+    assert d["message"].startswith("rank 0: allreduce"), d["message"]
+    assert d["parent_after"] == "IoError", d  # the split's fate is its parent's
+    assert elapsed < 30, "noticed only after %.1f s (COLLX_TIMEOUT is 60 s)" % elapsed
+
+
 def test_stopped_peer_raises_timeout_error(ranks):
     r = ranks(2, SCRIPT, "stopped_peer", timeout=40)
     try:

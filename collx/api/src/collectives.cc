@@ -202,6 +202,7 @@ Prepared prepare(Context& ctx, Resolved& call, bool blocking) {
       call.root, call.fingerprintCount};
   p.info.dtype = call.dtype;
   p.info.divisor = static_cast<std::uint32_t>(rt.size);
+  p.info.lane = rt.lane;
   if (call.op != nullptr) p.info.op = *call.op;
   // Members of the shared-memory group waiting for this rank in a shm call of this seq can
   // tell it runs another collective.
@@ -244,7 +245,7 @@ void runTrial(Context& ctx, detail::Runtime& rt, Prepared& p) {
       // (Named, so that the fence is no trial itself: the shared-memory barrier where the
       // ranks share memory, the one that releases them closest together.)
       CollectiveOptions fence;
-      fence.algorithm = rt.policy.sharedMemory && !rt.policy.subContext ? "shm" : "dissemination";
+      fence.algorithm = rt.policy.sharedMemory ? "shm" : "dissemination";
       barrier(ctx, fence);
       break;
     }

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdio>
 #include <atomic>
 #include <fstream>
 #include <iterator>
@@ -104,6 +106,23 @@ bool addCpuList(const std::string& list, std::set<int>& cpus) {
     any = true;
   }
   return any;
+}
+
+// Whether `peers`' ranks on the host of `peers[self]` outnumber the CPUs their affinity
+// masks allow together (every online CPU when a rank did not say which: `known` false).
+bool outnumberCpus(const std::vector<PeerInfo>& peers, int self, int& local, std::size_t& cores,
+                   bool& known) {
+  const PeerInfo& me = peers[static_cast<std::size_t>(self)];
+  local = 0;
+  known = true;
+  std::set<int> cpus;
+  for (const PeerInfo& peer : peers) {
+    if (peer.hostname != me.hostname || peer.bootId != me.bootId) continue;
+    ++local;
+    known = addCpuList(peer.cpus, cpus) && known;
+  }
+  cores = known ? cpus.size() : std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<std::size_t>(local) > cores;
 }
 
 std::string describeClaimant(const PeerInfo& info) {
@@ -274,15 +293,9 @@ void Context::connect(const ContextOptions& options) {
   // container's cpuset may allow far fewer than the host has online; when a rank did not
   // say, every online CPU counts).
   int local = 0;
-  std::set<int> cpus;
+  std::size_t cores = 0;
   bool known = true;
-  for (const PeerInfo& peer : peers_) {
-    if (peer.hostname != peers_[rank_].hostname || peer.bootId != peers_[rank_].bootId) continue;
-    ++local;
-    known = addCpuList(peer.cpus, cpus) && known;
-  }
-  const auto cores = known ? cpus.size() : std::max(1u, std::thread::hardware_concurrency());
-  outnumbered_ = static_cast<std::size_t>(local) > cores;
+  outnumbered_ = outnumberCpus(peers_, rank_, local, cores, known);
   COLLX_DEBUG(kShm, "rank {}: {} ranks on this host, {} CPUs{}", rank_, local, cores,
               known ? "" : " (online; some rank did not say which it may use)");
   // Ranks that run at once on their own cores exchange both ways at once: short writes let
@@ -510,7 +523,44 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
   } else if (theirs != list) {
     problem = "this rank splits ranks [" + list + "], the published list is [" + theirs + "]";
   }
-  store_->set(ackKey(rank_), problem.empty() ? "ok" : problem);
+  // Where the members share memory, a shared-memory group of their own in a slot that every
+  // member offers (the lowest), as NCCL's split keeps its intra-node transport: the verdict
+  // "ok" carries the slots this member offers and whether it would spin in a context of just
+  // these ranks and can read every member's memory (every member must agree on both).
+  transport::SharedGroup* shared = runtime_->engine->mesh().sharedGroup();
+  std::vector<int> meshRanks;
+  for (int r : ranks) meshRanks.push_back(runtime_->meshRank(r));
+  transport::SlotOffer offer;
+  bool spins = false;
+  if (problem.empty() && shared != nullptr && ranks.size() > 1 &&
+      kSplitSharedMemory.get(Config::process())) {
+    offer = shared->offerSlots(meshRanks);
+    std::vector<PeerInfo> members;
+    for (int r : ranks) members.push_back(peers_[static_cast<std::size_t>(r)]);
+    int local = 0;
+    std::size_t cores = 0;
+    bool known = true;
+    const bool outnumbered = outnumberCpus(
+        members, static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin()),
+        local, cores, known);
+    spins = algorithms::engineOptions(Config::process(), outnumbered).spin.count() > 0;
+  }
+  constexpr unsigned kSpins = 1, kReads = 2;
+  // The slots offered go back when the split fails; for good when this member cannot know
+  // what the others concluded (they may use one).
+  struct Offered {
+    transport::SharedGroup* group;
+    std::uint32_t slots;
+    bool forGood = true;
+    ~Offered() {
+      if (group != nullptr && slots != 0) group->withdrawSlots(slots, forGood);
+    }
+  } offered{shared, offer.slots};
+  store_->set(ackKey(rank_),
+              problem.empty() ? "ok " + std::to_string(offer.slots) + " " +
+                                    std::to_string((spins ? kSpins : 0) |
+                                                   (offer.canRead ? kReads : 0))
+                              : problem);
   // Every member's verdict (a member that never comes: a TimeoutError naming it).
   std::vector<std::string> acks;
   for (int r : ranks) acks.push_back(ackKey(r));
@@ -527,22 +577,53 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
                            " of the list did not come within " + std::to_string(wait.count()) +
                            " ms");
   }
+  offered.forGood = false;  // every member reads the same verdicts
   if (store_->add(done, 1) == static_cast<std::int64_t>(ranks.size())) {
     for (const std::string& key : acks) store_->erase(key);
     store_->erase(record);
     store_->erase(done);
   }
+  std::uint32_t slots = ~std::uint32_t{0};
+  unsigned flags = kSpins | kReads;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const std::string verdict = rendezvous::toString(verdicts[i]);
-    if (verdict == "ok") continue;
+    if (verdict.rfind("ok", 0) == 0) {
+      unsigned long long theirSlots = 0, theirFlags = 0;
+      if (std::sscanf(verdict.c_str(), "ok %llu %llu", &theirSlots, &theirFlags) != 2) {
+        theirSlots = theirFlags = 0;
+      }
+      slots &= static_cast<std::uint32_t>(theirSlots);
+      flags &= static_cast<unsigned>(theirFlags);
+      continue;
+    }
     if (head == "error") throw InvalidArgument(where, theirs);
     throw MismatchError(
         Where{rank_, where.op, ranks[i] == rank_ ? first : ranks[i]},
         ranks[i] == rank_ ? problem : "rank " + std::to_string(ranks[i]) + ": " + verdict);
   }
   auto sub = std::make_shared<Context>(Key{}, shared_from_this(), ranks, number, wait);
-  COLLX_DEBUG(kCore, "rank {}: sub-context {} \"{}\" of ranks [{}]: rank {} of {}", rank_, number,
-              name, list, sub->rank(), sub->size());
+  if (slots != 0 && shared != nullptr) {
+    const int slot = std::countr_zero(slots);
+    offered.slots = 0;
+    std::unique_ptr<transport::SharedGroup> group = shared->subGroup(meshRanks, slot, offer.slots);
+    const algorithms::EngineOptions engine =
+        algorithms::engineOptions(Config::process(), (flags & kSpins) == 0);
+    group->setPolicy(transport::WaitPolicy{(flags & kSpins) != 0 ? engine.spin
+                                                                  : std::chrono::microseconds(0),
+                                           engine.yield});
+    group->setDirectReads((flags & kReads) != 0 ? runtime_->engine->mesh().options().shmDirect
+                                                : transport::DirectReads::kNever);
+    detail::Runtime& rt = *sub->runtime_;
+    rt.group = group.get();
+    rt.lane = slot + 1;
+    rt.policy.sharedMemory = true;
+    runtime_->engine->addSharedGroup(rt.lane, std::move(group));
+  }
+  COLLX_DEBUG(kCore, "rank {}: sub-context {} \"{}\" of ranks [{}]: rank {} of {}{}", rank_,
+              number, name, list, sub->rank(), sub->size(),
+              sub->runtime_->lane > 0
+                  ? ", shared-memory group in slot " + std::to_string(sub->runtime_->lane - 1)
+                  : std::string());
   return sub;
 }
 
@@ -698,6 +779,8 @@ void Context::eraseKeys() {
 
 Context::~Context() {
   if (reporter_) reporter_->stop();
+  // A sub-context's shared-memory group goes once its calls in flight end.
+  if (runtime_ && runtime_->lane > 0) runtime_->engine->removeSharedGroup(runtime_->lane);
   leave();
 }
 

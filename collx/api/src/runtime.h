@@ -62,8 +62,10 @@ struct Runtime {
   const algorithms::AlgorithmInfo* selected = nullptr;
   std::atomic<std::uint64_t> sequence{0};
   // Every rank of the job shares memory with every other (all agreed at connect): the
-  // shared-memory algorithms may run. nullptr otherwise.
+  // shared-memory algorithms may run. nullptr otherwise. A sub-context's is its sub-group,
+  // which runs in the engine's lane `lane` (Engine::addSharedGroup; 0: the mesh's group).
   transport::SharedGroup* group = nullptr;
+  int lane = 0;
   // The shared-memory algorithms may run: one group of every rank, or a world of one.
   bool sharedMemory() const noexcept { return group != nullptr || size == 1; }
 

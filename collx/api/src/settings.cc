@@ -19,14 +19,23 @@ const Setting<kind::Bytes> kTorchEagerBytes(
 const AutoSetting<kind::Bool> kTorchSplit(
     {.name = "COLLX_TORCH_SPLIT",
      .component = "torch",
-     .automatic = "split unless the sub-group's ranks are all on one host",
+     .automatic = "split, unless the split found no shared-memory slot for a group within a host",
      .help = "PyTorch backend: whether a sub-group (new_group, a DeviceMesh dimension) whose "
              "default group is collx's is a split of the default group's context, over its "
-             "connections with no rendezvous of its own (Context::split), or joins through the "
-             "store and connects afresh. A split costs a fifth to a tenth as much to make but "
-             "has no shared-memory group of its own: automatic splits a sub-group that spans "
-             "hosts and gives one within a host a context of its own, whose shared-memory "
-             "algorithms are 2-5x faster per call."});
+             "connections and shared memory with no rendezvous of its own (Context::split), or "
+             "joins through the store and connects afresh. A split costs less to make and opens "
+             "no descriptor; within a host it has a shared-memory group of its own unless a "
+             "member already has 8 (then automatic gives it a context of its own, whose "
+             "shared-memory algorithms are 2-5x faster than the point-to-point ones)."});
+
+const Setting<kind::Bool> kSplitSharedMemory(
+    {.name = "COLLX_SPLIT_SHM",
+     .component = "core",
+     .defaultValue = true,
+     .help = "Whether a split (Context::split) whose ranks all share memory gets a shared-memory "
+             "group of its own, in a slot of its members' shared memory (8 per rank at once), "
+             "so that the shared-memory algorithms (shm) run in it. 0: its collectives take the "
+             "point-to-point algorithms over the shared connections. Every member must agree."});
 
 void warnUnknownVariables() {
   static std::once_flag once;

@@ -61,6 +61,28 @@ try:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(0.3)
         ctx.allreduce(np.ones(1 << 16, np.float32))
+    elif scenario.startswith("killed_peer_of_a_split"):
+        # Rank 1 dies while rank 0 waits for it in the split's shared-memory allreduce
+        # (blocking, or nonblocking: the engine's waits): an IoError naming rank 1, in the
+        # split and in the default context it shares its fate with.
+        pair = ctx.split([0, 1], "pair")
+        result["shared_memory"] = pair.shared_memory
+        pair.allreduce(np.ones(4, np.float32), algorithm="shm")  # the job works first
+        if R == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.3)
+        x = np.ones(1 << 16, np.float32)
+        try:
+            if scenario.endswith("_async"):
+                pair.allreduce(x, algorithm="shm", async_op=True).wait()
+            else:
+                pair.allreduce(x, algorithm="shm")
+        finally:
+            try:
+                ctx.barrier(timeout=10)
+                result["parent_after"] = "ok"
+            except collx.Error as e:
+                result["parent_after"] = type(e).__name__
     elif scenario == "stopped_peer":
         ctx.barrier()
         if R == 1:

@@ -82,7 +82,9 @@ Layout Layout::of(int size, std::uint64_t ringBytes, std::uint64_t groupBytes) n
   l.group = add(l.rings, mul(l.ringStride, ranks));
   l.groupBuffers = add(l.group, sizeof(GroupControl));
   l.groupStride = add(kLine, up(groupBytes, kLine));
-  l.total = up(add(l.groupBuffers, mul(l.groupStride, kGroupBuffers)), 4096);
+  l.slots = up(add(l.groupBuffers, mul(l.groupStride, kGroupBuffers)), kLine);
+  l.slotStride = add(sizeof(SlotControl) + sizeof(GroupControl), mul(l.groupStride, kGroupBuffers));
+  l.total = up(add(l.slots, mul(l.slotStride, kSlots)), 4096);
   if (overflow) l.total = 0;
   return l;
 }

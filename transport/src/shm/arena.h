@@ -19,6 +19,9 @@
 //                 `groupBytes` of payload each) that collectives working on shared memory
 //                 directly write and every member of the group reads (shm_group.h). Pages
 //                 are allocated when first used.
+//   slots         kSubGroupSlots more group areas for the sub-groups of splits (Context::split
+//                 of ranks that share memory): each a SlotControl, then a group area as above.
+//                 Untouched slots cost no memory.
 //
 // The backing is a memfd (default: nothing to clean up, ever; peers open it through
 // /proc/<pid>/fd/<n>) or a POSIX shm segment (/dev/shm/collx-<pidns>-<pid>-r<rank>-<token>,
@@ -37,9 +40,10 @@
 namespace collx::transport::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x314d48535f584c43ull;  // "CLX_SHM1"
-inline constexpr std::uint32_t kArenaVersion = 3;
+inline constexpr std::uint32_t kArenaVersion = 4;
 inline constexpr std::size_t kLine = 64;
 inline constexpr int kGroupBuffers = 4;  // SharedGroup::kBuffers
+inline constexpr int kSlots = 8;         // SharedGroup::kSubGroupSlots
 inline constexpr std::size_t kErrorTextBytes = 2048;
 
 enum class State : std::uint32_t { kOpen = 0, kClosed = 1, kFailed = 2 };
@@ -94,6 +98,15 @@ struct GroupControl {
 };
 static_assert(sizeof(GroupControl) == 3 * kLine);
 
+// A sub-group slot's state, written by the arena's owner only: `busy` is 1 while the owner has
+// a sub-group in the slot (from before its members first read the slot until the owner's
+// sub-group is gone and reads no member's slot any more). A member that shared a sub-group
+// with the owner in the slot reuses its own slot only once the owner's `busy` is 0.
+struct SlotControl {
+  alignas(kLine) std::uint32_t busy;
+};
+static_assert(sizeof(SlotControl) == kLine);
+
 template <typename T>
 inline std::atomic_ref<T> atomic(T& value) {
   return std::atomic_ref<T>(value);
@@ -106,6 +119,8 @@ struct Layout {
   std::size_t group = 0;         // GroupControl
   std::size_t groupBuffers = 0;  // the first buffer (header, then payload)
   std::size_t groupStride = 0;
+  std::size_t slots = 0;  // the first SlotControl; its group area follows
+  std::size_t slotStride = 0;
   std::size_t total = 0;
 
   // The layout of an arena for `size` ranks. `total` is 0 when the sizes do not fit in
@@ -152,6 +167,18 @@ class Mapping {
   }
   std::uint8_t* groupBuffer(const Layout& layout, int index) const noexcept {
     return base() + layout.groupBuffers + layout.groupStride * static_cast<std::size_t>(index);
+  }
+  // Sub-group slot `slot` (0..kSlots-1): its control, its GroupControl, its first buffer.
+  SlotControl* slot(const Layout& layout, int slot) const noexcept {
+    return reinterpret_cast<SlotControl*>(base() + layout.slots +
+                                          layout.slotStride * static_cast<std::size_t>(slot));
+  }
+  GroupControl* slotGroup(const Layout& layout, int slot) const noexcept {
+    return reinterpret_cast<GroupControl*>(reinterpret_cast<std::uint8_t*>(this->slot(layout, slot)) +
+                                           sizeof(SlotControl));
+  }
+  std::uint8_t* slotBuffer(const Layout& layout, int slot) const noexcept {
+    return reinterpret_cast<std::uint8_t*>(slotGroup(layout, slot)) + sizeof(GroupControl);
   }
   RingControl* ring(const Layout& layout, int sender) const noexcept {
     return reinterpret_cast<RingControl*>(base() + layout.rings +

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 
@@ -31,7 +32,7 @@ void futexWake(std::uint32_t* word) {
 }  // namespace
 
 ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
-                   std::size_t bufferBytes, int bellSocket)
+                   std::size_t bufferBytes, int bellSocket, int slot, ShmGroup* parent)
     : SharedGroup(
           [&] {
             std::vector<int> ranks;
@@ -41,10 +42,13 @@ ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
           self, bufferBytes, WaitPolicy{}),
       link_(link),
       members_(std::move(members)),
-      bellSocket_(bellSocket) {
+      bellSocket_(bellSocket),
+      parent_(parent) {
+  slot_ = slot;
   for (const auto& m : members_) {
-    controls_.push_back(m.mapping->group(m.layout));
-    buffers_.push_back(m.mapping->groupBuffer(m.layout, 0));
+    controls_.push_back(slot < 0 ? m.mapping->group(m.layout) : m.mapping->slotGroup(m.layout, slot));
+    buffers_.push_back(slot < 0 ? m.mapping->groupBuffer(m.layout, 0)
+                                : m.mapping->slotBuffer(m.layout, slot));
   }
   stride_ = members_[static_cast<std::size_t>(self)].layout.groupStride;
   // Every page of the group buffers now (this member's written, the others' read), not in
@@ -66,7 +70,117 @@ ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
       canReadPeers_ = false;
     }
   }
-  // Every member's epoch starts at 0 (a fresh arena is zeroed).
+  // Every member's epoch starts at 0 (a fresh arena is zeroed, a slot is zeroed before it is
+  // offered).
+  if (parent_ != nullptr) {
+    failMesh_ = parent_->failMesh_;
+    abortRequested_ = parent_->abortRequested_;
+    abortReason_ = parent_->abortReason_;
+    policy_ = parent_->policy_;
+  }
+}
+
+ShmGroup::~ShmGroup() {
+  if (parent_ == nullptr) return;
+  // This member reads no member's slot any more: the members of this sub-group may give the
+  // slot to another one.
+  const GroupMember& self = members_[static_cast<std::size_t>(index_)];
+  std::lock_guard<std::mutex> lock(parent_->slotMutex_);
+  std::erase(parent_->subGroups_, this);
+  atomic(self.mapping->slot(self.layout, slot_)->busy).store(0, std::memory_order_release);
+  parent_->slotsUsed_ &= ~(1u << slot_);
+}
+
+void ShmGroup::zeroSlot(int slot) noexcept {
+  const GroupMember& self = members_[static_cast<std::size_t>(index_)];
+  std::memset(static_cast<void*>(self.mapping->slotGroup(self.layout, slot)), 0,
+              sizeof(GroupControl));
+  std::uint8_t* buffer = self.mapping->slotBuffer(self.layout, slot);
+  for (int b = 0; b < kBuffers; ++b) {
+    std::memset(buffer + self.layout.groupStride * static_cast<std::size_t>(b), 0, kHeaderBytes);
+  }
+}
+
+SlotOffer ShmGroup::offerSlots(const std::vector<int>& ranks) {
+  if (parent_ != nullptr || ranks.size() < 2) return {};
+  SlotOffer out;
+  out.canRead = true;
+  std::vector<int> indices;
+  for (int rank : ranks) {
+    auto it = std::find_if(members_.begin(), members_.end(),
+                           [rank](const GroupMember& m) { return m.rank == rank; });
+    if (it == members_.end()) return {};
+    const int m = static_cast<int>(it - members_.begin());
+    if (m != index_ && !it->cma) out.canRead = false;
+    indices.push_back(m);
+  }
+  if (std::find(indices.begin(), indices.end(), index_) == indices.end()) return {};
+  std::lock_guard<std::mutex> lock(slotMutex_);
+  if (failed_.load(std::memory_order_acquire)) return {};
+  for (int s = 0; s < kSlots; ++s) {
+    const std::uint32_t bit = 1u << s;
+    if (((slotsUsed_ | slotsOffered_ | slotsWithdrawn_) & bit) != 0) continue;
+    bool free = true;
+    for (int m : slotMembers_[s]) {
+      const GroupMember& member = members_[static_cast<std::size_t>(m)];
+      if (m != index_ &&
+          atomic(member.mapping->slot(member.layout, s)->busy).load(std::memory_order_acquire) !=
+              0) {
+        free = false;  // it still reads this member's slot, or uses its own again
+        break;
+      }
+    }
+    if (!free) continue;
+    zeroSlot(s);
+    out.slots |= bit;
+  }
+  slotsOffered_ |= out.slots;
+  if (out.slots == 0) out.canRead = false;
+  return out;
+}
+
+std::unique_ptr<SharedGroup> ShmGroup::subGroup(const std::vector<int>& ranks, int slot,
+                                                std::uint32_t offered) {
+  std::vector<GroupMember> members;
+  std::vector<int> indices;
+  int self = -1;
+  for (int rank : ranks) {
+    auto it = std::find_if(members_.begin(), members_.end(),
+                           [rank](const GroupMember& m) { return m.rank == rank; });
+    if (it == members_.end() || slot < 0 || slot >= kSlots || (offered >> slot & 1u) == 0) {
+      withdrawSlots(offered, false);
+      throw InvalidArgument(Where{link_.rank, "split", rank},
+                            "rank " + std::to_string(rank) +
+                                " is not in this rank's shared-memory group, or slot " +
+                                std::to_string(slot) + " was not offered");
+    }
+    if (rank == link_.rank) self = static_cast<int>(members.size());
+    indices.push_back(static_cast<int>(it - members_.begin()));
+    members.push_back(*it);
+  }
+  {
+    std::lock_guard<std::mutex> lock(slotMutex_);
+    slotsOffered_ &= ~offered;
+    slotsUsed_ |= 1u << slot;
+    slotMembers_[slot] = std::move(indices);
+  }
+  const GroupMember& mine = members_[static_cast<std::size_t>(index_)];
+  atomic(mine.mapping->slot(mine.layout, slot)->busy).store(1, std::memory_order_release);
+  auto group = std::make_unique<ShmGroup>(link_, std::move(members), self, bufferBytes_,
+                                          bellSocket_, slot, this);
+  std::lock_guard<std::mutex> lock(slotMutex_);
+  subGroups_.push_back(group.get());
+  if (failed_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> error(errorMutex_);
+    group->setFailure(errorKind_, errorCulprit_, errorText_, errorWhat_);
+  }
+  return group;
+}
+
+void ShmGroup::withdrawSlots(std::uint32_t offered, bool forGood) noexcept {
+  std::lock_guard<std::mutex> lock(slotMutex_);
+  slotsOffered_ &= ~offered;
+  if (forGood) slotsWithdrawn_ |= offered;
 }
 
 std::uint32_t ShmGroup::epochOf(int member) const {
@@ -138,8 +252,14 @@ void ShmGroup::endExpect() noexcept {
   expectedMember_ = -1;
 }
 
-bool ShmGroup::expectationMet() const noexcept {
-  return expectedMember_ >= 0 && reached(expectedMember_, expectedUse_);
+bool ShmGroup::expectationMet() noexcept {
+  if (expectedMember_ >= 0 && reached(expectedMember_, expectedUse_)) return true;
+  if (parent_ != nullptr) return false;
+  std::lock_guard<std::mutex> lock(slotMutex_);
+  for (ShmGroup* sub : subGroups_) {
+    if (sub->expectationMet()) return true;
+  }
+  return false;
 }
 
 void ShmGroup::readFrom(int member, std::uint64_t address, void* dst, std::uint64_t bytes,
@@ -201,15 +321,25 @@ void ShmGroup::sleep(int member, std::uint32_t seen, Clock::time_point until) {
 }
 
 void ShmGroup::failed(const Error& error) noexcept {
-  std::lock_guard<std::mutex> lock(errorMutex_);
-  if (failed_.load(std::memory_order_relaxed)) return;
-  errorKind_ = error.kind();
-  errorCulprit_ = error.peer();
-  errorText_ = error.detail();
-  errorWhat_ = error.what();
-  failed_.store(true, std::memory_order_release);
-  // Members of this process sleeping on this rank wake and see it.
-  futexWake(&controls_[static_cast<std::size_t>(index_)]->epoch);
+  setFailure(error.kind(), error.peer(), error.detail(), error.what());
+}
+
+void ShmGroup::setFailure(ErrorKind kind, int culprit, const std::string& text,
+                          const std::string& what) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(errorMutex_);
+    if (failed_.load(std::memory_order_relaxed)) return;
+    errorKind_ = kind;
+    errorCulprit_ = culprit;
+    errorText_ = text;
+    errorWhat_ = what;
+    failed_.store(true, std::memory_order_release);
+    // Members of this process sleeping on this rank wake and see it.
+    futexWake(&controls_[static_cast<std::size_t>(index_)]->epoch);
+  }
+  if (parent_ != nullptr) return;
+  std::lock_guard<std::mutex> lock(slotMutex_);
+  for (ShmGroup* sub : subGroups_) sub->setFailure(kind, culprit, text, what);
 }
 
 void ShmGroup::raise(ErrorKind kind, int culprit, const std::string& detail, const CallNamer& name,

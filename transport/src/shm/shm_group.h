@@ -38,9 +38,17 @@ struct GroupMember {
 class ShmGroup final : public SharedGroup {
  public:
   // `members` in rank order, this rank's among them (index `self`). `bellSocket`: the
-  // device's socket that rings members' doorbells.
+  // device's socket that rings members' doorbells. A sub-group (subGroup()) is made with its
+  // slot and the group that made it, which outlives it.
   ShmGroup(LinkState& link, std::vector<GroupMember> members, int self, std::size_t bufferBytes,
-           int bellSocket);
+           int bellSocket, int slot = -1, ShmGroup* parent = nullptr);
+  // A sub-group lets go of its slot.
+  ~ShmGroup() override;
+
+  SlotOffer offerSlots(const std::vector<int>& ranks) override;
+  std::unique_ptr<SharedGroup> subGroup(const std::vector<int>& ranks, int slot,
+                                        std::uint32_t offered) override;
+  void withdrawSlots(std::uint32_t offered, bool forGood) noexcept override;
 
   void publish() override;
   void announce(std::uint64_t seq, const Fingerprint& fingerprint) noexcept override;
@@ -50,11 +58,11 @@ class ShmGroup final : public SharedGroup {
 
   bool expect(int member, std::uint64_t use) override;
   void endExpect() noexcept override;
-  // Whether the use expect() waits for is published (the device asks after it set its
-  // `sleeping` flag, before it sleeps): then the mesh must not sleep.
-  bool expectationMet() const noexcept;
+  // Whether the use expect() waits for is published, here or in a sub-group (the device asks
+  // after it set its `sleeping` flag, before it sleeps): then the mesh must not sleep.
+  bool expectationMet() noexcept;
 
-  // The mesh failed: every wait ends with this error.
+  // The mesh failed: every wait ends with this error, a sub-group's too.
   void failed(const Error& error) noexcept;
 
  protected:
@@ -76,6 +84,11 @@ class ShmGroup final : public SharedGroup {
   bool reached(int member, std::uint64_t use) const noexcept;
   // Rings the doorbell of every member that sleeps in poll (its `sleeping` flag set).
   void ringSleepers() noexcept;
+  // failed()'s work (a sub-group is told by its maker).
+  void setFailure(ErrorKind kind, int culprit, const std::string& text,
+                  const std::string& what) noexcept;
+  // Zeroes this member's slot `slot` (its control and its buffers' headers): no use, no call.
+  void zeroSlot(int slot) noexcept;
 
   LinkState& link_;
   std::vector<GroupMember> members_;
@@ -91,6 +104,17 @@ class ShmGroup final : public SharedGroup {
   int errorCulprit_ = -1;
   std::string errorText_;
   std::string errorWhat_;
+  // A sub-group's maker (nullptr: this is the mesh's group).
+  ShmGroup* const parent_;
+  // The mesh's group: its live sub-groups, and its slots (bit s: slot s) in use here,
+  // offered to an agreement, or withdrawn for good; the members (indices here) of each
+  // slot's last sub-group.
+  std::mutex slotMutex_;
+  std::vector<ShmGroup*> subGroups_;
+  std::uint32_t slotsUsed_ = 0;
+  std::uint32_t slotsOffered_ = 0;
+  std::uint32_t slotsWithdrawn_ = 0;
+  std::vector<int> slotMembers_[kSlots];
 };
 
 }  // namespace collx::transport::shm

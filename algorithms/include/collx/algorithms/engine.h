@@ -73,6 +73,9 @@ struct CallInfo {
   // Set by the engine: the trace this call is written to (nullptr: none) and its span's id.
   Tracer* tracer = nullptr;
   std::uint64_t traceId = 0;
+  // A shared-memory call's lane (Engine::addSharedGroup): 0, the mesh's group; s + 1, the
+  // sub-group in slot s.
+  int lane = 0;
 };
 
 // "allreduce(ring, seq 7)", "send(peer 1, tag 9)".
@@ -166,6 +169,15 @@ class Engine {
   // A call's error once it failed (nullptr while running or after success).
   static std::exception_ptr errorOf(const Execution& execution);
 
+  // Lanes: each shared-memory group runs its calls in its own order, beside the others'
+  // (a sub-context's calls and its parent's interleave differently on different ranks).
+  // Lane 0 is the mesh's group; lane s + 1 the sub-group in slot s, added by its
+  // sub-context (Context::split) and removed when that goes: removeSharedGroup() keeps the
+  // group until the lane's calls in flight end, then destroys it (which lets go of the slot).
+  static constexpr int kLanes = 1 + transport::SharedGroup::kSubGroupSlots;
+  void addSharedGroup(int lane, std::unique_ptr<transport::SharedGroup> group);
+  void removeSharedGroup(int lane);
+
   // Thread-safe: fails every call in flight and every later call with Aborted.
   void abort(const std::string& why);
   // The error that failed this engine, if any.
@@ -189,10 +201,20 @@ class Engine {
  private:
   friend class Execution;
   class DriveLock;
-  // The runner is one call's at a time: a blocking call's on its own thread, or the queued
-  // calls' under the drive lock.
-  bool claimShared() noexcept;
-  void releaseShared() noexcept;
+  struct Lane;
+  // A lane's runner is one call's at a time: a blocking call's on its own thread, or the
+  // queued calls' under the drive lock.
+  static bool claimShared(Lane& lane) noexcept;
+  void releaseShared(Lane& lane) noexcept;
+  // How a failed wait of the lane's group fails the mesh.
+  void setFailMesh(Lane& lane);
+  // A removed lane whose calls ended: its group and runner go (driver, or under drive_).
+  void retireLane(Lane& lane) noexcept;
+  // A blocking shared-memory call's wait failed (on its own thread, without drive_): fails
+  // the mesh now if it can take drive_, else hands the error to the driving thread
+  // (failSoon_), which fails the mesh in its next round, and returns at once.
+  void failFromBlockingCall(const Error& error);
+  void applyFailSoon();  // holding drive_
   void admit();
   // Makes an admitted call active (driver only).
   void activate(std::shared_ptr<Execution> execution);
@@ -202,10 +224,13 @@ class Engine {
   bool driveUntil(Execution& target, std::optional<Clock::time_point> until);
   // Runs what is ready; true when anything moved.
   bool pumpAll();
-  // Starts or resumes the shared-memory call whose turn it is; true when it moved.
+  // Starts or resumes the shared-memory call whose turn it is in each lane; true when it
+  // moved.
   bool pumpShared();
-  // Drops the shared-memory calls that ended (failed) from the queue.
+  bool pumpLane(Lane& lane);
+  // Drops the shared-memory calls that ended (failed) from the queues.
   void dropEndedShared() noexcept;
+  void dropEnded(Lane& lane) noexcept;
   // Where a collective waits for messages: whether a member of the shared-memory group runs
   // this sequence number through shared memory instead (a mismatch, named on both sides);
   // where a shared-memory call waits for a member: whether that member died, closed its
@@ -256,7 +281,6 @@ class Engine {
   std::shared_ptr<Recorder> recorder_;
   Clock::time_point nextNote_{};
   std::shared_ptr<Tracer> tracer_;
-  std::int64_t sharedBeganNs_ = 0;  // traced: when the running nonblocking shm call started
   // The counters of stats(). Each written by one thread at a time (a relaxed load and store:
   // no locked instruction on a call's path), except failedCalls_ (any caller's thread).
   struct PeerCounters {
@@ -271,17 +295,29 @@ class Engine {
   std::unique_ptr<CallCounters[]> calls_[2];  // by countCall's writer: one writer each
   std::atomic<std::uint64_t> failedCalls_{0};
   std::atomic<std::uint64_t> waitedNs_{0};
-  // The shared-memory calls (driver only): the runner, and the calls in the order they run;
-  // the first is running when `sharedRunning_` is it.
-  std::unique_ptr<shared::Runner> shared_;
-  std::atomic<bool> sharedClaimed_{false};
-  std::atomic<std::thread::id> blockingCaller_{};  // a blocking call runs in the runner
-  std::deque<Execution*> sharedQueue_;
-  Execution* sharedRunning_ = nullptr;
+  // The shared-memory calls, by lane (driver only but for `claimed`): the group and its
+  // runner, and the calls in the order they run; the first is running when `running` is it.
+  struct Lane {
+    transport::SharedGroup* group = nullptr;
+    std::unique_ptr<transport::SharedGroup> owned;  // a sub-group's
+    std::unique_ptr<shared::Runner> runner;
+    std::atomic<bool> claimed{false};
+    std::atomic<std::thread::id> blockingCaller{};  // a blocking call runs in the runner
+    std::deque<Execution*> queue;
+    Execution* running = nullptr;
+    std::int64_t beganNs = 0;  // traced: when the running nonblocking call started
+    bool removed = false;      // removeSharedGroup(): goes once its calls end
+  };
+  Lane lanes_[kLanes];
+  int sharedCalls_ = 0;  // queued in every lane (driver only)
+  Lane& laneOf(const Execution& execution) noexcept;
   Clock::time_point nextPeerCheck_{};
   std::vector<std::pair<std::uint64_t, std::unique_ptr<std::uint8_t[]>>> scratchPool_;  // drive_
 
   std::mutex drive_;  // whoever holds it drives progress
+  std::atomic<bool> failSoon_{false};
+  std::mutex failSoonMutex_;
+  std::exception_ptr failSoonError_;  // failSoonMutex_
   std::mutex stateMutex_;
   std::condition_variable stateChanged_;
   std::deque<std::shared_ptr<Execution>> incoming_;  // started, not yet admitted (stateMutex_)

@@ -123,7 +123,8 @@ struct SelectionPolicy {
   bool sharedMemory = false;
   // The number of hosts the job's ranks are on (the host rule).
   int hosts = 1;
-  // A sub-context (Context::split): no shared-memory group of its own, whatever its size.
+  // A sub-context (Context::split): it has a shared-memory group only where its split got one
+  // (sharedMemory), whatever its size.
   bool subContext = false;
 
   // COLLX_RULES and every COLLX_<COLL>_ALGO from `config`. Throws InvalidArgument naming the

@@ -15,6 +15,8 @@ extern const Setting<kind::Bytes> kTorchEagerBytes;
 // unless the sub-group's ranks share one host, where a context of their own has a
 // shared-memory group).
 extern const AutoSetting<kind::Bool> kTorchSplit;
+// COLLX_SPLIT_SHM: whether a split of ranks that share memory gets a shared-memory group.
+extern const Setting<kind::Bool> kSplitSharedMemory;
 
 // Warns, once per process, of each COLLX_* variable in the environment that is not a setting
 // (Config::unknownVariables: likely a typo, with the closest name). Every context does, and

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -88,10 +89,19 @@ struct Waiting {
       slept;
 };
 
+// What a member can give a sub-group (SharedGroup::offerSlots).
+struct SlotOffer {
+  std::uint32_t slots = 0;  // bit s: slot s is free here
+  bool canRead = false;     // this member can read every other member's memory
+};
+
 class SharedGroup {
  public:
   static constexpr int kBuffers = 4;
   static constexpr std::size_t kHeaderBytes = 32;  // a UseHeader; the payload follows
+  // Sub-groups (Context::split) live in slots of the members' shared memory, as many at once
+  // per member as this.
+  static constexpr int kSubGroupSlots = 8;
 
   virtual ~SharedGroup() = default;
 
@@ -153,6 +163,38 @@ class SharedGroup {
   void recordDirect(DirectCall call, std::uint64_t bytes, bool direct,
                     std::chrono::nanoseconds took) noexcept;
 
+  // ---- sub-groups (the group of a mesh's ranks on this host makes them) -----------------
+  // A sub-group of some of this group's ranks uses the same memory, connections and
+  // descriptors, in a slot of its own in every member's memory: its uses and epochs are its
+  // own, so its calls and this group's (or another sub-group's) run side by side. Every
+  // member of the split offers the slots it can give (offerSlots), they agree on the lowest
+  // slot that every member offers, and each makes the sub-group there (subGroup), or
+  // withdraws its offer (withdrawSlots). Thread-safe.
+  //
+  // The slots this member can give a sub-group of `ranks` (mesh ranks, this rank's among
+  // them): free here, zeroed, and let go by every member of the sub-group that had the slot
+  // last. Reserved for this agreement until subGroup() or withdrawSlots(). {0, false} when a
+  // rank is not in this group. (A sub-group is itself no maker of sub-groups.)
+  virtual SlotOffer offerSlots(const std::vector<int>& ranks) {
+    (void)ranks;
+    return {};
+  }
+  // The sub-group of `ranks` (in its context's order: member i is the context's rank i) in
+  // `slot`, which every member offered; the rest of `offered` is free again.
+  virtual std::unique_ptr<SharedGroup> subGroup(const std::vector<int>& ranks, int slot,
+                                                std::uint32_t offered) {
+    (void)ranks, (void)slot, (void)offered;
+    return nullptr;
+  }
+  // The agreement ended without a sub-group: `offered` is free again, or (`forGood`: this
+  // member does not know what the others concluded, and a member may use a slot) never
+  // offered again.
+  virtual void withdrawSlots(std::uint32_t offered, bool forGood) noexcept {
+    (void)offered, (void)forGood;
+  }
+  // The sub-group's slot (-1: not a sub-group).
+  int slot() const noexcept { return slot_; }
+
   void setPolicy(WaitPolicy policy) noexcept { policy_ = policy; }
   // The time this member's waits that slept took, from their start to their end (read from
   // any thread; written by the thread that waits, one at a time). resetWaited() zeroes it.
@@ -201,6 +243,7 @@ class SharedGroup {
 
   std::vector<int> ranks_;
   int index_;
+  int slot_ = -1;
   std::size_t bufferBytes_;
   WaitPolicy policy_;
   bool canReadPeers_ = false;
