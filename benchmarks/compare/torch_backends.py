@@ -2,7 +2,7 @@
 """torch.distributed all_reduce with backend "collx" against backend "gloo", in one run.
 
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/compare/torch_backends.py -p 4
-        [--sizes 4,64,...] [--dtype bfloat16] [--paths collx,gloo,fast,own]
+        [--sizes 4,64,...] [--dtype bfloat16] [--paths collx,gloo,fast,fastpy,own]
         [--min-time 0.3] [--repeat 1] [--csv out.csv]
 
 Spawns P ranks (subprocess, file:// rendezvous, everything on 127.0.0.1). Each rank
@@ -13,6 +13,8 @@ backend gloo; for every size every path runs in the same processes, one after th
   gloo   dist.all_reduce on the gloo group
   fast   collx.torch.all_reduce: collx's small-call path, without torch's dispatch, Work
          and future (the path of CPU tensor-parallel inference's many small calls)
+  fastpy collx.torch._all_reduce_py: the same path through its Python wrapper (what
+         collx.torch.all_reduce was before it became a C function), for comparison
   own    collx's own blocking allreduce on the same group's context, called from C++ in a
          loop (no Python, no torch): the floor the torch paths are measured against
 Method as ../shared/peers/torch_bench.py: sum, in place, one verified call, warmup, then a
@@ -49,7 +51,7 @@ def parse():
     ap.add_argument("--csv", default="")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--paths", default="collx,gloo",
-                    help="of collx, gloo, fast, own (default collx,gloo)")
+                    help="of collx, gloo, fast, fastpy, own (default collx,gloo)")
     return ap.parse_args()
 
 
@@ -174,6 +176,7 @@ def worker(a):
         "collx": lambda x: dist.all_reduce(x, group=groups["collx"]),
         "gloo": lambda x: dist.all_reduce(x, group=groups["gloo"]),
         "fast": collx.torch.all_reduce,
+        "fastpy": collx.torch._all_reduce_py,
         "own": collx.torch.all_reduce,  # (verified through the fast path, timed in C++)
     }
 
@@ -246,6 +249,8 @@ def launch(a):
         extra.append(("gloo / collx", lambda r: "%.2f" % (r["gloo"] / r["collx"])))
     if "fast" in paths and "own" in paths:
         extra.append(("fast - own (us)", lambda r: "%.2f" % (r["fast"] - r["own"])))
+    if "fastpy" in paths and "own" in paths:
+        extra.append(("fastpy - own (us)", lambda r: "%.2f" % (r["fastpy"] - r["own"])))
     if "fast" in paths and "gloo" in paths:
         extra.append(("gloo / fast", lambda r: "%.1f" % (r["gloo"] / r["fast"])))
     head = ["P", "bytes (%s)" % a.dtype] + ["%s (us)" % p for p in paths] + [e[0] for e in extra]

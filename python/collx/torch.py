@@ -20,12 +20,15 @@ which are RuntimeErrors. The COLLX_* environment variables (COLLX_ALLREDUCE_ALGO
 COLLX_IFNAME, ...) apply as for collx.init().
 """
 
+import importlib.abc
+import importlib.util
 import inspect
 import itertools
 import os
 import socket
 import sys
 import urllib.parse
+import warnings
 import weakref
 
 import torch  # noqa: F401  (torch's c10d types must exist before the extension loads)
@@ -101,34 +104,35 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
 
 
 # ---- the small-call path ---------------------------------------------------------------
-# A weak reference to the group last used, its backend's address and the backend (held).
-_fast = [None, 0, None]
+# collx.torch.all_reduce is a C function (_collx_torch.all_reduce, its docstring there): the
+# Python wrapper it replaced, _all_reduce_py below, cost ~280 ns per call more. The C function
+# goes back to Python for what is rare: an op it has not seen (_op_value), a group not in its
+# cache (backend_of), a call being compiled or exported (_all_reduce_compiling), an error
+# (_raise_last). Under torch.compile, Dynamo cannot look inside a C function: it traces
+# _all_reduce_py in its place (_trace_through, below).
+_fast = [None, 0, None]  # _all_reduce_py's cache: a weak reference to the group last used,
+                         # its backend's address and the backend (held)
 # torch's RedOpType values by functional collectives' names for them.
 _OP_VALUES = {"sum": 0, "avg": 1, "product": 2, "min": 3, "max": 4, "band": 5, "bor": 6,
               "bxor": 7}
 _BY_OP = [(getattr(_dist.ReduceOp, name.upper()), value) for name, value in _OP_VALUES.items()]
-_last_op = [None, 0]  # the dist.ReduceOp last given, and its value
+_last_op = [None, 0]  # the dist.ReduceOp last given to _all_reduce_py, and its value
 # The default group, read straight from where torch keeps it (torch 2.x: _world, whose
 # GroupMember.WORLD is a property on a metaclass; torch 1.13: a class attribute).
 _WORLD = getattr(_dist.distributed_c10d, "_world", None)
 if _WORLD is not None and hasattr(_WORLD, "_default_pg"):
-    def _default_group():
-        return _WORLD._default_pg
+    _DEFAULT_GROUP_AT = (_WORLD, "_default_pg")
 else:
-    def _default_group():
-        return _dist.GroupMember.WORLD
+    _DEFAULT_GROUP_AT = (_dist.GroupMember, "WORLD")
 
 
-def all_reduce(tensor, op="sum", group=None):
-    """collx's fastest all_reduce for a torch user: ``tensor`` (a contiguous CPU tensor)
-    reduced in place over ``group`` (default: the default group, whose backend must be
-    collx), blocking, like ``dist.all_reduce(tensor, op, group)`` but without torch's
-    dispatch, Work and future around the call: for the many small calls of CPU
-    tensor-parallel inference. Inside a function compiled with torch.compile it is the op
-    ``torch.ops.collx.all_reduce_`` (torch 2.4 on), which the graph captures. ``op`` is a
-    name, as functional collectives take it ("sum", "avg", "product", "min", "max", "band",
-    "bor", "bxor"), or a dist.ReduceOp (not inside a compiled function). Returns
-    ``tensor``. Errors are collx's (collx.InvalidArgument, collx.IoError, ...)."""
+def _default_group():
+    return getattr(*_DEFAULT_GROUP_AT)
+
+
+def _all_reduce_py(tensor, op="sum", group=None):
+    """collx.torch.all_reduce in Python: what torch.compile traces in its place (and the
+    benchmarks' comparison with the C function)."""
     # Every line here is paid on every call: no hashing of torch's op objects (a third of a
     # microsecond each in torch 2.x), no torch.distributed lookups once the group is known.
     if isinstance(op, str):
@@ -149,10 +153,11 @@ def all_reduce(tensor, op="sum", group=None):
     if group_ref is None or group_ref() is not group:
         backend = backend_of(group)
         # The backend held while the group lives (torch 2.x makes a new Python object for
-        # it at each lookup), let go with the group: destroy_process_group frees it. The
-        # call goes to its address, without pybind11's dispatch.
+        # it at each lookup; torch 1.13's is the group, which holding would keep alive), let
+        # go with the group: destroy_process_group frees it. The call goes to its address,
+        # without pybind11's dispatch.
         address = backend._address()
-        _fast[:] = [weakref.ref(group, _forget), address, backend]
+        _fast[:] = [weakref.ref(group, _forget), address, None if backend is group else backend]
     if _all_reduce_at(address, tensor, value) is not None:
         _raise_last()
     return tensor
@@ -178,6 +183,14 @@ def _op_value(op):
 
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
+
+def _all_reduce_compiling(tensor, op, group):
+    """The C function's path while torch.compiler.is_compiling() (an export, or a trace
+    outside Dynamo): the custom op, which the graph captures."""
+    _all_reduce_op(tensor, op, group.group_name)
+    return tensor
+
+
 def _define_all_reduce_op():
     @torch.library.custom_op("collx::all_reduce_", mutates_args=("tensor",))
     def op(tensor: torch.Tensor, op: int, group_name: str) -> None:
@@ -198,6 +211,78 @@ if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
 else:  # torch 1.13: no torch.compile to capture it
     def _all_reduce_op(tensor, op, group_name):
         raise RuntimeError("torch %s has no torch.library.custom_op" % torch.__version__)
+
+
+
+
+def _compiling_check():
+    """What the C function asks whether a call is being compiled or exported:
+    torch.compiler.is_compiling (None where there is none), or where that function only
+    returns torch.compiler._is_compiling_flag (torch 2.6; its torch.jit.is_scripting() is
+    false outside TorchScript, which cannot call a C function), the flag's place, (module,
+    name), read as an attribute: 50 ns less a call."""
+    compiler = getattr(torch, "compiler", None)
+    is_compiling = getattr(compiler, "is_compiling", None)
+    code = getattr(is_compiling, "__code__", None)
+    if (code is not None and hasattr(compiler, "_is_compiling_flag")
+            and code.co_names == ("torch", "jit", "is_scripting", "_is_compiling_flag")):
+        return (compiler, "_is_compiling_flag")
+    return is_compiling
+
+
+_collx_torch._fast_setup(_op_value, backend_of, _all_reduce_compiling, _compiling_check(),
+                         *_DEFAULT_GROUP_AT, _raise_last)
+
+
+def _trace_through():
+    """Has Dynamo trace _all_reduce_py where a compiled function calls the C function
+    (torch.compiler.substitute_in_graph), once torch._dynamo is loaded: now if it is, else
+    when it loads (importing it costs a second, which a process that never compiles should
+    not pay)."""
+    def register():
+        try:
+            torch.compiler.substitute_in_graph(all_reduce)(_all_reduce_py)
+        except ValueError:  # registered by an earlier load of this module
+            pass
+
+    if "torch._dynamo" in sys.modules:
+        register()
+        return
+
+    class _OnDynamoImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "torch._dynamo":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            if spec is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            exec_module = spec.loader.exec_module
+
+            def exec_then_register(module):
+                exec_module(module)
+                try:
+                    register()
+                except Exception as e:  # torch.compile still works, with a graph break
+                    warnings.warn("collx.torch.all_reduce: torch.compile will not capture "
+                                  "it (%s: %s)" % (type(e).__name__, e))
+            spec.loader.exec_module = exec_then_register
+            return spec
+
+    sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_OnDynamoImport"]
+    sys.meta_path.insert(0, _OnDynamoImport())
+
+
+# torch 2.4 has the custom op but no substitute_in_graph: there the Python function is the
+# entry, which Dynamo traces itself.
+if hasattr(getattr(torch, "compiler", None), "substitute_in_graph"):
+    all_reduce = _collx_torch.all_reduce
+    _trace_through()
+elif hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
+    all_reduce = _all_reduce_py
+    all_reduce.__doc__ = _collx_torch.all_reduce.__doc__  # (without its signature line)
+else:  # torch 1.13: nothing to compile
+    all_reduce = _collx_torch.all_reduce
 
 
 # torch.distributed re-exports distributed_c10d's functions: both names get collx's, once

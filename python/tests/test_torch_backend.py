@@ -248,3 +248,77 @@ def test_torch_error_carries_the_hang_report(tmp_path):
     for line in ("error class TimeoutError", "error has report True", "error names rank 1 True",
                  "dump names rank 1 True"):
         assert line in proc.stdout, out
+
+
+# collx.torch.all_reduce (a C function) against its Python path, _all_reduce_py, on one rank:
+# the same results and the same errors for the same arguments, the op and group caches, and
+# destroy_process_group still freeing the backends the cache knew.
+FAST_ENTRY_SCRIPT = """
+import gc, inspect, sys, weakref, torch, torch.distributed as dist, collx, collx.torch as ct
+dist.init_process_group("collx", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+assert str(inspect.signature(ct.all_reduce)) == "(tensor, op='sum', group=None)"
+assert "fastest all_reduce" in ct.all_reduce.__doc__
+sub = dist.new_group([0], backend="collx")
+
+def outcome(f, *args, **kwargs):
+    t = torch.arange(6, dtype=torch.float32)
+    try:
+        got = f(t, *args, **kwargs)
+    except Exception as e:
+        return type(e).__name__, str(e).split(chr(10))[0]
+    return got is t, t.tolist()
+
+calls = [(), ("max",), ("avg", None), ("bor",), (dist.ReduceOp.SUM,), (dist.ReduceOp.MIN, sub),
+         (dist.ReduceOp.MIN, sub), ("nope",), (1.5,), (dist.ReduceOp.PREMUL_SUM,), ("sum", 7)]
+for args in calls:
+    assert outcome(ct.all_reduce, *args) == outcome(ct._all_reduce_py, *args), args
+assert outcome(ct.all_reduce, op="max", group=sub) == (True, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+try:
+    ct.all_reduce(torch.zeros(4, 3).t())
+except collx.InvalidArgument as e:
+    assert "not contiguous" in str(e), e
+else:
+    raise AssertionError("a non-contiguous tensor was accepted")
+bad = [((), {}), ((torch.ones(1), "sum", None, 1), {}), ((torch.ones(1),), {"tensor": 1}),
+       ((torch.ones(1),), {"opp": "sum"}), ((3,), {})]
+for args, kwargs in bad:
+    try:
+        ct.all_reduce(*args, **kwargs)
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("accepted %r %r" % (args, kwargs))
+backends = [weakref.ref(ct.backend_of()), weakref.ref(ct.backend_of(sub))]
+dist.destroy_process_group(sub)
+del sub, calls, args  # (the last two name it too)
+dist.destroy_process_group()
+gc.collect()
+assert [b() for b in backends] == [None, None], "a backend outlived its group"
+try:
+    ct.all_reduce(torch.ones(1))
+except (RuntimeError, ValueError) as e:
+    assert "not been initialized" in str(e), e
+else:
+    raise AssertionError("a call without a default group was accepted")
+compiler = getattr(torch, "compiler", None)
+if hasattr(compiler, "_is_compiling_flag") and hasattr(torch.library, "custom_op"):
+    # As torch.export sets it: the custom op's path (whose call keeps the group alive in
+    # torch 2.6, hence last).
+    dist.init_process_group("collx", init_method="file://" + sys.argv[1] + "2", rank=0,
+                            world_size=1)
+    compiler._is_compiling_flag = True
+    try:
+        assert outcome(ct.all_reduce, "max") == (True, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+    finally:
+        compiler._is_compiling_flag = False
+    dist.destroy_process_group()
+print("fast entry ok")
+"""
+
+
+def test_fast_entry_matches_its_python_path(tmp_path):
+    script = tmp_path / "fast_entry.py"
+    script.write_text(FAST_ENTRY_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "rdzv")],
+                          env=base_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "fast entry ok" in proc.stdout, proc.stdout + proc.stderr
