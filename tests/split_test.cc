@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <numeric>
 #include <string>
@@ -434,6 +435,47 @@ TEST(SplitDeadlines, AQueuedCallTimesOutAtItsOwnDeadline) {
     EXPECT_LT(seconds, 5.0) << "the queued call waited for the driver's own deadline";
   });
   EXPECT_EQ(test::messageOf(errors[0]), "");
+}
+
+// A split comes, runs and goes on one thread while another thread's blocking call holds the
+// engine (until rank 1 sends, which it does only once the split has gone): making and
+// removing its shared-memory lane waits for no other call.
+TEST(SplitDeadlines, ASplitComesAndGoesWhileAnotherThreadDrives) {
+  World world(2, worldOptions());
+  std::atomic<bool> gone{false};
+  world.runOk([&](int rank, Context& ctx) {
+    auto useASplit = [&] {
+      auto sub = ctx.split({0, 1}, "meanwhile");
+      std::int32_t x = rank + 1, y = 0;
+      allreduce(*sub, &x, &y, 1, DataType::kInt32);
+      EXPECT_EQ(y, 3);
+    };
+    std::int32_t v = 0;
+    if (rank == 1) {
+      useASplit();
+      const auto until = std::chrono::steady_clock::now() + 10s;
+      while (!gone.load() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(1ms);
+      }
+      v = 42;
+      send(ctx, &v, 1, DataType::kInt32, 0, 7);
+      return;
+    }
+    double seconds = 0;
+    std::thread other([&] {
+      std::this_thread::sleep_for(100ms);  // the main thread drives its receive by then
+      const auto start = std::chrono::steady_clock::now();
+      useASplit();
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      gone = true;
+    });
+    CollectiveOptions options;
+    options.timeout = 20s;
+    recv(ctx, &v, 1, DataType::kInt32, 1, 7, options);
+    other.join();
+    EXPECT_EQ(v, 42);
+    EXPECT_LT(seconds, 5.0) << "the split waited for the receive's deadline";
+  });
 }
 
 TEST(SplitErrors, AFirstRankThatNeverComesTimesOut) {

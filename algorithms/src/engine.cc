@@ -456,36 +456,54 @@ void Engine::addSharedGroup(int lane, std::unique_ptr<transport::SharedGroup> gr
   if (lane < 1 || lane >= kLanes || group == nullptr) {
     throw std::logic_error("collx: addSharedGroup: no lane " + std::to_string(lane));
   }
-  auto runner = std::make_unique<shared::Runner>(group.get());
-  lockDrive();
+  // Without the drive lock (another thread's blocking call may hold it until its deadline):
+  // the driver looks at a lane's group and runner only once a call of the lane's context
+  // was admitted, after this. The lane is free: its slot was (the group that had it let go
+  // of it last thing in retireLane).
   Lane& l = lanes_[lane];
-  if (l.group != nullptr) {  // the slot was free: the lane is too
-    unlockDrive();
+  if (l.group != nullptr) {
     throw std::logic_error("collx: addSharedGroup: lane " + std::to_string(lane) + " is in use");
   }
+  l.runner = std::make_unique<shared::Runner>(group.get());
   l.owned = std::move(group);
   l.group = l.owned.get();
-  l.runner = std::move(runner);
-  l.removed = false;
   setFailMesh(l);
-  unlockDrive();
 }
 
 void Engine::removeSharedGroup(int lane) {
   if (lane < 1 || lane >= kLanes) return;
-  lockDrive();
-  Lane& l = lanes_[lane];
-  l.removed = true;
-  if (l.queue.empty()) retireLane(l);
-  unlockDrive();
+  // As failFromBlockingCall: the driver retires it in its next round, or this thread does
+  // when nobody drives.
+  lanes_[lane].removeRequested.store(true, std::memory_order_release);
+  retireRequested_.store(true, std::memory_order_release);
+  mesh_->wakeup();
+  while (lanes_[lane].removeRequested.load(std::memory_order_acquire)) {
+    if (drive_.try_lock()) {
+      retireRequested();
+      drive_.unlock();
+      return;
+    }
+    std::this_thread::yield();
+  }
+}
+
+void Engine::retireRequested() {
+  retireRequested_.store(false, std::memory_order_relaxed);
+  for (Lane& lane : lanes_) {
+    if (!lane.removeRequested.load(std::memory_order_acquire)) continue;
+    lane.removed = true;
+    retireLane(lane);
+    lane.removeRequested.store(false, std::memory_order_release);
+  }
 }
 
 void Engine::retireLane(Lane& lane) noexcept {
   if (!lane.removed || !lane.queue.empty()) return;
+  lane.removed = false;
   lane.runner.reset();
   lane.group = nullptr;
+  // Last: its destructor lets go of the slot, which a split may then take for this lane.
   lane.owned.reset();
-  lane.removed = false;
 }
 
 Engine::Lane& Engine::laneOf(const Execution& execution) noexcept {
@@ -1160,6 +1178,7 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
   auto lastActivity = Clock::now();
   while (true) {
     if (failSoon_.load(std::memory_order_acquire)) applyFailSoon();
+    if (retireRequested_.load(std::memory_order_acquire)) retireRequested();
     admit();
     if (pumpAll()) lastActivity = Clock::now();
     retire();
@@ -1256,6 +1275,7 @@ void Engine::progressLoop() {
       auto lastActivity = Clock::now();
       while (!stopping_ && callersWaiting_.load() == 0 && asyncInFlight_.load() > 0) {
         if (failSoon_.load(std::memory_order_acquire)) applyFailSoon();
+        if (retireRequested_.load(std::memory_order_acquire)) retireRequested();
         admit();
         if (pumpAll()) lastActivity = Clock::now();
         retire();

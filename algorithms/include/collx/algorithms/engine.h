@@ -215,6 +215,10 @@ class Engine {
   // (failSoon_), which fails the mesh in its next round, and returns at once.
   void failFromBlockingCall(const Error& error);
   void applyFailSoon();  // holding drive_
+  // Marks the lanes removeSharedGroup() asked for removed, retiring those with no calls
+  // (holding drive_).
+  void retireRequested();
+  std::atomic<bool> retireRequested_{false};
   void admit();
   // Makes an admitted call active (driver only).
   void activate(std::shared_ptr<Execution> execution);
@@ -306,7 +310,8 @@ class Engine {
     std::deque<Execution*> queue;
     Execution* running = nullptr;
     std::int64_t beganNs = 0;  // traced: when the running nonblocking call started
-    bool removed = false;      // removeSharedGroup(): goes once its calls end
+    bool removed = false;      // goes once its calls end
+    std::atomic<bool> removeRequested{false};  // removeSharedGroup(), until the driver saw it
   };
   Lane lanes_[kLanes];
   int sharedCalls_ = 0;  // queued in every lane (driver only)

@@ -167,8 +167,11 @@ class Context : public std::enable_shared_from_this<Context> {
   // member with a MismatchError naming a rank whose list differs; a member that never comes
   // is a TimeoutError naming it. Its collectives have their own sequence, so they interleave
   // freely with this context's and other sub-contexts' on any thread (point-to-point tags
-  // are its own too). They take the point-to-point algorithms over the shared connections:
-  // the shared-memory ones need a group of their own. It shares this context's fate: an
+  // are its own too). Where its ranks share memory it has a shared-memory group of its own
+  // in a slot of its members' shared memory (no new mapping or descriptor; the ack round
+  // agrees on the slot; 8 live sub-groups per rank at most, COLLX_SPLIT_SHM), so that the
+  // shared-memory algorithms run in it; else (or beyond 8) its collectives take the
+  // point-to-point algorithms over the shared connections. It shares this context's fate: an
   // error or abort() on either fails both, and every sibling; the transport's errors name
   // this context's ranks (the mesh's), the API's the sub-context's. Its stats() are its
   // parent's counters (one set per connection, mapped to its ranks); it keeps its own flight
