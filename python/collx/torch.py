@@ -306,13 +306,17 @@ class GroupOptions:
     """``pg_options`` for ``dist.new_group(..., backend="collx", pg_options=...)``.
 
     ``split=True``: the group is a split of the default group's context (Context::split), over
-    its connections, with no rendezvous: a fifth to a tenth of the cost to make, no
-    descriptor of its own, but no shared-memory group of its own either (its calls take the
-    point-to-point algorithms), and an error or abort on it ends the default group too.
+    its connections and shared memory, with no rendezvous: cheaper to make, no descriptor of
+    its own, within a host a shared-memory group of its own in a slot of the default group's
+    shared memory (``ProcessGroupCollx.shared_memory``; 8 live sub-groups per rank at most,
+    beyond which its calls take the point-to-point algorithms), and an error or abort on it
+    ends the default group too.
     ``split=False``: it joins through the store and connects on its own: a fault domain of its
-    own, and within a host the shared-memory algorithms (2-5x faster per call).
+    own.
     ``split=None`` (the default, as with no options): COLLX_TORCH_SPLIT, or where that is
-    unset, a split unless the group's ranks are all on one host."""
+    unset, a split, unless its ranks are all on one host and the split found no free slot for
+    their shared-memory group: then a context of its own (the shared-memory algorithms are
+    2-5x faster per call than the point-to-point ones)."""
 
     def __init__(self, split=None):
         self.split = None if split is None else bool(split)
@@ -334,14 +338,17 @@ def _create_group(options, backend_options=None):
     parent = _default_backend() if ranks and split is not False else None
     if parent is not None:
         me = _dist.get_rank()
-        # The rule: a group within one host (every member's connection from here is shared
-        # memory; each member sees the same) gets a context of its own, with its own
-        # shared-memory group. torch numbers a group's ranks by their place in this list: so
-        # does the split.
-        transports = parent.transports
-        one_host = all(transports[r] in ("shm", "self") for r in ranks) and len(ranks) > 1
-        if me in ranks and ranks.index(me) == options.group_rank and (split or not one_host):
-            return parent.split(ranks, "torch/%s" % options.group_id, options.timeout)
+        # torch numbers a group's ranks by their place in this list: so does the split.
+        if me in ranks and ranks.index(me) == options.group_rank:
+            group = parent.split(ranks, "torch/%s" % options.group_id, options.timeout)
+            # The rule: a group within one host (every member's connection from here is
+            # shared memory; each member sees the same) whose split got no shared-memory
+            # group (every member learns the same) gets a context of its own, which has one.
+            transports = parent.transports
+            one_host = all(transports[r] in ("shm", "self") for r in ranks) and len(ranks) > 1
+            if split or not one_host or group.shared_memory:
+                return group
+            del group
     return ProcessGroupCollx(options.store, options.group_rank, options.group_size,
                              options.timeout)
 

@@ -1601,6 +1601,10 @@ PYBIND11_MODULE(_collx_torch, m) {
       .def_property_readonly(
           "transports", [](ProcessGroupCollx& pg) { return pg.context().transports(); },
           "The collx transport to each rank ('self', 'tcp').")
+      .def_property_readonly(
+          "shared_memory", [](ProcessGroupCollx& pg) { return pg.context().sharedMemory(); },
+          "Whether the shared-memory algorithms run in this group: every rank on one host "
+          "(a split's too, in a shared-memory group of its own: collx.Context.split).")
       // The op as torch's RedOpType value: converting a dist.ReduceOp object costs torch 2.x
       // about a microsecond per call (an implicit conversion), more than the call itself.
       .def(

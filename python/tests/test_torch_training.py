@@ -78,8 +78,8 @@ def test_training_call_matches_gloo(run, case):
 
 
 # The sub-group case with every rank on a host of its own (COLLX_HOST_ID per rank, which the
-# worker sets): there a new_group with no options is a split (over tcp), where on one host it
-# is a context of its own (with its shared-memory group).
+# worker sets): there a new_group with no options is a split over tcp with no shared-memory
+# group, where on one host it is a split with a shared-memory group of its own.
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_sub_groups_across_hosts_are_splits(tmp_path, nranks):
     run = launch(tmp_path, nranks, cases=["new_group"], COLLX_TEST_HOST_PER_RANK="1")
@@ -148,9 +148,18 @@ def test_destroy_process_group_frees_everything(nranks):
 
 
 # An unchanged training script (examples/torch_ddp.py: DDP on collx against gloo) at 4 ranks,
-# under torchrun (where the torch's torchrun can start a job: neither Debian's can) and under
-# collx-run.
-def test_torchrun_runs_an_unchanged_script():
+# under `torchrun --nproc-per-node 4 train.py` and under collx-run. torchrun's default
+# rendezvous makes its agent's TCPStore with libuv whatever USE_LIBUV says, so a torch built
+# without libuv (Debian 13's 2.6) starts no job that way with any backend (shown with gloo
+# alone); there torchrun takes its rendezvous from the environment instead (PET_* are its
+# options, LIBUVLESS_TORCHRUN below: the c10d rendezvous over a file store, the workers'
+# store made by rank 0 with USE_LIBUV=0), the command line and the script unchanged.
+LIBUVLESS_TORCHRUN = {"PET_RDZV_BACKEND": "c10d", "PET_RDZV_CONF": "store_type=file",
+                      "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "USE_LIBUV": "0",
+                      "PET_LOCAL_ADDR": "127.0.0.1"}
+
+
+def test_torchrun_runs_an_unchanged_script(tmp_path):
     import shutil
 
     torchrun = shutil.which("torchrun") or str(pathlib.Path(sys.executable).parent / "torchrun")
@@ -158,22 +167,22 @@ def test_torchrun_runs_an_unchanged_script():
         pytest.skip("no torchrun beside %s" % sys.executable)
     if torch.__version__.startswith("1."):
         pytest.skip("Debian's torchrun 1.13 fails under Python 3.11 before it starts a rank")
-    def torchrun_job(script):
-        return subprocess.run(
-            [torchrun, "--nproc-per-node", "4", "--master-addr", "127.0.0.1", "--master-port",
-             str(free_port()), str(script)],
-            env=base_env(USE_LIBUV="0", GLOO_SOCKET_IFNAME="lo"), capture_output=True,
-            text=True, timeout=240)
 
-    proc = torchrun_job(ROOT / "examples" / "torch_ddp.py")
+    def torchrun_job(script, **env):
+        return subprocess.run([torchrun, "--nproc-per-node", "4", str(script)],
+                              env=base_env(GLOO_SOCKET_IFNAME="lo", **env), capture_output=True,
+                              text=True, timeout=240)
+
+    ddp = ROOT / "examples" / "torch_ddp.py"
+    proc = torchrun_job(ddp, PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(free_port()),
+                        USE_LIBUV="0")
     if proc.returncode != 0 and "without libuv support" in proc.stderr:
-        # torchrun's agent makes its TCPStore with libuv whatever USE_LIBUV says (Debian 13's
-        # torch 2.6 has none): no job starts, whichever backend; shown with gloo alone.
-        plain = torchrun_job(pathlib.Path(__file__).parent / "workers" / "gloo_only.py")
+        plain = torchrun_job(pathlib.Path(__file__).parent / "workers" / "gloo_only.py",
+                             PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(free_port()),
+                             USE_LIBUV="0")
         assert plain.returncode != 0 and "without libuv support" in plain.stderr, plain.stderr
-        pytest.skip("torch %s's torchrun starts no job, with any backend: its agent's TCPStore "
-                    "asks for libuv, which this torch was built without (gloo alone fails the "
-                    "same way)" % torch.__version__)
+        proc = torchrun_job(ddp, PET_RDZV_ENDPOINT=str(tmp_path / "rendezvous"),
+                            **LIBUVLESS_TORCHRUN)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "4 ranks: loss" in proc.stdout and "max parameter difference" in proc.stdout, \
         proc.stdout + proc.stderr

@@ -209,13 +209,20 @@ def sub_groups():
                            pg_options=collx.torch.GroupOptions(split=False))
     if R in ranks and descriptors() == before:
         raise Mismatch("a group of its own connections opened no descriptor")
-    # no options: within a host a context of its own (its shared-memory group), across hosts
-    # a split
+    # no options: a split, which within a host has a shared-memory group of its own in the
+    # default group's shared memory (as the split above), and across hosts none
     before = descriptors()
     default = dist.new_group(ranks, backend="collx")
-    if R in ranks and (descriptors() == before) != ACROSS_HOSTS:
+    if R in ranks and descriptors() != before:
         raise Mismatch("new_group without options opened %d descriptors %s" %
                        (descriptors() - before, "across hosts" if ACROSS_HOSTS else "on one host"))
+    if R in ranks:
+        for name, group in (("split", sub), ("no options", default)):
+            shared = collx.torch.backend_of(group).shared_memory
+            if shared == ACROSS_HOSTS:
+                raise Mismatch("new_group (%s) %s a shared-memory group %s" %
+                               (name, "has" if shared else "has no",
+                                "across hosts" if ACROSS_HOSTS else "on one host"))
     gsub = dist.new_group(ranks, backend="gloo")
     if R in ranks:
         for group in (sub, apart, default):
