@@ -419,9 +419,17 @@ void Engine::failFromBlockingCall(const Error& error) {
   }
   // Another thread drives (a blocking call of its own may hold drive_ until its deadline):
   // it fails the mesh with this error in its next round, and this call ends now.
+  // (An exception of its own, built anew: a copy would share the message's buffer, whose
+  // count the C++ runtime keeps where ThreadSanitizer cannot see it.)
+  std::exception_ptr own;
+  try {
+    throwError(error.kind(), error.where(), std::string(error.detail()));
+  } catch (...) {
+    own = std::current_exception();
+  }
   {
     std::lock_guard<std::mutex> lock(failSoonMutex_);
-    if (!failSoonError_) failSoonError_ = std::make_exception_ptr(error);
+    if (!failSoonError_) failSoonError_ = std::move(own);
     failSoon_.store(true, std::memory_order_release);
   }
   mesh_->wakeup();

@@ -2,6 +2,7 @@
 
 #include <linux/futex.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,6 +18,10 @@ namespace collx::transport::shm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// madvise(MADV_POPULATE_READ), Linux 5.14 (older kernels refuse it: the pages then fault in
+// at first use).
+constexpr int kPopulateRead = 22;
 
 // Shared (not private) futexes: the word lives in memory other processes map.
 long futexWait(std::uint32_t* word, std::uint32_t expected, std::chrono::nanoseconds timeout) {
@@ -56,6 +61,14 @@ ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
   // KiB of them made the first large broadcasts 10x slower than the next ones.
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   for (std::size_t m = 0; m < buffers_.size(); ++m) {
+    if (static_cast<int>(m) != self && slot >= 0) {
+      // A sub-group's members may be writing their slots already (they made the group
+      // first): the kernel maps those pages without reading them here.
+      const auto begin = reinterpret_cast<std::uintptr_t>(buffers_[m]) / page * page;
+      const auto end = reinterpret_cast<std::uintptr_t>(buffers_[m]) + stride_ * kBuffers;
+      (void)::madvise(reinterpret_cast<void*>(begin), end - begin, kPopulateRead);
+      continue;
+    }
     for (std::size_t at = 0; at < stride_ * kBuffers; at += page) {
       if (static_cast<int>(m) == self) {
         atomic(buffers_[m][at]).fetch_or(0, std::memory_order_relaxed);
