@@ -1216,9 +1216,11 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
     }
     std::chrono::microseconds wait(0);
     const auto idle = now - lastActivity;
-    const bool spinning = idle < options_.spin;
+    const auto spin = target.info().spinUs >= 0 ? std::chrono::microseconds(target.info().spinUs)
+                                                : options_.spin;
+    const bool spinning = idle < spin;
     const auto limit = std::min(target.info().deadline, until.value_or(Clock::time_point::max()));
-    if (!spinning && idle < options_.spin + options_.yield) {
+    if (!spinning && idle < spin + options_.yield) {
       std::this_thread::yield();
     } else if (!spinning) {
       wait = std::chrono::duration_cast<std::chrono::microseconds>(

@@ -13,7 +13,7 @@ usable once its first call is through); in three kinds, the order turning betwee
   split   collx with GroupOptions(split=True): a split of the default group's context (no
           rendezvous, no connection of its own: Context::split)
   apart   collx with GroupOptions(split=False): a context of its own, joined through the
-          store and connected afresh (collx's default within one host)
+          store and connected afresh
   gloo    backend gloo
 and, without torch's new_group around them, collx's own part for a group of all P ranks:
   collx split  ProcessGroupCollx.split of the default group's backend, then all_reduce_
@@ -23,7 +23,9 @@ Times are the max over ranks of each rank's median over the rounds, per new_grou
 (collx's own); "fds" is the descriptors rank 0 had open more after a round (a split opens
 none). Then what a call costs on each: collx.torch.all_reduce on the rows (P/2 ranks each)
 made as splits and as groups of their own, 4 B to 1 MiB, the same number of calls on every
-rank, the median per call (the max over ranks, the best of 3 rounds).
+rank, the median per call (the max over ranks, the best of 3 rounds). "shm": the share of
+the groups made that have a shared-memory group (ProcessGroupCollx.shared_memory). Each
+round's groups are destroyed before the next round (not timed).
 """
 import argparse
 import datetime
@@ -100,11 +102,11 @@ def worker(a):
 
     seconds = {k: [] for k in KINDS}
     opened = {k: [] for k in KINDS}
-    keep = []
+    shared = {k: [] for k in KINDS}  # the share of a round's groups with a shm group
     for i in range(a.rounds + 1):
         order = KINDS[i % len(KINDS):] + KINDS[:i % len(KINDS)]
         for kind in order:
-            dist.barrier()
+            dist.barrier()  # (the last round's groups are gone on every rank)
             fds = len(os.listdir("/proc/self/fd"))
             start = time.perf_counter()
             groups, count = make(kind)
@@ -112,12 +114,22 @@ def worker(a):
             if i > 0:  # the first round warms up
                 seconds[kind].append(took / count)
                 opened[kind].append(len(os.listdir("/proc/self/fd")) - fds)
-            keep.append(groups)  # destroying groups is not what is measured
+                if kind != "gloo":
+                    backends = [g if kind.startswith("collx") else collx.torch.backend_of(g)
+                                for g in groups]
+                    shared[kind].append(sum(b.shared_memory for b in backends) / len(backends))
+            # Each round's groups go before the next (destroying them is not timed): a
+            # split's shared-memory slot comes back.
+            if not kind.startswith("collx"):
+                for group in groups:
+                    dist.destroy_process_group(group)
+            del groups
     mine = torch.tensor([statistics.median(seconds[k]) for k in KINDS], dtype=torch.float64)
     dist.all_reduce(mine, op=dist.ReduceOp.MAX)
     if R == 0:
         for k, t in zip(KINDS, mine.tolist()):
-            print("%s,%d,%.6f,%.1f" % (k, P, t, statistics.median(opened[k])))
+            share = "%.2f" % statistics.mean(shared[k]) if shared[k] else "-"
+            print("%s,%d,%.6f,%.1f,%s" % (k, P, t, statistics.median(opened[k]), share))
     # What a call costs on a row made each way.
     row = {}
     for kind, split in (("split", True), ("apart", False)):
@@ -155,14 +167,14 @@ def launch(a):
     if rc:
         sys.exit("torch_subgroups.py: a rank failed (exit %d)" % rc)
     print("P = %d, %d rounds: a group made and its first call" % (a.p, a.rounds))
-    print("%-12s %8s %6s" % ("kind", "ms", "fds"))
+    print("%-12s %8s %6s %6s" % ("kind", "ms", "fds", "shm"))
     calls = []
     for line in out.splitlines():
         if line.startswith("call,"):
             calls.append(line.split(",")[1:])
             continue
-        kind, _, t, fds = line.split(",")
-        print("%-12s %8.3f %6s" % (kind, float(t) * 1e3, fds))
+        kind, _, t, fds, share = line.split(",")
+        print("%-12s %8.3f %6s %6s" % (kind, float(t) * 1e3, fds, share))
     print("a call on a row of %d ranks (collx.torch.all_reduce, float32; us)" % (a.p // 2))
     print("%10s %8s %8s %12s" % ("bytes", "split", "apart", "split/apart"))
     for nbytes, split, apart in calls:

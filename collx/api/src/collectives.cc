@@ -203,6 +203,7 @@ Prepared prepare(Context& ctx, Resolved& call, bool blocking) {
   p.info.dtype = call.dtype;
   p.info.divisor = static_cast<std::uint32_t>(rt.size);
   p.info.lane = rt.lane;
+  p.info.spinUs = rt.spinUs;
   if (call.op != nullptr) p.info.op = *call.op;
   // Members of the shared-memory group waiting for this rank in a shm call of this seq can
   // tell it runs another collective.
@@ -696,6 +697,7 @@ Prepared prepareP2P(Context& ctx, const Call& d, const CollectiveOptions& option
   p.info.counter = sending ? detail::Runtime::sendCounter() : detail::Runtime::recvCounter();
   p.info.bytes = bytes;
   p.info.key = transport::MessageKey{rt.seqBase | d.tag, 0, transport::Space::kPointToPoint};
+  p.info.spinUs = rt.spinUs;
   p.info.recorder = rt.recorder.get();
   p.info.recorderOwner = rt.recorder;
   p.info.fingerprint = transport::Fingerprint{static_cast<std::uint8_t>(Collective::kSendRecv),

@@ -531,19 +531,21 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
   std::vector<int> meshRanks;
   for (int r : ranks) meshRanks.push_back(runtime_->meshRank(r));
   transport::SlotOffer offer;
-  bool spins = false;
+  // Its waits poll as a context of just its ranks would: whether they outnumber their CPUs.
+  std::vector<PeerInfo> members;
+  for (int r : ranks) members.push_back(peers_[static_cast<std::size_t>(r)]);
+  int local = 0;
+  std::size_t cores = 0;
+  bool known = true;
+  const bool outnumbered = outnumberCpus(
+      members, static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin()),
+      local, cores, known);
+  const std::chrono::microseconds spin =
+      algorithms::engineOptions(Config::process(), outnumbered).spin;
+  const bool spins = spin.count() > 0;
   if (problem.empty() && shared != nullptr && ranks.size() > 1 &&
       kSplitSharedMemory.get(Config::process())) {
     offer = shared->offerSlots(meshRanks);
-    std::vector<PeerInfo> members;
-    for (int r : ranks) members.push_back(peers_[static_cast<std::size_t>(r)]);
-    int local = 0;
-    std::size_t cores = 0;
-    bool known = true;
-    const bool outnumbered = outnumberCpus(
-        members, static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin()),
-        local, cores, known);
-    spins = algorithms::engineOptions(Config::process(), outnumbered).spin.count() > 0;
   }
   constexpr unsigned kSpins = 1, kReads = 2;
   // The slots offered go back when the split fails; for good when this member cannot know
@@ -602,6 +604,7 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
         ranks[i] == rank_ ? problem : "rank " + std::to_string(ranks[i]) + ": " + verdict);
   }
   auto sub = std::make_shared<Context>(Key{}, shared_from_this(), ranks, number, wait);
+  sub->runtime_->spinUs = static_cast<std::int32_t>(std::min<std::int64_t>(spin.count(), 1 << 30));
   if (slots != 0 && shared != nullptr) {
     const int slot = std::countr_zero(slots);
     offered.slots = 0;

@@ -66,6 +66,9 @@ struct Runtime {
   // which runs in the engine's lane `lane` (Engine::addSharedGroup; 0: the mesh's group).
   transport::SharedGroup* group = nullptr;
   int lane = 0;
+  // A split's own polling before it yields (CallInfo::spinUs: as a context of just its ranks
+  // would; -1: the engine's).
+  std::int32_t spinUs = -1;
   // The shared-memory algorithms may run: one group of every rank, or a world of one.
   bool sharedMemory() const noexcept { return group != nullptr || size == 1; }
 

@@ -76,6 +76,10 @@ struct CallInfo {
   // A shared-memory call's lane (Engine::addSharedGroup): 0, the mesh's group; s + 1, the
   // sub-group in slot s.
   int lane = 0;
+  // How long a thread driving this call polls before it yields (EngineOptions::spin), where
+  // its context's differs from the engine's: a split of ranks that have cores of their own
+  // within a job whose ranks outnumber the cores. -1: the engine's.
+  std::int32_t spinUs = -1;
 };
 
 // "allreduce(ring, seq 7)", "send(peer 1, tag 9)".
