@@ -868,8 +868,8 @@ void Engine::noteWaits(Clock::time_point now) {
     } else if (Lane& lane = laneOf(*e); lane.running == e.get()) {  // else queued
       const auto [member, use] = lane.runner->awaited();
       if (member >= 0) {
-        info.recorder->waiting(info.recordId, WaitKind::kShared, lane.group->rankOf(member), 0,
-                               0, use, nowNs);
+        info.recorder->waiting(info.recordId, WaitKind::kShared, lane.group->rankOf(member), 0, 0,
+                               use, nowNs);
       }
     }
   }
@@ -1051,8 +1051,7 @@ bool Engine::pumpLane(Lane& lane) {
     }
     if (!ended) break;
     if (const CallInfo& info = e.info(); info.tracer != nullptr) {
-      info.tracer->shared(info.traceId, info.collective, info.bytes, lane.beganNs,
-                          Tracer::nowNs());
+      info.tracer->shared(info.traceId, info.collective, info.bytes, lane.beganNs, Tracer::nowNs());
     }
     moved = true;
     lane.running = nullptr;
@@ -1216,8 +1215,8 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
     }
     std::chrono::microseconds wait(0);
     const auto idle = now - lastActivity;
-    const auto spin = target.info().spinUs >= 0 ? std::chrono::microseconds(target.info().spinUs)
-                                                : options_.spin;
+    const auto spin =
+        target.info().spinUs >= 0 ? std::chrono::microseconds(target.info().spinUs) : options_.spin;
     const bool spinning = idle < spin;
     const auto limit = std::min(target.info().deadline, until.value_or(Clock::time_point::max()));
     if (!spinning && idle < spin + options_.yield) {

@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdio>
-#include <atomic>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -558,11 +558,10 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
       if (group != nullptr && slots != 0) group->withdrawSlots(slots, forGood);
     }
   } offered{shared, offer.slots};
-  store_->set(ackKey(rank_),
-              problem.empty() ? "ok " + std::to_string(offer.slots) + " " +
-                                    std::to_string((spins ? kSpins : 0) |
-                                                   (offer.canRead ? kReads : 0))
-                              : problem);
+  store_->set(ackKey(rank_), problem.empty() ? "ok " + std::to_string(offer.slots) + " " +
+                                                   std::to_string((spins ? kSpins : 0) |
+                                                                  (offer.canRead ? kReads : 0))
+                                             : problem);
   // Every member's verdict (a member that never comes: a TimeoutError naming it).
   std::vector<std::string> acks;
   for (int r : ranks) acks.push_back(ackKey(r));
@@ -611,9 +610,8 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
     std::unique_ptr<transport::SharedGroup> group = shared->subGroup(meshRanks, slot, offer.slots);
     const algorithms::EngineOptions engine =
         algorithms::engineOptions(Config::process(), (flags & kSpins) == 0);
-    group->setPolicy(transport::WaitPolicy{(flags & kSpins) != 0 ? engine.spin
-                                                                  : std::chrono::microseconds(0),
-                                           engine.yield});
+    group->setPolicy(transport::WaitPolicy{
+        (flags & kSpins) != 0 ? engine.spin : std::chrono::microseconds(0), engine.yield});
     group->setDirectReads((flags & kReads) != 0 ? runtime_->engine->mesh().options().shmDirect
                                                 : transport::DirectReads::kNever);
     detail::Runtime& rt = *sub->runtime_;
@@ -622,8 +620,8 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
     rt.policy.sharedMemory = true;
     runtime_->engine->addSharedGroup(rt.lane, std::move(group));
   }
-  COLLX_DEBUG(kCore, "rank {}: sub-context {} \"{}\" of ranks [{}]: rank {} of {}{}", rank_,
-              number, name, list, sub->rank(), sub->size(),
+  COLLX_DEBUG(kCore, "rank {}: sub-context {} \"{}\" of ranks [{}]: rank {} of {}{}", rank_, number,
+              name, list, sub->rank(), sub->size(),
               sub->runtime_->lane > 0
                   ? ", shared-memory group in slot " + std::to_string(sub->runtime_->lane - 1)
                   : std::string());

@@ -174,8 +174,8 @@ class Mapping {
                                           layout.slotStride * static_cast<std::size_t>(slot));
   }
   GroupControl* slotGroup(const Layout& layout, int slot) const noexcept {
-    return reinterpret_cast<GroupControl*>(reinterpret_cast<std::uint8_t*>(this->slot(layout, slot)) +
-                                           sizeof(SlotControl));
+    return reinterpret_cast<GroupControl*>(
+        reinterpret_cast<std::uint8_t*>(this->slot(layout, slot)) + sizeof(SlotControl));
   }
   std::uint8_t* slotBuffer(const Layout& layout, int slot) const noexcept {
     return reinterpret_cast<std::uint8_t*>(slotGroup(layout, slot)) + sizeof(GroupControl);

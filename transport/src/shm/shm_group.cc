@@ -2,14 +2,14 @@
 
 #include <linux/futex.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <algorithm>
 #include <cstring>
 #include <ctime>
 
@@ -51,7 +51,8 @@ ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
       parent_(parent) {
   slot_ = slot;
   for (const auto& m : members_) {
-    controls_.push_back(slot < 0 ? m.mapping->group(m.layout) : m.mapping->slotGroup(m.layout, slot));
+    controls_.push_back(slot < 0 ? m.mapping->group(m.layout)
+                                 : m.mapping->slotGroup(m.layout, slot));
     buffers_.push_back(slot < 0 ? m.mapping->groupBuffer(m.layout, 0)
                                 : m.mapping->slotBuffer(m.layout, slot));
   }

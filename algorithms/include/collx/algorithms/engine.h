@@ -313,8 +313,8 @@ class Engine {
     std::atomic<std::thread::id> blockingCaller{};  // a blocking call runs in the runner
     std::deque<Execution*> queue;
     Execution* running = nullptr;
-    std::int64_t beganNs = 0;  // traced: when the running nonblocking call started
-    bool removed = false;      // goes once its calls end
+    std::int64_t beganNs = 0;                  // traced: when the running nonblocking call started
+    bool removed = false;                      // goes once its calls end
     std::atomic<bool> removeRequested{false};  // removeSharedGroup(), until the driver saw it
   };
   Lane lanes_[kLanes];
