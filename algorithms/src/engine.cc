@@ -432,11 +432,15 @@ void Engine::failFromBlockingCall(const Error& error) {
     if (!failSoonError_) failSoonError_ = std::move(own);
     failSoon_.store(true, std::memory_order_release);
   }
-  mesh_->wakeup();
+  handToDriver(failSoon_, &Engine::applyFailSoon);
+}
+
+void Engine::handToDriver(const std::atomic<bool>& pending, void (Engine::*apply)()) {
+  mesh_->wakeup();  // a driver asleep in poll() looks at once
   // Unless the driver let go before it looked: then this thread does it.
-  while (failSoon_.load(std::memory_order_acquire)) {
+  while (pending.load(std::memory_order_acquire)) {
     if (drive_.try_lock()) {
-      applyFailSoon();
+      (this->*apply)();
       drive_.unlock();
       return;
     }
@@ -484,15 +488,7 @@ void Engine::removeSharedGroup(int lane) {
   // when nobody drives.
   lanes_[lane].removeRequested.store(true, std::memory_order_release);
   retireRequested_.store(true, std::memory_order_release);
-  mesh_->wakeup();
-  while (lanes_[lane].removeRequested.load(std::memory_order_acquire)) {
-    if (drive_.try_lock()) {
-      retireRequested();
-      drive_.unlock();
-      return;
-    }
-    std::this_thread::yield();
-  }
+  handToDriver(lanes_[lane].removeRequested, &Engine::retireRequested);
 }
 
 void Engine::retireRequested() {

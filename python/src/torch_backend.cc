@@ -1234,6 +1234,22 @@ class ProcessGroupCollx final : public BackendBase {
 // into collx's exception classes). Everything runs under the GIL but the call itself.
 thread_local std::exception_ptr lastError;
 
+// The small-call path's all_reduce without the GIL: true when done; else false, its error
+// kept in lastError.
+bool allReduceReleased(ProcessGroupCollx* pg, const at::Tensor& t, long op) {
+  std::exception_ptr error;
+  PyThreadState* saved = PyEval_SaveThread();
+  try {
+    pg->allReduceNow(t, static_cast<c10d::ReduceOp::RedOpType>(op));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  PyEval_RestoreThread(saved);
+  if (!error) return true;
+  lastError = std::move(error);
+  return false;
+}
+
 namespace fast {
 
 constexpr std::array<const char*, 8> kOpNames = {"sum", "avg",  "product", "min",
@@ -1453,18 +1469,9 @@ PyObject* allReduceEntry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
                  Py_TYPE(tensor)->tp_name);
     return nullptr;
   }
-  const at::Tensor& t = THPVariable_Unpack(tensor);
-  std::exception_ptr error;
-  PyThreadState* saved = PyEval_SaveThread();
-  try {
-    pg->allReduceNow(t, static_cast<c10d::ReduceOp::RedOpType>(op));
-  } catch (...) {
-    error = std::current_exception();
-  }
-  PyEval_RestoreThread(saved);
+  const bool done = allReduceReleased(pg, THPVariable_Unpack(tensor), op);
   Py_DECREF(held);
-  if (!error) return Py_NewRef(tensor);
-  lastError = std::move(error);
+  if (done) return Py_NewRef(tensor);
   PyObject* raised = PyObject_CallNoArgs(state.raiseLast);  // raises it: nullptr
   Py_XDECREF(raised);
   if (raised != nullptr) PyErr_SetString(PyExc_SystemError, "all_reduce(): a lost error");
@@ -1523,17 +1530,7 @@ PyObject* allReduceAt(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a null group address");
     return nullptr;
   }
-  const at::Tensor& tensor = THPVariable_Unpack(args[1]);
-  std::exception_ptr error;
-  PyThreadState* saved = PyEval_SaveThread();
-  try {
-    pg->allReduceNow(tensor, static_cast<c10d::ReduceOp::RedOpType>(op));
-  } catch (...) {
-    error = std::current_exception();
-  }
-  PyEval_RestoreThread(saved);
-  if (!error) Py_RETURN_NONE;
-  lastError = std::move(error);
+  if (allReduceReleased(pg, THPVariable_Unpack(args[1]), op)) Py_RETURN_NONE;
   Py_RETURN_FALSE;
 }
 

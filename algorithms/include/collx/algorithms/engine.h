@@ -219,6 +219,10 @@ class Engine {
   // (failSoon_), which fails the mesh in its next round, and returns at once.
   void failFromBlockingCall(const Error& error);
   void applyFailSoon();  // holding drive_
+  // Work left to the thread that drives, which looks at `pending` every round and calls
+  // `apply` (holding drive_) when it is set: returns once `pending` is clear again, having
+  // called `apply` itself where nobody drives.
+  void handToDriver(const std::atomic<bool>& pending, void (Engine::*apply)());
   // Marks the lanes removeSharedGroup() asked for removed, retiring those with no calls
   // (holding drive_).
   void retireRequested();
