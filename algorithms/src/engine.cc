@@ -466,7 +466,8 @@ void Engine::applyFailSoon() {
 
 void Engine::addSharedGroup(int lane, std::unique_ptr<transport::SharedGroup> group) {
   if (lane < 1 || lane >= kLanes || group == nullptr) {
-    throw std::logic_error("collx: addSharedGroup: no lane " + std::to_string(lane));
+    throw std::logic_error("collx: rank " + std::to_string(rank()) +
+                           ": addSharedGroup: no lane " + std::to_string(lane));
   }
   // Without the drive lock (another thread's blocking call may hold it until its deadline):
   // the driver looks at a lane's group and runner only once a call of the lane's context
@@ -474,7 +475,8 @@ void Engine::addSharedGroup(int lane, std::unique_ptr<transport::SharedGroup> gr
   // of it last thing in retireLane).
   Lane& l = lanes_[lane];
   if (l.group != nullptr) {
-    throw std::logic_error("collx: addSharedGroup: lane " + std::to_string(lane) + " is in use");
+    throw std::logic_error("collx: rank " + std::to_string(rank()) + ": addSharedGroup: lane " +
+                           std::to_string(lane) + " is in use");
   }
   l.runner = std::make_unique<shared::Runner>(group.get());
   l.owned = std::move(group);
