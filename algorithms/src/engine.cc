@@ -466,8 +466,8 @@ void Engine::applyFailSoon() {
 
 void Engine::addSharedGroup(int lane, std::unique_ptr<transport::SharedGroup> group) {
   if (lane < 1 || lane >= kLanes || group == nullptr) {
-    throw std::logic_error("collx: rank " + std::to_string(rank()) +
-                           ": addSharedGroup: no lane " + std::to_string(lane));
+    throw std::logic_error("collx: rank " + std::to_string(rank()) + ": addSharedGroup: no lane " +
+                           std::to_string(lane));
   }
   // Without the drive lock (another thread's blocking call may hold it until its deadline):
   // the driver looks at a lane's group and runner only once a call of the lane's context
