@@ -2,7 +2,7 @@
 """torch.distributed all_reduce with backend "collx" against backend "gloo", in one run.
 
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/compare/torch_backends.py -p 4
-        [--sizes 4,64,...] [--dtype bfloat16] [--paths collx,gloo,fast,fastpy,own]
+        [--sizes 4,64,...] [--dtype bfloat16] [--paths collx,gloo,fast,fastpy,own,pyloop]
         [--min-time 0.3] [--repeat 1] [--csv out.csv]
 
 Spawns P ranks (subprocess, file:// rendezvous, everything on 127.0.0.1). Each rank
@@ -17,11 +17,15 @@ backend gloo; for every size every path runs in the same processes, one after th
          collx.torch.all_reduce was before it became a C function), for comparison
   own    collx's own blocking allreduce on the same group's context, called from C++ in a
          loop (no Python, no torch): the floor the torch paths are measured against
+  pyloop the same call timed inside C++ as in own, but one call per iteration of a Python
+         loop: what returning to Python between calls costs the call itself (where ranks
+         outnumber cores, the peers that share a core run their Python in its time)
 Method as ../shared/peers/torch_bench.py: sum, in place, one verified call, warmup, then a
 time-bounded loop; the time is the max over ranks of each rank's median. With --repeat R
-every size is measured R times per path and each keeps its best round. Prints one table:
-the time of each path, gloo/collx (above 1: collx is faster) and fast - own, the cost of
-torch around collx's call. On a terminal, rank 0 shows its progress on stderr (one line,
+every size is measured R times per path (the rounds interleaved) and each keeps its best
+round. Prints one table: the time of each path, gloo/collx (above 1: collx is faster) and
+fast - own, the cost of torch around collx's call (the median over rounds of each round's
+difference). On a terminal, rank 0 shows its progress on stderr (one line,
 rewritten); in a pipe or a log, nothing.
 """
 import argparse
@@ -51,7 +55,7 @@ def parse():
     ap.add_argument("--csv", default="")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--paths", default="collx,gloo",
-                    help="of collx, gloo, fast, fastpy, own (default collx,gloo)")
+                    help="of collx, gloo, fast, fastpy, own, pyloop (default collx,gloo)")
     return ap.parse_args()
 
 
@@ -178,6 +182,7 @@ def worker(a):
         "fast": collx.torch.all_reduce,
         "fastpy": collx.torch._all_reduce_py,
         "own": collx.torch.all_reduce,  # (verified through the fast path, timed in C++)
+        "pyloop": collx.torch.all_reduce,  # (likewise)
     }
 
     def time_own(x):
@@ -186,7 +191,15 @@ def worker(a):
         iters = max(a.min_iters, min(a.max_iters, int(-(-a.min_time // max(est, 1e-9)))))
         return amax(statistics.median(backend._time_own_all_reduce(x, iters)))
 
-    best = {}
+    def time_pyloop(x):
+        own = backend._time_own_all_reduce
+        for _ in range(20):  # warmup
+            own(x, 1)
+        est = amax(statistics.median([own(x, 1)[0] for _ in range(5)]))
+        iters = max(a.min_iters, min(a.max_iters, int(-(-a.min_time // max(est, 1e-9)))))
+        return amax(statistics.median([own(x, 1)[0] for _ in range(iters)]))
+
+    rounds = {}  # (path, bytes): its time in each round
     progress = Progress(r == 0, a.repeat * len(sizes))
     for rep in range(a.repeat):
         for i, b in enumerate(sizes):
@@ -206,13 +219,14 @@ def worker(a):
                                      (name, n * esize))
                     sys.exit(1)
                 x.zero_()
-                t = time_own(x) if name == "own" else time_op(lambda: call(x))
-                key = (name, n * esize)
-                best[key] = min(best.get(key, float("inf")), t)
+                timer = {"own": time_own, "pyloop": time_pyloop}.get(name)
+                t = timer(x) if timer else time_op(lambda: call(x))
+                rounds.setdefault((name, n * esize), []).append(t)
     progress.clear()
     if r == 0:
-        for (name, nbytes), t in sorted(best.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            sys.stdout.write("%s,%d,%d,%.3f\n" % (name, P, nbytes, t * 1e6))
+        for (name, nbytes), ts in sorted(rounds.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            sys.stdout.write("%s,%d,%d,%s\n" % (name, P, nbytes,
+                                                 ",".join("%.3f" % (t * 1e6) for t in ts)))
         sys.stdout.flush()
     dist.barrier(group=groups["gloo"])
     dist.destroy_process_group()
@@ -234,10 +248,12 @@ def launch(a):
         os.rmdir(tmp)
     except OSError:
         pass
-    rows = {}
+    rows = {}  # bytes: {path: its best round}
+    per_round = {}  # bytes: {path: its time in each round}
     for line in out.splitlines():
-        name, P, nbytes, t = line.split(",")
-        rows.setdefault(int(nbytes), {})[name] = float(t)
+        name, P, nbytes, *ts = line.split(",")
+        per_round.setdefault(int(nbytes), {})[name] = [float(t) for t in ts]
+        rows.setdefault(int(nbytes), {})[name] = min(float(t) for t in ts)
     if a.csv:
         with open(a.csv, "a") as f:
             for nbytes, r in sorted(rows.items()):
@@ -247,16 +263,24 @@ def launch(a):
     extra = []
     if "collx" in paths and "gloo" in paths:
         extra.append(("gloo / collx", lambda r: "%.2f" % (r["gloo"] / r["collx"])))
-    if "fast" in paths and "own" in paths:
-        extra.append(("fast - own (us)", lambda r: "%.2f" % (r["fast"] - r["own"])))
-    if "fastpy" in paths and "own" in paths:
-        extra.append(("fastpy - own (us)", lambda r: "%.2f" % (r["fastpy"] - r["own"])))
+    # A path's cost over another (over collx's own call; fast over pyloop, the same call from
+    # the same Python loop): the median over rounds of the difference within each round (the
+    # two ran one after the other, on the same load), not the difference of two best rounds,
+    # which may come from different moments of a machine whose speed drifts.
+    def over(p, q):
+        return lambda r: "%.2f" % statistics.median(
+            x - y for x, y in zip(per_round[r["bytes"]][p], per_round[r["bytes"]][q]))
+
+    for p, q in (("fast", "own"), ("fastpy", "own"), ("pyloop", "own"), ("fast", "pyloop")):
+        if p in paths and q in paths:
+            extra.append(("%s - %s (us)" % (p, q), over(p, q)))
     if "fast" in paths and "gloo" in paths:
         extra.append(("gloo / fast", lambda r: "%.1f" % (r["gloo"] / r["fast"])))
     head = ["P", "bytes (%s)" % a.dtype] + ["%s (us)" % p for p in paths] + [e[0] for e in extra]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for nbytes, r in sorted(rows.items()):
+        r = dict(r, bytes=nbytes)
         cells = [str(a.p), str(nbytes)] + ["%.2f" % r[p] if p in r else "-" for p in paths]
         cells += [f(r) if all(p in r for p in paths) else "-" for _, f in extra]
         print("| " + " | ".join(cells) + " |")
