@@ -238,25 +238,17 @@ const std::vector<SelectionRule>& defaultSelection() {
   static constexpr int kMax = 1 << 30;
   static const std::vector<SelectionRule> kRules = {
       // Rows naming shm apply only when every rank shares memory with the others (the
-      // selection skips them otherwise). shm wins everywhere but at P = 2 for allreduce
-      // from 32 KiB up to 1 MiB, where its copies through the buffers cost more than
-      // halving-doubling's single exchange of halves (and ring_chunked's, below). Above
-      // 1 MiB shm is as fast and keeps its speed in the slow periods through its direct
-      // reads. (One sweep had binomial
-      // ahead of shm for broadcast at P = 8 from 64 KiB; three interleaved reruns had shm
-      // 2-3x ahead from 1 MiB, so shm stays.) benchmarks/README.md, "Shared memory: shm
-      // against the point-to-point algorithms", has the runs. At P = 2 above 512 KiB up to
-      // 3 MiB ring_chunked: its pieces are at most the eager limit (256 KiB), so they go as
-      // two copies through the pair's ring, pipelined, which on the AMD EPYC VM took 51-82 us
-      // at 768 KiB to 1 MiB against shm's 96-141 and halving_doubling's 110-135 (five
-      // interleaved runs and collx-tune, 2026-11-28). In place it took 1.24x, 1.11x, 1.08x
-      // and 1.03x less time than shm at 1.5, 2, 3 and 4 MiB, out of place 1.18x, 1.06x and
-      // 0.92x at 2, 3 and 4 MiB (five interleaved rounds each; collx-tune, out of place,
-      // had shm ahead at 4 MiB in every round), so 4 MiB stays with shm, which also keeps
-      // its speed better in the VM's slow periods. (The Xeon's run had halving_doubling 8%
-      // ahead of shm at 1 MiB and did not time ring_chunked.)
-      {Collective::kAllreduce, 2, 2, 32 * 1024, 512 * 1024, "halving_doubling", true},
-      {Collective::kAllreduce, 2, 2, 512 * 1024 + 1, 3 * 1024 * 1024, "ring_chunked", true},
+      // selection skips them otherwise). shm wins everywhere. (Until 2026-11-29 P = 2 took
+      // halving_doubling from 32 KiB to 512 KiB and ring_chunked up to 3 MiB, whose
+      // exchanges beat shm's copies through the group buffers; those copies ran at an
+      // eighth of memcpy's speed in GCC 12's build, collx/base/src/copy.cc. Fixed, shm
+      // led both out of place at every size from 32 KiB to 3 MiB (1.14x-1.30x at 64 and
+      // 256 KiB, collx-tune and three interleaved runs on the AMD EPYC VM); in place it
+      // trailed by 1.13x at 512 KiB and 1.15x at 1 MiB and led from 2 MiB (2-3x), so it
+      // is the choice that loses least either way.) (One sweep had binomial ahead of shm
+      // for broadcast at P = 8 from 64 KiB; three interleaved reruns had shm 2-3x ahead
+      // from 1 MiB, so shm stays.) benchmarks/README.md, "Shared memory: shm against the
+      // point-to-point algorithms", has the runs.
       {Collective::kAllreduce, 2, kMax, 0, kAny, "shm"},
       {Collective::kReduceScatter, 2, kMax, 0, kAny, "shm"},
       {Collective::kBroadcast, 2, kMax, 0, kAny, "shm"},
@@ -323,6 +315,11 @@ const std::vector<SelectionRule>& defaultSelection() {
       {Collective::kAllgatherv, 1, kMax, 0, kAny, "ring"},
       {Collective::kReduceScatter, 1, kMax, 0, 256 * 1024, "recursive_halving"},
       {Collective::kReduceScatter, 1, kMax, 0, kAny, "ring"},
+      // reduce over shared memory above the eager limit (256 KiB), where binomial's whole
+      // vectors wait for their receivers: reduce_scatter_gather took 1.35x-2.8x less time
+      // at 512 KiB to 16 MiB at P = 2 and 4 (collx-tune and two interleaved runs, AMD EPYC
+      // VM, 2026-11-29); over TCP binomial stays ahead.
+      {Collective::kReduce, 2, 4, 256 * 1024 + 1, kAny, "reduce_scatter_gather", true},
       {Collective::kReduce, 1, kMax, 0, kAny, "binomial"},
       {Collective::kGather, 1, kMax, 0, kAny, "linear"},
       {Collective::kGatherv, 1, kMax, 0, kAny, "linear"},
