@@ -238,17 +238,21 @@ const std::vector<SelectionRule>& defaultSelection() {
   static constexpr int kMax = 1 << 30;
   static const std::vector<SelectionRule> kRules = {
       // Rows naming shm apply only when every rank shares memory with the others (the
-      // selection skips them otherwise). shm wins everywhere. (Until 2026-11-29 P = 2 took
-      // halving_doubling from 32 KiB to 512 KiB and ring_chunked up to 3 MiB, whose
-      // exchanges beat shm's copies through the group buffers; those copies ran at an
-      // eighth of memcpy's speed in GCC 12's build, collx/base/src/copy.cc. Fixed, shm
-      // led both out of place at every size from 32 KiB to 3 MiB (1.14x-1.30x at 64 and
-      // 256 KiB, collx-tune and three interleaved runs on the AMD EPYC VM); in place it
-      // trailed by 1.13x at 512 KiB and 1.15x at 1 MiB and led from 2 MiB (2-3x), so it
-      // is the choice that loses least either way.) (One sweep had binomial ahead of shm
-      // for broadcast at P = 8 from 64 KiB; three interleaved reruns had shm 2-3x ahead
-      // from 1 MiB, so shm stays.) benchmarks/README.md, "Shared memory: shm against the
-      // point-to-point algorithms", has the runs.
+      // selection skips them otherwise). shm wins everywhere but at P = 2 for allreduce
+      // from 512 KiB to 1 MiB, where ring_chunked's pieces of at most the eager limit
+      // (256 KiB) go as two copies through the pair's ring, pipelined: on the AMD EPYC VM
+      // (Zen 4, 2026-11-28) it took 1.62x less time than shm at 1 MiB in place; on the
+      // AMD EPYC VM (Zen 3, 2026-11-29) 1.12x-1.15x less in place and up to 1.22x more
+      // out of place, the choice that loses least on both. (Until 2026-11-29 P = 2 also
+      // took halving_doubling from 32 KiB to 512 KiB and ring_chunked up to 3 MiB, which
+      // beat shm's copies through the group buffers while those ran at an eighth of
+      // memcpy's speed in GCC 12's build, collx/base/src/copy.cc. Fixed, shm led from
+      // 32 KiB to 256 KiB (out of place 1.14x-1.30x, in place level) and from 2 MiB
+      // (1.6x-2.9x), collx-tune and three interleaved runs on the Zen 3 VM.) (One sweep
+      // had binomial ahead of shm for broadcast at P = 8 from 64 KiB; three interleaved
+      // reruns had shm 2-3x ahead from 1 MiB, so shm stays.) benchmarks/README.md, "Shared
+      // memory: shm against the point-to-point algorithms", has the runs.
+      {Collective::kAllreduce, 2, 2, 512 * 1024, 1024 * 1024, "ring_chunked", true},
       {Collective::kAllreduce, 2, kMax, 0, kAny, "shm"},
       {Collective::kReduceScatter, 2, kMax, 0, kAny, "shm"},
       {Collective::kBroadcast, 2, kMax, 0, kAny, "shm"},
