@@ -152,6 +152,9 @@ def worker(a):
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=groups["gloo"])
         return t.item()
 
+    def iterations(est):  # calls that fill --min-time at `est` seconds a call, bounded
+        return max(a.min_iters, min(a.max_iters, int(-(-a.min_time // max(est, 1e-9)))))
+
     def time_op(op):
         t0 = time.perf_counter()
         op()
@@ -161,8 +164,7 @@ def worker(a):
         for _ in range(w):
             op()
         est = amax((time.perf_counter() - t0) / w)
-        iters = int(-(-a.min_time // max(est, 1e-9)))
-        iters = max(a.min_iters, min(a.max_iters, iters))
+        iters = iterations(est)
         ts = []
         pc = time.perf_counter
         for _ in range(iters):
@@ -188,7 +190,7 @@ def worker(a):
     def time_own(x):
         backend._time_own_all_reduce(x, 20)  # warmup
         est = amax(statistics.median(backend._time_own_all_reduce(x, 5)))
-        iters = max(a.min_iters, min(a.max_iters, int(-(-a.min_time // max(est, 1e-9)))))
+        iters = iterations(est)
         return amax(statistics.median(backend._time_own_all_reduce(x, iters)))
 
     def time_pyloop(x):
@@ -196,7 +198,7 @@ def worker(a):
         for _ in range(20):  # warmup
             own(x, 1)
         est = amax(statistics.median([own(x, 1)[0] for _ in range(5)]))
-        iters = max(a.min_iters, min(a.max_iters, int(-(-a.min_time // max(est, 1e-9)))))
+        iters = iterations(est)
         return amax(statistics.median([own(x, 1)[0] for _ in range(iters)]))
 
     rounds = {}  # (path, bytes): its time in each round
