@@ -11,9 +11,9 @@
 #include "collx/base/check.h"
 #include "collx/base/config.h"
 #include "collx/base/copy.h"
-#include "collx/base/hex.h"
 #include "collx/base/data_type.h"
 #include "collx/base/error.h"
+#include "collx/base/hex.h"
 #include "collx/base/log.h"
 #include "collx/base/reduce_op.h"
 #include "collx/base/setting.h"
@@ -463,7 +463,7 @@ TEST(Hex, BytesRoundTripAndBadTextIsRefused) {
   std::uint8_t back[4] = {};
   ASSERT_TRUE(parseHexBytes("000AFF7f", back, 4));
   EXPECT_EQ(std::memcmp(back, bytes, 4), 0);
-  EXPECT_FALSE(parseHexBytes("000aff7", back, 4));    // too short
+  EXPECT_FALSE(parseHexBytes("000aff7", back, 4));     // too short
   EXPECT_FALSE(parseHexBytes("000aff7f00", back, 4));  // too long
   EXPECT_FALSE(parseHexBytes("000agf7f", back, 4));    // not a digit
 }

@@ -30,7 +30,8 @@ class Job : public test::WorkerJob {
               if (transport == "ibverbs") env["COLLX_IBVERBS_LIBRARY"] = COLLX_VERBS_EMU_PATH;
 #endif
               return env;
-            }) {}
+            }) {
+  }
 };
 
 // Every test runs over tcp, over shared memory and over ibverbs on the userspace verbs device

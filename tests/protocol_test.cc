@@ -20,9 +20,9 @@ namespace {
 
 // How the test medium moves large messages.
 enum class Mode {
-  kPush,        // READY, then DATA frames (tcp, shm without CMA)
-  kPull,        // RTS carries the address, the receiver reads it (shm with CMA)
-  kWriteInto,   // READY carries an address, the sender writes into it (RDMA WRITE WITH IMM)
+  kPush,       // READY, then DATA frames (tcp, shm without CMA)
+  kPull,       // RTS carries the address, the receiver reads it (shm with CMA)
+  kWriteInto,  // READY carries an address, the sender writes into it (RDMA WRITE WITH IMM)
 };
 
 struct Wire {
@@ -163,8 +163,10 @@ struct Loop {
       bool moved = false;
       LoopPair* order[2] = {dataFirst ? b.get() : a.get(), dataFirst ? a.get() : b.get()};
       for (LoopPair* p : order) {
-        if (dataFirst) moved |= p->deliver(p->data) || p->deliver(p->control);
-        else moved |= p->deliver(p->control) || p->deliver(p->data);
+        if (dataFirst)
+          moved |= p->deliver(p->data) || p->deliver(p->control);
+        else
+          moved |= p->deliver(p->control) || p->deliver(p->data);
         moved |= p->pumpPulls();
         p->credit();  // as a medium does at the end of its progress
       }

@@ -164,15 +164,15 @@ TEST(StoreCleanup, RedisOverTls) {
   const std::string url = "rediss://127.0.0.1:" + std::to_string(server.tlsPort());
   const std::map<std::string, std::string> env = {
       {"COLLX_TLS_CA", client.ca}, {"COLLX_TLS_CERT", client.cert}, {"COLLX_TLS_KEY", client.key}};
-  auto ok = test::run({launcher(), "-n", "3", "--store", url, "--", worker(), "count", "1000"},
-                      env, 120s);
+  auto ok = test::run({launcher(), "-n", "3", "--store", url, "--", worker(), "count", "1000"}, env,
+                      120s);
   ASSERT_EQ(ok.code, 0) << ok.err;
   RedisClient redis(server.port());  // the plain port, as another user of the server
   EXPECT_EQ(joined(redis.keys()), "");
 
   auto failed = [&](const std::map<std::string, std::string>& with, const std::string& store) {
-    auto r = test::run({launcher(), "-n", "2", "--timeout", "20s", "--store", store, "--",
-                        worker(), "count", "100"},
+    auto r = test::run({launcher(), "-n", "2", "--timeout", "20s", "--store", store, "--", worker(),
+                        "count", "100"},
                        with, 120s);
     EXPECT_NE(r.code, 0) << store;
     return r.err;

@@ -3,6 +3,8 @@
 // handshake's failures); the TCP store in TLS (its ranks served, every other client
 // refused); the ranks' tcp connections in TLS (messages of every size, a rank without TLS
 // or with another CA's certificate refused by name); collectives over it.
+#include "collx/secure/tls.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -22,7 +24,6 @@
 #include "collx/rendezvous/hash_store.h"
 #include "collx/rendezvous/tcp_store.h"
 #include "collx/secure/job_secret.h"
-#include "collx/secure/tls.h"
 #include "collx/transport/mesh.h"
 #include "util/meshes.h"
 #include "util/test_util.h"
@@ -79,11 +80,15 @@ std::string errorOf(const std::function<void()>& f) {
 TEST(TlsConfig, OffUnlessAskedAndAskingNamesWhatIsMissing) {
   EXPECT_EQ(TlsContext::fromConfig(Config(Config::Environment{})), nullptr);
   EXPECT_EQ(TlsContext::fromConfig(Config(Config::Environment{{"COLLX_TLS", "0"}})), nullptr);
-  const std::string e = errorOf([] { TlsContext::fromConfig(Config(Config::Environment{{"COLLX_TLS", "1"}})); });
+  const std::string e = errorOf([] {
+    TlsContext::fromConfig(Config(Config::Environment{{"COLLX_TLS", "1"}}));
+  });
   EXPECT_NE(e.find("not set: COLLX_TLS_CERT COLLX_TLS_KEY COLLX_TLS_CA"), std::string::npos) << e;
   const auto& f = pki().rank;
-  auto context = TlsContext::fromConfig(Config(Config::Environment
-      {{"COLLX_TLS", "1"}, {"COLLX_TLS_CERT", f.cert}, {"COLLX_TLS_KEY", f.key}, {"COLLX_TLS_CA", f.ca}}));
+  auto context = TlsContext::fromConfig(Config(Config::Environment{{"COLLX_TLS", "1"},
+                                                                   {"COLLX_TLS_CERT", f.cert},
+                                                                   {"COLLX_TLS_KEY", f.key},
+                                                                   {"COLLX_TLS_CA", f.ca}}));
   ASSERT_NE(context, nullptr);
   EXPECT_TRUE(context->mutual());
   EXPECT_NE(context->describe().find(f.cert), std::string::npos);
@@ -154,7 +159,8 @@ TEST(TlsConfig, TheReadmesRecipeMakesCertificatesThatWork) {
   ASSERT_NE(script.find("openssl req -x509"), std::string::npos) << script;
   test::TempDir dir;
   std::ofstream(dir.path() + "/recipe.sh") << "set -e\ncd " << dir.path() << "\n" << script;
-  ASSERT_EQ(std::system(("sh " + dir.path() + "/recipe.sh >" + dir.path() + "/out 2>&1").c_str()), 0)
+  ASSERT_EQ(std::system(("sh " + dir.path() + "/recipe.sh >" + dir.path() + "/out 2>&1").c_str()),
+            0)
       << script;
   struct stat st {};
   ASSERT_EQ(::stat((dir.path() + "/node.key").c_str(), &st), 0);
@@ -458,9 +464,9 @@ TEST(TlsStore, AClientInTlsRefusesAStoreWithoutIt) {
   TcpStoreServer plain(so);
   const std::string e =
       errorOf([&] { TcpStore("127.0.0.1", plain.port(), clientOptions(pki().job)); });
-  EXPECT_NE(e.find("TLS with the store at tcp://127.0.0.1:" + std::to_string(plain.port()) +
-                   " failed"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find("TLS with the store at tcp://127.0.0.1:" + std::to_string(plain.port()) + " failed"),
+      std::string::npos)
       << e;
   EXPECT_NE(e.find("the store must use TLS too"), std::string::npos) << e;
 }
@@ -564,9 +570,8 @@ std::pair<std::string, std::string> connectTwo(std::shared_ptr<const TlsContext>
   transport::Mesh m0(meshOptions(0, 2, std::move(a))), m1(meshOptions(1, 2, std::move(b)));
   const std::vector<std::string> addresses = {m0.address(), m1.address()};
   std::string e0, e1;
-  std::thread other([&] {
-    e1 = errorOf([&] { m1.connect(addresses, transport::Clock::now() + 1500ms); });
-  });
+  std::thread other(
+      [&] { e1 = errorOf([&] { m1.connect(addresses, transport::Clock::now() + 1500ms); }); });
   e0 = errorOf([&] { m0.connect(addresses, transport::Clock::now() + 1500ms); });
   other.join();
   return {e0, e1};

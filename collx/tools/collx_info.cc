@@ -100,8 +100,9 @@ void printTls(const collx::Config& config) {
   const std::string kernel =
       collx::secure::kernelTlsAvailable(&why)
           ? "kernel TLS (kTLS): available (OpenSSL gives the kernel the records it can)"
-          : "kernel TLS (kTLS): not available, " + why + ": OpenSSL seals the records in the "
-            "process";
+          : "kernel TLS (kTLS): not available, " + why +
+                ": OpenSSL seals the records in the "
+                "process";
   std::cout << "  " << collx::cli::wrap(kernel, 4, 96) << "\n";
 }
 

@@ -12,7 +12,7 @@ namespace collx::run {
 struct RankSpec {
   int rank = 0;
   std::vector<std::string> env;  // "NAME=value" entries added to (or replacing) the inherited ones
-  int cpu = -1;                   // >= 0: the rank runs bound to this CPU
+  int cpu = -1;                  // >= 0: the rank runs bound to this CPU
 };
 
 struct SuperviseOptions {

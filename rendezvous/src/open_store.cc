@@ -77,7 +77,6 @@ std::string percentEncode(std::string_view text) {
     }
   }
   return out;
-
 }
 
 bool isHostChar(char c) {

@@ -83,14 +83,13 @@ pmix_proc_t connect(const Where& where, Clock::time_point deadline) {
       c.changed.notify_all();
     }).detach();
   }
-  const auto server = [] {
-    return pmixServerIn(Config::process()).value_or("PMIX_* variables");
-  };
+  const auto server = [] { return pmixServerIn(Config::process()).value_or("PMIX_* variables"); };
   if (!c.changed.wait_until(lock, deadline,
                             [&c] { return c.state != Client::State::kConnecting; })) {
-    throw TimeoutError(where, "PMIx_Init did not return in time: the PMIx server the "
-                              "environment names (" +
-                                  server() + ") does not answer");
+    throw TimeoutError(where,
+                       "PMIx_Init did not return in time: the PMIx server the "
+                       "environment names (" +
+                           server() + ") does not answer");
   }
   if (c.state == Client::State::kConnected) return c.me;
   throw IoError(where, "PMIx_Init failed: " + statusText(c.failure) +

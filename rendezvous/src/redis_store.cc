@@ -130,8 +130,8 @@ void RedisStore::connectLocked(Clock::time_point deadline, std::string_view op) 
         const sockio::Outcome out = connection->link.startTls(tls_, host_, deadline);
         if (out.result != sockio::Result::kOk) {
           // A certificate does not get better by trying again.
-          const std::string why = "TLS with Redis at " + describe() + " failed: " +
-                                  out.describe() + " (TLS: " + tls_->describe() + ")";
+          const std::string why = "TLS with Redis at " + describe() + " failed: " + out.describe() +
+                                  " (TLS: " + tls_->describe() + ")";
           if (out.result == sockio::Result::kTimeout) throw TimeoutError(where(op), why);
           throw IoError(where(op), why);
         }
@@ -173,14 +173,15 @@ void RedisStore::loginLocked(std::string_view op) {
     ReplyPtr reply = exchangeLocked(op, auth);
     if (reply->type == REDIS_REPLY_ERROR) {
       throw IoError(where(op), "Redis at " + describe() + " refused the " +
-                                   (login_.user.empty() ? "password" : "user and password") +
-                                   " (" + std::string(reply->str, reply->len) + ")");
+                                   (login_.user.empty() ? "password" : "user and password") + " (" +
+                                   std::string(reply->str, reply->len) + ")");
     }
   }
   // PING proves it is a Redis server (and that no password is missing); SELECT picks the
   // database.
   ReplyPtr pong = exchangeLocked(op, {"PING"});
-  if (pong->type == REDIS_REPLY_ERROR && std::string_view(pong->str, pong->len).starts_with("NOAUTH")) {
+  if (pong->type == REDIS_REPLY_ERROR &&
+      std::string_view(pong->str, pong->len).starts_with("NOAUTH")) {
     throw IoError(where(op), "Redis at " + describe() +
                                  " asks for a password: redis://:password@host:port or "
                                  "redis://user:password@host:port");
@@ -219,11 +220,11 @@ RedisStore::ReplyPtr RedisStore::exchangeLocked(std::string_view op,
   auto lost = [&](const sockio::Outcome& out, const char* phase) -> ReplyPtr {
     connection_.reset();
     if (out.result == sockio::Result::kTimeout) {
-      throw TimeoutError(where(op), "Redis did not answer within " +
-                                        std::to_string(timeout().count()) + " ms");
+      throw TimeoutError(
+          where(op), "Redis did not answer within " + std::to_string(timeout().count()) + " ms");
     }
-    throw IoError(where(op), std::string("lost the connection to Redis ") + phase + ": " +
-                                 out.describe());
+    throw IoError(where(op),
+                  std::string("lost the connection to Redis ") + phase + ": " + out.describe());
   };
   sockio::Link& link = connection_->link;
   sockio::Outcome out = link.sendAll(formatted, static_cast<std::size_t>(size), deadline);
@@ -235,8 +236,8 @@ RedisStore::ReplyPtr RedisStore::exchangeLocked(std::string_view op,
     if (redisReaderGetReply(reader, &reply) != REDIS_OK) {
       const std::string why = reader->errstr;
       connection_.reset();
-      throw IoError(where(op), "what answers at " + describe() +
-                                   " broke the Redis protocol (" + why + ")");
+      throw IoError(where(op),
+                    "what answers at " + describe() + " broke the Redis protocol (" + why + ")");
     }
     if (reply != nullptr) return ReplyPtr(static_cast<redisReply*>(reply));
     std::size_t got = 0;

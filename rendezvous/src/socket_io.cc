@@ -228,8 +228,7 @@ Outcome Link::recvAll(void* data, std::size_t size, Clock::time_point deadline) 
   return fromTls(tls_->readAll(data, size, deadline), *tls_);
 }
 
-Outcome Link::recvSome(void* data, std::size_t size, Clock::time_point deadline,
-                       std::size_t& got) {
+Outcome Link::recvSome(void* data, std::size_t size, Clock::time_point deadline, std::size_t& got) {
   if (!tls_) return sockio::recvSome(fd_, data, size, deadline, got);
   secure::TlsStream::Status status = secure::TlsStream::Status::kOk;
   got = tls_->readSome(data, size, deadline, status);

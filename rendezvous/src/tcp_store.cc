@@ -88,8 +88,8 @@ bool TcpStore::openLocked(int fd, Clock::time_point deadline, std::string_view o
     const sockio::Outcome out = link_->startTls(tls_, "", deadline);
     if (out.result != sockio::Result::kOk) {
       closeLocked();
-      const std::string why = "TLS with the store at " + describe() + " failed: " +
-                              out.describe() + " (COLLX_TLS=1 here: the store must use TLS " +
+      const std::string why = "TLS with the store at " + describe() + " failed: " + out.describe() +
+                              " (COLLX_TLS=1 here: the store must use TLS " +
                               "too, with a certificate that COLLX_TLS_CA signed)";
       if (out.result == sockio::Result::kTimeout) throw TimeoutError(where(op), why);
       throw IoError(where(op), why);
@@ -254,8 +254,8 @@ TcpStore::Reply TcpStore::roundTrip(proto::Op op, std::size_t keys,
       std::string why;
       const int fd = sockio::connectTcp(host_, port_, started + timeout(), why);
       if (fd < 0) {
-        throw IoError(where(name), "the store closed the connection and takes no new one (" +
-                                       why + ")");
+        throw IoError(where(name),
+                      "the store closed the connection and takes no new one (" + why + ")");
       }
       if (!openLocked(fd, started + timeout(), name, started)) {
         connectLocked(started + timeout(), name);

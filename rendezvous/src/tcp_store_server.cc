@@ -159,7 +159,8 @@ class Session : public std::enable_shared_from_this<Session> {
     auto endpoint = socket_.remote_endpoint(ec);
     address_ = ec ? std::string("unknown peer") : endpoint.address().to_string();
     peer_ = ec ? address_ : address_ + ":" + std::to_string(endpoint.port());
-    if (server_.ssl) tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, *server_.ssl);
+    if (server_.ssl)
+      tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, *server_.ssl);
     server_.sessions.insert(this);
     server_.connections.fetch_add(1);
   }
@@ -267,12 +268,12 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     auto self = shared_from_this();
     readExactly(asio::buffer(hello_.data() + proto::kHelloHeadBytes,
-                                  proto::kClientHelloBytes - proto::kHelloHeadBytes),
-                     [this, self](const asio::error_code& ec, std::size_t) {
-                       if (ec) return close();
-                       if (evicted_) return;
-                       onHelloRest();
-                     });
+                             proto::kClientHelloBytes - proto::kHelloHeadBytes),
+                [this, self](const asio::error_code& ec, std::size_t) {
+                  if (ec) return close();
+                  if (evicted_) return;
+                  onHelloRest();
+                });
   }
 
   // Flags and the client's nonce: serve at once (no secret here), refuse a client without
@@ -305,12 +306,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void readProof() {
     auto self = shared_from_this();
-    readExactly(asio::buffer(proof_),
-                     [this, self](const asio::error_code& ec, std::size_t) {
-                       if (ec) return close();
-                       if (evicted_) return;
-                       onProof();
-                     });
+    readExactly(asio::buffer(proof_), [this, self](const asio::error_code& ec, std::size_t) {
+      if (ec) return close();
+      if (evicted_) return;
+      onProof();
+    });
   }
 
   void onProof() {
@@ -362,16 +362,16 @@ class Session : public std::enable_shared_from_this<Session> {
     out_ = std::move(frame);
     auto self = shared_from_this();
     writeAll(asio::buffer(out_),
-                      [this, self, thenClose, next](const asio::error_code& ec, std::size_t) {
-                        out_.clear();
-                        out_.shrink_to_fit();
-                        if (ec || thenClose) {
-                          close();
-                          return;
-                        }
-                        if (evicted_) return tellBusy();
-                        (this->*next)();
-                      });
+             [this, self, thenClose, next](const asio::error_code& ec, std::size_t) {
+               out_.clear();
+               out_.shrink_to_fit();
+               if (ec || thenClose) {
+                 close();
+                 return;
+               }
+               if (evicted_) return tellBusy();
+               (this->*next)();
+             });
   }
 
   void readHeader() {
@@ -386,27 +386,26 @@ class Session : public std::enable_shared_from_this<Session> {
         close();
       });
     }
-    readExactly(
-        asio::buffer(header_), [this, self](const asio::error_code& ec, std::size_t) {
-          stallTimer_.cancel();
-          if (ec) return;  // closed by the client (or truncated): nothing to answer
-          std::uint32_t length;
-          std::memcpy(&length, header_.data(), 4);
-          if (length == 0 || length > server_.maxFrameBytes) {
-            COLLX_WARN(kRdzv,
-                       "store server: closing connection from {}: request of {} bytes (limit {})",
-                       peer_, length, server_.maxFrameBytes);
-            send(errorReply(ErrorKind::kInvalidArgument,
-                            "request of " + std::to_string(length) +
-                                " bytes is outside the server's limits (1.." +
-                                std::to_string(server_.maxFrameBytes) + " bytes)"),
-                 true);
-            return;
-          }
-          expected_ = length;
-          body_.clear();
-          readBody();
-        });
+    readExactly(asio::buffer(header_), [this, self](const asio::error_code& ec, std::size_t) {
+      stallTimer_.cancel();
+      if (ec) return;  // closed by the client (or truncated): nothing to answer
+      std::uint32_t length;
+      std::memcpy(&length, header_.data(), 4);
+      if (length == 0 || length > server_.maxFrameBytes) {
+        COLLX_WARN(kRdzv,
+                   "store server: closing connection from {}: request of {} bytes (limit {})",
+                   peer_, length, server_.maxFrameBytes);
+        send(errorReply(ErrorKind::kInvalidArgument,
+                        "request of " + std::to_string(length) +
+                            " bytes is outside the server's limits (1.." +
+                            std::to_string(server_.maxFrameBytes) + " bytes)"),
+             true);
+        return;
+      }
+      expected_ = length;
+      body_.clear();
+      readBody();
+    });
   }
 
   // The request's body, a piece at a time (its buffer grows with the bytes that came, not
@@ -427,12 +426,12 @@ class Session : public std::enable_shared_from_this<Session> {
     const std::size_t piece = std::min(expected_ - at, kPiece);
     body_.resize(at + piece);
     readExactly(asio::buffer(body_.data() + at, piece),
-                     [this, self](const asio::error_code& ec, std::size_t) {
-                       stallTimer_.cancel();
-                       if (ec) return close();
-                       if (body_.size() < expected_) return readBody();
-                       handle();
-                     });
+                [this, self](const asio::error_code& ec, std::size_t) {
+                  stallTimer_.cancel();
+                  if (ec) return close();
+                  if (body_.size() < expected_) return readBody();
+                  handle();
+                });
   }
 
   void handle() {
@@ -549,19 +548,18 @@ class Session : public std::enable_shared_from_this<Session> {
   // closed the connection (or broke the protocol), and its waiter is dropped at once.
   void watchWhileWaiting() {
     auto self = shared_from_this();
-    readSome(asio::buffer(&probe_, 1),
-                            [this, self](const asio::error_code& ec, std::size_t) {
-                              if (ec == asio::error::operation_aborted) return;
-                              if (auto waiter = waiter_) {
-                                COLLX_DEBUG(kRdzv, "store server: {} left while waiting", peer_);
-                                waiter->done = true;
-                                waiter->timer.cancel();
-                                server_.unpark(waiter);
-                                waiter->session.reset();
-                                waiter_.reset();
-                              }
-                              close();
-                            });
+    readSome(asio::buffer(&probe_, 1), [this, self](const asio::error_code& ec, std::size_t) {
+      if (ec == asio::error::operation_aborted) return;
+      if (auto waiter = waiter_) {
+        COLLX_DEBUG(kRdzv, "store server: {} left while waiting", peer_);
+        waiter->done = true;
+        waiter->timer.cancel();
+        server_.unpark(waiter);
+        waiter->session.reset();
+        waiter_.reset();
+      }
+      close();
+    });
   }
 
   // The socket's I/O, through TLS when the server uses it.
@@ -584,8 +582,8 @@ class Session : public std::enable_shared_from_this<Session> {
   TcpStoreServer::Impl& server_;
   tcp::socket socket_;
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;  // (declared after the socket)
-  std::string address_;  // the client's IP address
-  std::string peer_;     // and port
+  std::string address_;                                   // the client's IP address
+  std::string peer_;                                      // and port
   std::array<std::uint8_t, proto::kClientHelloBytes> hello_{};
   asio::steady_timer handshakeTimer_;
   asio::steady_timer stallTimer_;

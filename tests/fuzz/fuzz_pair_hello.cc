@@ -17,8 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::memcpy(&hello, data, std::min(size, sizeof hello));
   // Rank 2 of job 0x1234, generation 1, two streams; a secret when the Hello's reserved
   // word is odd, TLS when its second bit is set (so that every answer is reached).
-  const tt::HelloExpectation expect{0x1234, 1, 2, 2, (hello.reserved & 1) != 0,
-                                    (hello.reserved & 2) != 0};
+  const tt::HelloExpectation expect{
+      0x1234, 1, 2, 2, (hello.reserved & 1) != 0, (hello.reserved & 2) != 0};
   for (bool fromPeer : {false, true}) {
     const tt::HelloVerdict v = tt::checkHello(hello, expect, fromPeer);
     if (v.status == tt::kAckOk) {

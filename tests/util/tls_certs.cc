@@ -43,8 +43,7 @@ void addExtension(X509* cert, X509* issuer, int nid, const char* value) {
 }
 
 // A certificate for `key`, named `cn`, signed by `issuerKey` (issuer nullptr: self-signed).
-Cert makeCert(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* issuerKey,
-              bool ca) {
+Cert makeCert(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* issuerKey, bool ca) {
   static std::atomic<long> serial{1};
   Cert cert(X509_new());
   X509_set_version(cert.get(), 2);

@@ -120,11 +120,11 @@ const AlgorithmInfo kAllgatherLinear{
     .summary = "gather to rank 0, then a binomial broadcast of all P n bytes, pipelined in chunks",
     .build = buildAllgatherLinear,
     .cost = costAllgatherLinear,
-    .doc = {
-        .rounds = "1 + floor(log2 P)",
-        .perRank = "rank 0: ceil(log2 P) k messages, ceil(log2 P) P n bytes (P n to each child, k "
-                   "the pieces of P n); the others: n to rank 0, then P n to each child",
-        .cost = "(P-1) (alpha + n beta) at rank 0, then ceil(log2 P) (alpha + P n beta)",
-        .restrictions = "any P, any count; every rank receives its own block back"}};
+    .doc = {.rounds = "1 + floor(log2 P)",
+            .perRank =
+                "rank 0: ceil(log2 P) k messages, ceil(log2 P) P n bytes (P n to each child, k "
+                "the pieces of P n); the others: n to rank 0, then P n to each child",
+            .cost = "(P-1) (alpha + n beta) at rank 0, then ceil(log2 P) (alpha + P n beta)",
+            .restrictions = "any P, any count; every rank receives its own block back"}};
 
 }  // namespace collx::algorithms

@@ -932,7 +932,8 @@ std::shared_ptr<Context> init(const BootstrapOptions& options, Bootstrap* used) 
   contextOptions.leaveBarrier = b.rank0HostsStore;
   if (!b.storeUrl.empty()) {
     rendezvous::StoreUrl url = rendezvous::StoreUrl::parse(b.storeUrl);
-    if (url.scheme == "tcp" || url.scheme == "redis" || url.scheme == "rediss") contextOptions.routeHost = url.host;
+    if (url.scheme == "tcp" || url.scheme == "redis" || url.scheme == "rediss")
+      contextOptions.routeHost = url.host;
   }
   contextOptions.storeServer = std::move(server);
   contextOptions.secret = b.secret;

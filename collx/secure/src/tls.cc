@@ -167,8 +167,8 @@ bool isIpLiteral(const std::string& host) {
 }
 
 int remainingMs(TlsStream::Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - TlsStream::Clock::now());
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TlsStream::Clock::now());
   if (left.count() <= 0) return 0;
   return static_cast<int>(std::min<std::int64_t>(left.count() + 1, 1 << 30));
 }
@@ -237,8 +237,7 @@ std::shared_ptr<const TlsContext> TlsContext::forService(const Config& config) {
     text += "the system's CAs";
   }
   SSL_CTX_set_verify(holder.ctx, SSL_VERIFY_PEER, nullptr);
-  auto out =
-      std::shared_ptr<const TlsContext>(new TlsContext(holder.ctx, false, std::move(text)));
+  auto out = std::shared_ptr<const TlsContext>(new TlsContext(holder.ctx, false, std::move(text)));
   holder.ctx = nullptr;
   return out;
 }
@@ -251,7 +250,8 @@ std::string explainTlsFailure(const std::string& reason) {
   }
   if (has("alert certificate required")) {
     return "the peer refused the connection: it asks for this side's certificate, and none "
-           "was shown (COLLX_TLS_CERT, COLLX_TLS_KEY) (" + reason + ")";
+           "was shown (COLLX_TLS_CERT, COLLX_TLS_KEY) (" +
+           reason + ")";
   }
   if (has("alert")) return "the peer refused the connection (" + reason + ")";
   return reason;
@@ -318,8 +318,7 @@ struct OutBio {
 
 // ---- TlsStream ----------------------------------------------------------------------------
 
-TlsStream::TlsStream(std::shared_ptr<const TlsContext> context, int fd, Role role,
-                     std::string host)
+TlsStream::TlsStream(std::shared_ptr<const TlsContext> context, int fd, Role role, std::string host)
     : context_(std::move(context)), fd_(fd), role_(role), host_(std::move(host)) {
   const int flags = ::fcntl(fd_, F_GETFL, 0);
   if (flags >= 0 && (flags & O_NONBLOCK) == 0) ::fcntl(fd_, F_SETFL, flags | O_NONBLOCK);

@@ -18,8 +18,8 @@ constexpr std::uint64_t kMaxErrorText = 64 * 1024;
 
 struct ProtocolPair::Unexpected {
   Frame frame;
-  Buffer payload;               // an EAGER message's bytes
-  bool arrived = false;         // the payload is complete (an RTS or READY: at once)
+  Buffer payload;                 // an EAGER message's bytes
+  bool arrived = false;           // the payload is complete (an RTS or READY: at once)
   Transfer* claimedBy = nullptr;  // a receive posted while the payload was arriving
   Unexpected* next = nullptr;
 };
@@ -517,8 +517,8 @@ void ProtocolPair::verify(const Transfer& t, const Frame& f) {
   std::string theirs =
       link_.describe(f.key(), f.fingerprint()) + " (" + std::to_string(f.length) + " bytes)";
   if (request.kind == Request::Kind::kRecv) {
-    mismatch("rank " + std::to_string(link_.rank) + " expected " + mine + " from " +
-             rankName() + ", got " + theirs);
+    mismatch("rank " + std::to_string(link_.rank) + " expected " + mine + " from " + rankName() +
+             ", got " + theirs);
   }
   mismatch("rank " + std::to_string(link_.rank) + " sends " + mine + " to " + rankName() +
            ", which expects " + theirs);
@@ -548,8 +548,8 @@ void ProtocolPair::peerClosed() {
   closing_ = true;
   closed_ = true;
   if (live_ > 0) {
-    peerGone(rankName() + " closed its context while this rank still had " +
-             std::to_string(live_) + " message(s) in flight with it");
+    peerGone(rankName() + " closed its context while this rank still had " + std::to_string(live_) +
+             " message(s) in flight with it");
   }
 }
 

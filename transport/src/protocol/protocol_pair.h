@@ -55,9 +55,9 @@ namespace collx::transport {
 // pushes or pulls the request's bytes.
 struct Transfer {
   Request* request = nullptr;
-  std::uint32_t id = 0;      // names it in frames: RTS and DONE carry a send's, READY and
-                             // DATA a receive's
-  std::uint32_t peerId = 0;  // a receive: the sender's id from its RTS (DONE answers it)
+  std::uint32_t id = 0;       // names it in frames: RTS and DONE carry a send's, READY and
+                              // DATA a receive's
+  std::uint32_t peerId = 0;   // a receive: the sender's id from its RTS (DONE answers it)
   std::uint64_t address = 0;  // a receive: where the sender's bytes are (RTS), for a pull
   std::uint64_t done = 0;     // bytes moved (pushed, pulled, or landed as DATA)
   std::uint32_t pending = 0;  // the medium's: frames of it not yet written
@@ -121,8 +121,7 @@ class ProtocolPair : public Pair {
   // Frames reach the peer in the order they were queued. With a transfer (an EAGER send),
   // the medium calls sent(*transfer) once the frame and its payload have left. Non-blocking;
   // throws IoError when the connection broke.
-  virtual void sendFrame(const Frame& frame, const std::uint8_t* payload,
-                         Transfer* transfer) = 0;
+  virtual void sendFrame(const Frame& frame, const std::uint8_t* payload, Transfer* transfer) = 0;
   // Writes what was queued, as far as it can without blocking (called at the end of post()).
   virtual void flushOut() = 0;
   // Whether frames wait to be written (then returned credit rides on them).
@@ -247,7 +246,7 @@ class ProtocolPair : public Pair {
   // credit too; an RTS or READY only by this).
   static constexpr std::size_t kMaxUnexpected = std::size_t{1} << 20;
   std::vector<std::unique_ptr<Unexpected>> unexpectedStore_;  // every one ever made
-  std::vector<Unexpected*> spareUnexpected_;                   // of those, the unused
+  std::vector<Unexpected*> spareUnexpected_;                  // of those, the unused
   // Early EAGER bytes: buffers kept for reuse, within the credit window (allocating and
   // faulting in a fresh one per message costs more than the copy).
   std::vector<Buffer> spare_;

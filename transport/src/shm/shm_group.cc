@@ -232,9 +232,9 @@ void ShmGroup::ringSleepers() noexcept {
     auto sleeping = atomic(members_[m].mapping->header()->sleeping);
     if (sleeping.load(std::memory_order_relaxed) != 0 &&
         sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
-      ssize_t ignored = ::sendto(bellSocket_, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL,
-                                 reinterpret_cast<const sockaddr*>(&members_[m].bell),
-                                 members_[m].bellLength);
+      ssize_t ignored =
+          ::sendto(bellSocket_, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL,
+                   reinterpret_cast<const sockaddr*>(&members_[m].bell), members_[m].bellLength);
       (void)ignored;  // a full queue already holds a wakeup
     }
   }

@@ -3,9 +3,8 @@
 #pragma once
 
 #include <sys/socket.h>
-#include <sys/un.h>
-
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include <atomic>
 #include <exception>

@@ -254,8 +254,8 @@ bool ShmPair::pumpPulls(std::uint64_t& budget) {
       peerGone(rankName() + " closed its context during a transfer");
     }
     int err = 0;
-    bool ok = readProcessMemory(peer_.pid, peer_.samePid, t.address + t.done, t.bytes() + t.done,
-                                n, err);
+    bool ok =
+        readProcessMemory(peer_.pid, peer_.samePid, t.address + t.done, t.bytes() + t.done, n, err);
     pulling.fetch_sub(1, std::memory_order_release);
     if (!ok) {
       if (t.done == 0 && (err == EPERM || err == ENOSYS || err == EACCES)) {
@@ -339,8 +339,8 @@ void ShmPair::peerExited() {
   std::uint64_t budget = ~std::uint64_t{0};
   receive(budget);  // what it wrote before it went
   if (state == static_cast<std::uint32_t>(State::kOpen)) {
-    peerGone(rankName() + " (" + describe() + ") exited without closing its context: " +
-             rankName() + " died or was killed");
+    peerGone(rankName() + " (" + describe() +
+             ") exited without closing its context: " + rankName() + " died or was killed");
   }
   checkPeerState(state);
   exited_ = true;

@@ -555,9 +555,9 @@ std::vector<std::vector<std::unique_ptr<secure::TlsStream>>> TcpDevice::startTls
     }
   }
   auto refuse = [&](const Shake& h, const std::string& why) {
-    throw IoError(Where{self, where.op, peers[h.peer]},
-                  "TLS with rank " + std::to_string(peers[h.peer]) + " (" + addresses[h.peer] +
-                      ") failed: " + why);
+    throw IoError(Where{self, where.op, peers[h.peer]}, "TLS with rank " +
+                                                            std::to_string(peers[h.peer]) + " (" +
+                                                            addresses[h.peer] + ") failed: " + why);
   };
   // One step of a connection; true when it is done.
   auto step = [&](Shake& h) {
@@ -626,8 +626,7 @@ std::vector<std::vector<std::unique_ptr<secure::TlsStream>>> TcpDevice::startTls
       kernel.clear();
     }
     COLLX_INFO(kTcp, "rank {}: TLS on the tcp connections between ranks: {}{}", self,
-               shakes.empty() ? std::string("none here") : shakes.front().tls->describe(),
-               kernel);
+               shakes.empty() ? std::string("none here") : shakes.front().tls->describe(), kernel);
   });
   return out;
 }

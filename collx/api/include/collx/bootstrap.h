@@ -91,7 +91,7 @@ struct Bootstrap {
   std::string pmixNamespace;  // PMIx: the job's namespace
   std::shared_ptr<const secure::JobSecret> secret;  // nullptr: the job is unauthenticated
   bool insecure = false;  // COLLX_INSECURE: without a secret on purpose (collx-run --insecure)
-  std::shared_ptr<const secure::TlsContext> tls;  // nullptr: plain TCP (COLLX_TLS off)
+  std::shared_ptr<const secure::TlsContext> tls;            // nullptr: plain TCP (COLLX_TLS off)
   std::vector<std::pair<std::string, std::string>> origin;  // value name -> its source
 
   static Bootstrap resolve(const BootstrapOptions& options, const Config& config);
