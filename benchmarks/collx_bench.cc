@@ -21,10 +21,12 @@
 // the results with benchmarks/plot/collx_plot.py (matplotlib), which CMake copies beside
 // the tools (share/collx/ from bin/, in the build tree and in an install).
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -189,7 +191,9 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
            "returned at (\"# first collective returned at <unix seconds>\"), to measure a "
            "launch's time to the first collective (benchmarks/compare/cluster_start.sh)");
   cli.text("--csv", a.csv, "FILE", "also write the results as CSV");
-  cli.text("--json", a.json, "FILE", "also write the results as JSON");
+  cli.text("--json", a.json, "FILE",
+           "also write the results as JSON; - (or this process's stdout, as /dev/stdout): "
+           "the JSON alone on stdout and the table on stderr");
   cli.text("--plot", a.plot, "FILE",
            "after the sweep, draw busbw (GB/s) and time (us) against size (B), log-log, one "
            "line per algorithm, into FILE: .png or .svg (by its extension); needs Python with "
@@ -754,12 +758,35 @@ nlohmann::ordered_json resultsJson(const Args& args, int P, std::size_t hosts,
           {"results", rows}};
 }
 
+// Whether --json names this process's stdout: "-", or a path to the same file or pipe
+// (/dev/stdout, say). The JSON then goes there alone, the table to stderr.
+bool jsonIsStdout(const std::string& path) {
+  if (path == "-") return true;
+  struct stat out {
+  }, named{};
+  return ::fstat(STDOUT_FILENO, &out) == 0 && ::stat(path.c_str(), &named) == 0 &&
+         out.st_dev == named.st_dev && out.st_ino == named.st_ino;
+}
+
 // Writes `doc` to `path`; false when it cannot.
 bool writeJson(const std::string& path, const nlohmann::ordered_json& doc) {
   std::ofstream json(path);
   json << doc.dump(2) << "\n";
   json.close();
   return static_cast<bool>(json);
+}
+
+// Writes `doc` to descriptor `fd` (the stdout that --json - kept) and closes it.
+bool writeJson(int fd, const nlohmann::ordered_json& doc) {
+  const std::string text = doc.dump(2) + "\n";
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return ::close(fd) == 0 && done == text.size();
 }
 
 // A file of its own under $TMPDIR (else /tmp), removed when this goes away.
@@ -862,6 +889,16 @@ int main(int argc, char** argv) {
   collx::cli::CommandLine cli("collx-bench", "collx-bench [options]     (run it under collx-run)",
                               kAbout, kFooter);
   Args args = parseArgs(argc, argv, cli);
+  // --json -: the JSON alone on the stdout given, everything else printed on stderr.
+  int jsonOut = -1;
+  if (!args.json.empty() && jsonIsStdout(args.json)) {
+    std::fflush(stdout);
+    jsonOut = ::dup(STDOUT_FILENO);
+    if (jsonOut < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+      std::fprintf(stderr, "collx-bench: --json %s: %s\n", args.json.c_str(), std::strerror(errno));
+      return 2;
+    }
+  }
   if (args.algorithm == "list") {
     std::fputs(args.markdown ? collx::algorithms::algorithmTablesMarkdown().c_str()
                              : collx::algorithms::algorithmList().c_str(),
@@ -983,13 +1020,14 @@ int main(int argc, char** argv) {
     int plotCode = 0;
     if (root && (!args.json.empty() || !args.plot.empty())) {
       const auto doc = resultsJson(args, P, hosts.size(), algorithm, transports, results);
-      if (!args.json.empty() && !writeJson(args.json, doc)) {
+      if (!args.json.empty() &&
+          !(jsonOut >= 0 ? writeJson(jsonOut, doc) : writeJson(args.json, doc))) {
         std::fprintf(stderr, "collx-bench: cannot write --json %s\n", args.json.c_str());
       }
       if (!args.plot.empty()) {
         // The script reads the JSON: --json's file, else one of its own, removed after.
         std::optional<TempFile> temp;
-        std::string json = args.json;
+        std::string json = jsonOut >= 0 ? std::string() : args.json;
         if (json.empty()) {
           temp.emplace(".json");
           json = temp->path();

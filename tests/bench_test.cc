@@ -288,8 +288,8 @@ TEST(BenchTimeStat, MiddleMeanStaysWithinTheCallsAndOtherStatsAreRefused) {
   test::TempDir dir;
   const std::string json = dir.path() + "/result.json";
   test::Process job({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",
-                     test::binDir() + "/collx-bench", "--sizes", "4,64K", "-n", "40",
-                     "--time-stat", "middle", "--json", json});
+                     test::binDir() + "/collx-bench", "--sizes", "4,64K", "-n", "40", "--time-stat",
+                     "middle", "--json", json});
   ASSERT_TRUE(job.wait(90s));
   ASSERT_EQ(job.exitCode(), 0) << job.out() << job.err();
   std::ifstream in(json);
@@ -303,6 +303,24 @@ TEST(BenchTimeStat, MiddleMeanStaysWithinTheCallsAndOtherStatsAreRefused) {
   ASSERT_TRUE(bad.wait(30s));
   EXPECT_EQ(bad.exitCode(), 2) << bad.out() << bad.err();
   EXPECT_NE(bad.err().find("median or middle"), std::string::npos) << bad.err();
+}
+
+// --json - and --json /dev/stdout: the JSON alone on stdout (a program reads it as it
+// comes), the table and everything else on stderr.
+TEST(BenchJson, StdoutCarriesTheJsonAloneAndTheTableGoesToStderr) {
+  for (const char* target : {"-", "/dev/stdout"}) {
+    test::Process job({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",
+                       test::binDir() + "/collx-bench", "--sizes", "4,1K", "-n", "5", "--json",
+                       target});
+    ASSERT_TRUE(job.wait(90s)) << target;
+    ASSERT_EQ(job.exitCode(), 0) << target << job.out() << job.err();
+    nlohmann::json doc;
+    ASSERT_NO_THROW(doc = nlohmann::json::parse(job.out())) << target << ": " << job.out();
+    EXPECT_EQ(doc.at("collective"), "allreduce") << doc;
+    EXPECT_EQ(doc.at("results").size(), 2u) << doc;
+    EXPECT_NE(job.err().find("allreduce float32 op sum, P=2"), std::string::npos) << job.err();
+    EXPECT_NE(job.err().find("#wrong"), std::string::npos) << job.err();
+  }
 }
 
 // --rotate SIZE: the calls cycle through as many page-aligned sets of buffers as fill SIZE
