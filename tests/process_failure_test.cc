@@ -117,13 +117,13 @@ TEST_P(ProcessFailures, RanksThatDisagreeOnTheCountBothRaiseMismatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, ProcessFailures,
-                         ::testing::Values("tcp", "shm"
+const std::vector<std::string> kTransports = {"tcp", "shm",
 #ifdef COLLX_VERBS_EMU_PATH
-                                           ,
-                                           "ibverbs"
+                                              "ibverbs"
 #endif
-                                           ),
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, ProcessFailures, ::testing::ValuesIn(kTransports),
                          [](const auto& p) { return p.param; });
 
 }  // namespace

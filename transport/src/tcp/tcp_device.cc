@@ -414,12 +414,12 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
                                      self, from, ec4.message());
                           return;
                         }
-                        auto verdict = std::make_shared<std::uint32_t>(kAckOk);
-                        auto answer = [socket, verdict](std::uint32_t status) {
-                          *verdict = status;
+                        auto status = std::make_shared<std::uint32_t>(kAckOk);
+                        auto answer = [socket, status](std::uint32_t value) {
+                          *status = value;
                           asio::async_write(
-                              *socket, asio::buffer(verdict.get(), sizeof(std::uint32_t)),
-                              [socket, verdict](const asio::error_code&, std::size_t) {});
+                              *socket, asio::buffer(status.get(), sizeof(std::uint32_t)),
+                              [socket, status](const asio::error_code&, std::size_t) {});
                         };
                         if (secret &&
                             !secure::sameBytes(dialerProof(*secret, options_.jobId, *hello, *ack),
@@ -444,8 +444,8 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
                         eagerLimits[peerIndex] =
                             std::min(eagerLimits[peerIndex], hello->eagerLimit);
                         asio::async_write(
-                            *socket, asio::buffer(verdict.get(), sizeof(std::uint32_t)),
-                            [&, socket, verdict, slot](const asio::error_code& ec5, std::size_t) {
+                            *socket, asio::buffer(status.get(), sizeof(std::uint32_t)),
+                            [&, socket, status, slot](const asio::error_code& ec5, std::size_t) {
                               if (ec5) {
                                 *slot = -1;
                                 return;
