@@ -3,10 +3,11 @@
 #   ./dev.sh bench   install what is missing, build, and run collx's main job: collx-bench
 #                    (allreduce, 4 B to 64 MiB) over 4 local ranks through collx-run on its
 #                    embedded TCP store
-#   ./dev.sh test    install what is missing, build, and run the whole test suite (ctest:
-#                    the C++ suites and the pytest suites of the Python module and the
-#                    PyTorch backend), then the Python and torch suites again in a Debian 13
-#                    root (torch 2.6, Python 3.13, numpy 2; tests/debian13/), then the
+#   ./dev.sh test    install what is missing, check the sources' layout (clang-format-14),
+#                    build, and run the whole test suite (ctest: the C++ suites and the
+#                    pytest suites of the Python module and the PyTorch backend), then the
+#                    Python and torch suites again in a Debian 13 root (torch 2.6, Python
+#                    3.13, numpy 2; tests/debian13/), then the
 #                    concurrency suites under AddressSanitizer+UBSan and ThreadSanitizer,
 #                    then each fuzz harness for a few seconds (clang-14, libFuzzer;
 #                    tests/fuzz/README.md); prints each stage's time at the end
@@ -35,6 +36,8 @@ PACKAGES=(
   # The fuzz harnesses: libFuzzer's runtime is in libclang-rt-14-dev, which clang-14 only
   # recommends.
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
+  # The format check (.clang-format), the test command's first stage.
+  clang-format-14
   # The Debian 13 root (tests/debian13/root.sh).
   mmdebstrap
 )
@@ -87,15 +90,39 @@ stage_done() {  # name start-seconds
 
 bench() {
   install_deps
-  configure_and_build "$BUILD_DIR"
+  # The main job needs the launcher and the benchmark only, not the test suites.
+  say "building collx-run and collx-bench in $BUILD_DIR"
+  configure "$BUILD_DIR"
+  cmake --build "$BUILD_DIR" -j "$JOBS" --target collx-run collx-bench
   say "main job: collx-run -n 4 -- collx-bench -c allreduce -b 4 -e 64M -f 4 (TCP store in collx-run)"
   "$BUILD_DIR/bin/collx-run" -n 4 --timeout 600s -- \
     "$BUILD_DIR/bin/collx-bench" -c allreduce -b 4 -e 64M -f 4
 }
 
+# Every C++ source as .clang-format lays it out (`git clang-format-14` formats a change before
+# a commit); lists the files that are not and fails.
+check_format() {
+  local files=()
+  if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    mapfile -t files < <(git ls-files -- '*.cc' '*.h')
+  else
+    mapfile -t files < <(find collx transport rendezvous algorithms tests benchmarks python \
+      examples -name '*.cc' -o -name '*.h')
+  fi
+  say "format: clang-format-14 --dry-run --Werror over ${#files[@]} sources"
+  if ! clang-format-14 --dry-run --Werror "${files[@]}" 2>/dev/null; then
+    clang-format-14 --dry-run "${files[@]}" 2>&1 | grep -oE '^[^: ]+:[0-9]+:[0-9]+: ' \
+      | cut -d: -f1 | sort | uniq -c >&2
+    echo "dev.sh: these files are not laid out as .clang-format says (occurrences):" \
+      "run clang-format-14 -i on them" >&2
+    exit 1
+  fi
+}
+
 run_tests() {
   install_deps
   local t=$SECONDS
+  check_format
   configure_and_build "$BUILD_DIR"
   stage_done "Release build" $t
   say "test suite"
@@ -135,12 +162,14 @@ run_tests() {
       # TSan (3-5x slower) runs P in {1,2,3,4,5} and leaves to ASan the process tests that
       # only repeat its paths at length (a sweep of every collective, 8 ranks on 2 cores,
       # simulated hosts, the CMA fallbacks, the hang reports beyond tcp), the hierarchical
-      # layouts and the 64 MiB store values (the whole command: about 31 minutes, README).
+      # layouts, the 64 MiB store values and collx-bench's plots, rules files and rotation
+      # (tools whose threads are collx's own, which ASan runs; the whole command: about 31
+      # minutes, README).
       local sizes='6|9|10|11|12|13|14|15|16|17|32|64'
       local heavy='^ibverbs:.*/P(5|7|8)([_ ]|$)|Selection[.]RulesFilesHaveBounds|CollectivesSweepInProcessesOverIbverbs'
       if [ "$sanitize" = thread ]; then
         sizes="$sizes|7|8"
-        heavy="$heavy|CollectivesSweepInProcesses|ShmProcesses[.](EightRanks|TwoSimulatedHosts|CmaTurnedOff|ARankWhoseCma)|^multihost\$|SixtyFourMebibyteValue|HangReports[.].*/(shm|ibverbs)|^Layouts/"
+        heavy="$heavy|CollectivesSweepInProcesses|ShmProcesses[.](EightRanks|TwoSimulatedHosts|CmaTurnedOff|ARankWhoseCma)|^multihost\$|SixtyFourMebibyteValue|HangReports[.].*/(shm|ibverbs)|^Layouts/|^Bench(Plot|Rotate)[.]"
       fi
       local selection=(-L 'concurrency|process' -E "/P($sizes)([_ ]|\$)|$heavy")
       # Without the Python module: an instrumented extension needs the sanitizer runtime
@@ -180,7 +209,7 @@ case "${1:-}" in
   bench) bench ;;
   test) run_tests ;;
   *)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,/^set -e/{/^set -e/!p}' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
