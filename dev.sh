@@ -119,6 +119,34 @@ check_format() {
   fi
 }
 
+# tests/sanitizer_skips.txt: the patterns that sanitizer build $1 (asan or tsan) skips, as
+# one ctest -E expression.
+sanitizer_skips() {
+  local pattern builds alternatives=()
+  while read -r pattern builds; do
+    [[ -z $pattern || $pattern == \#* ]] && continue
+    [[ " $builds " == *" $1 "* ]] && alternatives+=("$pattern")
+  done < tests/sanitizer_skips.txt
+  (IFS='|'; echo "${alternatives[*]}")
+}
+
+# Every pattern of tests/sanitizer_skips.txt names a test of build directory $1: a renamed
+# test must not change what the sanitizers run unnoticed.
+check_sanitizer_skips() {
+  local names pattern builds line=0 bad=0
+  names=$(ctest --test-dir "$1" -N | sed -n 's/^ *Test *#[0-9]*: //p')
+  while read -r pattern builds; do
+    line=$((line + 1))
+    [[ -z $pattern || $pattern == \#* ]] && continue
+    if ! grep -qE -- "$pattern" <<<"$names"; then
+      echo "dev.sh: tests/sanitizer_skips.txt line $line ($pattern) names no test of $1:" \
+        "was a test renamed? Say what the sanitizers should skip now." >&2
+      bad=1
+    fi
+  done < tests/sanitizer_skips.txt
+  [ $bad = 0 ] || exit 1
+}
+
 run_tests() {
   install_deps
   local t=$SECONDS
@@ -151,27 +179,15 @@ run_tests() {
     fi
   fi
   if [ "${SANITIZERS:-1}" = 1 ]; then
+    check_sanitizer_skips "$BUILD_DIR"
     # The suites that touch concurrency, processes and sockets, under the sanitizers.
     for sanitize in address,undefined thread; do
       local dir="$BUILD_DIR-${sanitize%%,*}"
-      # The world sizes beyond P in {1,2,3,4,5,7,8} run in the Release suite only, and so do
-      # the suites' copies over the emulated verbs device beyond P=4 (their larger worlds
-      # repeat the engine's paths, which the shm and tcp copies cover; the medium's own are
-      # all there at P=2..4), the rules file's bounds (parses of up to 1 MiB, which the
-      # fuzzer runs under ASan) and the sweep of every collective in processes over verbs.
-      # TSan (3-5x slower) runs P in {1,2,3,4,5} and leaves to ASan the process tests that
-      # only repeat its paths at length (a sweep of every collective, 8 ranks on 2 cores,
-      # simulated hosts, the CMA fallbacks, the hang reports beyond tcp), the hierarchical
-      # layouts, the 64 MiB store values and collx-bench's plots, rules files and rotation
-      # (tools whose threads are collx's own, which ASan runs; the whole command: about 31
-      # minutes, README).
-      local sizes='6|9|10|11|12|13|14|15|16|17|32|64'
-      local heavy='^ibverbs:.*/P(5|7|8)([_ ]|$)|Selection[.]RulesFilesHaveBounds|CollectivesSweepInProcessesOverIbverbs'
-      if [ "$sanitize" = thread ]; then
-        sizes="$sizes|7|8"
-        heavy="$heavy|CollectivesSweepInProcesses|ShmProcesses[.](EightRanks|TwoSimulatedHosts|CmaTurnedOff|ARankWhoseCma)|^multihost\$|SixtyFourMebibyteValue|HangReports[.].*/(shm|ibverbs)|^Layouts/|^Bench(Plot|Rotate)[.]"
-      fi
-      local selection=(-L 'concurrency|process' -E "/P($sizes)([_ ]|\$)|$heavy")
+      # Less the tests tests/sanitizer_skips.txt leaves to the Release suite, with its
+      # reasons (the whole command: about 31 minutes, README).
+      local build=asan
+      [ "$sanitize" = thread ] && build=tsan
+      local selection=(-L 'concurrency|process' -E "$(sanitizer_skips $build)")
       # Without the Python module: an instrumented extension needs the sanitizer runtime
       # preloaded into the interpreter, and its suites (label python) do not run here. A
       # sanitizer build leaves out of `all` what no suite below runs (COLLX_SANITIZE: the
