@@ -133,7 +133,7 @@ TEST(TlsConfig, BadFilesAreRefusedNamingTheVariable) {
   EXPECT_NE(e.find("COLLX_TLS_CERT=" + junk + ": not a PEM certificate"), std::string::npos) << e;
 }
 
-// The README's lines that make a CA and a certificate (OpenSSL's command line), run as they
+// docs/running.md's lines that make a CA and a certificate (OpenSSL's command line), run as they
 // stand, make files that collx takes and that connect two ranks.
 std::pair<std::string, std::string> connectTwo(std::shared_ptr<const TlsContext> a,
                                                std::shared_ptr<const TlsContext> b);
@@ -142,8 +142,8 @@ TEST(TlsConfig, TheReadmesRecipeMakesCertificatesThatWork) {
   if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "the openssl command is not installed (apt-get install openssl)";
   }
-  std::ifstream readme(std::string(COLLX_SOURCE_DIR) + "/README.md");
-  ASSERT_TRUE(readme) << "README.md";
+  std::ifstream readme(std::string(COLLX_SOURCE_DIR) + "/docs/running.md");
+  ASSERT_TRUE(readme) << "docs/running.md";
   std::string line, script;
   bool seen = false, inBlock = false;
   while (std::getline(readme, line)) {
@@ -253,7 +253,7 @@ TEST(TlsStream, CarriesGatheredAndLargeWritesBothWays) {
   EXPECT_NE(client.describe().find("TLSv1.3"), std::string::npos) << client.describe();
   std::string why;
   if (!secure::kernelTlsAvailable(&why)) {
-    // Where the kernel has no TLS, OpenSSL seals in this process (what the README says).
+    // Where the kernel has no TLS, OpenSSL seals in this process (what docs/running.md says).
     EXPECT_FALSE(client.kernelSend());
     EXPECT_NE(client.describe().find("sealed by OpenSSL in this process"), std::string::npos);
     EXPECT_NE(why.find("CONFIG_TLS"), std::string::npos) << why;
