@@ -184,7 +184,7 @@ run_tests() {
     for sanitize in address,undefined thread; do
       local dir="$BUILD_DIR-${sanitize%%,*}"
       # Less the tests tests/sanitizer_skips.txt leaves to the Release suite, with its
-      # reasons (the whole command: about 31 minutes, README).
+      # reasons (the whole command's stage times: CONTRIBUTING.md).
       local build=asan
       [ "$sanitize" = thread ] && build=tsan
       local selection=(-L 'concurrency|process' -E "$(sanitizer_skips $build)")

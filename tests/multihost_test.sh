@@ -184,7 +184,7 @@ else
   check_run allreduce-posix-arenas hierarchical
   ENV_EXTRA=""
   # TLS between the hosts (COLLX_TLS=1: node 0's store and every tcp connection across hosts),
-  # one CA and certificate made by the README's OpenSSL lines; ring and hierarchical, so that
+  # one CA and certificate made by docs/running.md's OpenSSL lines; ring and hierarchical, so
   # both the ring's cross-host pairs and the leaders' carry data.
   sh "$(dirname "$0")/util/make_tls_certs.sh" "$WORK/pki" ||
     fail "openssl could not make the TLS certificates"

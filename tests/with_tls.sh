@@ -1,7 +1,7 @@
 #!/bin/sh
 # with_tls.sh COMMAND [ARGS...]
 # Runs COMMAND with COLLX_TLS=1 over tcp, with a CA and a certificate made here by the
-# README's OpenSSL lines (util/make_tls_certs.sh, in a temporary directory removed
+# docs/running.md's OpenSSL lines (util/make_tls_certs.sh, in a temporary directory removed
 # afterwards), and fails unless the
 # command succeeds and a rank said that TLS carried its connections (at info: the log line
 # "TLS on the tcp connections between ranks"). For launchers that are not collx-run

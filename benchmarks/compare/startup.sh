@@ -6,7 +6,7 @@
 #   open    collx-run --insecure: no secret, no TLS
 #   secret  the default: collx-run makes a secret; the store and every tcp connection prove it
 #   tls     the secret and COLLX_TLS=1 (certificates made by tests/util/make_tls_certs.sh:
-#           the README's OpenSSL lines)
+#           docs/running.md's OpenSSL lines)
 # over tcp between the ranks (COLLX_TRANSPORT=tcp: the connections that prove and seal).
 # Prints each configuration's median, min and max in ms, and the medians' ratios to open.
 #

@@ -53,7 +53,7 @@ def test_callers_variables_are_dropped():
 
 
 def test_collx_run_runs_the_numpy_example():
-    # the form of the README: collx-run -n 4 /usr/bin/python3 script.py
+    # the form of docs/python.md: collx-run -n 4 /usr/bin/python3 script.py
     proc = run_collx(4, ROOT / "examples" / "numpy_collectives.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "4 ranks, 40000 rows" in proc.stdout

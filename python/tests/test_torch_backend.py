@@ -181,8 +181,8 @@ def test_torch_script_under_collx_run(tmp_path):
 
 
 def make_certificates(directory):
-    """A CA and a certificate it signed (tests/util/make_tls_certs.sh: the README's OpenSSL
-    lines); (cert, key, ca)."""
+    """A CA and a certificate it signed (tests/util/make_tls_certs.sh: docs/running.md's
+    OpenSSL lines); (cert, key, ca)."""
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command is not installed (apt-get install openssl)")
     script = pathlib.Path(__file__).resolve().parents[2] / "tests" / "util" / "make_tls_certs.sh"

@@ -1,6 +1,6 @@
 #!/bin/sh
 # make_tls_certs.sh DIR
-# A CA and one certificate it signed, by the README's OpenSSL lines ("Making a CA and
+# A CA and one certificate it signed, by docs/running.md's OpenSSL lines ("Making a CA and
 # certificates"), for the scripts and suites that run jobs in TLS: DIR/ca.pem, DIR/ca.key,
 # DIR/node.pem, DIR/node.key (keys 0600), valid for a day. Exits non-zero, saying why, when
 # openssl is missing or fails.
