@@ -134,30 +134,147 @@ const Setting<kind::Bool> kInsecure(
      .help = "The job runs without a secret on purpose (collx-run --insecure sets it): each "
              "rank's warning that anyone who can reach the job can join it says so."});
 
-Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& config) {
-  Bootstrap b;
-  auto env = [&](const char* name) { return config.env(name); };
+namespace {
 
-  // ---- rank and world size ----
+// What Bootstrap::resolve learns on its way, besides the Bootstrap it fills: each step below
+// reads the options and the configuration and writes `b`, each value with its origin.
+struct Resolving {
+  Resolving(const BootstrapOptions& o, const Config& c, Bootstrap& out)
+      : options(o), config(c), b(out) {}
+
+  const BootstrapOptions& options;
+  const Config& config;
+  Bootstrap& b;
   bool haveRank = false;
-  if (options.rank || options.worldSize) {
-    if (!options.rank || !options.worldSize) {
-      fail(std::string("BootstrapOptions sets ") + (options.rank ? "rank" : "worldSize") +
-           " but not " + (options.rank ? "worldSize" : "rank"));
-    }
-    b.rank = *options.rank;
-    b.worldSize = *options.worldSize;
-    b.launcher = "options";
-    b.origin.emplace_back("rank", "options");
-    b.origin.emplace_back("world size", "options");
-    if (b.worldSize < 1)
-      fail("BootstrapOptions::worldSize=" + std::to_string(b.worldSize) + " must be at least 1");
-    if (b.rank < 0 || b.rank >= b.worldSize) {
-      fail("BootstrapOptions::rank=" + std::to_string(b.rank) + " is outside [0, " +
-           std::to_string(b.worldSize) + ")");
-    }
-    haveRank = true;
+  std::chrono::milliseconds timeout{0};  // the deadline of the bootstrap's waits
+  std::optional<std::string> masterAddr, masterPort, storeSetting;
+  std::optional<std::string> pmixServer;  // the PMIx server the environment names
+  bool pmixAsked = false;                 // COLLX_STORE=pmix:// (or the options' store)
+  bool storeGiven = false;                // a store named other than through PMIx
+
+  std::optional<std::string> env(const char* name) const { return config.env(name); }
+};
+
+// BootstrapOptions::rank and worldSize, both or neither.
+void rankFromOptions(Resolving& r) {
+  const BootstrapOptions& options = r.options;
+  Bootstrap& b = r.b;
+  if (!options.rank && !options.worldSize) return;
+  if (!options.rank || !options.worldSize) {
+    fail(std::string("BootstrapOptions sets ") + (options.rank ? "rank" : "worldSize") +
+         " but not " + (options.rank ? "worldSize" : "rank"));
   }
+  b.rank = *options.rank;
+  b.worldSize = *options.worldSize;
+  b.launcher = "options";
+  b.origin.emplace_back("rank", "options");
+  b.origin.emplace_back("world size", "options");
+  if (b.worldSize < 1)
+    fail("BootstrapOptions::worldSize=" + std::to_string(b.worldSize) + " must be at least 1");
+  if (b.rank < 0 || b.rank >= b.worldSize) {
+    fail("BootstrapOptions::rank=" + std::to_string(b.rank) + " is outside [0, " +
+         std::to_string(b.worldSize) + ")");
+  }
+  r.haveRank = true;
+}
+
+// The bootstrap's deadline (its origin is recorded with the others', at the end).
+void readTimeout(Resolving& r) {
+  try {
+    r.timeout = r.options.timeout
+                    ? rendezvous::kTimeout.check(*r.options.timeout, "BootstrapOptions::timeout")
+                    : rendezvous::kTimeout.get(r.config);
+  } catch (const InvalidArgument& e) {
+    fail(e.detail());
+  }
+}
+
+// PMIx gives rank, size and the way to a store, when the environment names its server and
+// no store is given otherwise (or when COLLX_STORE=pmix:// asks for it).
+void findPmix(Resolving& r) {
+  r.masterAddr = r.env("MASTER_ADDR");
+  r.masterPort = r.env("MASTER_PORT");
+  r.storeSetting = kStore.get(r.config);
+  const BootstrapOptions& options = r.options;
+  r.pmixAsked = options.store
+                    ? *options.store == kPmixStoreUrl
+                    : !options.storeObject && r.storeSetting && *r.storeSetting == kPmixStoreUrl;
+  r.storeGiven =
+      options.storeObject || options.store || r.storeSetting || r.masterAddr || r.masterPort;
+  r.pmixServer = rendezvous::pmixServerIn(r.config);
+  if (r.pmixAsked && !r.pmixServer) {
+    fail(kStore.name() + "=" + kPmixStoreUrl +
+         " but the environment names no PMIx server (PMIX_NAMESPACE, PMIX_RANK, "
+         "PMIX_SERVER_URI*): launch with mpirun or srun --mpi=pmix");
+  }
+  if (r.pmixAsked && !rendezvous::pmixBuilt()) {
+    fail(kStore.name() + "=" + kPmixStoreUrl + " but this collx was built without PMIx " +
+         "(install libpmix-dev and configure with COLLX_WITH_PMIX=ON)");
+  }
+}
+
+// Rank and size from PMIx's server, or (with COLLX_STORE=pmix://) checked against it.
+void rankFromPmix(Resolving& r, const RankSource& source) {
+  Bootstrap& b = r.b;
+  if (!(r.pmixAsked || (!r.haveRank && !r.storeGiven && r.pmixServer && rendezvous::pmixBuilt()))) {
+    return;
+  }
+  const rendezvous::PmixJob job = rendezvous::pmixJob(r.timeout);
+  const std::string from = "PMIx (namespace " + job.nspace + ")";
+  if (r.haveRank && (b.rank != job.rank || b.worldSize != job.size)) {
+    fail("rank " + std::to_string(b.rank) + " of " + std::to_string(b.worldSize) + " (" +
+         b.origin.front().second + ") is not PMIx's rank " + std::to_string(job.rank) + " of " +
+         std::to_string(job.size) + ", which " + kStore.name() + "=" + kPmixStoreUrl +
+         " relies on");
+  }
+  if (!r.haveRank) {
+    b.rank = job.rank;
+    b.worldSize = job.size;
+    b.launcher = source.launcher;
+    b.origin.emplace_back("rank", from + ": PMIX_RANK " + std::to_string(job.rank));
+    b.origin.emplace_back("world size", from + ": PMIX_JOB_SIZE " + std::to_string(job.size));
+    if (job.localRank >= 0 && job.localRank < job.size) {
+      b.localRank = job.localRank;
+      b.origin.emplace_back("local rank",
+                            from + ": PMIX_LOCAL_RANK " + std::to_string(job.localRank));
+    }
+    r.haveRank = true;
+  }
+  b.viaPmix = r.pmixAsked || job.size > 1;  // a world of one keeps its store in-process
+  b.allLocal = job.localSize == job.size;
+  b.pmixNamespace = job.nspace;
+}
+
+// Rank, size and local rank from a launcher's variables.
+void rankFromVariables(Resolving& r, const RankSource& source) {
+  Bootstrap& b = r.b;
+  if (r.haveRank) return;
+  auto rank = r.env(source.rankVar);
+  auto size = r.env(source.sizeVar);
+  if (!rank && !size) return;
+  if (!rank) fail(show(source.sizeVar, *size) + " is set but " + source.rankVar + " is not");
+  if (!size) fail(show(source.rankVar, *rank) + " is set but " + source.sizeVar + " is not");
+  b.worldSize = parseRankVar(kWorldSize, source.sizeVar, *size);
+  b.rank = parseRankVar(kRank, source.rankVar, *rank);
+  if (b.rank >= b.worldSize) {
+    fail(show(source.rankVar, *rank) + " is not below " + show(source.sizeVar, *size));
+  }
+  b.launcher = source.launcher;
+  b.origin.emplace_back("rank", std::string(source.rankVar) + "=" + *rank);
+  b.origin.emplace_back("world size", std::string(source.sizeVar) + "=" + *size);
+  if (auto local = r.env(source.localRankVar)) {
+    b.localRank = parseRankVar(kLocalRank, source.localRankVar, *local);
+    if (b.localRank >= b.worldSize) {
+      fail(show(source.localRankVar, *local) + " is not below " + show(source.sizeVar, *size));
+    }
+    b.origin.emplace_back("local rank", std::string(source.localRankVar) + "=" + *local);
+  }
+  r.haveRank = true;
+}
+
+// Every launcher in turn, collx's own first. (PMIx is not skipped once a rank is known:
+// COLLX_STORE=pmix:// still meets PMIx's rank.)
+void rankFromLaunchers(Resolving& r) {
   const RankSource rankSources[] = {
       {"collx", kRank.name().c_str(), kWorldSize.name().c_str(), kLocalRank.name().c_str()},
       {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
@@ -165,122 +282,56 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
       {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
       {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
   };
-  // The deadline of the bootstrap's waits (its origin is recorded below, with the others').
-  std::chrono::milliseconds timeout{0};
-  try {
-    timeout = options.timeout
-                  ? rendezvous::kTimeout.check(*options.timeout, "BootstrapOptions::timeout")
-                  : rendezvous::kTimeout.get(config);
-  } catch (const InvalidArgument& e) {
-    fail(e.detail());
-  }
-  // PMIx gives rank, size and the way to a store, when the environment names its server and
-  // no store is given otherwise (or when COLLX_STORE=pmix:// asks for it).
-  auto masterAddr = env("MASTER_ADDR");
-  auto masterPort = env("MASTER_PORT");
-  auto storeSetting = kStore.get(config);
-  const bool pmixAsked =
-      options.store ? *options.store == kPmixStoreUrl
-                    : !options.storeObject && storeSetting && *storeSetting == kPmixStoreUrl;
-  const bool storeGiven =
-      options.storeObject || options.store || storeSetting || masterAddr || masterPort;
-  const std::optional<std::string> pmixServer = rendezvous::pmixServerIn(config);
-  if (pmixAsked && !pmixServer) {
-    fail(kStore.name() + "=" + kPmixStoreUrl +
-         " but the environment names no PMIx server (PMIX_NAMESPACE, PMIX_RANK, "
-         "PMIX_SERVER_URI*): launch with mpirun or srun --mpi=pmix");
-  }
-  if (pmixAsked && !rendezvous::pmixBuilt()) {
-    fail(kStore.name() + "=" + kPmixStoreUrl + " but this collx was built without PMIx " +
-         "(install libpmix-dev and configure with COLLX_WITH_PMIX=ON)");
-  }
   for (const RankSource& source : rankSources) {
-    if (source.rankVar == nullptr) {  // PMIx
-      if (!(pmixAsked || (!haveRank && !storeGiven && pmixServer && rendezvous::pmixBuilt()))) {
-        continue;
-      }
-      const rendezvous::PmixJob job = rendezvous::pmixJob(timeout);
-      const std::string from = "PMIx (namespace " + job.nspace + ")";
-      if (haveRank && (b.rank != job.rank || b.worldSize != job.size)) {
-        fail("rank " + std::to_string(b.rank) + " of " + std::to_string(b.worldSize) + " (" +
-             b.origin.front().second + ") is not PMIx's rank " + std::to_string(job.rank) + " of " +
-             std::to_string(job.size) + ", which " + kStore.name() + "=" + kPmixStoreUrl +
-             " relies on");
-      }
-      if (!haveRank) {
-        b.rank = job.rank;
-        b.worldSize = job.size;
-        b.launcher = source.launcher;
-        b.origin.emplace_back("rank", from + ": PMIX_RANK " + std::to_string(job.rank));
-        b.origin.emplace_back("world size", from + ": PMIX_JOB_SIZE " + std::to_string(job.size));
-        if (job.localRank >= 0 && job.localRank < job.size) {
-          b.localRank = job.localRank;
-          b.origin.emplace_back("local rank",
-                                from + ": PMIX_LOCAL_RANK " + std::to_string(job.localRank));
-        }
-        haveRank = true;
-      }
-      b.viaPmix = pmixAsked || job.size > 1;  // a world of one keeps its store in-process
-      b.allLocal = job.localSize == job.size;
-      b.pmixNamespace = job.nspace;
-      continue;
+    if (source.rankVar == nullptr) {
+      rankFromPmix(r, source);
+    } else {
+      rankFromVariables(r, source);
     }
-    if (haveRank) continue;  // (not break: COLLX_STORE=pmix:// still meets PMIx's rank)
-    auto rank = env(source.rankVar);
-    auto size = env(source.sizeVar);
-    if (!rank && !size) continue;
-    if (!rank) fail(show(source.sizeVar, *size) + " is set but " + source.rankVar + " is not");
-    if (!size) fail(show(source.rankVar, *rank) + " is set but " + source.sizeVar + " is not");
-    b.worldSize = parseRankVar(kWorldSize, source.sizeVar, *size);
-    b.rank = parseRankVar(kRank, source.rankVar, *rank);
-    if (b.rank >= b.worldSize) {
-      fail(show(source.rankVar, *rank) + " is not below " + show(source.sizeVar, *size));
-    }
-    b.launcher = source.launcher;
-    b.origin.emplace_back("rank", std::string(source.rankVar) + "=" + *rank);
-    b.origin.emplace_back("world size", std::string(source.sizeVar) + "=" + *size);
-    if (auto local = env(source.localRankVar)) {
-      b.localRank = parseRankVar(kLocalRank, source.localRankVar, *local);
-      if (b.localRank >= b.worldSize) {
-        fail(show(source.localRankVar, *local) + " is not below " + show(source.sizeVar, *size));
-      }
-      b.origin.emplace_back("local rank", std::string(source.localRankVar) + "=" + *local);
-    }
-    haveRank = true;
   }
-  if (options.localRank) {
-    b.localRank = *options.localRank;
-    if (b.localRank < 0 || b.localRank >= b.worldSize) {
-      fail("BootstrapOptions::localRank=" + std::to_string(b.localRank) + " is outside [0, " +
-           std::to_string(b.worldSize) + ")");
-    }
-    b.origin.emplace_back("local rank", "options");
-  }
+}
 
-  // ---- store ----
+void localRankFromOptions(Resolving& r) {
+  Bootstrap& b = r.b;
+  if (!r.options.localRank) return;
+  b.localRank = *r.options.localRank;
+  if (b.localRank < 0 || b.localRank >= b.worldSize) {
+    fail("BootstrapOptions::localRank=" + std::to_string(b.localRank) + " is outside [0, " +
+         std::to_string(b.worldSize) + ")");
+  }
+  b.origin.emplace_back("local rank", "options");
+}
+
+// The store: PMIx's, the options', COLLX_STORE, torchrun's MASTER_ADDR and MASTER_PORT, an
+// in-process one for a world of one; else an error that says what to set.
+void chooseStore(Resolving& r) {
+  const BootstrapOptions& options = r.options;
+  Bootstrap& b = r.b;
   if (b.viaPmix) {
     b.storeUrl = kPmixStoreUrl;
     b.rank0HostsStore = true;
-    b.origin.emplace_back("store",
-                          std::string(pmixAsked ? kStore.name() + "=" + kPmixStoreUrl + ": " : "") +
-                              "PMIx: a TCP store hosted by rank 0, its address passed "
-                              "through PMIx (" +
-                              *pmixServer + ")");
+    b.origin.emplace_back(
+        "store", std::string(r.pmixAsked ? kStore.name() + "=" + kPmixStoreUrl + ": " : "") +
+                     "PMIx: a TCP store hosted by rank 0, its address passed "
+                     "through PMIx (" +
+                     *r.pmixServer + ")");
   } else if (options.storeObject) {
     b.origin.emplace_back("store", "options (store object)");
   } else if (options.store) {
     rendezvous::StoreUrl::parse(*options.store);
     b.storeUrl = *options.store;
     b.origin.emplace_back("store", "options");
-  } else if (auto url = kStore.get(config)) {
+  } else if (r.storeSetting) {
     try {
-      rendezvous::StoreUrl::parse(*url);
+      rendezvous::StoreUrl::parse(*r.storeSetting);
     } catch (const InvalidArgument& e) {
       fail(kStore.name() + ": " + e.detail());
     }
-    b.storeUrl = *url;
-    b.origin.emplace_back("store", originOf(kStore, config));
-  } else if (masterAddr || masterPort) {
+    b.storeUrl = *r.storeSetting;
+    b.origin.emplace_back("store", originOf(kStore, r.config));
+  } else if (r.masterAddr || r.masterPort) {
+    const auto& masterAddr = r.masterAddr;
+    const auto& masterPort = r.masterPort;
     if (!masterAddr) fail(show("MASTER_PORT", *masterPort) + " is set but MASTER_ADDR is not");
     if (!masterPort) fail(show("MASTER_ADDR", *masterAddr) + " is set but MASTER_PORT is not");
     if (masterAddr->empty()) fail("MASTER_ADDR is empty");
@@ -302,8 +353,8 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
                       " ranks: set COLLX_STORE (tcp://host:port, file:///shared/dir) or "
                       "MASTER_ADDR and MASTER_PORT, or launch through collx-run, mpirun or srun "
                       "--mpi=pmix";
-    if (pmixServer && !rendezvous::pmixBuilt()) {
-      why += " (the environment names a PMIx server, " + *pmixServer +
+    if (r.pmixServer && !rendezvous::pmixBuilt()) {
+      why += " (the environment names a PMIx server, " + *r.pmixServer +
              ", but this collx was built without PMIx: install libpmix-dev and rebuild)";
     } else if (b.launcher == "slurm") {
       why +=
@@ -312,77 +363,85 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
     }
     fail(why);
   }
-  if (!haveRank) {
-    if (!b.storeUrl.empty() && b.storeUrl != "hash://") {
-      fail("a store is given (" + b.origin.back().second +
-           ") but no rank: set COLLX_RANK and COLLX_WORLD_SIZE (or launch through collx-run, "
-           "torchrun, mpirun or srun)");
-    }
-    b.launcher = "none";
-    b.origin.emplace_back("rank", "default (nothing set: rank 0 of 1)");
-  }
+}
 
-  // ---- job id, generation, timeout ----
-  if (options.jobId) {
-    validateJobId(*options.jobId, "BootstrapOptions::jobId='" + *options.jobId + "'");
-    b.jobId = *options.jobId;
+// No launcher and no options: rank 0 of 1, unless a store says there are others.
+void rankWithoutLauncher(Resolving& r) {
+  Bootstrap& b = r.b;
+  if (r.haveRank) return;
+  if (!b.storeUrl.empty() && b.storeUrl != "hash://") {
+    fail("a store is given (" + b.origin.back().second +
+         ") but no rank: set COLLX_RANK and COLLX_WORLD_SIZE (or launch through collx-run, "
+         "torchrun, mpirun or srun)");
+  }
+  b.launcher = "none";
+  b.origin.emplace_back("rank", "default (nothing set: rank 0 of 1)");
+}
+
+// The options' job id, else the first launcher's (Slurm's with its step), else PMIx's
+// namespace, else "default".
+void chooseJobId(Resolving& r) {
+  Bootstrap& b = r.b;
+  if (r.options.jobId) {
+    validateJobId(*r.options.jobId, "BootstrapOptions::jobId='" + *r.options.jobId + "'");
+    b.jobId = *r.options.jobId;
     b.origin.emplace_back("job id", "options");
-  } else {
-    struct JobSource {
-      const char* var;
-      const char* stepVar;
-    };
-    const JobSource jobSources[] = {
-        {kJobId.name().c_str(), nullptr},
-        {"TORCHELASTIC_RUN_ID", nullptr},
-        {"SLURM_JOB_ID", "SLURM_STEP_ID"},
-        {"OMPI_MCA_ess_base_jobid", nullptr},
-    };
-    b.jobId = "default";
-    std::string origin = "default";
-    if (!b.pmixNamespace.empty()) {  // the last resort before "default"
-      b.jobId = jobIdOf(b.pmixNamespace);
-      origin = "PMIx namespace " + b.pmixNamespace;
-    }
-    for (const JobSource& source : jobSources) {
-      auto value = env(source.var);
-      if (!value) continue;
-      std::string jobId = *value;
-      origin = std::string(source.var) + "=" + *value;
-      if (source.stepVar != nullptr) {
-        if (auto step = env(source.stepVar)) {
-          jobId += "." + *step;
-          origin += ", " + std::string(source.stepVar) + "=" + *step;
-        }
+    return;
+  }
+  struct JobSource {
+    const char* var;
+    const char* stepVar;
+  };
+  const JobSource jobSources[] = {
+      {kJobId.name().c_str(), nullptr},
+      {"TORCHELASTIC_RUN_ID", nullptr},
+      {"SLURM_JOB_ID", "SLURM_STEP_ID"},
+      {"OMPI_MCA_ess_base_jobid", nullptr},
+  };
+  b.jobId = "default";
+  std::string origin = "default";
+  if (!b.pmixNamespace.empty()) {  // the last resort before "default"
+    b.jobId = jobIdOf(b.pmixNamespace);
+    origin = "PMIx namespace " + b.pmixNamespace;
+  }
+  for (const JobSource& source : jobSources) {
+    auto value = r.env(source.var);
+    if (!value) continue;
+    std::string jobId = *value;
+    origin = std::string(source.var) + "=" + *value;
+    if (source.stepVar != nullptr) {
+      if (auto step = r.env(source.stepVar)) {
+        jobId += "." + *step;
+        origin += ", " + std::string(source.stepVar) + "=" + *step;
       }
-      validateJobId(jobId, origin);
-      b.jobId = jobId;
-      break;
     }
-    b.origin.emplace_back("job id", origin);
+    validateJobId(jobId, origin);
+    b.jobId = jobId;
+    break;
   }
-  if (options.generation) {
-    try {
-      b.generation = kGeneration.check(*options.generation, "BootstrapOptions::generation");
-    } catch (const InvalidArgument& e) {
-      fail(e.detail());
-    }
-    b.origin.emplace_back("generation", "options");
-  } else {
-    try {
-      b.generation = kGeneration.get(config);
-    } catch (const InvalidArgument& e) {
-      fail(e.detail());
-    }
-    b.origin.emplace_back("generation", originOf(kGeneration, config));
-  }
-  b.timeout = timeout;
-  b.origin.emplace_back("timeout",
-                        options.timeout ? "options" : originOf(rendezvous::kTimeout, config));
-  // ---- the job's secret ----
+  b.origin.emplace_back("job id", origin);
+}
+
+void chooseGeneration(Resolving& r) {
+  Bootstrap& b = r.b;
   try {
-    b.secret = options.secret ? options.secret : secure::JobSecret::fromConfig(config);
-    b.insecure = kInsecure.get(config);
+    b.generation = r.options.generation
+                       ? kGeneration.check(*r.options.generation, "BootstrapOptions::generation")
+                       : kGeneration.get(r.config);
+  } catch (const InvalidArgument& e) {
+    fail(e.detail());
+  }
+  b.origin.emplace_back("generation",
+                        r.options.generation ? "options" : originOf(kGeneration, r.config));
+}
+
+// The job's secret and TLS: the options', else the configuration's.
+void chooseSecurity(Resolving& r) {
+  const BootstrapOptions& options = r.options;
+  Bootstrap& b = r.b;
+  try {
+    b.secret = options.secret ? options.secret : secure::JobSecret::fromConfig(r.config);
+    b.insecure = kInsecure.get(r.config);
   } catch (const InvalidArgument& e) {
     fail(e.detail());
   }
@@ -390,15 +449,34 @@ Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& conf
       "secret", !b.secret ? (b.insecure ? "none (COLLX_INSECURE=1)" : "none (unauthenticated)")
                 : options.secret ? "options"
                                  : b.secret->origin());
-  // ---- TLS ----
   try {
-    b.tls = options.tls ? options.tls : secure::TlsContext::fromConfig(config);
+    b.tls = options.tls ? options.tls : secure::TlsContext::fromConfig(r.config);
   } catch (const InvalidArgument& e) {
     fail(e.detail());
   }
   b.origin.emplace_back("tls", !b.tls        ? "off"
                                : options.tls ? "options (" + b.tls->describe() + ")"
                                              : "COLLX_TLS=1 (" + b.tls->describe() + ")");
+}
+
+}  // namespace
+
+Bootstrap Bootstrap::resolve(const BootstrapOptions& options, const Config& config) {
+  Bootstrap b;
+  Resolving r{options, config, b};
+  rankFromOptions(r);
+  readTimeout(r);
+  findPmix(r);
+  rankFromLaunchers(r);
+  localRankFromOptions(r);
+  chooseStore(r);
+  rankWithoutLauncher(r);
+  chooseJobId(r);
+  chooseGeneration(r);
+  b.timeout = r.timeout;
+  b.origin.emplace_back("timeout",
+                        options.timeout ? "options" : originOf(rendezvous::kTimeout, config));
+  chooseSecurity(r);
   return b;
 }
 
