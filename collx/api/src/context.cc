@@ -261,16 +261,15 @@ void Context::join() {
                   .count());
 }
 
-void Context::connect(const ContextOptions& options) {
-  const Config& config = Config::process();
-  Where where{rank_, "connect", -1};
-  // The transport's settings: the environment over their defaults, then the options set in
-  // code over both.
+namespace {
+
+// ---- connect()'s steps ----
+
+// The transport's settings: the environment over their defaults, then the options set in
+// code over both.
+transport::MeshOptions meshOptions(const ContextOptions& options, const Config& config,
+                                   const Where& where) {
   transport::MeshOptions mesh = transport::MeshOptions::fromConfig(config);
-  mesh.rank = rank_;
-  mesh.size = size_;
-  mesh.jobId = jobId_;
-  mesh.generation = generation_;
   mesh.secret = options.secret;
   mesh.tls = options.tls;
   mesh.describer = detail::describeMessage;
@@ -285,13 +284,154 @@ void Context::connect(const ContextOptions& options) {
       throw InvalidArgument(where, e.detail());
     }
   }
-  mesh.hostId = hostId_;
+  return mesh;
+}
 
+// Every rank's transport addresses through the store (one key per rank, one multiGet), then
+// the connections, all within `timeout`.
+std::unique_ptr<transport::Mesh> connectMesh(const transport::MeshOptions& mesh,
+                                             rendezvous::Store& store,
+                                             std::chrono::milliseconds timeout,
+                                             const Where& where) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto transports = std::make_unique<transport::Mesh>(mesh);
+  store.set("transport/" + std::to_string(mesh.rank), transports->address());
+  std::vector<std::string> keys;
+  for (int r = 0; r < mesh.size; ++r) keys.push_back("transport/" + std::to_string(r));
+  std::vector<rendezvous::Bytes> blobs;
+  try {
+    blobs = store.multiGet(keys, timeout);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(where, "not every rank published its transport addresses within " +
+                                  std::to_string(timeout.count()) + " ms: " + e.detail());
+  }
+  std::vector<std::string> addresses;
+  for (const auto& blob : blobs) addresses.push_back(rendezvous::toString(blob));
+  transports->connect(addresses, deadline);
+  return transports;
+}
+
+// The engine's settings; its hang reports append what `notes` holds about a call.
+algorithms::EngineOptions engineOptionsFor(const ContextOptions& options, const Config& config,
+                                           bool outnumbered,
+                                           const std::shared_ptr<detail::HangNotes>& notes) {
+  algorithms::EngineOptions engine = algorithms::engineOptions(config, outnumbered);
+  if (options.traceBuffer) engine.traceBuffer = *options.traceBuffer;
+  engine.hangNote = [notes](std::uint64_t id) {
+    std::string text = notes->noteFor(id);
+    return text.empty() ? text : "\n" + text;
+  };
+  engine.callCounters = detail::Runtime::callCounters();
+  return engine;
+}
+
+// The runtime the collectives run on: the engine over the connected transports, the hosts'
+// layout and how algorithms are chosen (table or learned). Shared memory is settled after,
+// once every rank agreed (agreeOnSharedMemory).
+std::shared_ptr<detail::Runtime> makeRuntime(std::unique_ptr<transport::Mesh> transports,
+                                             const algorithms::EngineOptions& engine,
+                                             const ContextOptions& options, const Config& config,
+                                             const std::vector<PeerInfo>& peers,
+                                             std::chrono::milliseconds timeout,
+                                             const Where& where) {
+  const int rank = where.rank, size = static_cast<int>(peers.size());
+  auto runtime = std::make_shared<detail::Runtime>();
+  runtime->engine = std::make_unique<algorithms::Engine>(std::move(transports), engine);
+  runtime->rank = rank;
+  runtime->size = size;
+  runtime->timeout = timeout;
+  std::tie(runtime->hostOf, runtime->hosts) = hostLayout(peers);
+  runtime->chunkBytes = algorithms::kChunkBytes.get(config);
+  try {
+    runtime->policy = algorithms::SelectionPolicy::fromConfig(config, size == 1, runtime->hosts);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(where, e.detail());
+  }
+  const std::string selection = options.selection.value_or(algorithms::kSelection.get(config));
+  if (selection != "table" && selection != "learn") {
+    throw InvalidArgument(
+        where, "ContextOptions::selection is '" + selection + "': it must be 'table' or 'learn'");
+  }
+  if (selection == "learn") {
+    runtime->learner = std::make_unique<algorithms::Learner>(
+        static_cast<int>(algorithms::kLearnTrials.get(config)));
+  }
+  if (!runtime->policy.rulesPath.empty()) {
+    COLLX_DEBUG(kAlgo, "rank {}: selection: the rows of {} {} before the built-in table", rank,
+                runtime->policy.rulesOrigin, runtime->policy.rulesPath);
+  }
+  return runtime;
+}
+
+// The shared-memory algorithms need every rank in one group; every rank must know whether
+// all are, or some would take them and others not. Their waits must agree too whether ranks
+// outnumber cores (the barrier takes another form then): no rank spins unless every rank
+// does; and whether every rank can read every other's memory (direct reads in the group).
+// One agreement settles those and whether every rank traces (returned).
+bool agreeOnSharedMemory(detail::Runtime& runtime, const algorithms::EngineOptions& engine,
+                         transport::DirectReads shmDirect, bool tracing) {
+  if (runtime.size == 1) return true;
+  transport::SharedGroup* group = runtime.engine->mesh().sharedGroup();
+  const bool whole = group != nullptr && group->size() == runtime.size;
+  constexpr std::uint8_t kWhole = 1, kSpins = 2, kReads = 4, kTraces = 8;
+  const std::uint8_t all = detail::everyRank(
+      runtime, static_cast<std::uint8_t>(
+                   (whole ? kWhole : 0) | (engine.spin.count() > 0 ? kSpins : 0) |
+                   (whole && group->canReadPeers() ? kReads : 0) | (tracing ? kTraces : 0)));
+  if (all & kWhole) {
+    runtime.group = group;
+    runtime.policy.sharedMemory = true;
+    const auto spin = (all & kSpins) ? engine.spin : std::chrono::microseconds(0);
+    group->setPolicy(transport::WaitPolicy{spin, engine.yield});
+    group->setDirectReads((all & kReads) ? shmDirect : transport::DirectReads::kNever);
+    COLLX_DEBUG(kShm, "rank {}: shared-memory group of {}, direct reads: {}", runtime.rank,
+                runtime.size, transport::kDirectReadsNames[static_cast<int>(group->directReads())]);
+  }
+  return (all & kTraces) != 0;
+}
+
+// The trace's clock, measured against rank 0's when every rank traces (rank 0 would wait
+// for the others' pings otherwise), then the engine's tracer.
+void startTracing(detail::Runtime& runtime, std::shared_ptr<algorithms::Tracer> tracer,
+                  bool everyRankTraces) {
+  algorithms::Tracer::Clock clock;
+  if (everyRankTraces) {
+    const auto started = std::chrono::steady_clock::now();
+    clock = detail::measureClock(runtime);
+    COLLX_DEBUG(kCore,
+                "rank {}: clock offset to rank 0 {} ns ({}; round trip {} ns, {} rounds), in "
+                "{} us",
+                runtime.rank, clock.offsetNs, algorithms::Tracer::clockSourceName(clock.source),
+                clock.roundTripNs, clock.rounds,
+                std::chrono::duration_cast<std::chrono::microseconds>(
+                    std::chrono::steady_clock::now() - started)
+                    .count());
+  } else {
+    COLLX_WARN(kCore,
+               "rank {}: tracing to {}, but not every rank traces: this trace's clock is not "
+               "aligned with rank 0's",
+               runtime.rank, tracer->path());
+  }
+  tracer->setClock(clock);
+  runtime.tracePath = tracer->path();
+  runtime.engine->setTracer(std::move(tracer));
+}
+
+}  // namespace
+
+void Context::connect(const ContextOptions& options) {
+  const Config& config = Config::process();
+  const Where where{rank_, "connect", -1};
+  transport::MeshOptions mesh = meshOptions(options, config, where);
+  mesh.rank = rank_;
+  mesh.size = size_;
+  mesh.jobId = jobId_;
+  mesh.generation = generation_;
+  mesh.hostId = hostId_;
   // Spinning while waiting (and TCP's short writes) pay off when this rank has a core to
-  // itself: when this host's
-  // ranks do not outnumber the CPUs that their affinity masks allow together (a
-  // container's cpuset may allow far fewer than the host has online; when a rank did not
-  // say, every online CPU counts).
+  // itself: when this host's ranks do not outnumber the CPUs that their affinity masks allow
+  // together (a container's cpuset may allow far fewer than the host has online; when a rank
+  // did not say, every online CPU counts).
   int local = 0;
   std::size_t cores = 0;
   bool known = true;
@@ -302,34 +442,12 @@ void Context::connect(const ContextOptions& options) {
   // both directions of a connection move (tcp_pair.cc, kWriteBytes). Ranks that take turns
   // on cores write more per turn instead.
   mesh.tcpShortWrites = !outnumbered_;
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  auto transports = std::make_unique<transport::Mesh>(mesh);
+  auto transports = connectMesh(mesh, *store_, timeout_, where);
 
-  // Addresses go through the store: one key per rank, one multiGet.
-  store_->set("transport/" + std::to_string(rank_), transports->address());
-  std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.push_back("transport/" + std::to_string(r));
-  std::vector<rendezvous::Bytes> blobs;
-  try {
-    blobs = store_->multiGet(keys, timeout_);
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(where, "not every rank published its transport addresses within " +
-                                  std::to_string(timeout_.count()) + " ms: " + e.detail());
-  }
-  std::vector<std::string> addresses;
-  for (const auto& blob : blobs) addresses.push_back(rendezvous::toString(blob));
-  transports->connect(addresses, deadline);
-
-  algorithms::EngineOptions engine = algorithms::engineOptions(config, outnumbered_);
-  if (options.traceBuffer) engine.traceBuffer = *options.traceBuffer;
   auto notes = std::make_shared<detail::HangNotes>();
-  engine.hangNote = [notes](std::uint64_t id) {
-    std::string text = notes->noteFor(id);
-    return text.empty() ? text : "\n" + text;
-  };
-  engine.callCounters = detail::Runtime::callCounters();
+  const algorithms::EngineOptions engine = engineOptionsFor(options, config, outnumbered_, notes);
   // A trace (COLLX_TRACE): its file is made now, so that a directory it cannot write fails
-  // here; its clock is measured below, once every rank agreed that all of them trace.
+  // here; its clock is measured once every rank agreed that all of them trace.
   std::shared_ptr<algorithms::Tracer> tracer;
   if (const auto dir = detail::traceDirectory(options.traceDir, config)) {
     tracer = std::make_shared<algorithms::Tracer>(
@@ -337,81 +455,10 @@ void Context::connect(const ContextOptions& options) {
         algorithms::Tracer::Identity{rank_, size_, peers_[static_cast<std::size_t>(rank_)].hostname,
                                      jobId_, generation_});
   }
-  bool everyRankTraces = size_ == 1;
-  runtime_ = std::make_shared<detail::Runtime>();
-  runtime_->engine = std::make_unique<algorithms::Engine>(std::move(transports), engine);
-  runtime_->rank = rank_;
-  runtime_->size = size_;
-  runtime_->timeout = timeout_;
-  std::tie(runtime_->hostOf, runtime_->hosts) = hostLayout(peers_);
-  runtime_->chunkBytes = algorithms::kChunkBytes.get(config);
-  try {
-    // (Shared memory is settled below, once every rank agreed.)
-    runtime_->policy = algorithms::SelectionPolicy::fromConfig(config, size_ == 1, runtime_->hosts);
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(where, e.detail());
-  }
-  const std::string selection = options.selection.value_or(algorithms::kSelection.get(config));
-  if (selection != "table" && selection != "learn") {
-    throw InvalidArgument(
-        where, "ContextOptions::selection is '" + selection + "': it must be 'table' or 'learn'");
-  }
-  if (selection == "learn") {
-    runtime_->learner = std::make_unique<algorithms::Learner>(
-        static_cast<int>(algorithms::kLearnTrials.get(config)));
-  }
-  if (!runtime_->policy.rulesPath.empty()) {
-    COLLX_DEBUG(kAlgo, "rank {}: selection: the rows of {} {} before the built-in table", rank_,
-                runtime_->policy.rulesOrigin, runtime_->policy.rulesPath);
-  }
-  // The shared-memory algorithms need every rank in one group; every rank must know whether
-  // all are, or some would take them and others not.
-  // Their waits must agree too whether ranks outnumber cores (the barrier takes another
-  // form then): no rank spins unless every rank does.
-  if (size_ > 1) {
-    transport::SharedGroup* group = runtime_->engine->mesh().sharedGroup();
-    const bool whole = group != nullptr && group->size() == size_;
-    // And whether every rank can read every other's memory (direct reads in the group).
-    constexpr std::uint8_t kWhole = 1, kSpins = 2, kReads = 4, kTraces = 8;
-    const std::uint8_t all = detail::everyRank(
-        *runtime_, static_cast<std::uint8_t>(
-                       (whole ? kWhole : 0) | (engine.spin.count() > 0 ? kSpins : 0) |
-                       (whole && group->canReadPeers() ? kReads : 0) | (tracer ? kTraces : 0)));
-    everyRankTraces = (all & kTraces) != 0;
-    if (all & kWhole) {
-      runtime_->group = group;
-      runtime_->policy.sharedMemory = true;
-      const auto spin = (all & kSpins) ? engine.spin : std::chrono::microseconds(0);
-      group->setPolicy(transport::WaitPolicy{spin, engine.yield});
-      group->setDirectReads((all & kReads) ? mesh.shmDirect : transport::DirectReads::kNever);
-      COLLX_DEBUG(kShm, "rank {}: shared-memory group of {}, direct reads: {}", rank_, size_,
-                  transport::kDirectReadsNames[static_cast<int>(group->directReads())]);
-    }
-  }
-  if (tracer) {
-    // Only when every rank traces: rank 0 would wait for the others' pings otherwise.
-    algorithms::Tracer::Clock clock;
-    if (everyRankTraces) {
-      const auto started = std::chrono::steady_clock::now();
-      clock = detail::measureClock(*runtime_);
-      COLLX_DEBUG(kCore,
-                  "rank {}: clock offset to rank 0 {} ns ({}; round trip {} ns, {} rounds), in "
-                  "{} us",
-                  rank_, clock.offsetNs, algorithms::Tracer::clockSourceName(clock.source),
-                  clock.roundTripNs, clock.rounds,
-                  std::chrono::duration_cast<std::chrono::microseconds>(
-                      std::chrono::steady_clock::now() - started)
-                      .count());
-    } else {
-      COLLX_WARN(kCore,
-                 "rank {}: tracing to {}, but not every rank traces: this trace's clock is not "
-                 "aligned with rank 0's",
-                 rank_, tracer->path());
-    }
-    tracer->setClock(clock);
-    runtime_->tracePath = tracer->path();
-    runtime_->engine->setTracer(std::move(tracer));
-  }
+  runtime_ = makeRuntime(std::move(transports), engine, options, config, peers_, timeout_, where);
+  const bool everyRankTraces =
+      agreeOnSharedMemory(*runtime_, engine, mesh.shmDirect, tracer != nullptr);
+  if (tracer) startTracing(*runtime_, std::move(tracer), everyRankTraces);
   // What the library sent while connecting is not the user's.
   runtime_->engine->resetStats();
   COLLX_DEBUG(kTcp, "rank {}: connected to {} peers{}", rank_, size_ - 1,
