@@ -255,6 +255,12 @@ const std::vector<SelectionRule>& defaultSelection() {
       {Collective::kAllreduce, 2, 2, 512 * 1024, 1024 * 1024, "ring_chunked", true},
       {Collective::kAllreduce, 2, kMax, 0, kAny, "shm"},
       {Collective::kReduceScatter, 2, kMax, 0, kAny, "shm"},
+      // broadcast at P = 2 from 64 KiB to 256 KiB: scatter_allgather's halves through the
+      // pair took 1.3x-1.5x less time than shm's copies through the group buffers or out of
+      // the root's buffer (two collx-tune runs of 3 rounds each, AMD EPYC VM, Zen 3,
+      // 2026-11-29; on the Xeon VM scatter_allgather was the fastest point-to-point
+      // broadcast at 64 KiB too); from 1 MiB shm is 2x ahead.
+      {Collective::kBroadcast, 2, 2, 64 * 1024, 256 * 1024, "scatter_allgather", true},
       {Collective::kBroadcast, 2, kMax, 0, kAny, "shm"},
       {Collective::kAllgather, 2, kMax, 0, kAny, "shm"},
       {Collective::kBarrier, 2, kMax, 0, kAny, "shm"},
@@ -265,7 +271,7 @@ const std::vector<SelectionRule>& defaultSelection() {
       {Collective::kAllreduce, 9, kMax, 0, 16 * 1024, "recursive_doubling"},
       {Collective::kAllreduce, 9, kMax, 0, 1024 * 1024, "halving_doubling"},
       {Collective::kAllreduce, 1, kMax, 0, kAny, "ring"},
-      // allgather: Open MPI's decision tree (coll_tuned_allgather_decision.c, seed 000), by
+      // allgather: Open MPI's decision tree (ompi/mca/coll/tuned/coll_tuned_decision_fixed.c), by
       // P and the total bytes gathered (P x one rank's block); "total < X" is maxBytes X-1.
       {Collective::kAllgather, 2, 2, 0, kAny, "two_proc"},
       {Collective::kAllgather, 1, 31, 0, kAny, "recursive_doubling"},
@@ -319,11 +325,12 @@ const std::vector<SelectionRule>& defaultSelection() {
       {Collective::kAllgatherv, 1, kMax, 0, kAny, "ring"},
       {Collective::kReduceScatter, 1, kMax, 0, 256 * 1024, "recursive_halving"},
       {Collective::kReduceScatter, 1, kMax, 0, kAny, "ring"},
-      // reduce over shared memory above the eager limit (256 KiB), where binomial's whole
+      // reduce over shared memory from the eager limit (256 KiB), where binomial's whole
       // vectors wait for their receivers: reduce_scatter_gather took 1.35x-2.8x less time
       // at 512 KiB to 16 MiB at P = 2 and 4 (collx-tune and two interleaved runs, AMD EPYC
-      // VM, 2026-11-29); over TCP binomial stays ahead.
-      {Collective::kReduce, 2, 4, 256 * 1024 + 1, kAny, "reduce_scatter_gather", true},
+      // VM, 2026-11-29), and at 256 KiB 1.36x (P = 2) and 1.10x (P = 4) less (two
+      // collx-tune runs, the same day); over TCP binomial stays ahead.
+      {Collective::kReduce, 2, 4, 256 * 1024, kAny, "reduce_scatter_gather", true},
       {Collective::kReduce, 1, kMax, 0, kAny, "binomial"},
       {Collective::kGather, 1, kMax, 0, kAny, "linear"},
       {Collective::kGatherv, 1, kMax, 0, kAny, "linear"},
