@@ -507,7 +507,7 @@ TEST(TcpStoreClient, ReconnectsAfterTheServerRestarts) {
   EXPECT_EQ(toString(store.get("b")), "2");
 }
 
-// ---- the job secret (issue 20): a challenge and response before anything is served ----
+// ---- the job secret: a challenge and response before anything is served ----
 
 std::shared_ptr<const secure::JobSecret> secretOf(const char* text) {
   return secure::JobSecret::fromText(text, "test");

@@ -57,8 +57,7 @@ const Setting<kind::Bytes> kTcpEagerLimit(
      .help = "Largest message sent at once without waiting for the receiver (a pair uses the "
              "smaller of its ends' limits); larger ones wait until the receiver is ready and land "
              "straight in its buffer. Eager messages cost the receiver a copy out of its early "
-             "buffer, announced ones a round trip (benchmarks/README.md has the measurement "
-             "behind the default)."});
+             "buffer, announced ones a round trip."});
 
 const Setting<kind::Bytes> kShmEagerLimit(
     {.name = "COLLX_SHM_EAGER_LIMIT",
@@ -69,7 +68,7 @@ const Setting<kind::Bytes> kShmEagerLimit(
              "ring; a pair uses the smaller of its ends' limits); larger ones are copied once, "
              "straight from the sender's buffer (process_vm_readv), when the receiver posts its "
              "buffer. Up to the limit two copies through the ring cost less than setting up the "
-             "single copy (benchmarks/README.md)."});
+             "single copy."});
 
 const Setting<kind::Bytes> kShmGroupBytes(
     {.name = "COLLX_SHM_GROUP_BYTES",
@@ -98,7 +97,7 @@ const Setting<kind::Bool> kShmCma(
              "copies them through the ring in pieces (as when CMA is refused, e.g. by seccomp or "
              "ptrace restrictions). Which is faster depends on the machine's process_vm_readv "
              "against memcpy, and on whether ranks have cores of their own: a single copy lets "
-             "the receiver copy while the sender is not scheduled (benchmarks/README.md)."});
+             "the receiver copy while the sender is not scheduled."});
 
 const Setting<kind::Choice> kShmDirect(
     {.name = "COLLX_SHM_DIRECT",
@@ -117,8 +116,7 @@ const Setting<kind::Choice> kShmDirect(
              "outnumber cores). 'never' or 'always' one way ('always': a broadcast splits, unless "
              "ranks outnumber cores). Direct reads need every rank able to read every other's "
              "memory (COLLX_SHM_CMA=1 and the probe passing everywhere). Where cores hand data to "
-             "each other slowly at times, reading directly is the steadier way "
-             "(benchmarks/README.md)."});
+             "each other slowly at times, reading directly is the steadier way."});
 
 const Setting<kind::Choice> kShmArena(
     {.name = "COLLX_SHM_ARENA",

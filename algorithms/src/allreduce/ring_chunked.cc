@@ -1,6 +1,6 @@
-// allreduce ring_chunked: Gloo's ring with 2*P chunks (seed 003): every segment of the
-// ring (see ring.cc) moves as two chunks, so that one chunk is in flight while the other is
-// reduced (double buffering). Unlike Gloo's, a chunk is at most 256 KiB: a segment above
+// allreduce ring_chunked: Gloo's ring with 2*P chunks (gloo/allreduce_ring_chunked.h): every
+// segment of the ring (see ring.cc) moves as two chunks, so that one chunk is in flight while the
+// other is reduced (double buffering). Unlike Gloo's, a chunk is at most 256 KiB: a segment above
 // 512 KiB moves in as many chunks of 256 KiB as it takes, each within the transports' eager
 // limit, so none waits for its receiver.
 //

@@ -1,4 +1,4 @@
-// The hang report's pure parts (internal; issue 19): a rank's compact summary of its flight
+// The hang report's pure parts (internal): a rank's compact summary of its flight
 // recorder, its JSON form (what each rank publishes in the store), and the diagnosis that
 // joins every rank's summary into one report naming the rank that is the cause.
 //

@@ -1,7 +1,8 @@
 // Schedule: a collective written once, independent of transports, as a DAG of tasks
-// (send, recv, reduce, copy, divide) with the tasks each depends on (MPICH's transport-
-// independent model, seed 001). Buffers are named, not pointers, so that one schedule
-// serves every call with the same key: the engine binds input, output and scratch.
+// (send, recv, reduce, copy, divide) with the tasks each depends on (as MPICH's
+// transport-independent schedules: src/mpi/coll/transports/gentran). Buffers are named, not
+// pointers, so that one schedule serves every call with the same key: the engine binds
+// input, output and scratch.
 #pragma once
 
 #include <cstdint>
