@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli.h"
@@ -28,29 +29,65 @@ the verbs library, every device and port, and the port collx would use (or why n
 TLS: whether COLLX_TLS is on with which files, and whether this kernel can seal the records.
 )";
 
+// What a setting accepts: its type and range ("bytes in [0, 1GiB]", "choice of a|b").
+std::string acceptsOf(const collx::SettingInfo& setting) {
+  std::string accepts = collx::settingTypeName(setting.type());
+  const std::string range = setting.range();
+  if (range.empty()) {
+  } else if (setting.type() == collx::SettingType::kChoice) {
+    accepts += " of " + range;
+  } else if (setting.type() == collx::SettingType::kBool) {
+    accepts += " (" + range + ")";
+  } else {
+    accepts += (range[0] == '[' ? " in " : ", ") + range;
+  }
+  return accepts;
+}
+
+// Every declared setting sorted by the component that reads it, then by name.
+std::vector<const collx::SettingInfo*> sortedSettings() {
+  std::vector<const collx::SettingInfo*> all = collx::settings();
+  std::stable_sort(all.begin(), all.end(), [](const auto* a, const auto* b) {
+    return std::tie(a->component(), a->name()) < std::tie(b->component(), b->name());
+  });
+  return all;
+}
+
+// --settings-markdown: every setting as docs/configuration.md's generated table (between
+// the markers docs/algorithms_doc.cmake replaces), independent of the environment.
+void printSettingsMarkdown() {
+  const auto cell = [](std::string text) {
+    std::string out;
+    for (char c : text) {
+      if (c == '|') out += '\\';
+      out += c == '\n' ? ' ' : c;
+    }
+    return out;
+  };
+  std::cout << "<!-- generated from the registry of settings: collx-info --settings-markdown "
+               "-->\n| variable | component | accepts | default | what it does |\n"
+               "|---|---|---|---|---|\n";
+  for (const collx::SettingInfo* setting : sortedSettings()) {
+    std::cout << "| `" << setting->name() << "` | " << setting->component() << " | "
+              << cell(acceptsOf(*setting)) << " | "
+              << cell(setting->automatic() ? "automatic: " + setting->defaultText()
+                                           : setting->defaultText())
+              << " | " << cell(setting->help()) << " |\n";
+  }
+  std::cout << "<!-- end of the generated table -->\n";
+}
+
 // Every declared setting, by the component that reads it: name, type and accepted values,
 // default, the value in effect here and where it comes from, and its help.
 void printSettings(const collx::Config& config) {
   std::cout << "\nsettings (precedence: explicit option > environment > default):\n";
-  std::vector<const collx::SettingInfo*> all = collx::settings();
-  std::stable_sort(all.begin(), all.end(),
-                   [](const auto* a, const auto* b) { return a->component() < b->component(); });
   std::string component;
-  for (const collx::SettingInfo* setting : all) {
+  for (const collx::SettingInfo* setting : sortedSettings()) {
     if (setting->component() != component) {
       component = setting->component();
       std::cout << "  " << component << ":\n";
     }
-    std::string accepts = collx::settingTypeName(setting->type());
-    const std::string range = setting->range();
-    if (range.empty()) {
-    } else if (setting->type() == collx::SettingType::kChoice) {
-      accepts += " of " + range;
-    } else if (setting->type() == collx::SettingType::kBool) {
-      accepts += " (" + range + ")";
-    } else {
-      accepts += (range[0] == '[' ? " in " : ", ") + range;
-    }
+    const std::string accepts = acceptsOf(*setting);
     std::string value;
     try {
       value = setting->automatic() && !setting->isSet(config) ? "automatic"
@@ -225,8 +262,11 @@ int rendezvous() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  collx::cli::CommandLine cli("collx-info", "collx-info [--rendezvous]", kAbout);
-  bool join = false;
+  collx::cli::CommandLine cli("collx-info", "collx-info [--rendezvous | --settings-markdown]",
+                              kAbout);
+  bool join = false, markdown = false;
+  cli.flag("--settings-markdown", markdown,
+           "print every setting as a Markdown table (docs/configuration.md's), nothing else");
   cli.flag(
       "--rendezvous", join,
       "also join the job described by the environment (COLLX_RANK, COLLX_WORLD_SIZE, "
@@ -237,6 +277,10 @@ int main(int argc, char** argv) {
       "launcher: collx-run -n 4 -- collx-info --rendezvous, mpirun -np 4 collx-info --rendezvous");
   cli.parse(argc, argv);
   try {
+    if (markdown) {
+      printSettingsMarkdown();
+      return 0;
+    }
     if (join) return rendezvous();
     printInfo();
     return 0;
