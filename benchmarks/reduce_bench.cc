@@ -24,7 +24,7 @@
 
 #include "collx/algorithms/reduce.h"
 #include "collx/base/copy.h"
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 namespace collx::algorithms {
 namespace {

@@ -20,7 +20,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "reduce_kernels.h"
+#include "kernels/reduce_kernels.h"
 
 namespace collx::algorithms {
 namespace {

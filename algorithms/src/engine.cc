@@ -10,7 +10,7 @@
 #include "collx/base/check.h"
 #include "collx/base/copy.h"
 #include "collx/base/log.h"
-#include "shared/runner.h"
+#include "shm/runner.h"
 
 namespace collx::algorithms {
 

@@ -18,7 +18,7 @@
 #include "collx/base/data_type.h"
 #include "collx/base/error.h"
 #include "collx/base/reduce_op.h"
-#include "shared/mapping.h"
+#include "common/mapping.h"
 
 namespace collx::python {
 

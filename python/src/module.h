@@ -25,8 +25,8 @@
 
 #include "buffers.h"
 #include "collx/collx.h"
-#include "shared/in_flight.h"
-#include "shared/mapping.h"
+#include "common/in_flight.h"
+#include "common/mapping.h"
 
 namespace collx::python {
 

@@ -42,8 +42,8 @@
 
 #include "collx/collx.h"
 #include "collx/settings.h"
-#include "shared/in_flight.h"
-#include "shared/mapping.h"
+#include "common/in_flight.h"
+#include "common/mapping.h"
 
 // ---- torch versions ------------------------------------------------------------------------
 #if TORCH_VERSION_MAJOR >= 2

@@ -16,7 +16,7 @@ TYPED = ["int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "f
 UNTYPED = ["uint16", "complex64"]
 
 # bool reduces as uint8 (sum and prod as or and and), complex as pairs of reals (sum and avg),
-# as in the torch backend (python/src/shared/mapping.h).
+# as in the torch backend (python/src/common/mapping.h).
 CASES = ([(c, t) for c in REDUCING for t in TYPED] +
          [(c, t) for c in MOVING for t in TYPED + UNTYPED] +
          [("barrier", "none"), ("allreduce", "bool"), ("allreduce", "complex64")])

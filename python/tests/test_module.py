@@ -172,7 +172,7 @@ def test_ops(ctx):
 
 
 def test_types_and_ops_map_as_in_the_torch_backend(ctx):
-    # (collx type, units per element, op applied): python/src/shared/mapping.h, which the
+    # (collx type, units per element, op applied): python/src/common/mapping.h, which the
     # torch backend reads too (test_torch_backend compares the two on every torch type).
     mapping = collx._collx._mapping
     assert mapping(np.zeros(2, np.complex64), "sum") == ("float32", 2, "sum")

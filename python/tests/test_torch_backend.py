@@ -112,7 +112,7 @@ def test_backend_is_documented_and_registered():
 def test_dtype_and_op_mapping_is_the_modules():
     """The backend (from a tensor's ScalarType and a c10d ReduceOp) and the module (from a
     tensor's dtype name and a dist.ReduceOp object) map every torch type and op alike: one
-    table (python/src/shared/mapping.h), reached two ways."""
+    table (python/src/common/mapping.h), reached two ways."""
     import torch.distributed as dist
 
     from collx import _collx, _collx_torch

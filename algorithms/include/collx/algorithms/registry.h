@@ -111,7 +111,7 @@ struct AlgorithmInfo {
   // Reductions happen in rank order (r0 op r1 op ...), so non-commutative ops are exact; an
   // algorithm without it takes commutative ops only.
   bool keepsOrder = false;
-  // Works on shared memory directly (src/shared/): its schedule is one TaskKind::kShared task
+  // Works on shared memory directly (src/shm/): its schedule is one TaskKind::kShared task
   // that the engine resumes until it ends; only when every rank of the call shares memory
   // with the others. Not simulated (the simulator has no shared memory).
   bool shared = false;

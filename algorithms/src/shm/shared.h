@@ -1,4 +1,4 @@
-// What the shared-memory collectives (algorithms/src/shared/) have in common: one call's
+// What the shared-memory collectives (algorithms/src/shm/) have in common: one call's
 // view of the group (its header, deadline and name), the rank-order reduction, and the way
 // they wait.
 //
