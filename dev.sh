@@ -7,10 +7,11 @@
 #                    build, and run the whole test suite (ctest: the C++ suites and the
 #                    pytest suites of the Python module and the PyTorch backend), then the
 #                    Python and torch suites again in a Debian 13 root (torch 2.6, Python
-#                    3.13, numpy 2; tests/debian13/), then the
-#                    concurrency suites under AddressSanitizer+UBSan and ThreadSanitizer,
-#                    then each fuzz harness for a few seconds (clang-14, libFuzzer;
-#                    tests/fuzz/README.md); prints each stage's time at the end
+#                    3.13, numpy 2; tests/debian13/), then the concurrency suites under
+#                    AddressSanitizer+UBSan and ThreadSanitizer (less what
+#                    tests/sanitizer_skips.txt leaves out), then each fuzz harness for a few
+#                    seconds (clang-14, libFuzzer; tests/fuzz/README.md); prints each
+#                    stage's time at the end
 # Debian 12, as root (apt-get installs with --no-install-recommends; nothing is downloaded
 # at build time). Knobs: BUILD_DIR (default build), JOBS (default nproc), SANITIZERS=0 to
 # skip the sanitizer builds, FUZZ=0 to skip the fuzz smoke, DEBIAN13=0 to skip the Debian 13
