@@ -778,15 +778,13 @@ bool writeJson(const std::string& path, const nlohmann::ordered_json& doc) {
 
 // Writes `doc` to descriptor `fd` (the stdout that --json - kept) and closes it.
 bool writeJson(int fd, const nlohmann::ordered_json& doc) {
-  const std::string text = doc.dump(2) + "\n";
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
+  FILE* out = ::fdopen(fd, "w");
+  if (out == nullptr) {
+    ::close(fd);
+    return false;
   }
-  return ::close(fd) == 0 && done == text.size();
+  const bool wrote = std::fputs((doc.dump(2) + "\n").c_str(), out) >= 0;
+  return std::fclose(out) == 0 && wrote;
 }
 
 // A file of its own under $TMPDIR (else /tmp), removed when this goes away.
