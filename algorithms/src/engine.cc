@@ -6,7 +6,6 @@
 #include <map>
 
 #include "collx/algorithms/reduce.h"
-#include "collx/algorithms/tracer.h"
 #include "collx/base/check.h"
 #include "collx/base/copy.h"
 #include "collx/base/log.h"
@@ -22,51 +21,6 @@ constexpr int kSharedLooks = 16;
 // How often a waiting collective looks whether a member of the shared-memory group runs its
 // call through shared memory (checkSharedPeers).
 constexpr std::chrono::milliseconds kPeerCheckPeriod(10);
-// How often the flight recorder learns what sleeping calls wait for, and how old a call is
-// before it does (a call that waits less is not worth a note).
-constexpr std::chrono::milliseconds kNotePeriod(50);
-constexpr std::chrono::milliseconds kNoteAfter(1);
-
-// A blocking shared-memory call of this many elements (64 KiB of float64) reads the clock
-// when it is admitted.
-constexpr std::uint64_t kTimedCount = 8 << 10;
-
-std::uint32_t timeoutMsOf(const CallInfo& info) noexcept {
-  return static_cast<std::uint32_t>(
-      std::clamp<std::int64_t>(info.timeout.count(), 0, std::numeric_limits<std::uint32_t>::max()));
-}
-
-// The name the flight recorder keeps for a call's algorithm (point to point: its kind).
-const char* recordedAlgorithm(const CallInfo& info) noexcept {
-  return info.algorithm != nullptr ? info.algorithm : info.collective;
-}
-
-// A call as the flight recorder keeps it.
-Recorder::Call recordedCall(const CallInfo& info) noexcept {
-  Recorder::Call call;
-  call.seq = info.key.seq;
-  call.space = info.key.space;
-  call.fingerprint = info.fingerprint;
-  call.algorithm = recordedAlgorithm(info);
-  call.peer = info.peer;
-  // A call with a deadline read the clock already. A blocking shared-memory call reads none
-  // of its own: a small one gets its times from its waits' readings or, if it never waited,
-  // the coarse clock's when it ends (Engine::runShared), a large one the coarse clock's
-  // now (no system call).
-  if (info.deadline != Clock::time_point::max()) {
-    call.admittedNs = Recorder::nanosOf(info.deadline - info.timeout);
-  } else if (info.fingerprint.count >= kTimedCount) {
-    call.admittedNs = Recorder::coarseNowNs();
-  }
-  call.timeoutMs = timeoutMsOf(info);
-  return call;
-}
-
-// A counter that only one thread at a time writes: no locked instruction.
-inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t n) noexcept {
-  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-}
-
 }  // namespace
 
 std::string callName(const CallInfo& info) {
@@ -140,7 +94,7 @@ class Execution : public std::enable_shared_from_this<Execution> {
 
   // Runs every ready task (posts transfers, computes reductions and copies).
   void pump() {
-    if (info_.tracer != nullptr) {
+    if (info_.notes.tracer != nullptr) {
       pumpTasks<true>();
     } else {
       pumpTasks<false>();
@@ -171,19 +125,19 @@ class Execution : public std::enable_shared_from_this<Execution> {
           r.fingerprint = info_.fingerprint;
           ++outstanding_;
           r.posted = true;
-          if constexpr (kTraced) r.postedNs = Tracer::nowNs();
+          if constexpr (kTraced) r.postedNs = Observers::nowNs();
           engine_.mesh_->post(r);  // may complete inline
           break;
         }
         case TaskKind::kReduce: {
-          const std::int64_t began = kTraced ? Tracer::nowNs() : 0;
+          const std::int64_t began = kTraced ? Observers::nowNs() : 0;
           reduce(pointer(t.dst), pointer(t.a), pointer(t.src), t.count, info_.dtype, info_.op);
-          if constexpr (kTraced) traceCompute(Tracer::Compute::kReduce, t.count, began);
+          if constexpr (kTraced) computed(Tracer::Compute::kReduce, t.count, began);
           done(id);
           break;
         }
         case TaskKind::kCopy: {
-          const std::int64_t began = kTraced ? Tracer::nowNs() : 0;
+          const std::int64_t began = kTraced ? Observers::nowNs() : 0;
           if (t.bytes > 0 && pointer(t.dst) != pointer(t.src)) {
             std::uint8_t* dst = pointer(t.dst);
             const std::uint8_t* src = pointer(t.src);
@@ -193,18 +147,15 @@ class Execution : public std::enable_shared_from_this<Execution> {
               std::memmove(dst, src, t.bytes);
             }
           }
-          if constexpr (kTraced) {
-            info_.tracer->compute(info_.traceId, Tracer::Compute::kCopy, t.bytes, began,
-                                  Tracer::nowNs());
-          }
+          if constexpr (kTraced) Observers::computed(info_, Tracer::Compute::kCopy, t.bytes, began);
           done(id);
           break;
         }
         case TaskKind::kDivide: {
-          const std::int64_t began = kTraced ? Tracer::nowNs() : 0;
+          const std::int64_t began = kTraced ? Observers::nowNs() : 0;
           divideBy(pointer(t.dst), t.count, info_.dtype,
                    info_.divisor != 0 ? info_.divisor : static_cast<std::uint64_t>(engine_.size()));
-          if constexpr (kTraced) traceCompute(Tracer::Compute::kDivide, t.count, began);
+          if constexpr (kTraced) computed(Tracer::Compute::kDivide, t.count, began);
           done(id);
           break;
         }
@@ -220,10 +171,9 @@ class Execution : public std::enable_shared_from_this<Execution> {
     if (finished()) return;
     try {
       throwError(cause.kind(), Where{engine_.rank(), callName(info_), cause.peer()},
-                 cause.detail() + engine_.hangNote(info_));
+                 cause.detail() + engine_.observers_.hangNote(info_));
     } catch (const Error& e) {
       error_.emplace(e);
-      Engine::recordEnded(info_, &e);
     }
     ready_.clear();
     finish();
@@ -246,9 +196,8 @@ class Execution : public std::enable_shared_from_this<Execution> {
       }
     }
     if (first == nullptr) return;
-    info_.recorder->waiting(info_.recordId,
-                            first->kind == TaskKind::kSend ? WaitKind::kSend : WaitKind::kRecv,
-                            first->peer, first->step, steps, first->bytes, nowNs);
+    Observers::waiting(info_, first->kind == TaskKind::kSend ? WaitKind::kSend : WaitKind::kRecv,
+                       first->peer, first->step, steps, first->bytes, nowNs);
   }
 
   // The peers and steps this call still waits for, for a timeout message.
@@ -315,25 +264,18 @@ class Execution : public std::enable_shared_from_this<Execution> {
 
   void onTransferDone(TaskId id, const Error* error) {
     --outstanding_;
-    if (info_.tracer != nullptr) traceTransfer(id, error != nullptr);
+    engine_.observers_.transferDone(info_, schedule_->tasks()[id], requests_[id].postedNs,
+                                    error != nullptr);
     if (error != nullptr) {
       fail(*error);
       return;
     }
-    engine_.countTransfer(schedule_->tasks()[id]);
     done(id);
   }
 
-  void traceTransfer(TaskId id, bool failed) const {
-    const Task& t = schedule_->tasks()[id];
-    info_.tracer->transfer(info_.traceId, t.kind == TaskKind::kSend, t.peer, t.step, t.bytes,
-                           requests_[id].postedNs, Tracer::nowNs(), failed);
-  }
-
   // A reduction or division of `count` elements, begun at `began`, to the trace.
-  void traceCompute(Tracer::Compute kind, std::uint64_t count, std::int64_t began) const {
-    info_.tracer->compute(info_.traceId, kind, count * dataTypeSize(info_.dtype), began,
-                          Tracer::nowNs());
+  void computed(Tracer::Compute kind, std::uint64_t count, std::int64_t began) const {
+    Observers::computed(info_, kind, count * dataTypeSize(info_.dtype), began);
   }
 
   void done(TaskId id) {
@@ -348,11 +290,7 @@ class Execution : public std::enable_shared_from_this<Execution> {
   }
 
   void finish() {
-    if (!error_) {
-      Engine::recordEnded(info_, nullptr);
-    } else {
-      engine_.failedCalls_.fetch_add(1, std::memory_order_relaxed);
-    }
+    engine_.observers_.ended(info_, error_ ? &*error_ : nullptr);
     // (Sequentially consistent with waiter_: a thread that waits for this call without
     // driving either sees it finished or is told.)
     finished_.store(true);
@@ -387,13 +325,10 @@ class Execution : public std::enable_shared_from_this<Execution> {
 Engine::Engine(std::unique_ptr<transport::Mesh> mesh, const EngineOptions& options)
     : mesh_(std::move(mesh)),
       options_(options),
-      recorder_(options.traceBuffer > 0 ? std::make_shared<Recorder>(options.traceBuffer)
-                                        : nullptr),
-      traffic_(std::make_unique<PeerCounters[]>(static_cast<std::size_t>(mesh_->size()))),
-      calls_{std::make_unique<CallCounters[]>(options.callCounters),
-             std::make_unique<CallCounters[]>(options.callCounters)} {
+      observers_(Observers::Options{mesh_->size(), options.traceBuffer, options.callCounters,
+                                    options.hangNote}) {
   lanes_[0].group = mesh_->sharedGroup();
-  lanes_[0].runner = std::make_unique<shared::Runner>(lanes_[0].group);
+  lanes_[0].runner = std::make_unique<shm::Runner>(lanes_[0].group);
   setFailMesh(lanes_[0]);
 }
 
@@ -478,7 +413,7 @@ void Engine::addSharedGroup(int lane, std::unique_ptr<transport::SharedGroup> gr
     throw std::logic_error("collx: rank " + std::to_string(rank()) + ": addSharedGroup: lane " +
                            std::to_string(lane) + " is in use");
   }
-  l.runner = std::make_unique<shared::Runner>(group.get());
+  l.runner = std::make_unique<shm::Runner>(group.get());
   l.owned = std::move(group);
   l.group = l.owned.get();
   setFailMesh(l);
@@ -650,7 +585,7 @@ bool Engine::awaitDrive(const std::shared_ptr<Execution>& execution,
 void Engine::run(std::shared_ptr<const Schedule> schedule, const Bindings& bindings,
                  CallInfo info) {
   if (info.deadline == Clock::time_point::max()) info.deadline = Clock::now() + info.timeout;
-  recordAdmitted(info, CallState::kRunning);
+  observers_.admitted(info, CallState::kRunning);
   auto execution = std::make_shared<Execution>(*this, std::move(schedule), bindings,
                                                std::move(info), /*async=*/false);
   bool driving = drive_.try_lock();
@@ -692,129 +627,28 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
       engine.releaseShared(lane);
     }
   } release{*this, lane};
-  countCall(info, 1);
-  recordAdmitted(info, CallState::kRunning, /*pending=*/true);
-  const std::int64_t began = info.tracer != nullptr ? Tracer::nowNs() : 0;
+  observers_.running(info, 1, /*queued=*/false);
+  observers_.admitted(info, CallState::kRunning, /*pending=*/true);
+  const std::int64_t began = info.notes.tracer != nullptr ? Observers::nowNs() : 0;
   try {
     lane.runner->start(params, bindings, info, /*blocking=*/true);
   } catch (const Error& e) {
-    failedCalls_.fetch_add(1, std::memory_order_relaxed);
-    recordPending(info);  // before the hang report looks for it
-    const std::string note = hangNote(info);
+    Observers::admitPending(info);  // before the hang report looks for it
+    const std::string note = observers_.hangNote(info);
     if (note.empty()) {
-      recordEnded(info, &e);
+      observers_.ended(info, &e);
       throw;
     }
     const Error noted(e.kind(), e.where(), e.detail() + note);
-    recordEnded(info, &noted);
+    observers_.ended(info, &noted);
     throwError(e.kind(), e.where(), noted.detail());
   }
-  if (info.tracer != nullptr) {
-    info.tracer->shared(info.traceId, info.collective, info.bytes, began, Tracer::nowNs());
-  }
-  if (!info.recordPending) {
-    recordEnded(info, nullptr);
-    return true;
-  }
-  // Its one write (instead of recordEnded's), with the times its waits read: no clock of
-  // its own unless it never waited.
-  info.recordPending = false;
-  const transport::Waiting& waited = lane.runner->waiting();
-  std::int64_t admittedNs = 0;
-  std::int64_t endedNs;
-  if (waited.deadline != Clock::time_point::max()) {
-    admittedNs = Recorder::nanosOf(waited.deadline - waited.timeout);
-    endedNs = Recorder::nanosOf(waited.lastLook);
-  } else {
-    endedNs = Recorder::coarseNowNs();
-  }
-  info.recorder->completed(info.key.seq, info.fingerprint, recordedAlgorithm(info),
-                           timeoutMsOf(info), admittedNs, endedNs);
+  observers_.sharedEnded(info, began, lane.runner->waiting());
   return true;
 }
 
-std::string Engine::hangNote(const CallInfo& info) const {
-  // (Only for the engine's own recorder: a sub-context's ids are its recorder's.)
-  if (!options_.hangNote || info.recorder == nullptr || info.recorder != recorder_.get()) return {};
-  try {
-    return options_.hangNote(info.recordId);
-  } catch (...) {
-    return {};
-  }
-}
-
-void Engine::recordAdmitted(CallInfo& info, CallState state, bool pending) noexcept {
-  if (tracer_ && info.record) traceAdmitted(info);
-  // A sub-context's calls come with a recorder of their own (their seqs are its).
-  if (info.recorder == nullptr) info.recorder = recorder_.get();
-  if (info.recorder == nullptr || !info.record) {
-    info.recorder = nullptr;
-    return;
-  }
-  // A short blocking collective (no clock read for it), not traced: one write when it ends.
-  if (pending && info.tracer == nullptr && info.key.space == transport::Space::kCollective &&
-      info.deadline == Clock::time_point::max() && info.fingerprint.count < kTimedCount) {
-    info.recordId = info.key.seq + 1;
-    info.recordPending = true;
-    return;
-  }
-  info.recordId = info.recorder->admit(recordedCall(info), state);
-}
-
-void Engine::recordPending(const CallInfo& info) noexcept {
-  if (!info.recordPending) return;
-  info.recordPending = false;
-  info.recorder->admit(recordedCall(info), CallState::kRunning);
-}
-
-void Engine::traceAdmitted(CallInfo& info) noexcept {
-  Tracer::Call call;
-  call.collective = info.collective;
-  call.pointToPoint = info.key.space == transport::Space::kPointToPoint;
-  call.algorithm = info.algorithm != nullptr ? info.algorithm : "";
-  call.seq = info.key.seq;
-  call.peer = info.peer;
-  call.root = info.fingerprint.root;
-  call.dtype = info.dtype;
-  call.count = info.fingerprint.count;
-  call.bytes = info.bytes;
-  info.tracer = tracer_.get();
-  info.traceId = tracer_->beginCall(call, Tracer::nowNs());
-}
-
-void Engine::countCall(const CallInfo& info, int writer) noexcept {
-  if (info.counter >= options_.callCounters) return;
-  CallCounters& c = calls_[writer][info.counter];
-  bump(c.calls, 1);
-  bump(c.bytes, info.bytes);
-}
-
-void Engine::countTransfer(const Task& task) noexcept {
-  PeerCounters& c = traffic_[static_cast<std::size_t>(task.peer)];
-  const int way = task.kind == TaskKind::kRecv ? 1 : 0;
-  bump(c.messages[way], 1);
-  bump(c.bytes[way], task.bytes);
-}
-
 EngineStats Engine::stats() const {
-  EngineStats out;
-  out.peers.resize(static_cast<std::size_t>(size()));
-  for (std::size_t r = 0; r < out.peers.size(); ++r) {
-    const PeerCounters& c = traffic_[r];
-    out.peers[r].messagesSent = c.messages[0].load(std::memory_order_relaxed);
-    out.peers[r].bytesSent = c.bytes[0].load(std::memory_order_relaxed);
-    out.peers[r].messagesReceived = c.messages[1].load(std::memory_order_relaxed);
-    out.peers[r].bytesReceived = c.bytes[1].load(std::memory_order_relaxed);
-  }
-  out.calls.resize(options_.callCounters);
-  for (std::size_t i = 0; i < out.calls.size(); ++i) {
-    for (const auto& writer : calls_) {
-      out.calls[i].calls += writer[i].calls.load(std::memory_order_relaxed);
-      out.calls[i].bytes += writer[i].bytes.load(std::memory_order_relaxed);
-    }
-  }
-  out.failedCalls = failedCalls_.load(std::memory_order_relaxed);
-  out.waited = std::chrono::nanoseconds(waitedNs_.load(std::memory_order_relaxed));
+  EngineStats out = observers_.stats();
   if (const transport::SharedGroup* group = mesh_->sharedGroup()) {
     out.sharedWaited = group->waited();  // (a sub-group's waits are its own)
   }
@@ -822,52 +656,22 @@ EngineStats Engine::stats() const {
 }
 
 void Engine::resetStats() noexcept {
-  for (std::size_t r = 0; r < static_cast<std::size_t>(size()); ++r) {
-    for (int way = 0; way < 2; ++way) {
-      traffic_[r].messages[way].store(0, std::memory_order_relaxed);
-      traffic_[r].bytes[way].store(0, std::memory_order_relaxed);
-    }
-  }
-  for (const auto& writer : calls_) {
-    for (std::size_t i = 0; i < options_.callCounters; ++i) {
-      writer[i].calls.store(0, std::memory_order_relaxed);
-      writer[i].bytes.store(0, std::memory_order_relaxed);
-    }
-  }
-  failedCalls_.store(0, std::memory_order_relaxed);
-  waitedNs_.store(0, std::memory_order_relaxed);
+  observers_.resetStats();
   if (transport::SharedGroup* group = mesh_->sharedGroup()) group->resetWaited();
 }
 
-void Engine::recordEnded(const CallInfo& info, const Error* error) {
-  if (info.tracer != nullptr) {
-    info.tracer->endCall(info.traceId, info.collective, error != nullptr, Tracer::nowNs());
-  }
-  if (info.recorder == nullptr) return;
-  recordPending(info);
-  if (error != nullptr) info.recorder->noteFailure(info.recordId, error->what());
-  info.recorder->end(info.recordId, error != nullptr,
-                     error != nullptr ? static_cast<std::uint8_t>(error->kind()) : 0,
-                     Recorder::coarseNowNs());
-}
-
 void Engine::noteWaits(Clock::time_point now) {
-  if (!recorder_ || now < nextNote_) return;
-  nextNote_ = now + kNotePeriod;
+  if (!observers_.waitsDue(now)) return;
   const std::int64_t nowNs = Recorder::nanosOf(now);
   for (const auto& e : active_) {
     const CallInfo& info = e->info();
-    if (e->finished() || info.recorder == nullptr ||
-        now - (info.deadline - info.timeout) < kNoteAfter) {
-      continue;
-    }
+    if (e->finished() || !Observers::waitedLong(info, now)) continue;
     if (!e->shared()) {
       e->noteWait(nowNs);
     } else if (Lane& lane = laneOf(*e); lane.running == e.get()) {  // else queued
       const auto [member, use] = lane.runner->awaited();
       if (member >= 0) {
-        info.recorder->waiting(info.recordId, WaitKind::kShared, lane.group->rankOf(member), 0, 0,
-                               use, nowNs);
+        Observers::waiting(info, WaitKind::kShared, lane.group->rankOf(member), 0, 0, use, nowNs);
       }
     }
   }
@@ -887,7 +691,7 @@ void Engine::releaseShared(Lane& lane) noexcept {
 std::shared_ptr<Execution> Engine::start(std::shared_ptr<const Schedule> schedule,
                                          const Bindings& bindings, CallInfo info) {
   if (info.deadline == Clock::time_point::max()) info.deadline = Clock::now() + info.timeout;
-  recordAdmitted(info, CallState::kQueued);
+  observers_.admitted(info, CallState::kQueued);
   auto execution = std::make_shared<Execution>(*this, std::move(schedule), bindings,
                                                std::move(info), /*async=*/true);
   asyncInFlight_.fetch_add(1);
@@ -950,7 +754,7 @@ bool Engine::refuseIfFailed(Execution& execution) {
   // would otherwise complete without a progress() that fails it.)
   if (!mesh_->applyAbort()) return false;
   std::exception_ptr failed = mesh_->failure();
-  countCall(execution.info(), 0);
+  observers_.refused(execution.info());
   try {
     std::rethrow_exception(failed);
   } catch (const Error& e) {
@@ -989,11 +793,7 @@ void Engine::admit() {
 }
 
 void Engine::activate(std::shared_ptr<Execution> execution) {
-  const CallInfo& info = execution->info();
-  countCall(info, 0);
-  if (execution->async() && info.recorder != nullptr) {
-    info.recorder->running(info.recordId, Recorder::coarseNowNs());
-  }
+  observers_.running(execution->info(), 0, /*queued=*/execution->async());
   execution->takeScratch();
   registerActive(*execution);
   if (execution->shared()) {
@@ -1038,7 +838,7 @@ bool Engine::pumpLane(Lane& lane) {
       if (lane.running != &e) {
         if (!claimShared(lane)) break;  // a blocking call runs on its own thread
         lane.running = &e;
-        if (e.info().tracer != nullptr) lane.beganNs = Tracer::nowNs();
+        if (e.info().notes.tracer != nullptr) lane.beganNs = Observers::nowNs();
         ended = lane.runner->start(e.sharedParams(), e.bindings(), e.info(), /*blocking=*/false);
       } else {
         ended = lane.runner->poll(kSharedLooks);
@@ -1048,9 +848,7 @@ bool Engine::pumpLane(Lane& lane) {
       return true;
     }
     if (!ended) break;
-    if (const CallInfo& info = e.info(); info.tracer != nullptr) {
-      info.tracer->shared(info.traceId, info.collective, info.bytes, lane.beganNs, Tracer::nowNs());
-    }
+    Observers::sharedRan(e.info(), lane.beganNs);
     moved = true;
     lane.running = nullptr;
     releaseShared(lane);
@@ -1123,15 +921,10 @@ void Engine::checkSharedPeers() {
     if (execution->finished() || info.key.space != transport::Space::kCollective) continue;
     for (int m = 0; m < group->size(); ++m) {
       if (m == group->index()) continue;
-      // The member's header of the use this rank would take next (shared_group.h): published
-      // (`use` is stored last, with release) for this sequence number, it runs this call
-      // through shared memory while this rank waits for messages.
-      auto* header = reinterpret_cast<transport::UseHeader*>(group->payload(m, use) -
-                                                             transport::SharedGroup::kHeaderBytes);
-      if (std::atomic_ref<std::uint64_t>(header->use).load(std::memory_order_acquire) != use ||
-          header->seq != info.key.seq) {
-        continue;
-      }
+      // The member published the use this rank would take next for this sequence number:
+      // it runs this call through shared memory while this rank waits for messages.
+      const std::optional<transport::UseHeader> header = group->published(m, use);
+      if (!header || header->seq != info.key.seq) continue;
       const transport::MessageKey key{info.key.seq, 0, info.key.space};
       const std::string mine = mesh_->link().describe(key, info.fingerprint);
       const std::string theirs = mesh_->link().describe(key, header->fingerprint);
@@ -1168,7 +961,7 @@ void Engine::failAll(const Error& error) {
   mesh_->fail(error);  // fails every transfer in flight (and poisons the mesh)
   for (auto& execution : active_) execution->fail(error);
   dropEndedShared();
-  if (tracer_) tracer_->flush();
+  observers_.flush();
 }
 
 void Engine::timeOut(Execution& execution) {
@@ -1179,14 +972,28 @@ void Engine::timeOut(Execution& execution) {
   failAll(error);
 }
 
+void Engine::moveReady(Clock::time_point& lastActivity) {
+  if (failSoon_.load(std::memory_order_acquire)) applyFailSoon();
+  if (retireRequested_.load(std::memory_order_acquire)) retireRequested();
+  admit();
+  if (pumpAll()) lastActivity = Clock::now();
+  retire();
+}
+
+void Engine::progressRound(std::chrono::microseconds wait, bool tryDirect, Clock::time_point now,
+                           Clock::time_point& lastActivity) {
+  if (now >= nextPeerCheck_) {
+    nextPeerCheck_ = now + kPeerCheckPeriod;
+    checkSharedPeers();
+  }
+  if (wait.count() > 0) noteWaits(now);
+  progressSleeping(wait, tryDirect, now, lastActivity);
+}
+
 bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> until) {
   auto lastActivity = Clock::now();
   while (true) {
-    if (failSoon_.load(std::memory_order_acquire)) applyFailSoon();
-    if (retireRequested_.load(std::memory_order_acquire)) retireRequested();
-    admit();
-    if (pumpAll()) lastActivity = Clock::now();
-    retire();
+    moveReady(lastActivity);
     if (target.finished()) return true;
     auto now = Clock::now();
     if (now >= target.info().deadline) {
@@ -1207,10 +1014,6 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
       if (target.finished()) return true;
     }
     if (until && now >= *until) return false;
-    if (now >= nextPeerCheck_) {
-      nextPeerCheck_ = now + kPeerCheckPeriod;
-      checkSharedPeers();
-    }
     std::chrono::microseconds wait(0);
     const auto idle = now - lastActivity;
     const auto spin =
@@ -1223,9 +1026,8 @@ bool Engine::driveUntil(Execution& target, std::optional<Clock::time_point> unti
       wait = std::chrono::duration_cast<std::chrono::microseconds>(
           std::min<Clock::duration>(limit - now, kMaxPollSlice));
       if (wait.count() < 1) wait = std::chrono::microseconds(1);
-      noteWaits(now);
     }
-    progressSleeping(wait, spinning, now, lastActivity);
+    progressRound(wait, spinning, now, lastActivity);
   }
 }
 
@@ -1257,9 +1059,7 @@ void Engine::progressSleeping(std::chrono::microseconds wait, bool tryDirect, Cl
     const Clock::time_point after = Clock::now();
     if (moved) lastActivity = after;
     if (slept) {
-      bump(waitedNs_,
-           static_cast<std::uint64_t>(
-               std::chrono::duration_cast<std::chrono::nanoseconds>(after - now).count()));
+      observers_.slept(std::chrono::duration_cast<std::chrono::nanoseconds>(after - now));
     }
   }
   for (int l = 0; l < kLanes; ++l) {
@@ -1281,11 +1081,7 @@ void Engine::progressLoop() {
       std::lock_guard<std::mutex> drive(drive_);
       auto lastActivity = Clock::now();
       while (!stopping_ && callersWaiting_.load() == 0 && asyncInFlight_.load() > 0) {
-        if (failSoon_.load(std::memory_order_acquire)) applyFailSoon();
-        if (retireRequested_.load(std::memory_order_acquire)) retireRequested();
-        admit();
-        if (pumpAll()) lastActivity = Clock::now();
-        retire();
+        moveReady(lastActivity);
         // Deadlines of the nonblocking calls.
         auto now = Clock::now();
         Execution* expired = nullptr;
@@ -1301,10 +1097,6 @@ void Engine::progressLoop() {
           continue;
         }
         if (asyncInFlight_.load() == 0) break;
-        if (now >= nextPeerCheck_) {
-          nextPeerCheck_ = now + kPeerCheckPeriod;
-          checkSharedPeers();
-        }
         // Nobody waits for these calls: no spinning. A shared-memory call's wait yields the
         // core for a while (its members are usually there soon), then sleeps.
         const auto idle = now - lastActivity;
@@ -1314,9 +1106,8 @@ void Engine::progressLoop() {
           wait = std::max(std::chrono::duration_cast<std::chrono::microseconds>(
                               std::min<Clock::duration>(earliest - now, kMaxPollSlice)),
                           std::chrono::microseconds(1));
-          noteWaits(now);
         }
-        progressSleeping(wait, /*tryDirect=*/true, now, lastActivity);
+        progressRound(wait, /*tryDirect=*/true, now, lastActivity);
         if (yielding) std::this_thread::yield();
       }
     }

@@ -12,6 +12,15 @@
 
 namespace collx::transport {
 
+std::optional<UseHeader> SharedGroup::published(int member, std::uint64_t use) const {
+  UseHeader& header = *headerOf(member, use);
+  // `use` is stored last, with release: once it reads `use`, the rest is this use's.
+  if (std::atomic_ref<std::uint64_t>(header.use).load(std::memory_order_acquire) != use) {
+    return std::nullopt;
+  }
+  return UseHeader{use, header.seq, header.fingerprint};
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

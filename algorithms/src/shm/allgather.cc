@@ -12,7 +12,7 @@
 #include "../builders.h"
 #include "shared.h"
 
-namespace collx::algorithms::shared {
+namespace collx::algorithms::shm {
 
 namespace {
 
@@ -88,7 +88,7 @@ Step<> allgather(Call& c) {
       [&c](std::uint64_t use) { return directReads(c, use); }, [&c] { return inPieces(c); });
 }
 
-}  // namespace collx::algorithms::shared
+}  // namespace collx::algorithms::shm
 
 namespace collx::algorithms {
 

@@ -29,7 +29,7 @@
 #include "../builders.h"
 #include "shared.h"
 
-namespace collx::algorithms::shared {
+namespace collx::algorithms::shm {
 
 namespace {
 // One-shot saves two-shot's second use, but every rank reads P whole vectors and reduces
@@ -165,7 +165,7 @@ Step<> allreduce(Call& c) {
   return inRounds(c);
 }
 
-}  // namespace collx::algorithms::shared
+}  // namespace collx::algorithms::shm
 
 namespace collx::algorithms {
 

@@ -12,7 +12,7 @@
 #include "../builders.h"
 #include "shared.h"
 
-namespace collx::algorithms::shared {
+namespace collx::algorithms::shm {
 
 Step<> barrier(Call& c) {
   const std::uint64_t use = c.g.nextUse();
@@ -34,7 +34,7 @@ Step<> barrier(Call& c) {
   }
 }
 
-}  // namespace collx::algorithms::shared
+}  // namespace collx::algorithms::shm
 
 namespace collx::algorithms {
 

@@ -30,7 +30,7 @@
 #include "../builders.h"
 #include "shared.h"
 
-namespace collx::algorithms::shared {
+namespace collx::algorithms::shm {
 
 namespace {
 
@@ -166,7 +166,7 @@ Step<> broadcast(Call& c) {
   return offeringDirectReads(c);
 }
 
-}  // namespace collx::algorithms::shared
+}  // namespace collx::algorithms::shm
 
 namespace collx::algorithms {
 

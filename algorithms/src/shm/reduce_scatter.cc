@@ -9,7 +9,7 @@
 #include "../builders.h"
 #include "shared.h"
 
-namespace collx::algorithms::shared {
+namespace collx::algorithms::shm {
 
 Step<> reduceScatter(Call& c) {
   const std::uint64_t es = c.p.elementSize;
@@ -37,7 +37,7 @@ Step<> reduceScatter(Call& c) {
   } while (off < total);
 }
 
-}  // namespace collx::algorithms::shared
+}  // namespace collx::algorithms::shm
 
 namespace collx::algorithms {
 

@@ -17,7 +17,7 @@ Schedule buildShared(const ScheduleParams& p) {
   return s;
 }
 
-namespace shared {
+namespace shm {
 
 // ---- frames -------------------------------------------------------------------------------
 
@@ -217,5 +217,5 @@ std::string Runner::waitingFor() {
          std::to_string(use) + " of the group buffers)";
 }
 
-}  // namespace shared
+}  // namespace shm
 }  // namespace collx::algorithms

@@ -12,11 +12,11 @@
 #include <memory>
 #include <string>
 
-#include "collx/algorithms/engine.h"
+#include "collx/algorithms/call.h"
 #include "collx/algorithms/registry.h"
 #include "collx/transport/shared_group.h"
 
-namespace collx::algorithms::shared {
+namespace collx::algorithms::shm {
 
 class Runner {
  public:
@@ -61,4 +61,4 @@ class Runner {
   std::uint64_t resumptions_ = 0;
 };
 
-}  // namespace collx::algorithms::shared
+}  // namespace collx::algorithms::shm

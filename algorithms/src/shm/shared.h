@@ -21,14 +21,15 @@
 #include <utility>
 #include <vector>
 
-#include "collx/algorithms/engine.h"
+#include "collx/algorithms/call.h"
+#include "collx/algorithms/observers.h"
 #include "collx/algorithms/reduce.h"
 #include "collx/algorithms/registry.h"
 #include "collx/algorithms/tracer.h"
 #include "collx/base/copy.h"
 #include "collx/transport/shared_group.h"
 
-namespace collx::algorithms::shared {
+namespace collx::algorithms::shm {
 
 // ---- coroutines ---------------------------------------------------------------------------
 
@@ -235,17 +236,18 @@ class Call {
       waiting_.sleeping = [&scratch](int rank, std::uint64_t use,
                                      std::chrono::steady_clock::time_point since) {
         const CallInfo& call = *scratch.info;
-        if (call.recorder == nullptr) return;
-        Engine::recordPending(call);
-        call.recorder->waiting(call.recordId, WaitKind::kShared, rank, 0, 0, use,
-                               Recorder::nanosOf(since));
+        if (call.notes.recorder == nullptr) return;
+        Observers::admitPending(call);
+        call.notes.recorder->waiting(call.notes.recordId, WaitKind::kShared, rank, 0, 0, use,
+                                     Recorder::nanosOf(since));
       };
     }
     if (!waiting_.slept) {
       waiting_.slept = [&scratch](int rank, std::uint64_t use, Clock::time_point since) {
         const CallInfo& call = *scratch.info;
-        if (call.tracer == nullptr) return;
-        call.tracer->sharedWait(call.traceId, rank, use, Recorder::nanosOf(since), Tracer::nowNs());
+        if (call.notes.tracer == nullptr) return;
+        call.notes.tracer->sharedWait(call.notes.traceId, rank, use, Recorder::nanosOf(since),
+                                      Tracer::nowNs());
       };
     }
   }
@@ -404,4 +406,4 @@ Step<> broadcast(Call& c);
 Step<> allgather(Call& c);
 Step<> reduceScatter(Call& c);
 
-}  // namespace collx::algorithms::shared
+}  // namespace collx::algorithms::shm

@@ -191,11 +191,11 @@ Prepared prepare(Context& ctx, Resolved& call, bool blocking) {
   }
   p.info.collective = what;
   p.info.algorithm = algorithm.name;
-  p.info.counter = detail::Runtime::counterOf(algorithm);
-  p.info.bytes = call.count * es;
+  p.info.notes.counter = detail::Runtime::counterOf(algorithm);
+  p.info.notes.bytes = call.count * es;
   p.info.key = transport::MessageKey{rt.seqBase | seq, 0, transport::Space::kCollective};
-  p.info.recorder = rt.recorder.get();
-  p.info.recorderOwner = rt.recorder;
+  p.info.notes.recorder = rt.recorder.get();
+  p.info.notes.recorderOwner = rt.recorder;
   p.info.fingerprint = transport::Fingerprint{
       static_cast<std::uint8_t>(call.coll), static_cast<std::uint8_t>(call.dtype),
       static_cast<std::uint8_t>(call.op != nullptr ? call.op->kind() : ReduceOpKind::kSum),
@@ -694,12 +694,12 @@ Prepared prepareP2P(Context& ctx, const Call& d, const CollectiveOptions& option
   p.bindings.output = const_cast<void*>(buffer);
   p.info.collective = what;
   p.info.peer = d.peer;
-  p.info.counter = sending ? detail::Runtime::sendCounter() : detail::Runtime::recvCounter();
-  p.info.bytes = bytes;
+  p.info.notes.counter = sending ? detail::Runtime::sendCounter() : detail::Runtime::recvCounter();
+  p.info.notes.bytes = bytes;
   p.info.key = transport::MessageKey{rt.seqBase | d.tag, 0, transport::Space::kPointToPoint};
   p.info.spinUs = rt.spinUs;
-  p.info.recorder = rt.recorder.get();
-  p.info.recorderOwner = rt.recorder;
+  p.info.notes.recorder = rt.recorder.get();
+  p.info.notes.recorderOwner = rt.recorder;
   p.info.fingerprint = transport::Fingerprint{static_cast<std::uint8_t>(Collective::kSendRecv),
                                               static_cast<std::uint8_t>(d.dtype), 0, -1, d.count};
   p.info.dtype = d.dtype;

@@ -49,7 +49,7 @@ std::uint8_t everyRank(Runtime& rt, std::uint8_t mine) {
   std::uint8_t value = mine;
   algorithms::CallInfo info;
   info.collective = "connect";
-  info.record = false;
+  info.notes.record = false;
   info.algorithm = algorithm->name;
   info.key = transport::MessageKey{kAgreementSeq, 0, transport::Space::kCollective};
   info.fingerprint = transport::Fingerprint{static_cast<std::uint8_t>(params.coll),

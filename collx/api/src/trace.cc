@@ -23,7 +23,7 @@ algorithms::CallInfo clockCall(const Runtime& rt, int peer) {
   info.collective = "clock sync";
   info.algorithm = "ping-pong";
   info.peer = peer;
-  info.record = false;
+  info.notes.record = false;
   info.key = transport::MessageKey{kClockSeq, 0, transport::Space::kCollective};
   info.fingerprint =
       transport::Fingerprint{static_cast<std::uint8_t>(algorithms::Collective::kSendRecv),

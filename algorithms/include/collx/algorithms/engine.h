@@ -22,77 +22,16 @@
 #include <thread>
 #include <vector>
 
-#include "collx/algorithms/recorder.h"
+#include "collx/algorithms/call.h"
+#include "collx/algorithms/observers.h"
 #include "collx/algorithms/schedule.h"
-#include "collx/base/data_type.h"
-#include "collx/base/reduce_op.h"
 #include "collx/transport/mesh.h"
 
 namespace collx::algorithms {
 
-using Clock = std::chrono::steady_clock;
-class Tracer;
-
-// CallInfo::counter of a call that no counter counts (the library's own).
-inline constexpr std::uint32_t kUncounted = ~std::uint32_t{0};
-
-// What one call is: named in errors, fingerprinted on the wire, reduced with.
-struct CallInfo {
-  // Named in errors as "allreduce(ring, seq 7)" or "send(peer 1, tag 9)"; the text is only
-  // built when an error needs it.
-  const char* collective = "";
-  const char* algorithm = nullptr;  // nullptr for point to point
-  int peer = -1;                    // point to point: the peer
-  transport::MessageKey key;        // seq and space; the schedule supplies the steps
-  transport::Fingerprint fingerprint;
-  DataType dtype = DataType::kUint8;
-  ReduceOp op;
-  // What ReduceOp avg divides by: the number of ranks of the call's context (a sub-context's
-  // are fewer than the mesh's); 0: the mesh's.
-  std::uint32_t divisor = 0;
-  // time_point::max(): the engine starts it, `timeout` from then, when the call first waits
-  // (a blocking call that never waits reads no clock) or is started nonblocking.
-  Clock::time_point deadline;
-  std::chrono::milliseconds timeout{0};
-  // false: the library's own call (connect's agreement), kept out of the flight recorder.
-  bool record = true;
-  // The flight recorder's entry of this call (recorder nullptr: none). The engine sets its
-  // own recorder unless the caller gave one (a sub-context's, whose seqs it numbers).
-  Recorder* recorder = nullptr;
-  // What owns a recorder the caller gave, kept alive until the call ends (a sub-context may
-  // go while its nonblocking call runs on).
-  std::shared_ptr<const void> recorderOwner;
-  std::uint64_t recordId = 0;
-  // A short blocking shared-memory call's entry is written once, when the call ends, unless
-  // it first sleeps in a wait or fails (Engine::recordPending writes it then).
-  mutable bool recordPending = false;
-  // Set by the API: the call counter it counts under (EngineOptions::callCounters; the API
-  // gives them their meaning) and its bytes.
-  std::uint32_t counter = kUncounted;
-  std::uint64_t bytes = 0;
-  // Set by the engine: the trace this call is written to (nullptr: none) and its span's id.
-  Tracer* tracer = nullptr;
-  std::uint64_t traceId = 0;
-  // A shared-memory call's lane (Engine::addSharedGroup): 0, the mesh's group; s + 1, the
-  // sub-group in slot s.
-  int lane = 0;
-  // How long a thread driving this call polls before it yields (EngineOptions::spin), where
-  // its context's differs from the engine's: a split of ranks that have cores of their own
-  // within a job whose ranks outnumber the cores. -1: the engine's.
-  std::int32_t spinUs = -1;
-};
-
-// "allreduce(ring, seq 7)", "send(peer 1, tag 9)".
-std::string callName(const CallInfo& info);
-
-struct Bindings {
-  const void* input = nullptr;
-  void* output = nullptr;
-};
-
 struct ScheduleParams;
 class Execution;
-namespace shared {
+namespace shm {
 class Runner;
 }
 
@@ -110,32 +49,8 @@ struct EngineOptions {
   // Asked when a call fails, with its recorder id: text to append to its error (the job's
   // hang report, when one covered the call), or "". Never on a call's way otherwise.
   std::function<std::string(std::uint64_t id)> hangNote;
-  // Call counters (CallInfo::counter, EngineStats::calls).
+  // Call counters (CallNotes::counter, EngineStats::calls).
   std::size_t callCounters = 0;
-};
-
-// What an engine moved and waited for since it was made (or resetStats()): messages and bytes
-// per peer (counted when a transfer completes), failed calls, and the time the driving
-// thread slept in the mesh's poll and blocking shared-memory calls slept in the group's
-// waits.
-struct EngineStats {
-  struct Peer {
-    std::uint64_t messagesSent = 0;
-    std::uint64_t bytesSent = 0;
-    std::uint64_t messagesReceived = 0;
-    std::uint64_t bytesReceived = 0;
-  };
-  std::vector<Peer> peers;  // by rank
-  // Calls and their bytes by CallInfo::counter, counted when they start to run (or are
-  // refused: the context failed earlier).
-  struct Calls {
-    std::uint64_t calls = 0;
-    std::uint64_t bytes = 0;
-  };
-  std::vector<Calls> calls;
-  std::uint64_t failedCalls = 0;
-  std::chrono::nanoseconds waited{0};
-  std::chrono::nanoseconds sharedWaited{0};
 };
 
 // Schedules of the shared-memory algorithms (one TaskKind::kShared task) run here too: one
@@ -188,13 +103,12 @@ class Engine {
   std::exception_ptr failure() const { return mesh_->failure(); }
   // The flight recorder (nullptr when off): the calls admitted, shared with whoever reads it
   // while the engine runs.
-  const std::shared_ptr<Recorder>& recorder() const noexcept { return recorder_; }
-  // Writes the entry of a call whose admission was left for later (CallInfo::recordPending),
-  // before anything else is noted of it.
-  static void recordPending(const CallInfo& info) noexcept;
+  const std::shared_ptr<Recorder>& recorder() const noexcept { return observers_.recorder(); }
   // The trace every later call is written to (COLLX_TRACE; nullptr: none). Set once, before
   // the first call that should be traced; the engine keeps it until it goes away.
-  void setTracer(std::shared_ptr<Tracer> tracer) noexcept { tracer_ = std::move(tracer); }
+  void setTracer(std::shared_ptr<Tracer> tracer) noexcept {
+    observers_.setTracer(std::move(tracer));
+  }
   // Thread-safe: the counters so far (relaxed reads: each is exact, together they may be a
   // moment apart).
   EngineStats stats() const;
@@ -232,6 +146,15 @@ class Engine {
   void activate(std::shared_ptr<Execution> execution);
   void registerActive(const Execution& execution);
   bool refuseIfFailed(Execution& execution);
+  // One drive round, the same for every thread that drives (holding drive_), in two halves.
+  // First the work handed over, the calls started, what is ready and the calls that ended;
+  // `lastActivity` is set when anything moved.
+  void moveReady(Clock::time_point& lastActivity);
+  // Then, after the caller's deadlines: the periodic look at the shared-memory group's
+  // members (checkSharedPeers), and one progress round of the mesh sleeping up to `wait`
+  // (noting first, when it sleeps, what the calls wait for).
+  void progressRound(std::chrono::microseconds wait, bool tryDirect, Clock::time_point now,
+                     Clock::time_point& lastActivity);
   // Drives progress (the caller holds drive_) until `target` ends or `until` passes.
   bool driveUntil(Execution& target, std::optional<Clock::time_point> until);
   // Runs what is ready; true when anything moved.
@@ -256,22 +179,8 @@ class Engine {
   std::string sharedPending(const Execution& execution);
   int sharedPendingPeer(const Execution& execution);
   void failAll(const Error& error);
-  // The flight recorder's part (each a no-op when it is off). `pending`: the entry is written
-  // when the call ends (or recordPending), not now.
-  void recordAdmitted(CallInfo& info, CallState state, bool pending = false) noexcept;
-  static void recordEnded(const CallInfo& info, const Error* error);
-  // The hang report's text for a failing call ("" without one).
-  std::string hangNote(const CallInfo& info) const;
-  // The trace's part of admission (tracer_ set and the call recorded).
-  void traceAdmitted(CallInfo& info) noexcept;
-  // A transfer completed (driving thread only).
-  void countTransfer(const Task& task) noexcept;
-  // A call runs (or is refused); `writer` 0: the driving thread, 1: the thread that holds the
-  // shared-memory runner in runShared.
-  void countCall(const CallInfo& info, int writer) noexcept;
   // What the calls in flight wait for, written at most every kNotePeriod while they sleep.
   void noteWaits(Clock::time_point now);
-  void noteWait(const Execution& execution, std::int64_t nowNs);
   void timeOut(Execution& execution);
   void retire();
   void progressLoop();
@@ -290,29 +199,14 @@ class Engine {
 
   std::unique_ptr<transport::Mesh> mesh_;
   EngineOptions options_;
-  std::shared_ptr<Recorder> recorder_;
-  Clock::time_point nextNote_{};
-  std::shared_ptr<Tracer> tracer_;
-  // The counters of stats(). Each written by one thread at a time (a relaxed load and store:
-  // no locked instruction on a call's path), except failedCalls_ (any caller's thread).
-  struct PeerCounters {
-    std::atomic<std::uint64_t> messages[2];  // [0] sent, [1] received
-    std::atomic<std::uint64_t> bytes[2];
-  };
-  std::unique_ptr<PeerCounters[]> traffic_;
-  struct CallCounters {
-    std::atomic<std::uint64_t> calls{0};
-    std::atomic<std::uint64_t> bytes{0};
-  };
-  std::unique_ptr<CallCounters[]> calls_[2];  // by countCall's writer: one writer each
-  std::atomic<std::uint64_t> failedCalls_{0};
-  std::atomic<std::uint64_t> waitedNs_{0};
+  // The recorder, the trace and the counters: told what happens to each call.
+  Observers observers_;
   // The shared-memory calls, by lane (driver only but for `claimed`): the group and its
   // runner, and the calls in the order they run; the first is running when `running` is it.
   struct Lane {
     transport::SharedGroup* group = nullptr;
     std::unique_ptr<transport::SharedGroup> owned;  // a sub-group's
-    std::unique_ptr<shared::Runner> runner;
+    std::unique_ptr<shm::Runner> runner;
     std::atomic<bool> claimed{false};
     std::atomic<std::thread::id> blockingCaller{};  // a blocking call runs in the runner
     std::deque<Execution*> queue;

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,9 @@ class SharedGroup {
                             const Waiting& waiting);
   // Payload of `member`'s use `use` without waiting (after await()).
   virtual std::uint8_t* payload(int member, std::uint64_t use) const = 0;
+  // Without waiting: the header `member` published for its use `use`, or nullopt while it
+  // has not (an earlier use's header, or one being written, is never returned).
+  std::optional<UseHeader> published(int member, std::uint64_t use) const;
   // This rank starts collective call `seq` (whatever its algorithm): members waiting for it
   // in a shared-memory call of that seq with another fingerprint raise MismatchError.
   virtual void announce(std::uint64_t seq, const Fingerprint& fingerprint) noexcept = 0;
