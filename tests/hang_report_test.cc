@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "hang_diagnosis.h"
-#include "process_probe.h"
+#include "diagnostics/hang_diagnosis.h"
+#include "diagnostics/process_probe.h"
 #include "util/test_util.h"
 #include "util/world.h"
 

@@ -19,7 +19,7 @@
 #include <map>
 
 #include "collx/base/units.h"
-#include "process_probe.h"
+#include "diagnostics/process_probe.h"
 
 extern char** environ;
 

@@ -93,7 +93,7 @@ def test_sub_groups_across_hosts_are_splits(tmp_path, nranks):
 # change), and torch's store with them (a census before the first group and
 # after each later one: a job may form groups again). One thing stays by design after the
 # first group: the eventfd that collx's hang-report watcher keeps for its SIGUSR1 handler
-# (collx/api/src/hang_report.cc), which a signal may write to at any time.
+# (collx/api/src/diagnostics/hang_report.cc), which a signal may write to at any time.
 CENSUS_SCRIPT = """
 import gc, json, os, torch, torch.distributed as dist, collx.torch
 

@@ -26,10 +26,10 @@
 #include "collx/rendezvous/tcp_store.h"
 #include "collx/secure/job_secret.h"
 #include "collx/settings.h"
-#include "hang_report.h"
-#include "process_probe.h"
+#include "diagnostics/hang_report.h"
+#include "diagnostics/process_probe.h"
+#include "diagnostics/trace.h"
 #include "runtime.h"
-#include "trace.h"
 
 namespace collx {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "../runtime.h"
 #include "collx/algorithms/tracer.h"
 #include "collx/base/config.h"
-#include "runtime.h"
 
 namespace collx::detail {
 

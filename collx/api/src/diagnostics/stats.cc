@@ -4,9 +4,9 @@
 
 #include <cstdio>
 
+#include "../runtime.h"
 #include "collx/algorithms/registry.h"
 #include "collx/context.h"
-#include "runtime.h"
 
 namespace collx {
 

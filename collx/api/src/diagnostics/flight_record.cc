@@ -3,11 +3,11 @@
 
 #include <set>
 
+#include "../runtime.h"
 #include "collx/algorithms/recorder.h"
 #include "collx/algorithms/registry.h"
 #include "collx/base/reduce_op.h"
 #include "collx/context.h"
-#include "runtime.h"
 
 namespace collx {
 
