@@ -246,6 +246,7 @@ TEST(TransportSecret, AStrangerWithTheRightHelloTakesNoSlot) {
   std::thread stranger;
   int fd = -1;
   std::uint32_t status = 99, verdict = 99;
+  std::atomic<bool> helloSent{false};
   auto meshes = connectAll(
       2, 1, "127.0.0.1",
       [&](std::vector<std::string>& addresses) {
@@ -267,7 +268,9 @@ TEST(TransportSecret, AStrangerWithTheRightHelloTakesNoSlot) {
           } hello;
           static_assert(sizeof(hello) == 88);
           hello.job = transport::jobHash("transport-test", 0);
-          if (::send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) != 88) return;
+          const bool sent = ::send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) == 88;
+          helloSent = true;
+          if (!sent) return;
           std::uint8_t ack[80];
           if (::recv(fd, ack, sizeof(ack), MSG_WAITALL) != 80) return;
           std::memcpy(&status, ack + 4, 4);
@@ -276,7 +279,9 @@ TEST(TransportSecret, AStrangerWithTheRightHelloTakesNoSlot) {
           if (::send(fd, proof, sizeof(proof), MSG_NOSIGNAL) != 32) return;
           if (::recv(fd, &verdict, 4, MSG_WAITALL) != 4) verdict = 98;
         });
-        std::this_thread::sleep_for(100ms);  // its hello is in rank 0's backlog first
+        // Its hello is in rank 0's socket before the real rank 1 dials (a sleep was not enough
+        // on a loaded machine).
+        for (int i = 0; i < 1000 && !helloSent; ++i) std::this_thread::sleep_for(10ms);
       },
       "tcp", [](MeshOptions& o) { o.secret = secretNamed("the job's own secret"); });
   stranger.join();

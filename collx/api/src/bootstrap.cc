@@ -1,10 +1,15 @@
 #include "collx/bootstrap.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <mutex>
+#include <sstream>
 
 #include "collx/base/config.h"
 #include "collx/base/error.h"
+#include "collx/base/log.h"
+#include "collx/context.h"
 #include "collx/rendezvous/pmix_store.h"
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
@@ -500,6 +505,181 @@ std::shared_ptr<const secure::JobSecret> jobSecretOf(const Config& config) {
 
 std::shared_ptr<const secure::TlsContext> tlsOf(const Config& config) {
   return secure::TlsContext::fromConfig(config);
+}
+
+// init(): the bootstrap resolved, then the meeting (PMIx's, or the store's) and the context.
+
+namespace {
+
+// Once per process: a job without a secret is open to whoever can reach it.
+void warnUnauthenticated(const Bootstrap& b) {
+  static std::once_flag once;
+  std::call_once(once, [&b] {
+    if (b.insecure) {
+      COLLX_WARN(kCore,
+                 "rank {}: job {} runs without a secret (--insecure): anyone who can reach its "
+                 "store or its ranks' ports can join it, read its keys or break it",
+                 b.rank, b.jobId);
+      return;
+    }
+    COLLX_WARN(kCore,
+               "rank {}: job {} is unauthenticated: anyone who can reach its store or its ranks' "
+               "ports can join it, read its keys or break it. Give every rank the same secret: "
+               "{}, then COLLX_JOB_SECRET_FILE=~/.collx-secret (collx-run makes one by itself "
+               "for a job on one node)",
+               b.rank, b.jobId, secure::kMakeSecretFile);
+  });
+}
+
+// The PMIx bootstrap (b.viaPmix): rank 0 starts the job's TCP store and passes its address,
+// and a secret it made when the job has none, to the others through PMIx. Returns rank 0's
+// server (nullptr elsewhere) and sets b.storeUrl (and b.secret).
+std::shared_ptr<rendezvous::TcpStoreServer> meetThroughPmix(Bootstrap& b) {
+  // Every init() of the job's ranks is a new meeting with a scope of its own: init() is
+  // called by every rank alike, so the n-th of one rank meets the n-th of the others.
+  static std::atomic<int> meetings{0};
+  const std::string scope = "bootstrap." + std::to_string(meetings++) + ".";
+  rendezvous::StoreOptions options;
+  options.timeout = b.timeout;
+  options.rank = b.rank;
+  const Where where{b.rank, "init (PMIx)", -1};
+  // Rank 0's value: "store <url>\n" and then "secret <text>\n" (a secret it made),
+  // "secret-held\n" (its own, from its environment) or nothing (COLLX_INSECURE); or
+  // "error <why>", so that the others fail at once.
+  std::shared_ptr<rendezvous::TcpStoreServer> server;
+  std::string value, error, secretText;
+  if (b.rank == 0) {
+    try {
+      const bool ownSecret = b.secret != nullptr;
+      if (!b.secret && !b.insecure) {
+        secretText = secure::newSecretText();
+        b.secret = secure::JobSecret::fromText(secretText, "rank 0's, passed through PMIx");
+      }
+      JobStore job = startJobStore(b.allLocal, b.secret, b.tls);
+      server = std::move(job.server);
+      b.storeUrl = job.url;
+      value = "store " + b.storeUrl + "\n" +
+              (ownSecret  ? "secret-held\n"
+               : b.secret ? "secret " + secretText + "\n"
+                          : "");
+    } catch (const Error& e) {
+      error = e.detail();
+      value = "error " + error;
+    }
+  }
+  try {
+    value = rendezvous::pmixRank0Value(scope, value, options);
+  } catch (const TimeoutError& e) {
+    if (b.rank == 0) throw;  // its own PMIx did not answer: the error says so
+    throw TimeoutError(where, "rank 0 did not pass its store's address through PMIx (" +
+                                  e.detail() +
+                                  "): it failed before, or it does not take its store from "
+                                  "PMIx (COLLX_STORE or MASTER_ADDR set on its host only?)");
+  }
+  std::fill(secretText.begin(), secretText.end(), '\0');
+  if (b.rank == 0) {
+    std::fill(value.begin(), value.end(), '\0');
+    if (!error.empty()) throw IoError(where, "rank 0 could not start the store: " + error);
+    return server;
+  }
+  if (value.rfind("error ", 0) == 0) {
+    throw IoError(where, "rank 0 could not start the store: " + value.substr(6));
+  }
+  std::istringstream lines(value);
+  std::fill(value.begin(), value.end(), '\0');
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("store ", 0) == 0) b.storeUrl = line.substr(6);
+    if (line.rfind("secret ", 0) == 0 && !b.secret) {
+      b.secret = secure::JobSecret::fromText(line.substr(7), "rank 0's, passed through PMIx");
+    }
+    if (line == "secret-held" && !b.secret) {
+      throw InvalidArgument(where,
+                            "rank 0 has the job's secret from its environment "
+                            "(COLLX_JOB_SECRET or COLLX_JOB_SECRET_FILE) and this rank has "
+                            "none: give every rank the same one (mpirun -x COLLX_JOB_SECRET, "
+                            "or a file every host reads)");
+    }
+    std::fill(line.begin(), line.end(), '\0');
+  }
+  if (b.storeUrl.empty() || b.storeUrl == kPmixStoreUrl) {
+    throw IoError(where, "rank 0's value in PMIx names no store");
+  }
+  return nullptr;
+}
+
+// The store this rank meets the others through: the caller's, or one opened at b.storeUrl,
+// which rank 0 hosts itself under torchrun's convention (MASTER_ADDR:MASTER_PORT). `server`:
+// the server this process hosts, if any (PMIx's meeting may have started it already).
+std::shared_ptr<rendezvous::Store> openStore(const Bootstrap& b,
+                                             std::shared_ptr<rendezvous::Store> store,
+                                             std::shared_ptr<rendezvous::TcpStoreServer>& server) {
+  if (store) return store;
+  if (b.rank0HostsStore && b.rank == 0 && !server) {
+    rendezvous::StoreUrl url = rendezvous::StoreUrl::parse(b.storeUrl);
+    auto serverOptions = rendezvous::TcpStoreServer::Options::fromConfig(Config::process());
+    serverOptions.secret = b.secret;
+    serverOptions.tls = b.tls;
+    bool loopback = url.host == "localhost" || url.host.rfind("127.", 0) == 0 || url.host == "::1";
+    serverOptions.host =
+        loopback ? url.host : (url.host.find(':') != std::string::npos ? "::" : "0.0.0.0");
+    serverOptions.port = url.port;
+    try {
+      server = std::make_shared<rendezvous::TcpStoreServer>(serverOptions);
+    } catch (const IoError& e) {
+      throw IoError(Where{b.rank, "init", -1},
+                    "rank 0 hosts the store at MASTER_ADDR:MASTER_PORT but cannot: " + e.detail());
+    }
+  }
+  rendezvous::StoreOptions storeOptions;
+  storeOptions.timeout = b.timeout;
+  storeOptions.rank = b.rank;
+  storeOptions.secret = b.secret;
+  storeOptions.tls = b.tls;
+  return rendezvous::openStore(b.storeUrl, storeOptions);
+}
+
+// The context's options from what the bootstrap resolved.
+ContextOptions contextOptionsOf(const Bootstrap& b,
+                                std::shared_ptr<rendezvous::TcpStoreServer> server) {
+  ContextOptions options;
+  options.jobId = b.jobId;
+  options.generation = b.generation;
+  options.localRank = b.localRank;
+  options.timeout = b.timeout;
+  options.leaveBarrier = b.rank0HostsStore;
+  if (!b.storeUrl.empty()) {
+    rendezvous::StoreUrl url = rendezvous::StoreUrl::parse(b.storeUrl);
+    if (url.scheme == "tcp" || url.scheme == "redis" || url.scheme == "rediss") {
+      options.routeHost = url.host;
+    }
+  }
+  options.storeServer = std::move(server);
+  options.secret = b.secret;
+  options.tls = b.tls;
+  return options;
+}
+
+}  // namespace
+
+std::shared_ptr<Context> init(const BootstrapOptions& options, Bootstrap* used) {
+  Bootstrap b = Bootstrap::resolve(options, Config::process());
+  log::setProcessRank(b.rank);
+  std::shared_ptr<rendezvous::TcpStoreServer> server;
+  if (!options.storeObject && b.viaPmix) {
+    server = meetThroughPmix(b);
+    for (auto& [what, origin] : b.origin) {
+      if (what == "store") origin = b.storeUrl + " (" + origin + ")";
+      if (what == "secret" && b.secret) origin = b.secret->origin();
+    }
+  }
+  if (used != nullptr) *used = b;
+  std::shared_ptr<rendezvous::Store> store = openStore(b, options.storeObject, server);
+  if (!b.secret && b.worldSize > 1) warnUnauthenticated(b);
+  auto context =
+      Context::create(store, b.rank, b.worldSize, contextOptionsOf(b, std::move(server)));
+  // Every rank has read rank 0's address: PMIx is done with (rendezvous/pmix_store.h).
+  if (b.viaPmix) rendezvous::pmixDisconnect();
+  return context;
 }
 
 }  // namespace collx
