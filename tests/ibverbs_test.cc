@@ -42,10 +42,10 @@ MeshOptions optionsFor(int rank, int size, std::string transport = "ibverbs") {
   o.rank = rank;
   o.size = size;
   o.jobId = "ibverbs-test";
-  o.routeHost = "127.0.0.1";
+  o.tcp.routeHost = "127.0.0.1";
   o.transport = std::move(transport);
-  o.ibverbsLibrary = COLLX_VERBS_EMU_PATH;
-  o.ibEagerLimit = 4096;
+  o.ib.library = COLLX_VERBS_EMU_PATH;
+  o.ib.eagerLimit = 4096;
   return o;
 }
 
@@ -226,7 +226,7 @@ TEST(Ibverbs, BothDirectionsAtOnceWithManyMessagesInFlight) {
 
 TEST(Ibverbs, ForcedWithoutADeviceIsUnsupportedAndSaysWhy) {
   MeshOptions o = optionsFor(0, 2);
-  o.ibverbsLibrary = "/nonexistent/libibverbs.so.1";
+  o.ib.library = "/nonexistent/libibverbs.so.1";
   try {
     Mesh mesh(o);
     FAIL() << "a mesh without verbs was made";
@@ -239,8 +239,8 @@ TEST(Ibverbs, ForcedWithoutADeviceIsUnsupportedAndSaysWhy) {
 TEST(Ibverbs, AutoWithoutADeviceFallsBackToTcp) {
   auto meshes = connectAll(2, [](MeshOptions& o) {
     o.transport = "auto";
-    o.ibverbsLibrary = "/nonexistent/libibverbs.so.1";
-    o.hostId = "host" + std::to_string(o.rank);  // two hosts: no shared memory
+    o.ib.library = "/nonexistent/libibverbs.so.1";
+    o.shm.hostId = "host" + std::to_string(o.rank);  // two hosts: no shared memory
   });
   EXPECT_EQ(meshes[0]->transportNames()[1], "tcp");
   exchangeRing(meshes, 100000, true);
@@ -250,7 +250,7 @@ TEST(Ibverbs, AutoPicksIbverbsBetweenHostsAndSharedMemoryWithin) {
   // Ranks 0, 1 on one host, 2 on another.
   auto meshes = connectAll(3, [](MeshOptions& o) {
     o.transport = "auto";
-    o.hostId = o.rank < 2 ? "hostA" : "hostB";
+    o.shm.hostId = o.rank < 2 ? "hostA" : "hostB";
   });
   EXPECT_EQ(meshes[0]->transportNames()[1], "shm");
   EXPECT_EQ(meshes[0]->transportNames()[2], "ibverbs");
@@ -559,7 +559,7 @@ TEST(IbverbsRegistrationCache, DroppedPagesInvalidate) {
 
 TEST(IbverbsRegistrationCache, TheBoundEvictsTheLeastRecentlyUsed) {
   constexpr std::size_t kSmall = 64 * 1024;
-  auto meshes = connectAll(2, [](MeshOptions& o) { o.ibMrCacheBytes = 3 * kSmall; });
+  auto meshes = connectAll(2, [](MeshOptions& o) { o.ib.mrCacheBytes = 3 * kSmall; });
   Arena arena(6 * kSmall);
   std::vector<std::uint8_t*> outs;
   for (unsigned i = 0; i < 5; ++i) outs.push_back(arena.map(i * kSmall, kSmall, i));
@@ -587,7 +587,7 @@ TEST(IbverbsRegistrationCache, TheBoundEvictsTheLeastRecentlyUsed) {
 }
 
 TEST(IbverbsRegistrationCache, ZeroRegistersForEachMessage) {
-  auto meshes = connectAll(2, [](MeshOptions& o) { o.ibMrCacheBytes = 0; });
+  auto meshes = connectAll(2, [](MeshOptions& o) { o.ib.mrCacheBytes = 0; });
   Arena arena(2 * kBuffer);
   std::uint8_t* out = arena.map(0, kBuffer, 1);
   std::uint8_t* in = arena.map(kBuffer, kBuffer, 0);

@@ -170,17 +170,17 @@ TEST(Settings, OptionStructsTakeTheirDefaultsFromTheDeclarations) {
   };
   const transport::MeshOptions mesh;
   EXPECT_EQ(mesh.transport, findSetting("COLLX_TRANSPORT")->defaultText());
-  EXPECT_EQ(mesh.tcpStreams, integer("COLLX_TCP_STREAMS"));
-  EXPECT_EQ(mesh.eagerLimit, bytes("COLLX_TCP_EAGER_LIMIT"));
-  EXPECT_EQ(static_cast<std::uint64_t>(mesh.tcpBufferBytes), bytes("COLLX_TCP_BUFFER"));
-  EXPECT_EQ(mesh.shmEagerLimit, bytes("COLLX_SHM_EAGER_LIMIT"));
-  EXPECT_EQ(mesh.shmGroupBytes, bytes("COLLX_SHM_GROUP_BYTES"));
-  EXPECT_EQ(mesh.shmRingBytes, 0u) << "automatic: from the world size";
-  EXPECT_EQ(mesh.shmCma, findSetting("COLLX_SHM_CMA")->defaultText() == "1");
-  EXPECT_EQ(mesh.shmPosix, findSetting("COLLX_SHM_ARENA")->defaultText() == "posix");
-  EXPECT_EQ(mesh.shmDirect,
+  EXPECT_EQ(mesh.tcp.streams, integer("COLLX_TCP_STREAMS"));
+  EXPECT_EQ(mesh.tcp.eagerLimit, bytes("COLLX_TCP_EAGER_LIMIT"));
+  EXPECT_EQ(static_cast<std::uint64_t>(mesh.tcp.bufferBytes), bytes("COLLX_TCP_BUFFER"));
+  EXPECT_EQ(mesh.shm.eagerLimit, bytes("COLLX_SHM_EAGER_LIMIT"));
+  EXPECT_EQ(mesh.shm.groupBytes, bytes("COLLX_SHM_GROUP_BYTES"));
+  EXPECT_EQ(mesh.shm.ringBytes, 0u) << "automatic: from the world size";
+  EXPECT_EQ(mesh.shm.cma, findSetting("COLLX_SHM_CMA")->defaultText() == "1");
+  EXPECT_EQ(mesh.shm.posix, findSetting("COLLX_SHM_ARENA")->defaultText() == "posix");
+  EXPECT_EQ(mesh.shm.direct,
             transport::directReadsNamed(findSetting("COLLX_SHM_DIRECT")->defaultText(), "test"));
-  EXPECT_EQ(mesh.hostId, "");
+  EXPECT_EQ(mesh.shm.hostId, "");
   EXPECT_NO_THROW(mesh.validate());
 
   const algorithms::ScheduleParams params;
@@ -215,17 +215,17 @@ TEST(Settings, MeshOptionsReadTheEnvironmentAndHoldCodeToTheRanges) {
                                           {"COLLX_HOST_ID", "host-a"}});
   const transport::MeshOptions o = transport::MeshOptions::fromConfig(config);
   EXPECT_EQ(o.transport, "tcp");
-  EXPECT_EQ(o.tcpStreams, 4);
-  EXPECT_EQ(o.ifname, "lo");
-  EXPECT_EQ(o.tcpBufferBytes, 4 << 20);
-  EXPECT_EQ(o.eagerLimit, 64u << 10);
-  EXPECT_EQ(o.shmRingBytes, 64u << 10);
-  EXPECT_EQ(o.shmEagerLimit, 16u << 10);
-  EXPECT_EQ(o.shmGroupBytes, 8u << 10);
-  EXPECT_FALSE(o.shmCma);
-  EXPECT_EQ(o.shmDirect, transport::DirectReads::kAlways);
-  EXPECT_TRUE(o.shmPosix);
-  EXPECT_EQ(o.hostId, "host-a");
+  EXPECT_EQ(o.tcp.streams, 4);
+  EXPECT_EQ(o.tcp.ifname, "lo");
+  EXPECT_EQ(o.tcp.bufferBytes, 4 << 20);
+  EXPECT_EQ(o.tcp.eagerLimit, 64u << 10);
+  EXPECT_EQ(o.shm.ringBytes, 64u << 10);
+  EXPECT_EQ(o.shm.eagerLimit, 16u << 10);
+  EXPECT_EQ(o.shm.groupBytes, 8u << 10);
+  EXPECT_FALSE(o.shm.cma);
+  EXPECT_EQ(o.shm.direct, transport::DirectReads::kAlways);
+  EXPECT_TRUE(o.shm.posix);
+  EXPECT_EQ(o.shm.hostId, "host-a");
 
   auto error = [](const std::function<void()>& body) -> std::string {
     try {
@@ -249,7 +249,7 @@ TEST(Settings, MeshOptionsReadTheEnvironmentAndHoldCodeToTheRanges) {
   }
   // Values set in code keep the same ranges (the Mesh validates its options).
   transport::MeshOptions code;
-  code.tcpStreams = 0;
+  code.tcp.streams = 0;
   EXPECT_NE(error([&] { code.validate(); }).find("COLLX_TCP_STREAMS=0: expected an integer"),
             std::string::npos);
   code = transport::MeshOptions();
@@ -257,7 +257,7 @@ TEST(Settings, MeshOptionsReadTheEnvironmentAndHoldCodeToTheRanges) {
   EXPECT_NE(error([&] { transport::Mesh mesh(code); }).find("COLLX_TRANSPORT=carrier-pigeon"),
             std::string::npos);
   code = transport::MeshOptions();
-  code.shmRingBytes = 3000;
+  code.shm.ringBytes = 3000;
   EXPECT_NE(error([&] { code.validate(); }).find("power of two"), std::string::npos);
   EXPECT_NE(error([&] {
               transport::directReadsNamed("maybe", "ContextOptions::shmDirect");

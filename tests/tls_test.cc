@@ -500,9 +500,9 @@ transport::MeshOptions meshOptions(int rank, int size, std::shared_ptr<const Tls
   o.rank = rank;
   o.size = size;
   o.jobId = "tls-test";
-  o.tcpStreams = streams;
-  o.routeHost = "127.0.0.1";
-  o.eagerLimit = 4096;
+  o.tcp.streams = streams;
+  o.tcp.routeHost = "127.0.0.1";
+  o.tcp.eagerLimit = 4096;
   o.transport = "tcp";
   o.secret = jobSecret();
   o.tls = std::move(tls);

@@ -39,9 +39,9 @@ MeshOptions optionsFor(int rank, int size, int streams = 1, std::string routeHos
   o.rank = rank;
   o.size = size;
   o.jobId = "transport-test";
-  o.tcpStreams = streams;
-  o.routeHost = std::move(routeHost);
-  o.eagerLimit = 4096;
+  o.tcp.streams = streams;
+  o.tcp.routeHost = std::move(routeHost);
+  o.tcp.eagerLimit = 4096;
   o.transport = std::move(transport);
   return o;
 }
@@ -362,9 +362,9 @@ TEST(ShmTransport, EagerSingleCopyAndRingCopyPathsWithRingsThatWrap) {
       SCOPED_TRACE(std::string(cma ? "single copy" : "ring copy") + ", ring " +
                    std::to_string(ring));
       auto meshes = connectShm(3, [&](MeshOptions& o) {
-        o.shmCma = cma;
-        o.shmRingBytes = ring;
-        o.shmEagerLimit = 16384;
+        o.shm.cma = cma;
+        o.shm.ringBytes = ring;
+        o.shm.eagerLimit = 16384;
       });
       for (int r = 0; r < 3; ++r) {
         EXPECT_EQ(meshes[r]->transportNames()[(r + 1) % 3], "shm");
@@ -387,7 +387,7 @@ TEST(ShmTransport, EarlyMessagesBeyondTheCreditArriveInOrderWithTheirKey) {
   // posts a receive: eager ones wait in rank 1's memory up to the credit, the rest are
   // announced; rank 1 then receives them in posting order.
   for (std::uint64_t ring : {std::uint64_t{0}, std::uint64_t{8192}}) {
-    auto meshes = connectShm(2, [&](MeshOptions& o) { o.shmRingBytes = ring; });
+    auto meshes = connectShm(2, [&](MeshOptions& o) { o.shm.ringBytes = ring; });
     const int n = 300;
     auto sizeOf = [](int i) -> std::uint64_t { return i % 3 == 0 ? 100 : i % 3 == 1 ? 20000 : 0; };
     std::vector<std::vector<std::uint8_t>> out(n), in(n);
@@ -445,7 +445,7 @@ TEST(ShmTransport, AMismatchIsAMismatchErrorOnBothSidesNamingBoth) {
 
 TEST(ShmTransport, AFailedMeshNeverTouchesItsBuffersAgain) {
   for (bool cma : {true, false}) {
-    auto meshes = connectShm(2, [&](MeshOptions& o) { o.shmCma = cma; });
+    auto meshes = connectShm(2, [&](MeshOptions& o) { o.shm.cma = cma; });
     const std::uint64_t big = 1 << 20;
     std::vector<std::uint8_t> out(big, 7), in(big, 0xAB), small(10, 0xAB), smallOut(10, 1);
     auto recvBig = request(Request::Kind::kRecv, 1, in.data(), big, MessageKey{1, 0});
@@ -485,8 +485,8 @@ TEST(ShmTransport, SleepingRanksAreWokenByTheirPeers) {
   for (Case c : {Case{true, 0, 8}, Case{true, 0, 400000}, Case{false, 4096, 60000}}) {
     SCOPED_TRACE(std::to_string(c.bytes) + " bytes, ring " + std::to_string(c.ring));
     auto meshes = connectShm(2, [&](MeshOptions& o) {
-      o.shmCma = c.cma;
-      o.shmRingBytes = c.ring;
+      o.shm.cma = c.cma;
+      o.shm.ringBytes = c.ring;
     });
     const int rounds = 200;
     // A lost wakeup stalls a round trip for the whole wait; scheduling never comes close.
@@ -550,7 +550,7 @@ TEST(ShmTransport, AClosedPeerWithNothingInFlightIsNoError) {
 
 TEST(ShmTransport, RanksOnTwoHostsUseShmWithinAndTcpAcross) {
   auto meshes = connectShm(
-      4, [](MeshOptions& o) { o.hostId = o.rank < 2 ? "host-a" : "host-b"; }, "auto");
+      4, [](MeshOptions& o) { o.shm.hostId = o.rank < 2 ? "host-a" : "host-b"; }, "auto");
   for (int r = 0; r < 4; ++r) {
     for (int p = 0; p < 4; ++p) {
       const std::string expected = p == r ? "self" : (p < 2) == (r < 2) ? "shm" : "tcp";
@@ -586,7 +586,7 @@ TEST(ShmTransport, AnArenaThatCannotBeOpenedMakesBothSidesUseTcp) {
 
 TEST(ShmTransport, ForcedShmRefusesAPeerOnAnotherHost) {
   try {
-    connectShm(2, [](MeshOptions& o) { o.hostId = "host-" + std::to_string(o.rank); });
+    connectShm(2, [](MeshOptions& o) { o.shm.hostId = "host-" + std::to_string(o.rank); });
     FAIL() << "connected";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("no transport can reach rank"), std::string::npos)
@@ -631,7 +631,7 @@ TEST(ShmTransport, NamedArenasAreUnlinkedOnceEveryPeerMappedThem) {
   std::vector<std::string> addresses;
   for (int r = 0; r < 2; ++r) {
     MeshOptions o = optionsFor(r, 2, 1, "127.0.0.1", "shm");
-    o.shmPosix = true;
+    o.shm.posix = true;
     meshes.push_back(std::make_unique<Mesh>(o));
     addresses.push_back(meshes.back()->address());
   }
@@ -650,7 +650,7 @@ TEST(ShmTransport, LeftoversOfDeadProcessesAreRemovedAndOthersKept) {
   pid_t child = ::fork();
   if (child == 0) {
     MeshOptions o = optionsFor(0, 2, 1, "127.0.0.1", "shm");
-    o.shmPosix = true;
+    o.shm.posix = true;
     Mesh mesh(o);
     ::pause();
     ::_exit(0);
@@ -663,7 +663,7 @@ TEST(ShmTransport, LeftoversOfDeadProcessesAreRemovedAndOthersKept) {
   ASSERT_NE(segmentOf(child, collxSegments()), "");
   // Arenas of live owners stay (the child's and this process's).
   MeshOptions o = optionsFor(0, 2, 1, "127.0.0.1", "shm");
-  o.shmPosix = true;
+  o.shm.posix = true;
   Mesh mine(o);
   removeShmLeftovers();
   EXPECT_NE(segmentOf(child, collxSegments()), "");

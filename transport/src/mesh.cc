@@ -74,7 +74,7 @@ Mesh::Mesh(const MeshOptions& options) : options_(options) {
   devices_.push_back(std::make_unique<SelfDevice>(options_.rank, link_));
   if ((forced == "auto" || forced == "shm") && options_.size > 1) {
     try {
-      devices_.push_back(std::make_unique<shm::ShmDevice>(link_, options_));
+      devices_.push_back(std::make_unique<shm::ShmDevice>(link_, options_, options_.shm));
     } catch (const IoError& e) {
       // No shared memory here (no memfd, no /dev/shm, ...): peers reach this rank over tcp.
       if (forced == "shm") throw;
@@ -84,7 +84,7 @@ Mesh::Mesh(const MeshOptions& options) : options_(options) {
   if ((forced == "auto" || forced == "ibverbs") && options_.size > 1) {
 #ifdef COLLX_HAVE_IBVERBS
     try {
-      devices_.push_back(std::make_unique<ibverbs::IbDevice>(link_, options_));
+      devices_.push_back(std::make_unique<ibverbs::IbDevice>(link_, options_, options_.ib));
     } catch (const Unsupported& e) {
       // No RDMA port here: peers on other hosts reach this rank over tcp.
       if (forced == "ibverbs") throw;
@@ -103,7 +103,7 @@ Mesh::Mesh(const MeshOptions& options) : options_(options) {
 #endif
   }
   if (forced == "auto" || forced == "tcp") {
-    devices_.push_back(std::make_unique<tcp::TcpDevice>(link_, options_));
+    devices_.push_back(std::make_unique<tcp::TcpDevice>(link_, options_, options_.tcp));
   }
   pairs_.assign(static_cast<std::size_t>(options_.size), nullptr);
   transportNames_.assign(static_cast<std::size_t>(options_.size), "");

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <iterator>
 
-#include "collx/transport/mesh.h"
+#include "collx/transport/options.h"
 
 namespace collx::transport {
 
@@ -174,24 +174,24 @@ const Setting<kind::Bytes> kIbMrCache(
 // Reads every transport setting from `config` into `o`.
 void read(MeshOptions& o, const Config& config) {
   o.transport = kTransport.get(config);
-  o.tcpStreams = static_cast<int>(kTcpStreams.get(config));
-  o.ifname = kIfname.get(config).value_or("");
-  o.tcpBufferBytes = static_cast<int>(kTcpBuffer.get(config));
-  o.eagerLimit = kTcpEagerLimit.get(config);
-  o.shmRingBytes = kShmRingBytes.get(config).value_or(0);
-  o.shmEagerLimit = kShmEagerLimit.get(config);
-  o.shmGroupBytes = kShmGroupBytes.get(config);
-  o.shmCma = kShmCma.get(config);
-  o.shmPosix = kShmArena.get(config) == "posix";
-  o.shmDirect = directReadsNamed(kShmDirect.get(config), kShmDirect.name());
-  o.hostId = kHostId.get(config).value_or("");
-  o.ibverbsLibrary = kIbverbsLibrary.get(config).value_or("");
-  o.ibHca = kIbHca.get(config).value_or("");
-  o.ibGidIndex = kIbGidIndex.get(config).has_value()
-                     ? std::optional<int>(static_cast<int>(*kIbGidIndex.get(config)))
-                     : std::nullopt;
-  o.ibEagerLimit = kIbEagerLimit.get(config);
-  o.ibMrCacheBytes = kIbMrCache.get(config);
+  o.tcp.streams = static_cast<int>(kTcpStreams.get(config));
+  o.tcp.ifname = kIfname.get(config).value_or("");
+  o.tcp.bufferBytes = static_cast<int>(kTcpBuffer.get(config));
+  o.tcp.eagerLimit = kTcpEagerLimit.get(config);
+  o.shm.ringBytes = kShmRingBytes.get(config).value_or(0);
+  o.shm.eagerLimit = kShmEagerLimit.get(config);
+  o.shm.groupBytes = kShmGroupBytes.get(config);
+  o.shm.cma = kShmCma.get(config);
+  o.shm.posix = kShmArena.get(config) == "posix";
+  o.shm.direct = directReadsNamed(kShmDirect.get(config), kShmDirect.name());
+  o.shm.hostId = kHostId.get(config).value_or("");
+  o.ib.library = kIbverbsLibrary.get(config).value_or("");
+  o.ib.hca = kIbHca.get(config).value_or("");
+  o.ib.gidIndex = kIbGidIndex.get(config).has_value()
+                      ? std::optional<int>(static_cast<int>(*kIbGidIndex.get(config)))
+                      : std::nullopt;
+  o.ib.eagerLimit = kIbEagerLimit.get(config);
+  o.ib.mrCacheBytes = kIbMrCache.get(config);
 }
 
 }  // namespace
@@ -206,15 +206,15 @@ MeshOptions MeshOptions::fromConfig(const Config& config) {
 
 void MeshOptions::validate() const {
   kTransport.check(transport, kTransport.name());
-  kTcpStreams.check(tcpStreams, kTcpStreams.name());
-  kTcpBuffer.check(static_cast<std::uint64_t>(tcpBufferBytes), kTcpBuffer.name());
-  kTcpEagerLimit.check(eagerLimit, kTcpEagerLimit.name());
-  if (shmRingBytes != 0) kShmRingBytes.check(shmRingBytes, kShmRingBytes.name());
-  kShmEagerLimit.check(shmEagerLimit, kShmEagerLimit.name());
-  kShmGroupBytes.check(shmGroupBytes, kShmGroupBytes.name());
-  if (ibGidIndex) kIbGidIndex.check(*ibGidIndex, kIbGidIndex.name());
-  kIbEagerLimit.check(ibEagerLimit, kIbEagerLimit.name());
-  kIbMrCache.check(ibMrCacheBytes, kIbMrCache.name());
+  kTcpStreams.check(tcp.streams, kTcpStreams.name());
+  kTcpBuffer.check(static_cast<std::uint64_t>(tcp.bufferBytes), kTcpBuffer.name());
+  kTcpEagerLimit.check(tcp.eagerLimit, kTcpEagerLimit.name());
+  if (shm.ringBytes != 0) kShmRingBytes.check(shm.ringBytes, kShmRingBytes.name());
+  kShmEagerLimit.check(shm.eagerLimit, kShmEagerLimit.name());
+  kShmGroupBytes.check(shm.groupBytes, kShmGroupBytes.name());
+  if (ib.gidIndex) kIbGidIndex.check(*ib.gidIndex, kIbGidIndex.name());
+  kIbEagerLimit.check(ib.eagerLimit, kIbEagerLimit.name());
+  kIbMrCache.check(ib.mrCacheBytes, kIbMrCache.name());
 }
 
 DirectReads directReadsNamed(std::string_view word, std::string_view what) {

@@ -6,8 +6,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "collx/base/error.h"
 #include "collx/transport/device.h"
-#include "collx/transport/mesh.h"
+#include "collx/transport/link.h"
 
 namespace collx::transport {
 

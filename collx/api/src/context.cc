@@ -273,12 +273,13 @@ transport::MeshOptions meshOptions(const ContextOptions& options, const Config& 
   mesh.tls = options.tls;
   mesh.describer = detail::describeMessage;
   if (options.transport) mesh.transport = *options.transport;
-  if (options.tcpStreams) mesh.tcpStreams = *options.tcpStreams;
-  if (options.ifname) mesh.ifname = *options.ifname;
-  mesh.routeHost = options.routeHost;
+  if (options.tcpStreams) mesh.tcp.streams = *options.tcpStreams;
+  if (options.ifname) mesh.tcp.ifname = *options.ifname;
+  mesh.tcp.routeHost = options.routeHost;
   if (options.shmDirect) {
     try {
-      mesh.shmDirect = transport::directReadsNamed(*options.shmDirect, "ContextOptions::shmDirect");
+      mesh.shm.direct =
+          transport::directReadsNamed(*options.shmDirect, "ContextOptions::shmDirect");
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(where, e.detail());
     }
@@ -426,7 +427,7 @@ void Context::connect(const ContextOptions& options) {
   mesh.size = size_;
   mesh.jobId = jobId_;
   mesh.generation = generation_;
-  mesh.hostId = hostId_;
+  mesh.shm.hostId = hostId_;
   // Spinning while waiting (and TCP's short writes) pay off when this rank has a core to
   // itself: when this host's ranks do not outnumber the CPUs that their affinity masks allow
   // together (a container's cpuset may allow far fewer than the host has online; when a rank
@@ -440,7 +441,7 @@ void Context::connect(const ContextOptions& options) {
   // Ranks that run at once on their own cores exchange both ways at once: short writes let
   // both directions of a connection move (tcp_pair.cc, kWriteBytes). Ranks that take turns
   // on cores write more per turn instead.
-  mesh.tcpShortWrites = !outnumbered_;
+  mesh.tcp.shortWrites = !outnumbered_;
   auto transports = connectMesh(mesh, *store_, timeout_, where);
 
   auto notes = std::make_shared<detail::HangNotes>();
@@ -456,7 +457,7 @@ void Context::connect(const ContextOptions& options) {
   }
   runtime_ = makeRuntime(std::move(transports), engine, options, config, peers_, timeout_, where);
   const bool everyRankTraces =
-      agreeOnSharedMemory(*runtime_, engine, mesh.shmDirect, tracer != nullptr);
+      agreeOnSharedMemory(*runtime_, engine, mesh.shm.direct, tracer != nullptr);
   if (tracer) startTracing(*runtime_, std::move(tracer), everyRankTraces);
   // What the library sent while connecting is not the user's.
   runtime_->engine->resetStats();
@@ -658,7 +659,7 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
         algorithms::engineOptions(Config::process(), (flags & kSpins) == 0);
     group->setPolicy(transport::WaitPolicy{
         (flags & kSpins) != 0 ? engine.spin : std::chrono::microseconds(0), engine.yield});
-    group->setDirectReads((flags & kReads) != 0 ? runtime_->engine->mesh().options().shmDirect
+    group->setDirectReads((flags & kReads) != 0 ? runtime_->engine->mesh().options().shm.direct
                                                 : transport::DirectReads::kNever);
     detail::Runtime& rt = *sub->runtime_;
     rt.group = group.get();

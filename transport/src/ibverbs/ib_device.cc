@@ -26,14 +26,15 @@ int cqePerPair(int slots) { return 3 * (slots + IbPair::kSpareSlots) + 4; }
 
 }  // namespace
 
-IbDevice::IbDevice(LinkState& link, const MeshOptions& options) : link_(link), options_(options) {
-  const Where where{options.rank, "ibverbs", -1};
-  VerbsProbe probe = probeVerbs(options.ibverbsLibrary);
+IbDevice::IbDevice(LinkState& link, const JobMember& job, const IbOptions& options)
+    : link_(link), job_(job), options_(options) {
+  const Where where{job.rank, "ibverbs", -1};
+  VerbsProbe probe = probeVerbs(options.library);
   if (!probe.usable())
     throw Unsupported(where, "RDMA verbs are not usable here: " + probe.unavailable);
   library_ = probe.library;
   const VerbsApi& api = library_->api();
-  port_ = choosePort(listPorts(library_), HcaFilter::parse(options.ibHca), options.ibGidIndex);
+  port_ = choosePort(listPorts(library_), HcaFilter::parse(options.hca), options.gidIndex);
 
   DeviceList list(library_);
   if (!list.ok() || port_.deviceIndex >= list.size()) {
@@ -61,40 +62,40 @@ IbDevice::IbDevice(LinkState& link, const MeshOptions& options) : link_(link), o
   ibv_device_attr attr{};
   int maxCqe = 65536;
   if (api.queryDevice(context_.get(), &attr) == 0 && attr.max_cqe > 0) maxCqe = attr.max_cqe;
-  const int slots = slotsFor(options.size);
-  const int cqe = static_cast<int>(std::min<std::int64_t>(
-      maxCqe, std::int64_t{std::max(1, options.size - 1)} * cqePerPair(slots)));
+  const int slots = slotsFor(job.size);
+  const int cqe = static_cast<int>(
+      std::min<std::int64_t>(maxCqe, std::int64_t{std::max(1, job.size - 1)} * cqePerPair(slots)));
   cq_ = CompletionQueue(
       library_,
       need(api.createCq(context_.get(), cqe, nullptr, channel_.get(), 0), "ibv_create_cq"),
       api.destroyCq, "completion queue");
-  registrations_ = std::make_unique<Registrations>(library_, pd_.get(), options.ibMrCacheBytes);
+  registrations_ = std::make_unique<Registrations>(library_, pd_.get(), options.mrCacheBytes);
 
   IbPairOptions pairOptions;
-  pairOptions.eagerLimit = options.ibEagerLimit;
+  pairOptions.eagerLimit = options.eagerLimit;
   pairOptions.slots = slots;
   pairOptions.maxWrite = static_cast<std::uint32_t>(
       std::min<std::uint64_t>(port_.maxMessage > 0 ? port_.maxMessage : 1u << 30, 1u << 30));
-  pairOptions.jobHash = jobHash(options.jobId, options.generation);
-  pairOptions.generation = options.generation;
-  pairOptions.jobId = options.jobId;
-  pairOptions.secret = options.secret;
-  pairs_.resize(static_cast<std::size_t>(options.size));
+  pairOptions.jobHash = jobHash(job.jobId, job.generation);
+  pairOptions.generation = job.generation;
+  pairOptions.jobId = job.jobId;
+  pairOptions.secret = job.secret;
+  pairs_.resize(static_cast<std::size_t>(job.size));
 
   // The address: "<lid>-<mtu>-<global>-<gid>/<qpn>.<psn>,..." by rank (self: 0.0).
   address_ = std::to_string(port_.lid) + "-" + std::to_string(static_cast<int>(port_.activeMtu)) +
              "-" + (port_.gidIndex >= 0 ? "1" : "0") + "-" + hexBytes(port_.gid.raw, 16) + "/";
-  for (int peer = 0; peer < options.size; ++peer) {
-    if (peer != options.rank) {
+  for (int peer = 0; peer < job.size; ++peer) {
+    if (peer != job.rank) {
       pairs_[peer] = std::make_unique<IbPair>(peer, link_, library_, port_, pd_.get(), cq_.get(),
                                               *registrations_, pairOptions);
     }
     if (peer > 0) address_ += ",";
-    address_ += peer == options.rank ? std::string("0.0")
-                                     : std::to_string(pairs_[peer]->qpn()) + "." +
-                                           std::to_string(pairs_[peer]->psn());
+    address_ += peer == job.rank ? std::string("0.0")
+                                 : std::to_string(pairs_[peer]->qpn()) + "." +
+                                       std::to_string(pairs_[peer]->psn());
   }
-  COLLX_DEBUG(kIbverbs, "rank {}: ibverbs on {}", options.rank, port_.describe());
+  COLLX_DEBUG(kIbverbs, "rank {}: ibverbs on {}", job.rank, port_.describe());
 }
 
 IbDevice::~IbDevice() {
@@ -140,30 +141,29 @@ bool IbDevice::parse(const std::string& text, Published* out) {
 
 bool IbDevice::canConnect(int peer, const std::string& peerAddress) const {
   Published published;
-  if (peer < 0 || peer >= options_.size || pairs_[peer] == nullptr) return false;
+  if (peer < 0 || peer >= job_.size || pairs_[peer] == nullptr) return false;
   if (!parse(peerAddress, &published)) return false;
-  if (static_cast<int>(published.qps.size()) != options_.size) return false;
+  if (static_cast<int>(published.qps.size()) != job_.size) return false;
   // Both InfiniBand (LIDs) or both addressed by GID.
-  return published.port.global == (port_.gidIndex >= 0) && published.qps[options_.rank].qpn != 0;
+  return published.port.global == (port_.gidIndex >= 0) && published.qps[job_.rank].qpn != 0;
 }
 
 std::vector<Pair*> IbDevice::connect(const std::vector<int>& peers,
                                      const std::vector<std::string>& addresses,
                                      std::chrono::steady_clock::time_point deadline) {
-  const Where where{options_.rank, "connect", -1};
+  const Where where{job_.rank, "connect", -1};
   std::vector<bool> chosen(pairs_.size(), false);
   for (std::size_t i = 0; i < peers.size(); ++i) {
     Published published;
-    if (!parse(addresses[i], &published) ||
-        static_cast<int>(published.qps.size()) != options_.size) {
-      throw InvalidArgument(Where{options_.rank, "connect", peers[i]},
+    if (!parse(addresses[i], &published) || static_cast<int>(published.qps.size()) != job_.size) {
+      throw InvalidArgument(Where{job_.rank, "connect", peers[i]},
                             "bad ibverbs address '" + addresses[i] + "'");
     }
     IbPair* pair = pairs_[peers[i]].get();
     chosen[peers[i]] = true;
     byQpn_[pair->qpn()] = pair;
     active_.push_back(pair);
-    pair->start(published.port, published.qps[options_.rank]);
+    pair->start(published.port, published.qps[job_.rank]);
   }
   // The peers that another transport reaches need no queue pair.
   for (std::size_t peer = 0; peer < pairs_.size(); ++peer) {
@@ -197,8 +197,8 @@ std::vector<Pair*> IbDevice::connect(const std::vector<int>& peers,
   }
   std::vector<Pair*> out;
   for (int peer : peers) out.push_back(pairs_[peer].get());
-  COLLX_DEBUG(kIbverbs, "rank {}: connected to {} peers over ibverbs ({})", options_.rank,
-              peers.size(), port_.describe());
+  COLLX_DEBUG(kIbverbs, "rank {}: connected to {} peers over ibverbs ({})", job_.rank, peers.size(),
+              port_.describe());
   return out;
 }
 
@@ -206,9 +206,9 @@ int IbDevice::pollOnce() {
   ibv_wc wc[kBatch];
   const int n = VerbsApi::pollCq(cq_.get(), kBatch, wc);
   if (n < 0) {
-    throw IoError(Where{options_.rank, "ibverbs", -1}, "ibv_poll_cq failed (" + std::to_string(n) +
-                                                           "): the completion queue of " +
-                                                           port_.device + " overflowed or broke");
+    throw IoError(Where{job_.rank, "ibverbs", -1}, "ibv_poll_cq failed (" + std::to_string(n) +
+                                                       "): the completion queue of " +
+                                                       port_.device + " overflowed or broke");
   }
   for (int i = 0; i < n; ++i) dispatch(wc[i]);
   return n;
@@ -239,7 +239,7 @@ bool IbDevice::prepareToSleep() {
   if (!stash_.empty()) return false;
   if (!armed_) {
     if (int rc = VerbsApi::reqNotifyCq(cq_.get(), false); rc != 0) {
-      throw IoError(Where{options_.rank, "ibverbs", -1},
+      throw IoError(Where{job_.rank, "ibverbs", -1},
                     std::string("ibv_req_notify_cq failed: ") + std::strerror(rc));
     }
     armed_ = true;

@@ -24,7 +24,8 @@
 #include <vector>
 
 #include "collx/transport/device.h"
-#include "collx/transport/mesh.h"
+#include "collx/transport/link.h"
+#include "collx/transport/options.h"
 #include "ibverbs/ib_pair.h"
 #include "ibverbs/ib_port.h"
 #include "ibverbs/registrations.h"
@@ -36,7 +37,7 @@ class IbDevice final : public Device {
  public:
   // Loads the verbs library, picks the port, opens it and creates a queue pair per peer.
   // Throws Unsupported (no library, no usable port: the sentence says why) or IoError.
-  IbDevice(LinkState& link, const MeshOptions& options);
+  IbDevice(LinkState& link, const JobMember& job, const IbOptions& options);
   ~IbDevice() override;
 
   const char* name() const override { return "ibverbs"; }
@@ -67,7 +68,8 @@ class IbDevice final : public Device {
   void consumeEvents() noexcept;
 
   LinkState& link_;
-  MeshOptions options_;
+  JobMember job_;
+  IbOptions options_;
   std::shared_ptr<const VerbsLibrary> library_;
   PortChoice port_;
   Context context_;

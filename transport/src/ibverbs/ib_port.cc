@@ -15,7 +15,7 @@
 #include "collx/base/error.h"
 #include "collx/base/units.h"
 #include "collx/transport/ibverbs_info.h"
-#include "collx/transport/mesh.h"
+#include "collx/transport/options.h"
 
 namespace collx::transport::ibverbs {
 namespace {
@@ -409,7 +409,7 @@ std::string describeVerbs(const std::string& libraryPath, std::string_view hcaSp
 namespace collx::transport {
 
 std::string describeIbverbs(const MeshOptions& options) {
-  return ibverbs::describeVerbs(options.ibverbsLibrary, options.ibHca, options.ibGidIndex);
+  return ibverbs::describeVerbs(options.ib.library, options.ib.hca, options.ib.gidIndex);
 }
 
 }  // namespace collx::transport

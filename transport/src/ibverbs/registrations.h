@@ -60,7 +60,7 @@ class Registrations final : private Watch::Watcher {
     std::uint64_t uncached = 0;       // registrations for one use only
   };
 
-  // `cacheBytes`: the bound (MeshOptions::ibMrCacheBytes); 0 registers for each use.
+  // `cacheBytes`: the bound (IbOptions::mrCacheBytes); 0 registers for each use.
   Registrations(std::shared_ptr<const VerbsLibrary> library, ibv_pd* pd, std::uint64_t cacheBytes);
   ~Registrations();
   Registrations(const Registrations&) = delete;

@@ -8,13 +8,11 @@
 
 #include "collx/base/log.h"
 #include "collx/base/setting.h"
-#include "collx/transport/mesh.h"
+#include "collx/transport/options.h"
 
 namespace collx::transport::ibverbs {
 
-std::string libraryPath(const Config& config) {
-  return MeshOptions::fromConfig(config).ibverbsLibrary;
-}
+std::string libraryPath(const Config& config) { return MeshOptions::fromConfig(config).ib.library; }
 namespace {
 
 // The versions <infiniband/verbs.h> binds each entry point to (rdma-core's libibverbs.map:

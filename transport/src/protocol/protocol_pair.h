@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "collx/base/error.h"
-#include "collx/transport/mesh.h"
+#include "collx/transport/link.h"
 #include "collx/transport/pair.h"
 #include "frame.h"
 

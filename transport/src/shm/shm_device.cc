@@ -84,20 +84,21 @@ std::uint64_t ShmDevice::defaultRingBytes(int size) {
   return ring;
 }
 
-ShmDevice::ShmDevice(LinkState& link, const MeshOptions& options)
+ShmDevice::ShmDevice(LinkState& link, const JobMember& job, const ShmOptions& options)
     : link_(link),
+      job_(job),
       options_(options),
       host_(hostId(options.hostId)),
-      job_(jobHash(options.jobId, options.generation)),
-      ringBytes_(options.shmRingBytes > 0 ? options.shmRingBytes : defaultRingBytes(options.size)) {
+      jobHash_(jobHash(job.jobId, job.generation)),
+      ringBytes_(options.ringBytes > 0 ? options.ringBytes : defaultRingBytes(job.size)) {
   // The sizes are within their settings' ranges: the Mesh validated its options.
-  if (options_.shmPosix) removeShmLeftovers();  // of ranks that were killed before
-  arena_ = std::make_unique<Arena>(options.rank, options.size, job_, options.generation, ringBytes_,
-                                   options_.shmGroupBytes, options_.shmPosix);
+  if (options_.posix) removeShmLeftovers();  // of ranks that were killed before
+  arena_ = std::make_unique<Arena>(job.rank, job.size, jobHash_, job.generation, ringBytes_,
+                                   options_.groupBytes, options_.posix);
   cmaProbe_ = arena_->token();
   arena_->header()->cmaProbe = reinterpret_cast<std::uint64_t>(&cmaProbe_);
   arena_->header()->eagerLimit =
-      static_cast<std::uint32_t>(std::min<std::uint64_t>(options_.shmEagerLimit, 0xFFFFFFFFu));
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(options_.eagerLimit, 0xFFFFFFFFu));
 
   bellFd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   sendFd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -118,7 +119,7 @@ ShmDevice::ShmDevice(LinkState& link, const MeshOptions& options)
   }
   address_ = hex(host_) + "." + std::to_string(::getpid()) + "." + arena_->locator() + "." +
              std::to_string(arena_->layout().total) + "." + hex(arena_->token());
-  COLLX_DEBUG(kShm, "rank {}: arena of {} bytes ({} per ring), address {}", options_.rank,
+  COLLX_DEBUG(kShm, "rank {}: arena of {} bytes ({} per ring), address {}", job_.rank,
               arena_->layout().total, ringBytes_, address_);
 }
 
@@ -168,7 +169,7 @@ bool ShmDevice::parse(const std::string& text, Published& out) {
 
 bool ShmDevice::canConnect(int peer, const std::string& peerAddress) const {
   Published published;
-  return peer != options_.rank && parse(peerAddress, published) && published.host == host_;
+  return peer != job_.rank && parse(peerAddress, published) && published.host == host_;
 }
 
 bool ShmDevice::probe(int peer, const Published& published, PeerView& view,
@@ -179,8 +180,7 @@ bool ShmDevice::probe(int peer, const Published& published, PeerView& view,
   view.mapping =
       mapPeerArena(published.pid, published.locator, published.token, published.bytes, why);
   if (!view.mapping) return false;
-  const PeerExpectation expect{peer, options_.size, job_, options_.generation,
-                               options_.shmGroupBytes};
+  const PeerExpectation expect{peer, job_.size, jobHash_, job_.generation, options_.groupBytes};
   const ArenaHeader& h = *view.mapping->header();
   if (!validatePeerHeader(h, expect, published.bytes, view.layout, why)) return false;
   bellAddress(published.pid, published.token, view.bell, view.bellLength);
@@ -192,7 +192,7 @@ bool ShmDevice::probe(int peer, const Published& published, PeerView& view,
     return false;
   }
   view.cma = false;
-  if (options_.shmCma) {
+  if (options_.cma) {
     if (view.samePid) {
       view.cma = true;
     } else {
@@ -205,7 +205,7 @@ bool ShmDevice::probe(int peer, const Published& published, PeerView& view,
         COLLX_INFO(kShm,
                    "rank {}: cannot read rank {}'s memory (process_vm_readv: {}); large "
                    "messages from it are copied through the ring",
-                   options_.rank, peer, got < 0 ? std::strerror(errno) : "wrong value");
+                   job_.rank, peer, got < 0 ? std::strerror(errno) : "wrong value");
       }
     }
   }
@@ -238,7 +238,7 @@ std::vector<int> ShmDevice::confirm(const std::vector<int>& peers,
       COLLX_INFO(kShm,
                  "rank {}: rank {} seems to be on this host but its arena does not work "
                  "from here ({}): using the next transport",
-                 options_.rank, peer, why);
+                 job_.rank, peer, why);
       continue;
     }
     Confirmed c;
@@ -253,7 +253,7 @@ std::vector<int> ShmDevice::confirm(const std::vector<int>& peers,
       const int peer = it->first;
       Confirmed& c = it->second;
       std::uint8_t* theirs = c.view.mapping->verdicts(c.view.layout);
-      const auto verdict = atomic(theirs[options_.rank]).load(std::memory_order_acquire);
+      const auto verdict = atomic(theirs[job_.rank]).load(std::memory_order_acquire);
       if (verdict == kVerdictUnknown) {
         if (!alive(c.view.pid, c.pidfd)) {
           throw IoError(where(peer), "rank " + std::to_string(peer) + " (pid " +
@@ -269,7 +269,7 @@ std::vector<int> ShmDevice::confirm(const std::vector<int>& peers,
         confirmed_.emplace(peer, std::move(c));
       } else {
         COLLX_INFO(kShm, "rank {}: rank {} cannot use this rank's arena: using the next transport",
-                   options_.rank, peer);
+                   job_.rank, peer);
         if (c.pidfd >= 0) ::close(c.pidfd);
       }
       it = pending.erase(it);
@@ -297,11 +297,11 @@ std::vector<int> ShmDevice::confirm(const std::vector<int>& peers,
 std::vector<Pair*> ShmDevice::connect(const std::vector<int>& peers,
                                       const std::vector<std::string>&, Clock::time_point) {
   ShmPairOptions pairOptions;
-  pairOptions.cma = options_.shmCma;
+  pairOptions.cma = options_.cma;
   std::vector<Pair*> out;
   std::vector<GroupMember> members;
   GroupMember self;
-  self.rank = options_.rank;
+  self.rank = job_.rank;
   self.pid = ::getpid();
   self.mapping = arena_->mapping();
   self.layout = arena_->layout();
@@ -326,11 +326,11 @@ std::vector<Pair*> ShmDevice::connect(const std::vector<int>& peers,
     std::sort(members.begin(), members.end(),
               [](const GroupMember& a, const GroupMember& b) { return a.rank < b.rank; });
     int index = 0;
-    while (members[static_cast<std::size_t>(index)].rank != options_.rank) ++index;
-    group_ = std::make_unique<ShmGroup>(link_, std::move(members), index, options_.shmGroupBytes,
-                                        sendFd_);
+    while (members[static_cast<std::size_t>(index)].rank != job_.rank) ++index;
+    group_ =
+        std::make_unique<ShmGroup>(link_, std::move(members), index, options_.groupBytes, sendFd_);
   }
-  COLLX_DEBUG(kShm, "rank {}: {} peer(s) over shared memory", options_.rank, pairs_.size());
+  COLLX_DEBUG(kShm, "rank {}: {} peer(s) over shared memory", job_.rank, pairs_.size());
   return out;
 }
 
@@ -424,7 +424,7 @@ void ShmDevice::letGo(State state) noexcept {
   while (atomic(h->pulling).load(std::memory_order_seq_cst) != 0) {
     if (Clock::now() >= until) {
       COLLX_WARN(kShm, "rank {}: a peer is still copying from this rank's buffers after {} ms",
-                 options_.rank, kPullersGrace.count());
+                 job_.rank, kPullersGrace.count());
       break;
     }
     std::this_thread::yield();

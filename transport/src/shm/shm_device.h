@@ -28,7 +28,8 @@
 
 #include "arena.h"
 #include "collx/transport/device.h"
-#include "collx/transport/mesh.h"
+#include "collx/transport/link.h"
+#include "collx/transport/options.h"
 #include "shm_group.h"
 #include "shm_pair.h"
 
@@ -37,7 +38,7 @@ namespace collx::transport::shm {
 class ShmDevice final : public Device {
  public:
   // Creates this rank's arena and doorbell. Throws IoError.
-  ShmDevice(LinkState& link, const MeshOptions& options);
+  ShmDevice(LinkState& link, const JobMember& job, const ShmOptions& options);
   // Tells every peer this rank closes (a peer still waiting for it then fails), waits
   // briefly for peers copying from this rank's buffers, and lets go of the arena.
   ~ShmDevice() override;
@@ -80,9 +81,10 @@ class ShmDevice final : public Device {
   Where where(int peer = -1) const { return Where{link_.rank, "shm", peer}; }
 
   LinkState& link_;
-  MeshOptions options_;
+  JobMember job_;
+  ShmOptions options_;
   std::uint64_t host_;
-  std::uint64_t job_;
+  std::uint64_t jobHash_;
   std::uint64_t ringBytes_;
   std::unique_ptr<Arena> arena_;
   std::uint64_t cmaProbe_ = 0;  // peers read it with process_vm_readv to test CMA

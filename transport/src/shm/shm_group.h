@@ -15,7 +15,7 @@
 
 #include "arena.h"
 #include "collx/base/error.h"
-#include "collx/transport/mesh.h"
+#include "collx/transport/link.h"
 #include "collx/transport/shared_group.h"
 
 namespace collx::transport::shm {

@@ -31,7 +31,7 @@
 
 #include "arena.h"
 #include "collx/base/error.h"
-#include "collx/transport/mesh.h"
+#include "collx/transport/link.h"
 #include "protocol/protocol_pair.h"
 
 namespace collx::transport::shm {

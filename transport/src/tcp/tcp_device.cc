@@ -164,7 +164,7 @@ bool resolvesBeyondLoopback(const std::string& host) {
   return found;
 }
 
-std::string chooseLocalAddress(const MeshOptions& options, const Where& where) {
+std::string chooseLocalAddress(const TcpOptions& options, const Where& where) {
   if (!options.ifname.empty()) return interfaceAddress(options.ifname, where);
   if (!options.routeHost.empty()) {
     std::string routed = routeTo(options.routeHost);
@@ -197,9 +197,9 @@ struct TcpDevice::Impl {
   tcp::acceptor acceptor{io};
 };
 
-TcpDevice::TcpDevice(LinkState& link, const MeshOptions& options)
-    : link_(link), options_(options), impl_(std::make_unique<Impl>()) {
-  Where where{options.rank, "tcp listen", -1};
+TcpDevice::TcpDevice(LinkState& link, const JobMember& job, const TcpOptions& options)
+    : link_(link), job_(job), options_(options), impl_(std::make_unique<Impl>()) {
+  Where where{job.rank, "tcp listen", -1};
   std::string ip = chooseLocalAddress(options_, where);
   asio::error_code ec;
   auto address = asio::ip::make_address(ip, ec);
@@ -210,7 +210,7 @@ TcpDevice::TcpDevice(LinkState& link, const MeshOptions& options)
   if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw IoError(where, "cannot listen on " + ip + ": " + ec.message());
   address_ = hostPort(address, impl_->acceptor.local_endpoint().port());
-  COLLX_DEBUG(kTcp, "rank {}: listening on {}", options_.rank, address_);
+  COLLX_DEBUG(kTcp, "rank {}: listening on {}", job_.rank, address_);
 }
 
 TcpDevice::~TcpDevice() {
@@ -224,9 +224,9 @@ bool TcpDevice::canConnect(int, const std::string& peerAddress) const {
 std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
                                       const std::vector<std::string>& addresses,
                                       std::chrono::steady_clock::time_point deadline) {
-  const int self = options_.rank;
-  const int streams = options_.tcpStreams;
-  const std::uint64_t job = jobHash(options_.jobId, options_.generation);
+  const int self = job_.rank;
+  const int streams = options_.streams;
+  const std::uint64_t job = jobHash(job_.jobId, job_.generation);
   Where where{self, "connect (tcp)", -1};
   std::map<int, std::size_t> index;
   for (std::size_t i = 0; i < peers.size(); ++i) index[peers[i]] = i;
@@ -251,7 +251,7 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
   };
 
   // Outgoing: this rank dials every lower rank, once per stream, retrying until the deadline.
-  const std::shared_ptr<const secure::JobSecret>& secret = options_.secret;
+  const std::shared_ptr<const secure::JobSecret>& secret = job_.secret;
   std::function<void(std::size_t, int)> dial = [&](std::size_t i, int stream) {
     auto socket = std::make_shared<tcp::socket>(io);
     auto hello = std::make_shared<Hello>();
@@ -259,13 +259,13 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
     std::memcpy(hello->magic, kHelloMagic, 4);
     hello->version = kHelloVersion;
     hello->job = job;
-    hello->generation = options_.generation;
+    hello->generation = job_.generation;
     hello->from = self;
     hello->to = peers[i];
     hello->stream = static_cast<std::uint32_t>(stream);
     hello->streams = static_cast<std::uint32_t>(streams);
     hello->eagerLimit = options_.eagerLimit;
-    hello->flags = (secret ? kHoldsSecret : 0) | (options_.tls ? kUsesTls : 0);
+    hello->flags = (secret ? kHoldsSecret : 0) | (job_.tls ? kUsesTls : 0);
     if (secret) hello->nonce = secure::randomNonce();
     auto ack = std::make_shared<Ack>();
     auto proof = std::make_shared<secure::Tag>();
@@ -317,7 +317,7 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
                   if (ack->status != kAckOk) return refused(ack->status);
                   if (secret) {
                     // The acceptor proves the secret first: this rank proves nothing to a stranger.
-                    if (!secure::sameBytes(acceptorProof(*secret, options_.jobId, *hello, *ack),
+                    if (!secure::sameBytes(acceptorProof(*secret, job_.jobId, *hello, *ack),
                                            ack->proof)) {
                       fatal =
                           "rank " + std::to_string(peers[i]) + " at " + addresses[i] +
@@ -325,7 +325,7 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
                           "different secrets, or something else listens there";
                       return finished();
                     }
-                    *proof = dialerProof(*secret, options_.jobId, *hello, *ack);
+                    *proof = dialerProof(*secret, job_.jobId, *hello, *ack);
                   }
                   asio::async_write(
                       *socket, asio::buffer(proof->data(), proof->size()),
@@ -381,11 +381,11 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
             };
             auto it = index.find(hello->from);
             const HelloExpectation expect{job,
-                                          options_.generation,
+                                          job_.generation,
                                           self,
                                           static_cast<std::uint32_t>(streams),
                                           secret != nullptr,
-                                          options_.tls != nullptr};
+                                          job_.tls != nullptr};
             const HelloVerdict verdict = checkHello(*hello, expect, it != index.end());
             if (verdict.status != kAckOk) return refuse(verdict.status, verdict.why);
             auto ack = std::make_shared<Ack>();
@@ -395,7 +395,7 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
             ack->eagerLimit = options_.eagerLimit;
             if (secret) {
               ack->nonce = secure::randomNonce();
-              ack->proof = acceptorProof(*secret, options_.jobId, *hello, *ack);
+              ack->proof = acceptorProof(*secret, job_.jobId, *hello, *ack);
             }
             auto proof = std::make_shared<secure::Tag>();
             const std::size_t peerIndex = it->second;
@@ -421,9 +421,8 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
                               *socket, asio::buffer(status.get(), sizeof(std::uint32_t)),
                               [socket, status](const asio::error_code&, std::size_t) {});
                         };
-                        if (secret &&
-                            !secure::sameBytes(dialerProof(*secret, options_.jobId, *hello, *ack),
-                                               *proof)) {
+                        if (secret && !secure::sameBytes(
+                                          dialerProof(*secret, job_.jobId, *hello, *ack), *proof)) {
                           COLLX_WARN(
                               kTcp,
                               "rank {}: refused a connection from {} (it says it is rank {}): it "
@@ -501,10 +500,10 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
     throw TimeoutError(where, "could not connect within the timeout to " + missing);
   }
   for (const auto& row : fds) {
-    for (int fd : row) configureSocket(fd, options_.tcpBufferBytes);
+    for (int fd : row) configureSocket(fd, options_.bufferBytes);
   }
   std::vector<std::vector<std::unique_ptr<secure::TlsStream>>> tls;
-  if (options_.tls) {
+  if (job_.tls) {
     try {
       tls = startTls(peers, addresses, fds, deadline);
     } catch (...) {
@@ -516,10 +515,10 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
   for (std::size_t i = 0; i < peers.size(); ++i) {
     TcpPairOptions pairOptions;
     pairOptions.limits.eagerLimit = eagerLimits[i];
-    pairOptions.shortWrites = options_.tcpShortWrites;
+    pairOptions.shortWrites = options_.shortWrites;
     pairs_.push_back(std::make_unique<TcpPair>(
         peers[i], link_, fds[i],
-        options_.tls ? std::move(tls[i]) : std::vector<std::unique_ptr<secure::TlsStream>>{},
+        job_.tls ? std::move(tls[i]) : std::vector<std::unique_ptr<secure::TlsStream>>{},
         pairOptions, addresses[i]));
     out.push_back(pairs_.back().get());
   }
@@ -533,7 +532,7 @@ std::vector<std::vector<std::unique_ptr<secure::TlsStream>>> TcpDevice::startTls
     const std::vector<std::vector<int>>& fds, std::chrono::steady_clock::time_point deadline) {
   using Status = secure::TlsStream::Status;
   constexpr std::uint8_t kTlsReady = 0xC1;
-  const int self = options_.rank;
+  const int self = job_.rank;
   Where where{self, "connect (tcp, TLS)", -1};
   struct Shake {
     std::size_t peer;
@@ -549,7 +548,7 @@ std::vector<std::vector<std::unique_ptr<secure::TlsStream>>> TcpDevice::startTls
     const bool client = peers[i] < self;  // this rank dialed it
     for (int fd : fds[i]) {
       out[i].push_back(std::make_unique<secure::TlsStream>(
-          options_.tls, fd,
+          job_.tls, fd,
           client ? secure::TlsStream::Role::kClient : secure::TlsStream::Role::kServer));
       shakes.push_back(Shake{i, fd, out[i].back().get(), client});
     }
@@ -647,7 +646,7 @@ std::size_t TcpDevice::addPollFds(std::vector<pollfd>& fds) {
 bool TcpDevice::progress(const pollfd* results, std::size_t count) {
   bool moved = false;
   std::size_t at = 0;
-  const std::size_t streams = static_cast<std::size_t>(options_.tcpStreams);
+  const std::size_t streams = static_cast<std::size_t>(options_.streams);
   for (auto& pair : pairs_) {
     if (at + streams > count) break;
     moved |= pair->progress(results + at, streams);
@@ -668,7 +667,7 @@ void TcpDevice::failAll(const Error& error) noexcept {
 namespace collx::transport {
 
 std::string reachableAddress(const Config& config) {
-  const std::string ifname = MeshOptions::fromConfig(config).ifname;
+  const std::string ifname = MeshOptions::fromConfig(config).tcp.ifname;
   if (!ifname.empty()) return tcp::interfaceAddress(ifname, Where{-1, "reachable address", -1});
   char name[256] = {};
   ::gethostname(name, sizeof(name) - 1);

@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "collx/transport/device.h"
-#include "collx/transport/mesh.h"
+#include "collx/transport/link.h"
+#include "collx/transport/options.h"
 #include "tcp_pair.h"
 
 namespace collx::transport::tcp {
@@ -20,7 +21,7 @@ class TcpDevice final : public Device {
  public:
   // Picks the local address (COLLX_IFNAME, else the one that routes to options.routeHost,
   // else the host name's) and listens on it. Throws IoError / InvalidArgument.
-  TcpDevice(LinkState& link, const MeshOptions& options);
+  TcpDevice(LinkState& link, const JobMember& job, const TcpOptions& options);
   ~TcpDevice() override;
 
   const char* name() const override { return "tcp"; }
@@ -43,7 +44,8 @@ class TcpDevice final : public Device {
       const std::vector<std::vector<int>>& fds, std::chrono::steady_clock::time_point deadline);
 
   LinkState& link_;
-  MeshOptions options_;
+  JobMember job_;
+  TcpOptions options_;
   std::string address_;  // "ip:port" ("[v6]:port")
   std::unique_ptr<Impl> impl_;
   std::vector<std::unique_ptr<TcpPair>> pairs_;

@@ -27,7 +27,7 @@
 
 #include "collx/base/error.h"
 #include "collx/secure/tls.h"
-#include "collx/transport/mesh.h"
+#include "collx/transport/link.h"
 #include "collx/transport/pair.h"
 #include "protocol/protocol_pair.h"
 
