@@ -1,5 +1,7 @@
 // World: P ranks as threads in this process, each with a Context over one HashStore and
-// real TCP (loopback) between them. Threads are created once and reused for every job.
+// the transport COLLX_TRANSPORT picks between them (auto: shared memory; the "tcp:" and
+// "ibverbs:" copies of the suites: loopback TCP or the emulated verbs device). Threads are
+// created once and reused for every job.
 #pragma once
 
 #include <condition_variable>
