@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "collx/rendezvous/tcp_store.h"
+#include "util/sanitizer.h"
 #include "util/test_util.h"
 
 namespace collx {
@@ -287,6 +288,7 @@ TEST(LauncherTest, RanksRendezvousThroughTheStore) {
 
 // Every algorithm, dtype, op and count in real processes through collx-run.
 TEST(LauncherTest, CollectivesSweepInProcesses) {
+  COLLX_SKIP_UNDER_TSAN("a process test that only repeats the thread suites' paths at length");
   for (int P : {2, 3, 4, 5}) {
     RunResult r = runLauncher({"-n", std::to_string(P), "--timeout", "120s", "--",
                                test::binDir() + "/collx-test-worker", "sweep", "70001"},
@@ -299,6 +301,9 @@ TEST(LauncherTest, CollectivesSweepInProcesses) {
 #ifdef COLLX_VERBS_EMU_PATH
 // The same over RDMA verbs, on the userspace verbs device: every rank's peers are ibverbs.
 TEST(LauncherTest, CollectivesSweepInProcessesOverIbverbs) {
+  COLLX_SKIP_UNDER_SANITIZERS(
+      "the sweep over the emulated verbs device repeats at length what the ibverbs suites "
+      "run under it (the sweep over shm and tcp: CollectivesSweepInProcesses)");
   auto env = cleanEnv();
   env["COLLX_TRANSPORT"] = "ibverbs";
   env["COLLX_IBVERBS_LIBRARY"] = COLLX_VERBS_EMU_PATH;
