@@ -126,7 +126,8 @@ TEST(LauncherTest, SetsTorchrunsVariables) {
   }
   EXPECT_EQ(ranks, (std::set<std::string>{"0", "1", "2"})) << r.out;
   EXPECT_EQ(masterPorts.size(), 1u) << r.out;
-  const std::string port = std::to_string(test::freePort());
+  // collx-run binds it itself: a port no bind to port 0 gets (test::serverPort says why).
+  const std::string port = std::to_string(test::serverPort());
   RunResult given = runLauncher({"-n", "2", "--torch-port", port, "--", "sh", "-c", show});
   ASSERT_EQ(given.code, 0) << given.err;
   for (const std::string& l : lines(given.out)) {
@@ -601,7 +602,8 @@ TEST(LauncherTest, KillingTheLauncherTakesTheRanksWithIt) {
 }
 
 TEST(LauncherTest, TwoNodesOnOneHost) {
-  const std::string port = std::to_string(test::freePort());
+  // Node 0's launcher binds it itself (test::serverPort: not a released port-0 port).
+  const std::string port = std::to_string(test::serverPort());
   // Node 1's ranks use the store half a second after node 0's ranks are done: node 0's
   // launcher must keep its store up for them.
   const std::string script =

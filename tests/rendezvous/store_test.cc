@@ -487,7 +487,8 @@ TEST(StoreReopen, StoresThatCannotReopenReturnNull) {
 // that timeout, not the first store's: here the server is a process stopped with SIGSTOP
 // (its kernel still accepts connections; nothing answers).
 TEST(StoreReopen, ShortTimeoutFailsInTimeWhenTheServerIsStopped) {
-  const int port = test::freePort();
+  // The helper binds it itself (test::serverPort: not a released port-0 port).
+  const int port = test::serverPort();
   test::Process server(
       {test::binDir() + "/collx-test-store-helper", "serve", std::to_string(port)});
   for (int i = 0; i < 1000 && !test::portOpen(port); ++i) {

@@ -225,7 +225,8 @@ class HalfJob {
   // The job's secret (a job on two nodes needs one), which this test's store client proves.
   static constexpr const char* kSecret = "the half job's secret, for this test";
   explicit HalfJob(const std::string& arena) {
-    const std::string port = std::to_string(test::freePort());
+    // collx-run binds it itself (test::serverPort: not a released port-0 port).
+    const std::string port = std::to_string(test::serverPort());
     job_ = "shm-cleanup-" + std::to_string(::getpid()) + "-" + arena;
     launcher_ = std::make_unique<Process>(
         std::vector<std::string>{test::binDir() + "/collx-run", "-n", "1", "--nnodes", "2",
