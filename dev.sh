@@ -8,8 +8,8 @@
 #                    pytest suites of the Python module and the PyTorch backend), then the
 #                    Python and torch suites again in a Debian 13 root (torch 2.6, Python
 #                    3.13, numpy 2; tests/debian13/), then the concurrency suites under
-#                    AddressSanitizer+UBSan and ThreadSanitizer (less what
-#                    tests/sanitizer_skips.txt leaves out), then each fuzz harness for a few
+#                    AddressSanitizer+UBSan and ThreadSanitizer (less what each test's
+#                    declaration leaves out there), then each fuzz harness for a few
 #                    seconds (clang-14, libFuzzer; tests/fuzz/README.md); prints each
 #                    stage's time at the end
 # Debian 12, as root (apt-get installs with --no-install-recommends; nothing is downloaded
@@ -120,34 +120,6 @@ check_format() {
   fi
 }
 
-# tests/sanitizer_skips.txt: the patterns that sanitizer build $1 (asan or tsan) skips, as
-# one ctest -E expression.
-sanitizer_skips() {
-  local pattern builds alternatives=()
-  while read -r pattern builds; do
-    [[ -z $pattern || $pattern == \#* ]] && continue
-    [[ " $builds " == *" $1 "* ]] && alternatives+=("$pattern")
-  done < tests/sanitizer_skips.txt
-  (IFS='|'; echo "${alternatives[*]}")
-}
-
-# Every pattern of tests/sanitizer_skips.txt names a test of build directory $1: a renamed
-# test must not change what the sanitizers run unnoticed.
-check_sanitizer_skips() {
-  local names pattern builds line=0 bad=0
-  names=$(ctest --test-dir "$1" -N | sed -n 's/^ *Test *#[0-9]*: //p')
-  while read -r pattern builds; do
-    line=$((line + 1))
-    [[ -z $pattern || $pattern == \#* ]] && continue
-    if ! grep -qE -- "$pattern" <<<"$names"; then
-      echo "dev.sh: tests/sanitizer_skips.txt line $line ($pattern) names no test of $1:" \
-        "was a test renamed? Say what the sanitizers should skip now." >&2
-      bad=1
-    fi
-  done < tests/sanitizer_skips.txt
-  [ $bad = 0 ] || exit 1
-}
-
 run_tests() {
   install_deps
   local t=$SECONDS
@@ -180,15 +152,15 @@ run_tests() {
     fi
   fi
   if [ "${SANITIZERS:-1}" = 1 ]; then
-    check_sanitizer_skips "$BUILD_DIR"
     # The suites that touch concurrency, processes and sockets, under the sanitizers.
     for sanitize in address,undefined thread; do
       local dir="$BUILD_DIR-${sanitize%%,*}"
-      # Less the tests tests/sanitizer_skips.txt leaves to the Release suite, with its
-      # reasons (the whole command's stage times: CONTRIBUTING.md).
-      local build=asan
-      [ "$sanitize" = thread ] && build=tsan
-      local selection=(-L 'concurrency|process' -E "$(sanitizer_skips $build)")
+      # What a sanitizer build leaves to the Release suite is chosen where each test is
+      # declared (tests/util/sanitizer.h): world sizes left out of the instantiation, tests
+      # that skip saying why, and the ctest entries labelled no_tsan (the whole command's
+      # stage times: CONTRIBUTING.md).
+      local selection=(-L 'concurrency|process')
+      [ "$sanitize" = thread ] && selection+=(-LE no_tsan)
       # Without the Python module: an instrumented extension needs the sanitizer runtime
       # preloaded into the interpreter, and its suites (label python) do not run here. A
       # sanitizer build leaves out of `all` what no suite below runs (COLLX_SANITIZE: the

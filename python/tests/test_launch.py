@@ -24,10 +24,43 @@ ctx.close()
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _server_port_range():
+    low, high = 32768, 60999  # Linux's defaults
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = map(int, f.read().split())
+    except (OSError, ValueError):
+        pass
+    if low - 1 >= 21000:
+        return 20000, low - 1
+    if high + 1001 <= 65535:
+        return high + 1, 65535
+    raise RuntimeError("server_port: no room outside the ephemeral ports %d-%d" % (low, high))
+
+
+_SERVER_PORTS = _server_port_range()
+_next_port = (os.getpid() * 7919) % (_SERVER_PORTS[1] - _SERVER_PORTS[0] + 1)
+
+
+def server_port():
+    """A port for a process that binds it itself (torchrun's MASTER_PORT, a store): below the
+    kernel's ephemeral range, which no bind to port 0 and no outgoing connection ever gets (a
+    port released after a bind to port 0 could be handed to a parallel test's socket before the
+    child binds it), so only another caller of this function or of the C++ suites'
+    test::serverPort() could take it; spread by pid, one step per call, checked bindable."""
+    global _next_port
+    first, last = _SERVER_PORTS
+    span = last - first + 1
+    for _ in range(span):
+        port = first + _next_port % span
+        _next_port += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("server_port: no bindable port in %d-%d" % (first, last))
 
 
 def run_each(nranks, code_of, env_of, timeout=60):
@@ -68,7 +101,7 @@ def test_explicit_rank_size_and_store(tmp_path):
 
 
 def test_torchrun_variables():
-    port = free_port()
+    port = server_port()
     outs = run_each(2, lambda r: SNIPPET.format(args=""),
                     lambda r: base_env(RANK=r, WORLD_SIZE=2, LOCAL_RANK=r,
                                        MASTER_ADDR="127.0.0.1", MASTER_PORT=port))

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import WORKERS, base_env, run_collx
-from test_launch import free_port
+from test_launch import server_port
 
 torch = pytest.importorskip("torch", reason="python3-torch is not importable by "
                             + sys.executable)
@@ -30,7 +30,7 @@ NRANKS = 3
 
 def launch(tmp_path, nranks, init, *flags, env_rdzv=False, timeout=120, env=None):
     procs, outs = [], []
-    port = free_port()
+    port = server_port()
     for r in range(nranks):
         out = tmp_path / ("rank%d.json" % r)
         outs.append(out)
@@ -87,7 +87,7 @@ def test_ddp_matches_gloo(env_run):
 
 @pytest.mark.parametrize("scheme", ["tcp", "file"])
 def test_init_method(tmp_path, scheme):
-    init = ("tcp://127.0.0.1:%d" % free_port() if scheme == "tcp"
+    init = ("tcp://127.0.0.1:%d" % server_port() if scheme == "tcp"
             else "file://%s" % (tmp_path / "rendezvous"))
     results = launch(tmp_path, 2, init, "--smoke", "--no-ddp")
     for case in ("all_reduce-float32", "all_gather_into_tensor-float32", "broadcast-int64",

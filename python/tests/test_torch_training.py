@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import WORKERS, base_env, run_collx
-from test_launch import free_port
+from test_launch import server_port
 
 torch = pytest.importorskip("torch", reason="python3-torch is not importable by "
                             + sys.executable)
@@ -32,7 +32,7 @@ CASES = ["coalesced", "batch_isend_irecv", "monitored_barrier", "functional_eage
 
 
 def launch(tmp_path, nranks, timeout=90, cases=(), **env):
-    port = free_port()
+    port = server_port()
     procs, outs = [], []
     for r in range(nranks):
         out = tmp_path / ("rank%d.json" % r)
@@ -129,7 +129,7 @@ print("census", json.dumps(dict(censuses=censuses, during=during)))
 def test_destroy_process_group_frees_everything(nranks):
     from test_launch import run_each
 
-    ports = " ".join(str(free_port()) for _ in range(3))
+    ports = " ".join(str(server_port()) for _ in range(3))
     outs = run_each(nranks, lambda r: CENSUS_SCRIPT, lambda r: base_env(
         MASTER_ADDR="127.0.0.1", PORTS=ports, RANK=r, WORLD_SIZE=nranks), timeout=120)
     for r, (text, code) in enumerate(outs):
@@ -174,11 +174,11 @@ def test_torchrun_runs_an_unchanged_script(tmp_path):
                               text=True, timeout=240)
 
     ddp = ROOT / "examples" / "torch_ddp.py"
-    proc = torchrun_job(ddp, PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(free_port()),
+    proc = torchrun_job(ddp, PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(server_port()),
                         USE_LIBUV="0")
     if proc.returncode != 0 and "without libuv support" in proc.stderr:
         plain = torchrun_job(pathlib.Path(__file__).parent / "workers" / "gloo_only.py",
-                             PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(free_port()),
+                             PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(server_port()),
                              USE_LIBUV="0")
         assert plain.returncode != 0 and "without libuv support" in plain.stderr, plain.stderr
         proc = torchrun_job(ddp, PET_RDZV_ENDPOINT=str(tmp_path / "rendezvous"),

@@ -3,7 +3,7 @@
 # mpirun. Each host is a holder process (a `sleep`) that lives in
 #   - a network namespace of its own, with a veth pair to a bridge: host i is
 #     198.51.100.(BASE+i)/24 (TEST-NET-2; BASE 100 by default, apart from
-#     tests/multihost_test.sh's .10+i, and its own link names, so that both run at once),
+#     tests/api/multihost_test.sh's .10+i, and its own link names, so that both run at once),
 #   - a UTS namespace with the hostname node<i>,
 #   - a mount namespace with a private tmpfs on /dev/shm and the cluster's hosts file
 #     (node0..node<N-1>) bind-mounted on /etc/hosts.

@@ -16,7 +16,7 @@
 # mpirun place 2 tasks on each host, and srun --mpi=pmix's and mpirun's tasks have their
 # PMIX_RANK, PMIX_NAMESPACE and PMIX_SERVER_URI*. The cluster is this run's own (its own
 # state directory, namespace and link names, addresses 198.51.100.200+i), so a user's
-# cluster (cluster.sh up) or tests/multihost_test.sh can run alongside; it is torn down in
+# cluster (cluster.sh up) or tests/api/multihost_test.sh can run alongside; it is torn down in
 # a trap, also on failure or interrupt, and nothing of it may be left: no process,
 # namespace, link or file. (The cluster of an earlier run killed by SIGKILL, which runs no
 # trap, is torn down at the start of the next.)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 
@@ -206,7 +208,45 @@ bool portOpen(int port) {
   return open;
 }
 
-int freePort() { return ClosedPort().port(); }
+namespace {
+
+// The ports serverPort() picks from: [first, last], outside the ephemeral range.
+std::pair<int, int> serverPortRange() {
+  int low = 32768, high = 60999;  // Linux's defaults
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> low >> high;
+  if (low - 1 >= 20000 + 1000) return {20000, low - 1};
+  if (high + 1 + 1000 <= 65535) return {high + 1, 65535};
+  throw std::runtime_error("serverPort: no room outside the ephemeral ports " +
+                           std::to_string(low) + "-" + std::to_string(high));
+}
+
+bool bindable(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);  // conflicts with a bind to any address
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+int serverPort() {
+  static const std::pair<int, int> range = serverPortRange();
+  const int span = range.second - range.first + 1;
+  // Spread by pid (parallel suites start far apart), then one step per call.
+  static std::atomic<int> next{static_cast<int>((static_cast<long>(::getpid()) * 7919) % span)};
+  for (int tries = 0; tries < span; ++tries) {
+    const int port = range.first + next.fetch_add(1) % span;
+    if (bindable(port)) return port;
+  }
+  throw std::runtime_error("serverPort: no bindable port in " + std::to_string(range.first) + "-" +
+                           std::to_string(range.second));
+}
 
 ClosedPort::ClosedPort() {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -236,14 +276,14 @@ RedisServer::RedisServer(const std::vector<std::string>& extraArgs, const RedisT
     return;
   }
   for (int attempt = 0; attempt < 5 && !process_; ++attempt) {
-    port_ = freePort();
+    port_ = serverPort();
     std::vector<std::string> argv{binary,   "--port",       std::to_string(port_),
                                   "--bind", "127.0.0.1",    "--save",
                                   "",       "--appendonly", "no",
                                   "--dir",  dir_.path(),    "--daemonize",
                                   "no"};
     if (tls != nullptr) {
-      tlsPort_ = freePort();
+      tlsPort_ = serverPort();
       argv.insert(argv.end(), {"--tls-port", std::to_string(tlsPort_), "--tls-cert-file", tls->cert,
                                "--tls-key-file", tls->key, "--tls-ca-cert-file", tls->ca,
                                "--tls-auth-clients", tls->authClients ? "yes" : "no"});
@@ -252,7 +292,7 @@ RedisServer::RedisServer(const std::vector<std::string>& extraArgs, const RedisT
     auto p = std::make_unique<Process>(argv);
     auto up = [&] { return portOpen(port_) && (tls == nullptr || portOpen(tlsPort_)); };
     for (int i = 0; i < 200 && !up(); ++i) {
-      if (p->wait(std::chrono::milliseconds(10))) break;  // exited: port taken, retry
+      if (p->wait(std::chrono::milliseconds(10))) break;  // exited: port taken (serverPort), retry
     }
     if (!p->exited() && up()) process_ = std::move(p);
   }

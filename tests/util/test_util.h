@@ -97,8 +97,19 @@ bool waitForProcessState(pid_t pid, char state, std::chrono::milliseconds timeou
 // True when something accepts TCP connections on 127.0.0.1:port.
 bool portOpen(int port);
 
-// A free TCP port on 127.0.0.1 (a ClosedPort's, released: another process may take it).
-int freePort();
+// A port for a process that binds it itself later (a store server, torchrun's MASTER_PORT,
+// redis-server), where a ClosedPort cannot serve: a port released after a bind to port 0 is
+// one the kernel hands to the next bind to port 0 or outgoing connection anywhere on the host
+// (a parallel test's store, a client socket) before the child gets to bind it. So the port
+// comes from below the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range,
+// 32768-60999 by default; above it when there is no room below), which no port-0 bind and no
+// connection ever gets: only another caller of this function could take it. The candidates
+// start at a place spread by this process's pid and move on with every call (two calls of one
+// process never get the same port), and each is checked bindable (on every address, nothing
+// in TIME_WAIT) when returned. What is left (a parallel suite's child binding the same port
+// between the check and this one's bind) makes the child's bind fail, which RedisServer
+// retries with another port.
+int serverPort();
 
 // A port on 127.0.0.1 that refuses connections for as long as this object lives: it is bound
 // and never listened on, so no other process (another test running in parallel) can take it.

@@ -15,6 +15,7 @@
 
 #include "collx/algorithms/registry.h"
 #include "collx/collx.h"
+#include "util/sanitizer.h"
 
 namespace collx::test {
 
@@ -56,6 +57,34 @@ class World {
 // The world sizes the thread-rank suites run: every P up to 17, then 32 and 64.
 inline constexpr int kWorldSizes[] = {1,  2,  3,  4,  5,  6,  7,  8,  9, 10,
                                       11, 12, 13, 14, 15, 16, 17, 32, 64};
+// Whether the suites of this build run worlds of P ranks: every P in the Release build. The
+// sanitizer builds run 1 to 5, 7 and 8 (ThreadSanitizer, 3-5x slower: 1 to 5): one rank and
+// two, odd and even, powers of two and not. The larger worlds repeat the engine's paths (the
+// same pairs, steps and rings, only more of them) and take most of a suite's time under a
+// sanitizer; the Release suite runs them.
+inline bool sanitizerRunsWorld(int P) {
+  switch (kSanitizer) {
+    case Sanitizer::kAddress:
+      return P <= 8 && P != 6;
+    case Sanitizer::kThread:
+      return P <= 5;
+    case Sanitizer::kNone:
+      break;
+  }
+  return true;
+}
+// The world sizes a thread-rank suite instantiates: those of `sizes` that this build runs
+// (sanitizerRunsWorld), so a world a sanitizer build leaves out costs nothing there.
+inline std::vector<int> worldSizes(const std::vector<int>& sizes) {
+  std::vector<int> kept;
+  for (int P : sizes)
+    if (sanitizerRunsWorld(P)) kept.push_back(P);
+  return kept;
+}
+// The same of kWorldSizes.
+inline std::vector<int> worldSizes() {
+  return worldSizes(std::vector<int>(std::begin(kWorldSizes), std::end(kWorldSizes)));
+}
 // Above this size a suite runs fewer combinations (dtypes, ops, counts) per algorithm.
 inline constexpr int kFullSweepMaxSize = 16;
 

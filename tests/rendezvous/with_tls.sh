@@ -9,7 +9,7 @@
 set -eu
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-sh "$(dirname "$0")/util/make_tls_certs.sh" "$dir"
+sh "$(dirname "$0")/../util/make_tls_certs.sh" "$dir"
 export COLLX_TLS=1 COLLX_TLS_CERT="$dir/node.pem" COLLX_TLS_KEY="$dir/node.key" \
   COLLX_TLS_CA="$dir/ca.pem" COLLX_TRANSPORT=tcp COLLX_LOG_LEVEL=warn,collx.tcp=info
 status=0

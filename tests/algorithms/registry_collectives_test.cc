@@ -381,7 +381,7 @@ TEST_P(RegistryTest, AlltoallAndAlltoallv) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, RegistryTest, ::testing::ValuesIn(test::kWorldSizes),
+INSTANTIATE_TEST_SUITE_P(Sizes, RegistryTest, ::testing::ValuesIn(test::worldSizes()),
                          [](const auto& p) { return "P" + std::to_string(p.param); });
 
 TEST(RegistryValidation, BadLayoutsAreRefused) {

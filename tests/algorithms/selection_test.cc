@@ -11,6 +11,7 @@
 #include "collx/base/config.h"
 #include "collx/base/error.h"
 #include "collx/base/units.h"
+#include "util/sanitizer.h"
 #include "util/test_util.h"
 
 namespace collx::algorithms {
@@ -103,6 +104,9 @@ TEST(Selection, BadRulesNameTheEntryAndWhatIsWrong) {
 // A rules file is outside input: its size, depth and number of rules are bounded, and an
 // error repeats only the start of a long value.
 TEST(Selection, RulesFilesHaveBounds) {
+  COLLX_SKIP_UNDER_SANITIZERS(
+      "it parses rules files of up to 1 MiB; the fuzzer (tests/fuzz/fuzz_rules_json.cc) runs "
+      "that parser under ASan");
   auto error = [](const std::string& text) {
     try {
       Selection::fromJson(text, "rules.json");

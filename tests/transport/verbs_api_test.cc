@@ -1,7 +1,7 @@
 // The run-time verbs loader (transport/src/ibverbs/verbs_api.h): whatever the machine offers
 // (no library, a library without the entry points, a kernel without RDMA, no device), it
 // says why verbs cannot be used, and never crashes. The device's own rules are tested in
-// verbs_emu/verbs_emu_test.cc.
+// ../verbs_emu/verbs_emu_test.cc.
 #include "ibverbs/verbs_api.h"
 
 #include <gtest/gtest.h>

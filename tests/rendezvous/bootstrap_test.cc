@@ -483,7 +483,8 @@ std::map<std::string, std::string> cleanEnv() {
 
 TEST(BootstrapProcesses, TorchrunConventionRankZeroHostsTheStore) {
   const int size = 3;
-  const std::string port = std::to_string(test::freePort());
+  // Rank 0 binds MASTER_PORT itself (test::serverPort: not a released port-0 port).
+  const std::string port = std::to_string(test::serverPort());
   std::vector<std::unique_ptr<test::Process>> ranks;
   for (int r = 0; r < size; ++r) {
     auto env = cleanEnv();

@@ -11,6 +11,7 @@
 
 #include "collx/collx.h"
 #include "util/reference.h"
+#include "util/sanitizer.h"
 #include "util/world.h"
 
 namespace collx {
@@ -42,6 +43,11 @@ std::vector<std::uint64_t> counts() { return {0, 1, 7, 3001, (1u << 20) + 3}; }
 
 class Hierarchical : public ::testing::TestWithParam<Layout> {
  protected:
+  void SetUp() override {
+    COLLX_SKIP_UNDER_TSAN(
+        "simulated hosts repeat the paths of shm and tcp, which the thread suites run "
+        "(ASan runs the layouts)");
+  }
   World& world() {
     const Layout& l = GetParam();
     auto& w = worlds_[l.name];

@@ -475,7 +475,9 @@ TEST(TcpStoreClient, NothingListeningTimesOutWithTheLastError) {
 }
 
 TEST(TcpStoreClient, RetriesUntilTheServerComesUp) {
-  int port = test::freePort();
+  // Nothing listens on it for 300 ms, then the server binds it (test::serverPort says why
+  // not a released port-0 port).
+  int port = test::serverPort();
   std::unique_ptr<TcpStoreServer> server;
   std::thread late([&] {
     std::this_thread::sleep_for(300ms);

@@ -15,6 +15,7 @@
 #include "collx/secure/job_secret.h"
 #include "collx/transport/mesh.h"
 #include "collx/transport/shm_segments.h"
+#include "util/sanitizer.h"
 #include "util/test_util.h"
 #include "util/worker_job.h"
 
@@ -48,6 +49,7 @@ class Ranks : public test::WorkerJob {
 bool says(Process& p, const std::string& text) { return p.out().find(text) != std::string::npos; }
 
 TEST(ShmProcesses, ARankWhoseCmaIsRefusedReceivesThroughTheRing) {
+  COLLX_SKIP_UNDER_TSAN("a process test that only repeats the thread suites' paths at length");
   // Rank 1 runs under a seccomp filter that refuses process_vm_readv (as container
   // runtimes do): it cannot read its peers' memory and asks for ring copies; the others
   // still read its memory directly. The shm broadcast reads no rank's buffer directly, even
@@ -110,6 +112,7 @@ TEST(ShmProcesses, AutoSaysWhichWayItTakesForASizeAndWhy) {
 }
 
 TEST(ShmProcesses, CmaTurnedOffCopiesEverythingThroughTheRing) {
+  COLLX_SKIP_UNDER_TSAN("a process test that only repeats the thread suites' paths at length");
   Ranks job(3, {"sweep", "70001"}, [](int) {
     return std::map<std::string, std::string>{
         {"COLLX_TRANSPORT", "shm"}, {"COLLX_SHM_CMA", "0"}, {"COLLX_SHM_RING_BYTES", "65536"}};
@@ -123,6 +126,7 @@ TEST(ShmProcesses, CmaTurnedOffCopiesEverythingThroughTheRing) {
 }
 
 TEST(ShmProcesses, TwoSimulatedHostsUseShmWithinAndTcpAcross) {
+  COLLX_SKIP_UNDER_TSAN("a process test that only repeats the thread suites' paths at length");
   Ranks job(4, {"sweep", "70001"}, [](int r) {
     return std::map<std::string, std::string>{{"COLLX_HOST_ID", r < 2 ? "host-a" : "host-b"}};
   });
@@ -138,6 +142,7 @@ TEST(ShmProcesses, TwoSimulatedHostsUseShmWithinAndTcpAcross) {
 }
 
 TEST(ShmProcesses, EightRanksOnTwoCoresProgress) {
+  COLLX_SKIP_UNDER_TSAN("a process test that only repeats the thread suites' paths at length");
   // More ranks than cores: waiting ranks yield and sleep (their doorbells wake them), so the
   // rank being waited for gets a core.
   auto start = std::chrono::steady_clock::now();
@@ -220,7 +225,8 @@ class HalfJob {
   // The job's secret (a job on two nodes needs one), which this test's store client proves.
   static constexpr const char* kSecret = "the half job's secret, for this test";
   explicit HalfJob(const std::string& arena) {
-    const std::string port = std::to_string(test::freePort());
+    // collx-run binds it itself (test::serverPort: not a released port-0 port).
+    const std::string port = std::to_string(test::serverPort());
     job_ = "shm-cleanup-" + std::to_string(::getpid()) + "-" + arena;
     launcher_ = std::make_unique<Process>(
         std::vector<std::string>{test::binDir() + "/collx-run", "-n", "1", "--nnodes", "2",

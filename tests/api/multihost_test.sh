@@ -19,7 +19,7 @@
 # test subnet in use here): ctest's SKIP_RETURN_CODE, with the reason printed.
 set -uo pipefail
 # shellcheck source=util/bench_output.sh
-. "$(dirname "$0")/util/bench_output.sh"
+. "$(dirname "$0")/../util/bench_output.sh"
 
 BIN=${1:?usage: multihost_test.sh BIN_DIR [HOSTS]}
 HOSTS=${2:-2}
@@ -186,7 +186,7 @@ else
   # TLS between the hosts (COLLX_TLS=1: node 0's store and every tcp connection across hosts),
   # one CA and certificate made by docs/running.md's OpenSSL lines; ring and hierarchical, so
   # both the ring's cross-host pairs and the leaders' carry data.
-  sh "$(dirname "$0")/util/make_tls_certs.sh" "$WORK/pki" ||
+  sh "$(dirname "$0")/../util/make_tls_certs.sh" "$WORK/pki" ||
     fail "openssl could not make the TLS certificates"
   ENV_EXTRA="COLLX_TLS=1 COLLX_TLS_CERT=$WORK/pki/node.pem COLLX_TLS_KEY=$WORK/pki/node.key"
   ENV_EXTRA+=" COLLX_TLS_CA=$WORK/pki/ca.pem COLLX_LOG_LEVEL=warn,collx.tcp=info"

@@ -118,7 +118,7 @@ TEST_P(AllreduceTest, MatchesTheSerialReference) {
 
 std::vector<AllreduceCase> allreduceCases() {
   std::vector<AllreduceCase> out;
-  for (int P : test::kWorldSizes) {
+  for (int P : test::worldSizes()) {
     for (const char* a :
          {"ring", "ring_chunked", "halving_doubling", "recursive_doubling", "knomial", "shm"}) {
       out.push_back({P, a});
@@ -300,7 +300,7 @@ TEST_P(SizeTest, NonblockingCallsOverlapAndComplete) {
   for (int r = 0; r < P; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, SizeTest, ::testing::ValuesIn(test::kWorldSizes),
+INSTANTIATE_TEST_SUITE_P(Sizes, SizeTest, ::testing::ValuesIn(test::worldSizes()),
                          [](const auto& p) { return "P" + std::to_string(p.param); });
 
 // The default allgather rows against the seed's decision tree (Open MPI's

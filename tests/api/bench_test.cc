@@ -16,6 +16,7 @@
 
 #include "collx/algorithms/registry.h"
 #include "collx/algorithms/selection.h"
+#include "util/sanitizer.h"
 #include "util/test_util.h"
 
 namespace collx {
@@ -131,6 +132,9 @@ std::vector<std::string> eligibleHere(algorithms::Collective coll, int P, std::u
 class BenchPlot : public ::testing::Test {
  protected:
   void SetUp() override {
+    COLLX_SKIP_UNDER_TSAN(
+        "collx-bench's plots and rules files: the tool's threads are collx's own, which the "
+        "thread suites run");
     const test::RunResult r =
         test::run({COLLX_PLOT_PYTHON, "-c", "import matplotlib"}, {}, std::chrono::seconds(120));
     ASSERT_EQ(r.code, 0) << COLLX_PLOT_PYTHON << " cannot import matplotlib (apt-get install "
@@ -326,6 +330,9 @@ TEST(BenchJson, StdoutCarriesTheJsonAloneAndTheTableGoesToStderr) {
 // --rotate SIZE: the calls cycle through as many page-aligned sets of buffers as fill SIZE
 // bytes per rank (at least one), said in the header and in each JSON row; results stay right.
 TEST(BenchRotate, CyclesThroughTheSetsThatFillTheBytesGiven) {
+  COLLX_SKIP_UNDER_TSAN(
+      "collx-bench's buffer rotation: the tool's threads are collx's own, which the thread "
+      "suites run");
   test::TempDir dir;
   const std::string json = dir.path() + "/result.json";
   test::Process job({test::binDir() + "/collx-run", "-n", "2", "--timeout", "60s", "--",

@@ -20,7 +20,7 @@ BIN=${1:?usage: pmix_test.sh BIN_DIR [PYTHON_DIR]}
 PYDIR=${2:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=util/bench_output.sh
-. "$HERE/util/bench_output.sh"
+. "$HERE/../util/bench_output.sh"
 WORK=$(mktemp -d /tmp/collx-pmix-test.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 

@@ -115,7 +115,7 @@ TEST_P(Split, RowsAndColumnsRunBesideTheirParent) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, Split, ::testing::Values(2, 4, 6, 8),
+INSTANTIATE_TEST_SUITE_P(Sizes, Split, ::testing::ValuesIn(test::worldSizes({2, 4, 6, 8})),
                          [](const ::testing::TestParamInfo<int>& p) {
                            return "P" + std::to_string(p.param);
                          });
