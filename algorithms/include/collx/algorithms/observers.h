@@ -5,8 +5,10 @@
 //
 // Threads: the driving thread (the engine's drive lock) calls every hook but the ones marked
 // otherwise; a blocking shared-memory call's own thread calls admitted, running (writer 1)
-// and ended for that call. The hooks on a call's path are inline and test one pointer each:
-// a call that nothing observes pays no more than a branch per hook.
+// and ended for that call. The hooks called per task or transfer (running, transferDone, and
+// computed only on a traced call) are inline and test one pointer each; the ones called once
+// per call (admitted, sharedRan, sharedEnded, ended) are out of line and do what the engine
+// did inline before them (measured level with it: the commit that made this seam says so).
 #pragma once
 
 #include <atomic>
