@@ -69,7 +69,7 @@ std::size_t hashParams(const ScheduleParams& p) noexcept {
   mix(p.elementSize);
   mix(static_cast<std::uint64_t>(p.op));
   mix(p.inPlace ? 1 : 0);
-  mix(static_cast<std::uint64_t>(p.root + 1));
+  mix(static_cast<std::uint64_t>(p.root) + 1);  // root -1 (none) mixes as 0
   mix(p.chunkBytes);
   mix(p.commutative ? 1 : 0);
   for (const auto* v : {&p.counts, &p.displs, &p.recvCounts, &p.recvDispls}) {

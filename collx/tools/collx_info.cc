@@ -56,7 +56,7 @@ std::vector<const collx::SettingInfo*> sortedSettings() {
 // --settings-markdown: every setting as docs/configuration.md's generated table (between
 // the markers docs/algorithms_doc.cmake replaces), independent of the environment.
 void printSettingsMarkdown() {
-  const auto cell = [](std::string text) {
+  const auto cell = [](const std::string& text) {
     std::string out;
     for (char c : text) {
       if (c == '|') out += '\\';

@@ -216,7 +216,7 @@ struct RunKeys {
 // last node erases collx-run's keys (the one hosting the store, if it is not the last, the
 // counter after it).
 void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::string& jobId,
-                     bool hostsStore, std::shared_ptr<const collx::secure::JobSecret> secret,
+                     bool hostsStore, const std::shared_ptr<const collx::secure::JobSecret>& secret,
                      std::shared_ptr<const collx::secure::TlsContext> tls) {
   using namespace collx::rendezvous;
   const RunKeys keys(jobId);
@@ -225,7 +225,7 @@ void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::s
     StoreOptions options;
     options.timeout = std::chrono::seconds(30);
     options.secret = secret;
-    options.tls = tls;
+    options.tls = std::move(tls);
     auto store = openRunStore(storeUrl, options);
     std::int64_t done = store->add(key, 1);
     if (done == args.nnodes) {

@@ -341,6 +341,7 @@ int merge(const Args& args) {
   }
   // The calls waited for longest, shown in call order.
   std::vector<const Row*> shown;
+  shown.reserve(rows.size());
   for (const Row& r : rows) shown.push_back(&r);
   if (args.top > 0 && shown.size() > static_cast<std::size_t>(args.top)) {
     std::stable_sort(shown.begin(), shown.end(),

@@ -163,12 +163,14 @@ std::vector<std::string> buildEnvironment(const std::vector<std::string>& extra)
   }
   for (const std::string& entry : extra) entries[entry.substr(0, entry.find('='))] = entry;
   std::vector<std::string> out;
+  out.reserve(entries.size());
   for (auto& [name, entry] : entries) out.push_back(std::move(entry));
   return out;
 }
 
 std::vector<char*> pointers(std::vector<std::string>& strings) {
   std::vector<char*> out;
+  out.reserve(strings.size());
   for (std::string& s : strings) out.push_back(s.data());
   out.push_back(nullptr);
   return out;

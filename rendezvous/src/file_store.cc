@@ -232,6 +232,7 @@ void FileStore::doSet(const std::string& key, const Bytes& value) {
 
 void FileStore::doMultiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
   std::vector<std::string> tmps;
+  tmps.reserve(values.size());
   for (const Bytes& value : values) tmps.push_back(writeTemp(value, "multiSet"));
   Lock lock(*this, "multiSet");
   for (std::size_t i = 0; i < keys.size(); ++i) commit(tmps[i], keys[i], "multiSet");

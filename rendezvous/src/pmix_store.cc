@@ -197,9 +197,8 @@ pmix_status_t getValue(const pmix_proc_t& proc, const std::string& key, Clock::t
   if (optional) PMIX_INFO_LOAD(&pending->info[n++], PMIX_OPTIONAL, &yes, PMIX_BOOL);
   pmix_status_t status = PMIx_Get_nb(&pending->proc, pending->key.c_str(), pending->info,
                                      pending->ninfo, onValue, pending);
-  if (status != PMIX_SUCCESS) {  // no callback will come
-    pending->release();
-    pending->release();
+  if (status != PMIX_SUCCESS) {  // no callback will come: both holders' share is ours
+    delete pending;
     return status;
   }
   {

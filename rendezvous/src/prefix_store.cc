@@ -12,7 +12,7 @@ StoreOptions innerOptions(const std::shared_ptr<Store>& inner) {
 }
 }  // namespace
 
-PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> inner)
+PrefixStore::PrefixStore(std::string prefix, const std::shared_ptr<Store>& inner)
     : PrefixStore(std::move(prefix), inner, innerOptions(inner)) {}
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> inner,

@@ -22,7 +22,7 @@ StoreOptions innerOptions(const std::shared_ptr<Store>& inner) {
 
 }  // namespace
 
-SignedStore::SignedStore(std::shared_ptr<Store> inner,
+SignedStore::SignedStore(const std::shared_ptr<Store>& inner,
                          std::shared_ptr<const secure::JobSecret> secret)
     : SignedStore(inner, std::move(secret), innerOptions(inner)) {}
 

@@ -155,7 +155,7 @@ Outcome recvAll(int fd, void* data, std::size_t size, Clock::time_point deadline
   std::size_t done = 0;
   while (done < size) {
     std::size_t got = 0;
-    const Outcome out = recvSome(fd, p + done, size - done, deadline, got);
+    Outcome out = recvSome(fd, p + done, size - done, deadline, got);
     if (out.result != Result::kOk) return out;
     done += got;
   }

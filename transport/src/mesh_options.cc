@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "collx/base/units.h"
 #include "collx/transport/options.h"
 
 namespace collx::transport {
@@ -52,7 +53,7 @@ const Setting<kind::Bytes> kTcpBuffer(
 const Setting<kind::Bytes> kTcpEagerLimit(
     {.name = "COLLX_TCP_EAGER_LIMIT",
      .component = "transport.tcp",
-     .defaultValue = 256 * 1024,
+     .defaultValue = 256 * kKiB,
      .range = {0, std::uint64_t{1} << 30},
      .help = "Largest message sent at once without waiting for the receiver (a pair uses the "
              "smaller of its ends' limits); larger ones wait until the receiver is ready and land "
@@ -62,7 +63,7 @@ const Setting<kind::Bytes> kTcpEagerLimit(
 const Setting<kind::Bytes> kShmEagerLimit(
     {.name = "COLLX_SHM_EAGER_LIMIT",
      .component = "transport.shm",
-     .defaultValue = 256 * 1024,
+     .defaultValue = 256 * kKiB,
      .range = {0, std::uint64_t{1} << 30},
      .help = "Shared memory: largest message copied through the ring at once (capped at half a "
              "ring; a pair uses the smaller of its ends' limits); larger ones are copied once, "
@@ -73,7 +74,7 @@ const Setting<kind::Bytes> kShmEagerLimit(
 const Setting<kind::Bytes> kShmGroupBytes(
     {.name = "COLLX_SHM_GROUP_BYTES",
      .component = "transport.shm",
-     .defaultValue = 256 * 1024,
+     .defaultValue = 256 * kKiB,
      .range = kind::Bytes::Range::multiplesOf(64, 4096, std::uint64_t{1} << 30),
      .help = "Shared memory: payload bytes of each of a rank's 4 group buffers, which "
              "collectives working on shared memory directly (algorithm shm) write and every rank "
@@ -154,7 +155,7 @@ const AutoSetting<kind::Integer> kIbGidIndex(
 const Setting<kind::Bytes> kIbEagerLimit(
     {.name = "COLLX_IB_EAGER_LIMIT",
      .component = "transport.ibverbs",
-     .defaultValue = 16 * 1024,
+     .defaultValue = 16 * kKiB,
      .range = {0, 1u << 20},
      .help = "RDMA: largest message sent at once (a SEND into a receive buffer the peer posted "
              "ahead; a pair uses the smaller of its ends' limits); larger ones wait until the "

@@ -33,6 +33,7 @@
 
 #include "../builders.h"
 #include "../patterns.h"
+#include "collx/base/units.h"
 
 namespace collx::algorithms {
 
@@ -44,7 +45,7 @@ constexpr std::uint64_t kScratchSlots = 4;
 // would wait for a round trip, and over shared memory move as a single copy set up per
 // piece (P = 2, AMD EPYC VM, 2026-11-28: with two pieces of 320 KiB a segment, 1.25 MiB took
 // 1.11x shm's time; with pieces of 256 KiB, 2 MiB took 165 us against shm's 183).
-constexpr std::uint64_t kChunkedPieceMaxBytes = 256 * 1024;
+constexpr std::uint64_t kChunkedPieceMaxBytes = 256 * kKiB;
 
 // Elements per piece: of chunkBytes (piecesPerSegment 0), else `piecesPerSegment` per
 // segment of the largest size `maxSeg`, more if that would exceed kChunkedPieceMaxBytes.

@@ -16,13 +16,14 @@
 #include "collx/base/error.h"
 #include "collx/base/file_name.h"
 #include "collx/base/log.h"
+#include "collx/base/units.h"
 
 namespace collx::algorithms {
 
 namespace {
 
 // Text formatted before it is written: the longest line is far shorter than the margin.
-constexpr std::size_t kTextBytes = 64 * 1024;
+constexpr std::size_t kTextBytes = 64 * kKiB;
 constexpr std::size_t kLineMargin = 2048;
 // Threads of the file (tid): the async spans' (calls, transfers) and the two whose spans
 // never overlap on them.

@@ -112,6 +112,7 @@ struct ReduceLoops {
   template <class A, class Op>
   static void native(void* dst, const void* a, const void* b, std::size_t count) {
     using V = typename Isa::template Vec<A>;
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): V is A itself where the Isa has no vectors
     constexpr std::size_t kLanes = sizeof(V) / sizeof(A);
     auto* d = static_cast<unsigned char*>(dst);
     const auto* x = static_cast<const unsigned char*>(a);

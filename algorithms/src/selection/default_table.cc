@@ -2,6 +2,7 @@
 // lists the order). docs/performance.md, "Why the built-in table chooses what it does",
 // has the measurements behind the rows.
 #include "collx/algorithms/registry.h"
+#include "collx/base/units.h"
 
 namespace collx::algorithms {
 
@@ -22,7 +23,7 @@ const std::vector<SelectionRule>& defaultSelection() {
       // selection skips them otherwise). At P = 2, allreduce from 512 KiB to 1 MiB takes
       // ring_chunked: its pieces of at most the eager limit go as two pipelined copies
       // through the pair's ring, ahead of shm's on the Zen 4 VM and the least loss on both.
-      {Collective::kAllreduce, 2, 2, 512 * 1024, 1024 * 1024, "ring_chunked", true},
+      {Collective::kAllreduce, 2, 2, 512 * kKiB, kMiB, "ring_chunked", true},
       {Collective::kAllreduce, 2, kMax, 0, kAny, "shm"},
       {Collective::kReduceScatter, 2, kMax, 0, kAny, "shm"},
       // broadcast at P = 2 stays with shm from 64 KiB to 256 KiB: scatter_allgather is
@@ -30,12 +31,12 @@ const std::vector<SelectionRule>& defaultSelection() {
       {Collective::kBroadcast, 2, kMax, 0, kAny, "shm"},
       {Collective::kAllgather, 2, kMax, 0, kAny, "shm"},
       {Collective::kBarrier, 2, kMax, 0, kAny, "shm"},
-      {Collective::kAllreduce, 1, 2, 0, 256 * 1024, "recursive_doubling"},
+      {Collective::kAllreduce, 1, 2, 0, 256 * kKiB, "recursive_doubling"},
       {Collective::kAllreduce, 1, 2, 0, kAny, "ring"},
-      {Collective::kAllreduce, 3, 8, 0, 64 * 1024, "recursive_doubling"},
-      {Collective::kAllreduce, 3, 8, 0, 4 * 1024 * 1024, "halving_doubling"},
-      {Collective::kAllreduce, 9, kMax, 0, 16 * 1024, "recursive_doubling"},
-      {Collective::kAllreduce, 9, kMax, 0, 1024 * 1024, "halving_doubling"},
+      {Collective::kAllreduce, 3, 8, 0, 64 * kKiB, "recursive_doubling"},
+      {Collective::kAllreduce, 3, 8, 0, 4 * kMiB, "halving_doubling"},
+      {Collective::kAllreduce, 9, kMax, 0, 16 * kKiB, "recursive_doubling"},
+      {Collective::kAllreduce, 9, kMax, 0, kMiB, "halving_doubling"},
       {Collective::kAllreduce, 1, kMax, 0, kAny, "ring"},
       // allgather: Open MPI's decision tree (coll_tuned_decision_fixed.c), by P and the
       // total bytes gathered (P x one rank's block); "total < X" is maxBytes X-1.
@@ -83,25 +84,25 @@ const std::vector<SelectionRule>& defaultSelection() {
       {Collective::kAllgather, 4096, kMax, 512, 4095, "recursive_doubling"},
       {Collective::kAllgather, 4096, kMax, 4096, kAny, "neighbor_exchange"},
       {Collective::kBroadcast, 1, 2, 0, kAny, "one_to_all"},
-      {Collective::kBroadcast, 3, 4, 0, 16 * 1024, "one_to_all"},
-      {Collective::kBroadcast, 5, 8, 0, 4 * 1024, "one_to_all"},
+      {Collective::kBroadcast, 3, 4, 0, 16 * kKiB, "one_to_all"},
+      {Collective::kBroadcast, 5, 8, 0, 4 * kKiB, "one_to_all"},
       {Collective::kBroadcast, 3, kMax, 0, kAny, "binomial"},
       {Collective::kBarrier, 1, kMax, 0, kAny, "dissemination"},
-      {Collective::kAllgatherv, 3, kMax, 0, 64 * 1024, "bruck"},
+      {Collective::kAllgatherv, 3, kMax, 0, 64 * kKiB, "bruck"},
       {Collective::kAllgatherv, 1, kMax, 0, kAny, "ring"},
-      {Collective::kReduceScatter, 1, kMax, 0, 256 * 1024, "recursive_halving"},
+      {Collective::kReduceScatter, 1, kMax, 0, 256 * kKiB, "recursive_halving"},
       {Collective::kReduceScatter, 1, kMax, 0, kAny, "ring"},
       // reduce over shared memory from the eager limit (256 KiB; at P = 3-4 above it),
       // where binomial's whole vectors wait for their receivers; over TCP binomial stays.
-      {Collective::kReduce, 2, 2, 256 * 1024, kAny, "reduce_scatter_gather", true},
-      {Collective::kReduce, 3, 4, 256 * 1024 + 1, kAny, "reduce_scatter_gather", true},
+      {Collective::kReduce, 2, 2, 256 * kKiB, kAny, "reduce_scatter_gather", true},
+      {Collective::kReduce, 3, 4, 256 * kKiB + 1, kAny, "reduce_scatter_gather", true},
       {Collective::kReduce, 1, kMax, 0, kAny, "binomial"},
       {Collective::kGather, 1, kMax, 0, kAny, "linear"},
       {Collective::kGatherv, 1, kMax, 0, kAny, "linear"},
       {Collective::kScatter, 1, kMax, 0, kAny, "linear"},
       {Collective::kScatterv, 1, kMax, 0, kAny, "linear"},
       {Collective::kAlltoall, 4, 4, 0, 1024, "bruck"},
-      {Collective::kAlltoall, 5, kMax, 0, 8 * 1024, "bruck"},
+      {Collective::kAlltoall, 5, kMax, 0, 8 * kKiB, "bruck"},
       {Collective::kAlltoall, 1, kMax, 0, kAny, "pairwise"},
       {Collective::kAlltoallv, 1, kMax, 0, kAny, "pairwise"},
   };

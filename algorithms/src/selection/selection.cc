@@ -187,6 +187,7 @@ Selection Selection::fromJson(std::string_view text, const std::string& source) 
             try {
               return parseBytes(written, field);
             } catch (const std::exception&) {
+              // The error below says what a byte count may be, in the rules file's terms.
             }
           }
           bad(source, at + ": " + field +

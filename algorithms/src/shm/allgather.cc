@@ -16,7 +16,7 @@ namespace collx::algorithms::shm {
 
 namespace {
 
-constexpr std::uint64_t kDirectMin = 16 * 1024, kDirectOversubscribedMin = 1 << 20;
+constexpr std::uint64_t kDirectMin = 16 * kKiB, kDirectOversubscribedMin = 1 << 20;
 
 // From 4 MiB gathered, blocks go into the output with non-temporal stores (copyStreaming),
 // which leave the group buffers and the input in the cache (the call does not read its

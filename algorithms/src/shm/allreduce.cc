@@ -35,14 +35,14 @@ namespace {
 // One-shot saves two-shot's second use, but every rank reads P whole vectors and reduces
 // all of them. At P = 2 two-shot was ahead at 4 KiB already, and more so above (smaller
 // vectors were not compared).
-constexpr std::uint64_t kOneShotBytes = 4 * 1024;
+constexpr std::uint64_t kOneShotBytes = 4 * kKiB;
 
 // Direct reads from 256 KiB, in chunks of 4 MiB / P from 64 KiB to 1 MiB: fewer, larger
 // reads cost less per byte (P = 2 on an AMD EPYC VM, 2026-11-28, interleaved against chunks
 // of 256 KiB: 1 MiB 107 against 117 us, 4 MiB 408 against 449 us; chunks of 64 KiB were
 // slower still), and the scratch they fill stays at most 4 MiB.
-constexpr std::uint64_t kDirectMin = 256 * 1024, kDirectScratch = 4 << 20;
-constexpr std::uint64_t kDirectChunkMin = 64 * 1024, kDirectChunkMax = 1 << 20;
+constexpr std::uint64_t kDirectMin = 256 * kKiB, kDirectScratch = 4 << 20;
+constexpr std::uint64_t kDirectChunkMin = 64 * kKiB, kDirectChunkMax = 1 << 20;
 constexpr std::uint64_t kDirectOversubscribedMin = 32 << 20;
 
 // Direct reads, after the first use (`use`) carried every member's offer.

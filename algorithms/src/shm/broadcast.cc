@@ -34,7 +34,7 @@ namespace collx::algorithms::shm {
 
 namespace {
 
-constexpr std::uint64_t kDirectMin = 64 * 1024, kDirectOversubscribedMin = 4 << 20;
+constexpr std::uint64_t kDirectMin = 64 * kKiB, kDirectOversubscribedMin = 4 << 20;
 constexpr std::uint64_t kStreamMin = 4 << 20;
 
 // `last`, when given: the last use.
@@ -47,7 +47,7 @@ Step<> inPieces(Call& c, std::uint64_t* last = nullptr) {
   // group agreed on oversubscribed().)
   const std::uint64_t parts = c.g.oversubscribed() ? 2 : c.size <= 2 ? 16 : 8;
   const std::uint64_t B =
-      c.size <= 2 && bytes > 256 * 1024
+      c.size <= 2 && bytes > 256 * kKiB
           ? c.bufferBytes()
           : std::min<std::uint64_t>(
                 c.bufferBytes(),
@@ -80,7 +80,7 @@ Step<> inPieces(Call& c, std::uint64_t* last = nullptr) {
 // did alike up to 256 KiB; from 1 MiB the smaller heads did better, a quarter best at 4
 // MiB; reading the whole vector directly was the slowest at every size.
 std::uint64_t headOf(std::uint64_t bytes) {
-  return (bytes <= 256 * 1024 ? bytes / 2 : bytes / 4) / 64 * 64;
+  return (bytes <= 256 * kKiB ? bytes / 2 : bytes / 4) / 64 * 64;
 }
 
 // Bytes [head, bytes) in pieces of B through the root's group buffers: the root copies each

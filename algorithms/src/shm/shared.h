@@ -27,6 +27,7 @@
 #include "collx/algorithms/registry.h"
 #include "collx/algorithms/tracer.h"
 #include "collx/base/copy.h"
+#include "collx/base/units.h"
 #include "collx/transport/shared_group.h"
 
 namespace collx::algorithms::shm {
@@ -51,7 +52,7 @@ class FrameStack {
   void release(std::size_t previous) noexcept { top_ = previous; }
 
  private:
-  static constexpr std::size_t kBytes = 16 * 1024;
+  static constexpr std::size_t kBytes = 16 * kKiB;
   alignas(std::max_align_t) unsigned char buffer_[kBytes];
   std::size_t top_ = 0;
 };

@@ -144,6 +144,7 @@ std::string rankList(const std::vector<int>& ranks) {
 std::pair<std::vector<int>, int> hostLayout(const std::vector<PeerInfo>& peers) {
   std::map<std::string, int> index;
   std::vector<int> hostOf;
+  hostOf.reserve(peers.size());
   for (const PeerInfo& peer : peers) {
     hostOf.push_back(
         index.emplace(hostIdentity(peer), static_cast<int>(index.size())).first->second);
@@ -237,6 +238,7 @@ void Context::join() {
                                    rendezvous::toString(agreed));
   }
   std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r) keys.push_back(rankKey(r));
   std::vector<Bytes> records;
   try {
@@ -297,6 +299,7 @@ std::unique_ptr<transport::Mesh> connectMesh(const transport::MeshOptions& mesh,
   auto transports = std::make_unique<transport::Mesh>(mesh);
   store.set("transport/" + std::to_string(mesh.rank), transports->address());
   std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(mesh.size));
   for (int r = 0; r < mesh.size; ++r) keys.push_back("transport/" + std::to_string(r));
   std::vector<rendezvous::Bytes> blobs;
   try {
@@ -306,6 +309,7 @@ std::unique_ptr<transport::Mesh> connectMesh(const transport::MeshOptions& mesh,
                                   std::to_string(timeout.count()) + " ms: " + e.detail());
   }
   std::vector<std::string> addresses;
+  addresses.reserve(blobs.size());
   for (const auto& blob : blobs) addresses.push_back(rendezvous::toString(blob));
   transports->connect(addresses, deadline);
   return transports;
@@ -378,7 +382,7 @@ bool agreeOnSharedMemory(detail::Runtime& runtime, const algorithms::EngineOptio
       runtime, static_cast<std::uint8_t>(
                    (whole ? kWhole : 0) | (engine.spin.count() > 0 ? kSpins : 0) |
                    (whole && group->canReadPeers() ? kReads : 0) | (tracing ? kTraces : 0)));
-  if (all & kWhole) {
+  if ((all & kWhole) && group != nullptr) {  // every rank's bit, this one's too
     runtime.group = group;
     runtime.policy.sharedMemory = true;
     const auto spin = (all & kSpins) ? engine.spin : std::chrono::microseconds(0);
@@ -560,6 +564,7 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
     try {
       number = std::stoull(head);
     } catch (const std::exception&) {
+      // Not a number: 0, which the checks below report as a malformed record.
     }
   }
   std::string problem;  // this rank's verdict, "" if it agrees
@@ -576,10 +581,12 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
   // these ranks and can read every member's memory (every member must agree on both).
   transport::SharedGroup* shared = runtime_->engine->mesh().sharedGroup();
   std::vector<int> meshRanks;
+  meshRanks.reserve(ranks.size());
   for (int r : ranks) meshRanks.push_back(runtime_->meshRank(r));
   transport::SlotOffer offer;
   // Its waits poll as a context of just its ranks would: whether they outnumber their CPUs.
   std::vector<PeerInfo> members;
+  members.reserve(ranks.size());
   for (int r : ranks) members.push_back(peers_[static_cast<std::size_t>(r)]);
   int local = 0;
   std::size_t cores = 0;
@@ -611,6 +618,7 @@ std::shared_ptr<Context> Context::split(const std::vector<int>& ranks, const std
                                              : problem);
   // Every member's verdict (a member that never comes: a TimeoutError naming it).
   std::vector<std::string> acks;
+  acks.reserve(ranks.size());
   for (int r : ranks) acks.push_back(ackKey(r));
   std::vector<Bytes> verdicts;
   try {

@@ -3,13 +3,14 @@
 #include <mutex>
 
 #include "collx/base/log.h"
+#include "collx/base/units.h"
 
 namespace collx {
 
 const Setting<kind::Bytes> kTorchEagerBytes(
     {.name = "COLLX_TORCH_EAGER_BYTES",
      .component = "torch",
-     .defaultValue = 64 * 1024,
+     .defaultValue = 64 * kKiB,
      .range = {0, std::uint64_t{1} << 40},
      .help = "PyTorch backend: a collective whose buffers hold at most this many bytes runs to "
              "completion on the calling thread (its work handle is complete when returned) "

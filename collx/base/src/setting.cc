@@ -290,8 +290,8 @@ typename TypedSetting<Kind>::Value TypedSetting<Kind>::parse(std::string_view te
 }
 
 template <typename Kind>
-const typename TypedSetting<Kind>::Value& TypedSetting<Kind>::check(const Value& value,
-                                                                    std::string_view what) const {
+typename TypedSetting<Kind>::Value TypedSetting<Kind>::check(const Value& value,
+                                                             std::string_view what) const {
   if (holds(range_, value)) return value;
   throw InvalidArgument(
       Where{-1, "config", -1},

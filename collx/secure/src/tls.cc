@@ -19,6 +19,7 @@
 
 #include "collx/base/error.h"
 #include "collx/base/setting.h"
+#include "collx/base/units.h"
 
 namespace collx::secure {
 
@@ -330,7 +331,7 @@ TlsStream::TlsStream(std::shared_ptr<const TlsContext> context, int fd, Role rol
     throw IoError(Where{-1, kWhat, -1}, "OpenSSL could not make a TLS connection: " + why);
   }
   // With read-ahead (after the handshake), one read takes in several records.
-  SSL_set_default_read_buffer_len(ssl_, 128 * 1024);
+  SSL_set_default_read_buffer_len(ssl_, 128 * kKiB);
   if (role_ == Role::kClient) {
     SSL_set_connect_state(ssl_);
     if (!host_.empty()) {

@@ -196,6 +196,7 @@ std::vector<Pair*> IbDevice::connect(const std::vector<int>& peers,
     }
   }
   std::vector<Pair*> out;
+  out.reserve(peers.size());
   for (int peer : peers) out.push_back(pairs_[peer].get());
   COLLX_DEBUG(kIbverbs, "rank {}: connected to {} peers over ibverbs ({})", job_.rank, peers.size(),
               port_.describe());

@@ -80,8 +80,9 @@ const char* opName(const ibv_wc& wc) {
       return "RDMA WRITE WITH IMMEDIATE";
     case kTagProbe:
       return "RDMA WRITE (liveness probe)";
+    default:
+      return "work request";
   }
-  return "work request";
 }
 
 }  // namespace
@@ -100,7 +101,7 @@ IbPair::IbPair(int peer, LinkState& link, std::shared_ptr<const VerbsLibrary> li
       higher_(link.rank > peer) {
   const std::uint64_t payload = std::max<std::uint64_t>(options_.eagerLimit, kMinSlotPayload);
   slotBytes_ = (kPayloadOffset + payload + 63) / 64 * 64;
-  slotCount_ = static_cast<std::size_t>(options_.slots + kSpareSlots);
+  slotCount_ = static_cast<std::size_t>(options_.slots) + kSpareSlots;
 
   ibv_qp_init_attr init{};
   init.send_cq = cq;
@@ -496,6 +497,8 @@ void IbPair::onCompletion(const ibv_wc& wc) {
     case kTagProbe:
       --sendsOut_;
       probing_ = false;
+      return;
+    default:  // every work request this pair posts carries one of the tags above
       return;
   }
   fail("a completion with an unknown wr_id " + std::to_string(wc.wr_id));

@@ -94,7 +94,7 @@ MemoryMonitor::MemoryMonitor(Key, int uffd, int stopFd)
 MemoryMonitor::~MemoryMonitor() {
   if (pid_ != ::getpid()) {
     // A fork child's copy: the thread is the parent's. Its memory is left alone.
-    (void)thread_.release();
+    (void)thread_.release();  // NOLINT(bugprone-unused-return-value): left to the parent
   } else if (thread_ != nullptr) {
     const std::uint64_t one = 1;
     [[maybe_unused]] const auto n = ::write(stopFd_, &one, sizeof one);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "collx/base/copy.h"
+#include "collx/base/units.h"
 
 namespace collx::transport {
 
@@ -12,7 +13,7 @@ namespace {
 constexpr std::uint32_t kIndexBits = ProtocolPair::kTransferIndexBits;
 constexpr std::uint32_t kIndexMask = (1u << kIndexBits) - 1;
 // An ERROR frame's text is bounded: anything longer is a corrupt stream.
-constexpr std::uint64_t kMaxErrorText = 64 * 1024;
+constexpr std::uint64_t kMaxErrorText = 64 * kKiB;
 
 }  // namespace
 

@@ -41,6 +41,7 @@ ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
     : SharedGroup(
           [&] {
             std::vector<int> ranks;
+            ranks.reserve(members.size());
             for (const auto& m : members) ranks.push_back(m.rank);
             return ranks;
           }(),

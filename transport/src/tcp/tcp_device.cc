@@ -607,11 +607,7 @@ std::vector<std::vector<std::unique_ptr<secure::TlsStream>>> TcpDevice::startTls
            static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
     std::vector<Shake*> still;
     for (std::size_t k = 0; k < open.size(); ++k) {
-      if (polled[k].revents == 0) {
-        still.push_back(open[k]);
-      } else if (!step(*open[k])) {
-        still.push_back(open[k]);
-      }
+      if (polled[k].revents == 0 || !step(*open[k])) still.push_back(open[k]);
     }
     open.swap(still);
   }

@@ -26,8 +26,9 @@ const char* ackText(std::uint32_t status) {
       return "one of the two ranks holds a job secret and the other does not";
     case kAckTlsMismatch:
       return "one of the two ranks uses TLS (COLLX_TLS=1) and the other does not";
+    default:
+      return "unknown refusal";
   }
-  return "unknown refusal";
 }
 
 HelloVerdict checkHello(const Hello& hello, const HelloExpectation& expect, bool fromPeer) {

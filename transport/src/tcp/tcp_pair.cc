@@ -12,14 +12,15 @@
 #include "../no_cancel.h"
 #include "collx/base/copy.h"
 #include "collx/base/log.h"
+#include "collx/base/units.h"
 
 namespace collx::transport::tcp {
 
 namespace {
 
-constexpr std::size_t kStagingBytes = 64 * 1024;
+constexpr std::size_t kStagingBytes = 64 * kKiB;
 // Payloads at least this large are read straight into their destination, not via staging.
-constexpr std::uint64_t kDirectReadBytes = 16 * 1024;
+constexpr std::uint64_t kDirectReadBytes = 16 * kKiB;
 constexpr int kMaxIov = 64;
 // Bytes one sendmsg takes at most, when both ends of a connection run at once (each rank has
 // a core: TcpPairOptions::shortWrites). While it copies, a sendmsg holds its socket, and
@@ -30,7 +31,7 @@ constexpr int kMaxIov = 64;
 // (benchmarks/README.md: "TCP writes of at most 512 KiB": 256 KiB on the Xeon VM; on the
 // AMD EPYC VM 512 KiB was 1.12-1.23x faster from 1 MiB, and 128 KiB or less, or no limit,
 // slower).
-constexpr std::uint64_t kWriteBytes = 512 * 1024;
+constexpr std::uint64_t kWriteBytes = 512 * kKiB;
 // Bytes one progress() reads from one stream before giving the other pairs a turn.
 constexpr std::uint64_t kReadBudget = 32u << 20;
 
@@ -342,7 +343,6 @@ bool TcpPair::flush(Stream& s) {
       if (left < need) {
         f.sent += left;
         s.partialLane = laneOf[i];
-        left = 0;
         break;
       }
       left -= need;

@@ -427,6 +427,7 @@ std::optional<SummaryCall> jobCall(const Summaries& summaries, std::int64_t& cal
       job = c;
     }
   }
+  if (job == nullptr) return std::nullopt;
   return *job;
 }
 
@@ -758,7 +759,7 @@ std::string writeReport(const std::string& dir, const Diagnosis& d) {
   const Where where{-1, "hang report", -1};
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const std::string path = dir + "/" + reportFileName(d);
+  std::string path = dir + "/" + reportFileName(d);
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

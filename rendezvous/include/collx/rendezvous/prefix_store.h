@@ -11,7 +11,7 @@ namespace collx::rendezvous {
 class PrefixStore final : public Store {
  public:
   // `inner` must not be null. The timeout and rank default to the inner store's.
-  PrefixStore(std::string prefix, std::shared_ptr<Store> inner);
+  PrefixStore(std::string prefix, const std::shared_ptr<Store>& inner);
   PrefixStore(std::string prefix, std::shared_ptr<Store> inner, const StoreOptions& options);
 
   std::string describe() const override;

@@ -20,7 +20,7 @@ namespace collx::rendezvous {
 class SignedStore final : public Store {
  public:
   // `inner` and `secret` must not be null. The timeout and rank default to the inner store's.
-  SignedStore(std::shared_ptr<Store> inner, std::shared_ptr<const secure::JobSecret> secret);
+  SignedStore(const std::shared_ptr<Store>& inner, std::shared_ptr<const secure::JobSecret> secret);
   SignedStore(std::shared_ptr<Store> inner, std::shared_ptr<const secure::JobSecret> secret,
               const StoreOptions& options);
   ~SignedStore() override;

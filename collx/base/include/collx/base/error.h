@@ -48,12 +48,14 @@ class Error : public std::runtime_error {
   std::string detail_;
 };
 
+// NOLINTBEGIN(bugprone-macro-parentheses): Name is a class name, Kind an enumerator
 #define COLLX_DECLARE_ERROR_KIND(Name, Kind)                  \
   class Name : public Error {                                 \
    public:                                                    \
     Name(Where where, const std::string& detail)              \
         : Error(ErrorKind::Kind, std::move(where), detail) {} \
   }
+// NOLINTEND(bugprone-macro-parentheses)
 
 COLLX_DECLARE_ERROR_KIND(IoError, kIo);
 COLLX_DECLARE_ERROR_KIND(TimeoutError, kTimeout);

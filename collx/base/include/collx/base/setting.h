@@ -261,7 +261,7 @@ class TypedSetting : public SettingInfo {
   Value parse(std::string_view text, std::string_view what) const;
   // `value`, given in code (an explicit option), if the range holds it; else throws
   // InvalidArgument naming `what` and this setting.
-  const Value& check(const Value& value, std::string_view what) const;
+  Value check(const Value& value, std::string_view what) const;
   // The environment's value, or std::nullopt when unset. Throws InvalidArgument naming the
   // variable, the value and the range.
   std::optional<Value> find(const Config& config) const;

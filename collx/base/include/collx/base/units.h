@@ -10,6 +10,11 @@
 
 namespace collx {
 
+// Byte sizes written in code: 64 * kKiB is an unsigned 64-bit product, where 64 * 1024 is an
+// int one (which overflows past 2 GiB before it is widened).
+inline constexpr std::uint64_t kKiB = 1024;
+inline constexpr std::uint64_t kMiB = 1024 * kKiB;
+
 // A whole decimal integer in [min, max]. Throws InvalidArgument naming `what` (the variable
 // or flag) and the text.
 std::int64_t parseInt(std::string_view text, std::int64_t min, std::int64_t max,
