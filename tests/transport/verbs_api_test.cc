@@ -111,7 +111,7 @@ TEST(VerbsLoader, NoDeviceIsAReason) {
   unsetenv("COLLX_VERBS_EMU_DEVICES");
   EXPECT_FALSE(probe.usable());
   EXPECT_TRUE(probe.devices.empty());
-  EXPECT_EQ(probe.unavailable, std::string(COLLX_VERBS_EMU_PATH) + " found no RDMA device");
+  EXPECT_EQ(probe.unavailable, COLLX_VERBS_EMU_PATH " found no RDMA device");
 }
 
 TEST(VerbsLoader, QueryPortFillsTheWholeStructure) {
