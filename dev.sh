@@ -4,7 +4,8 @@
 #                    (allreduce, 4 B to 64 MiB) over 4 local ranks through collx-run on its
 #                    embedded TCP store
 #   ./dev.sh test    install what is missing, check the sources' layout (clang-format-14),
-#                    build, and run the whole test suite (ctest: the C++ suites and the
+#                    build, check the libraries' sources with clang-tidy-22 (.clang-tidy),
+#                    and run the whole test suite (ctest: the C++ suites and the
 #                    pytest suites of the Python module and the PyTorch backend), then the
 #                    Python and torch suites again in a Debian 13 root (torch 2.6, Python
 #                    3.13, numpy 2; tests/debian13/), then the concurrency suites under
@@ -12,6 +13,7 @@
 #                    declaration leaves out there), then each fuzz harness for a few
 #                    seconds (clang-14, libFuzzer; tests/fuzz/README.md); prints each
 #                    stage's time at the end
+#   ./dev.sh tidy    install what is missing, configure, and run only the clang-tidy check
 # Debian 12, as root (apt-get installs with --no-install-recommends; nothing is downloaded
 # at build time). Knobs: BUILD_DIR (default build), JOBS (default nproc), SANITIZERS=0 to
 # skip the sanitizer builds, FUZZ=0 to skip the fuzz smoke, DEBIAN13=0 to skip the Debian 13
@@ -37,8 +39,9 @@ PACKAGES=(
   # The fuzz harnesses: libFuzzer's runtime is in libclang-rt-14-dev, which clang-14 only
   # recommends.
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
-  # The format check (.clang-format), the test command's first stage.
-  clang-format-14
+  # The format check (.clang-format), the test command's first stage, and clang-tidy
+  # (.clang-tidy) after the Release build.
+  clang-format-14 clang-tidy-22
   # The Debian 13 root (tests/debian13/root.sh).
   mmdebstrap
 )
@@ -120,12 +123,39 @@ check_format() {
   fi
 }
 
+# clang-tidy-22 as .clang-tidy says (bug patterns, performance, the static analyzer) over the
+# libraries' and tools' sources in $1's compile_commands.json (the tests, benchmarks and
+# Python module are left out); lists each finding once and fails on any.
+check_tidy() {
+  local dir=$1 log="$1/clang-tidy.log"
+  local files="$PWD/(collx|transport|rendezvous|algorithms)/"
+  local n
+  n=$(grep -cE "\"file\": \"$files" "$dir/compile_commands.json" || true)
+  say "clang-tidy-22 over $n sources ($log)"
+  if ! run-clang-tidy-22 -quiet -p "$dir" -j "$JOBS" "^$files" 2>&1 \
+      | sed 's/\x1b\[[0-9;]*m//g' >"$log"; then
+    grep -E '^/.*: (warning|error): ' "$log" | sort -u >&2 || tail -n 30 "$log" >&2
+    echo "dev.sh: clang-tidy found the above (the whole output: $log); fix them, or turn" \
+      "a check off in .clang-tidy saying why" >&2
+    exit 1
+  fi
+}
+
+tidy() {
+  install_deps
+  configure "$BUILD_DIR"
+  check_tidy "$BUILD_DIR"
+}
+
 run_tests() {
   install_deps
   local t=$SECONDS
   check_format
   configure_and_build "$BUILD_DIR"
   stage_done "Release build" $t
+  t=$SECONDS
+  check_tidy "$BUILD_DIR"
+  stage_done "clang-tidy" $t
   say "test suite"
   t=$SECONDS
   ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure --timeout 600
@@ -200,6 +230,7 @@ run_tests() {
 case "${1:-}" in
   bench) bench ;;
   test) run_tests ;;
+  tidy) tidy ;;
   *)
     sed -n '2,/^set -e/{/^set -e/!p}' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
