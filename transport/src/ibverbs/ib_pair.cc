@@ -498,8 +498,8 @@ void IbPair::onCompletion(const ibv_wc& wc) {
       --sendsOut_;
       probing_ = false;
       return;
-    default:  // every work request this pair posts carries one of the tags above
-      return;
+    default:  // not a tag this pair posts: the failure below
+      break;
   }
   fail("a completion with an unknown wr_id " + std::to_string(wc.wr_id));
 }
