@@ -1,7 +1,8 @@
 """What torch 2.x training calls, on backend collx against backend gloo in the same
 processes, at P = 2, 3 and 4 (workers/torch_training.py): coalesced all_gather_into_tensor,
 reduce_scatter_tensor and all_reduce (_coalescing_manager), batch_isend_irecv,
-monitored_barrier, functional collectives eager and under torch.compile, new_group,
+monitored_barrier, functional collectives eager and under torch.compile (compiled at P = 2
+only: the graph is the same at every P, and compiling it costs each rank seconds), new_group,
 DeviceMesh (1-D and 2-D), DTensor, DDP with uneven batches, FSDP2 where the torch runs it on
 CPU, and abort() from a watchdog thread. A case this torch cannot run reports itself
 skipped, saying why (torch 1.13 has no DeviceMesh; torch 2.6's FSDP2 fails on CPU with gloo

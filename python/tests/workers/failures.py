@@ -120,15 +120,17 @@ try:
     elif scenario == "dump_state":
         # Rank 1 is busy in Python while rank 0 waits in an allreduce; another thread of rank
         # 0 asks for a hang report, which names rank 1.
+        # (rank 0 marks the report made with a file beside both ranks' outputs)
+        reported = os.path.join(os.path.dirname(out), "dump_state.reported")
         if R == 1:
             deadline = time.monotonic() + 20
-            while not os.path.exists(out + ".reported") and time.monotonic() < deadline:
+            while not os.path.exists(reported) and time.monotonic() < deadline:
                 time.sleep(0.02)
         else:
             def report():
                 time.sleep(0.3)
                 result["report"] = ctx.dump_state()
-                open(out + ".reported", "w").close()
+                open(reported, "w").close()
             reporter = threading.Thread(target=report)
             reporter.start()
         ctx.allreduce(np.ones(16, np.float32))
