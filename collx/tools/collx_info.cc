@@ -169,6 +169,18 @@ void printLaunch(const collx::Config& config) {
                        address,
                    4, 96)
             << "\n";
+  try {
+    address = collx::transport::unroutedTcpAddress(config);
+  } catch (const collx::Error& e) {
+    address = "cannot tell: " + e.detail();
+  }
+  std::cout << "  "
+            << collx::cli::wrap(
+                   "the address ranks' tcp connections use when the store gives none to route "
+                   "toward (a file:// store, PMIx; COLLX_IFNAME overrides): " +
+                       address,
+                   4, 96)
+            << "\n";
 }
 
 void printInfo() {

@@ -6,7 +6,9 @@
 # VERBS_EMU, RDMA verbs on the userspace verbs device) between hosts.
 # One collx-run per host (--nnodes N --node-rank I --master-addr <host 0>), 2 ranks each,
 # runs collx-bench: the hierarchical allreduce, broadcast and allgather, the defaults, and
-# a run with named /dev/shm arenas, ring and hierarchical in TLS (COLLX_TLS=1). Every run
+# a run with named /dev/shm arenas, a ring with the hosts meeting through a directory they
+# share (a file:// store: no store address to route toward), ring and hierarchical in TLS
+# (COLLX_TLS=1). Every run
 # must report N hosts, shm and tcp peers and no wrong element; afterwards no namespace,
 # link, process or /dev/shm file may be left.
 #
@@ -112,6 +114,13 @@ run_bench() {
   shift
   RUN=$((RUN + 1))
   local port=$((PORT + RUN))
+  # FILE_STORE=1: the hosts meet through a directory they share (a file:// store, as on an
+  # NFS home) instead of node 0's TCP store: no store address to route toward.
+  local meet=(--master-addr "$NET.10" --master-port "$port")
+  if [ "${FILE_STORE:-0}" = 1 ]; then
+    mkdir -p "$WORK/store-$RUN"
+    meet=(--store "file://$WORK/store-$RUN")
+  fi
   PIDS=()
   for ((i = 0; i < HOSTS; i++)); do
     ip netns exec "$PREFIX-$i" unshare --uts --mount sh -c '
@@ -123,11 +132,12 @@ run_bench() {
       ls -A /dev/shm >"$shm"
       exit $code' sh "$PREFIX-host$i" "$WORK/$name.$i" "$WORK/$name.shm.$i" \
       "$BIN/collx-run" -n "$RANKS" --nnodes "$HOSTS" --node-rank "$i" \
-      --master-addr "$NET.10" --master-port "$port" --job-id "mh$ID-$RUN" --timeout 60s \
+      "${meet[@]}" --job-id "mh$ID-$RUN" --timeout 60s \
       --secret-file "$SECRET" -- \
       "$BIN/collx-bench" "$@" &
     PIDS+=($!)
   done
+  [ -z "${CUT_AFTER:-}" ] || cut_link "$CUT_AFTER"
   local first=0 code
   for pid in "${PIDS[@]}"; do
     wait "$pid"
@@ -136,6 +146,14 @@ run_bench() {
   done
   PIDS=()
   return "$first"
+}
+
+# CUT_AFTER=S: S seconds into a run, the last host's link goes down at the bridge (no FIN, no
+# RST reaches anyone: a cut cable); CUT_AT receives the time (date +%s.%N).
+cut_link() {
+  sleep "$1"
+  CUT_AT=$(date +%s.%N)
+  ip link set "cxv${ID}h$((HOSTS - 1))" down || fail "cannot take host $((HOSTS - 1))'s link down"
 }
 
 # Checks a run's output on host 0: N hosts, P ranks, shm and $XPORT (tcp) peers, #wrong 0 on every
@@ -183,6 +201,44 @@ else
   bench allreduce-posix-arenas -c allreduce -a hierarchical --in-place --sizes 4,65536 -w 1 -n 3
   check_run allreduce-posix-arenas hierarchical
   ENV_EXTRA=""
+  # Hosts that meet through a shared directory, with no COLLX_IFNAME: each rank publishes an
+  # address the other hosts reach (its eth0's; its host name resolves to nothing here), not
+  # loopback. A rank that published loopback would leave its peers waiting out the connect
+  # deadline (20 s here).
+  FILE_STORE=1 ENV_EXTRA="COLLX_TIMEOUT=20s"
+  bench allreduce-file-store -c allreduce -a ring --sizes "$SIZES" -w 1 -n 3
+  check_run allreduce-file-store ring
+  FILE_STORE=0 ENV_EXTRA=""
+  # A cut link: 2 s into a loop of 4 MiB ring allreduces, the last host's link goes down. The
+  # other hosts' ranks fail at COLLX_PEER_TIMEOUT (1 s here) after they last heard from it,
+  # far before the 30 s deadline, every one naming a rank of the lost host (a rank whose
+  # ring neighbour noticed first learns it from that neighbour). The hosts meet through the
+  # shared directory: with node 0's TCP store, node 0's collx-run would keep it up for the
+  # lost node for minutes after the job failed.
+  lost="$(((HOSTS - 1) * RANKS))"
+  FILE_STORE=1 ENV_EXTRA="COLLX_TIMEOUT=30s COLLX_PEER_TIMEOUT=1s" CUT_AFTER=2
+  start=$(date +%s.%N)
+  if run_bench cut-link -c allreduce -a ring --sizes 4194304 -w 1 -n 100000; then
+    fail "cut-link: the job went on without the lost host"
+  fi
+  FILE_STORE=0 ENV_EXTRA="" CUT_AFTER=""
+  ended=$(date +%s.%N)
+  for ((i = 0; i < HOSTS - 1; i++)); do
+    for ((r = i * RANKS; r < (i + 1) * RANKS; r++)); do
+      line=$(grep -m1 "IoError: rank $r:" "$WORK/cut-link.$i") ||
+        fail "cut-link: rank $r failed without an IoError; host $i printed:
+$(cat "$WORK/cut-link.$i")"
+      echo "$line" | grep -qE "rank ($lost|$((lost + 1))) \(tcp [^)]*\) has answered nothing" ||
+        fail "cut-link: rank $r's error names no rank of the lost host: $line"
+    done
+  done
+  took=$(awk -v a="$CUT_AT" -v b="$ended" 'BEGIN { printf "%.1f", b - a }')
+  # Every host's collx-run returned (the lost host's ranks fail too: they hear nothing from
+  # the others) within the peer timeout and the launchers' slack, not at the 30 s deadline.
+  awk -v t="$took" 'BEGIN { exit !(t < 10) }' ||
+    fail "cut-link: the job ended ${took}s after the cut (COLLX_PEER_TIMEOUT=1s)"
+  ip link set "cxv${ID}h$((HOSTS - 1))" up
+  say "ok: cut-link (every other host's ranks named a rank of host $((HOSTS - 1)); ended ${took}s after the cut)"
   # TLS between the hosts (COLLX_TLS=1: node 0's store and every tcp connection across hosts),
   # one CA and certificate made by docs/running.md's OpenSSL lines; ring and hierarchical, so
   # both the ring's cross-host pairs and the leaders' carry data.

@@ -20,12 +20,13 @@ class Job : public test::WorkerJob {
  public:
   Job(int size, const std::vector<std::string>& args, const std::string& timeout,
       std::function<std::vector<std::string>(int)> argsFor = nullptr,
-      const std::string& transport = "auto")
+      const std::string& transport = "auto", const std::map<std::string, std::string>& more = {})
       : WorkerJob(
             size, "failure-test", [&](int r) { return argsFor ? argsFor(r) : args; },
             [&](int) {
               std::map<std::string, std::string> env{{"COLLX_TIMEOUT", timeout},
                                                      {"COLLX_TRANSPORT", transport}};
+              env.insert(more.begin(), more.end());
 #ifdef COLLX_VERBS_EMU_PATH
               if (transport == "ibverbs") env["COLLX_IBVERBS_LIBRARY"] = COLLX_VERBS_EMU_PATH;
 #endif
@@ -117,6 +118,55 @@ TEST_P(ProcessFailures, RanksThatDisagreeOnTheCountBothRaiseMismatch) {
   }
 }
 
+// Liveness (COLLX_PEER_TIMEOUT, transport/src/liveness.h): a rank that stops answering
+// without closing its connections fails every other rank's call at the peer timeout, long
+// before the deadline, and every error names it, not a neighbour (the ranks that wait on it
+// notice; the others learn it from them). Over the pairs' media: tcp, and ibverbs where
+// built (whose queue pairs answer in the stopped process's stead: the pings notice).
+class Liveness : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Liveness, AStoppedRankFailsEveryOtherRankAtThePeerTimeoutNamingIt) {
+  Job job(4, {"loop", "1000", "0"}, "60s", nullptr, GetParam(), {{"COLLX_PEER_TIMEOUT", "1s"}});
+  ASSERT_TRUE(job.allReady());
+  job.rank(2).signal(SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  for (int r : {0, 1, 3}) {
+    ASSERT_TRUE(job.rank(r).wait(20s)) << "rank " << r << " did not notice";
+    const auto took = std::chrono::steady_clock::now() - stopped;
+    EXPECT_EQ(job.rank(r).exitCode(), 10) << "rank " << r << ": " << job.rank(r).err();
+    const std::string& err = job.rank(r).err();
+    EXPECT_NE(err.find("rank 2 ("), std::string::npos) << "rank " << r << ": " << err;
+    EXPECT_NE(err.find("has answered nothing for"), std::string::npos)
+        << "rank " << r << ": " << err;
+    // At the peer timeout (1 s) from the last thing heard: not at once, and long before the
+    // 60 s deadline (the bound is the timeout plus 0.5 s; this allows a loaded
+    // machine more).
+    EXPECT_GE(took, 500ms) << "rank " << r;
+    EXPECT_LT(took, 4s) << "rank " << r;
+  }
+  job.rank(2).signal(SIGKILL);
+  job.rank(2).signal(SIGCONT);
+  ASSERT_TRUE(job.rank(2).wait(5s));
+}
+
+TEST_P(Liveness, ARankBusyOutsideCollxStillAnswersAndIsNeverFailed) {
+  // Rank 1 sleeps in its own code before call 2 (worker.cc's hang "sleep"), 16 times the peer
+  // timeout: its liveness thread answers the others' pings, so they wait until their
+  // deadline (4 s) and time out, naming it; nobody fails it as silent.
+  Job job(3, {"hang", "1000", "3"}, "4s", nullptr, GetParam(),
+          {{"COLLX_PEER_TIMEOUT", "250ms"},
+           {"TEST_WORKER_HANG_RANK", "1"},
+           {"TEST_WORKER_HANG_CASE", "sleep"}});
+  ASSERT_TRUE(job.allReady());
+  for (int r : {0, 2}) {
+    ASSERT_TRUE(job.rank(r).wait(20s)) << "rank " << r;
+    EXPECT_EQ(job.rank(r).exitCode(), 11) << "rank " << r << ": " << job.rank(r).err();
+    EXPECT_EQ(job.rank(r).err().find("answered nothing"), std::string::npos) << job.rank(r).err();
+  }
+  job.rank(1).signal(SIGKILL);
+  ASSERT_TRUE(job.rank(1).wait(5s));
+}
+
 const std::vector<std::string> kTransports = {"tcp", "shm",
 #ifdef COLLX_VERBS_EMU_PATH
                                               "ibverbs"
@@ -124,6 +174,15 @@ const std::vector<std::string> kTransports = {"tcp", "shm",
 };
 
 INSTANTIATE_TEST_SUITE_P(Transports, ProcessFailures, ::testing::ValuesIn(kTransports),
+                         [](const auto& p) { return p.param; });
+
+const std::vector<std::string> kPairTransports = {"tcp",
+#ifdef COLLX_VERBS_EMU_PATH
+                                                  "ibverbs"
+#endif
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, Liveness, ::testing::ValuesIn(kPairTransports),
                          [](const auto& p) { return p.param; });
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "collx/base/log.h"
+#include "liveness.h"
 #include "no_cancel.h"
 #include "self_device.h"
 #include "shm/shm_device.h"
@@ -107,6 +108,21 @@ Mesh::Mesh(const MeshOptions& options) : options_(options) {
   }
   pairs_.assign(static_cast<std::size_t>(options_.size), nullptr);
   transportNames_.assign(static_cast<std::size_t>(options_.size), "");
+  if (options_.size > 1 && options_.peerTimeout.count() > 0) {
+    // On the address the tcp transport listens on, which the other hosts reach (with no tcp
+    // device, the one it would take).
+    std::string ip;
+    for (const auto& device : devices_) {
+      if (std::string(device->name()) != "tcp") continue;
+      ip = device->address().substr(0, device->address().rfind(':'));
+      if (ip.size() >= 2 && ip.front() == '[') ip = ip.substr(1, ip.size() - 2);
+    }
+    if (ip.empty()) ip = tcp::localAddress(options_.tcp, options_.rank);
+    liveness_ = std::make_unique<Liveness>(options_.rank, options_.size,
+                                           jobHash(options_.jobId, options_.generation),
+                                           options_.secret, ip);
+    watch_.assign(static_cast<std::size_t>(options_.size), Watch{});
+  }
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wakeFd_ < 0) {
     throw IoError(Where{options_.rank, "transport", -1},
@@ -116,6 +132,7 @@ Mesh::Mesh(const MeshOptions& options) : options_(options) {
 
 Mesh::~Mesh() {
   devices_.clear();  // pairs say goodbye and close their sockets
+  liveness_.reset();
   if (wakeFd_ >= 0) ::close(wakeFd_);
 }
 
@@ -125,6 +142,7 @@ std::string Mesh::address() const {
     if (!out.empty()) out += ";";
     out += std::string(device->name()) + "=" + device->address();
   }
+  if (liveness_) out += ";live=" + liveness_->address();
   return out;
 }
 
@@ -177,6 +195,14 @@ void Mesh::connect(const std::vector<std::string>& addresses, Clock::time_point 
     if (peersOf[d].empty()) continue;
     std::vector<Pair*> pairs = devices_[d]->connect(peersOf[d], addressesOf[d], deadline);
     for (std::size_t i = 0; i < pairs.size(); ++i) pairs_[peersOf[d][i]] = pairs[i];
+  }
+  if (liveness_) {
+    std::vector<std::string> live(static_cast<std::size_t>(n));
+    for (int peer = 0; peer < n; ++peer) {
+      auto it = published[peer].find("live");
+      if (it != published[peer].end()) live[static_cast<std::size_t>(peer)] = it->second;
+    }
+    liveness_->setPeers(live);
   }
   for (auto& device : devices_) {
     if (SharedGroup* group = device->sharedGroup()) {
@@ -247,6 +273,11 @@ bool Mesh::progress(std::chrono::microseconds wait, bool tryDirect) {
     fail(error);
     throw error;
   }
+  if (liveness_ && wait.count() > 0) {
+    // (Only where the call went to sleep: a spinning call heard from its peers just now.)
+    const Clock::time_point now = Clock::now();
+    if (now >= nextCheck_) checkLiveness(now);
+  }
   bool moved = false;
   if (ready > 0 && (fds_[0].revents & POLLIN)) {
     std::uint64_t value;
@@ -265,6 +296,47 @@ bool Mesh::progress(std::chrono::microseconds wait, bool tryDirect) {
     throw;
   }
   return moved;
+}
+
+void Mesh::checkLiveness(Clock::time_point now) {
+  const auto timeout = options_.peerTimeout;
+  // Checks and pings every eighth of the timeout (at most every 10 ms).
+  const auto period = std::max<Clock::duration>(timeout / 8, std::chrono::milliseconds(10));
+  nextCheck_ = now + period;
+  for (int peer = 0; peer < options_.size; ++peer) {
+    Pair* pair = pairs_[static_cast<std::size_t>(peer)];
+    Watch& w = watch_[static_cast<std::size_t>(peer)];
+    if (pair == nullptr || !pair->busy()) {
+      w.busy = false;
+      continue;
+    }
+    const std::uint64_t arrivals = pair->arrivals();
+    if (!w.busy || arrivals != w.arrivals) {
+      // A wait that starts now, or something arrived since the last look.
+      w.busy = true;
+      w.arrivals = arrivals;
+      w.heard = now;
+      continue;
+    }
+    w.heard = std::max(w.heard, liveness_->lastAnswer(peer));
+    const auto silent = now - w.heard;
+    if (silent >= timeout) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
+      IoError error(Where{options_.rank, "transport", peer},
+                    "rank " + std::to_string(peer) + " (" + pair->describe() +
+                        ") has answered nothing for " + std::to_string(ms / 1000) + "." +
+                        std::to_string(ms % 1000 / 100) + " s while this rank waited on it " +
+                        "(COLLX_PEER_TIMEOUT=" + std::to_string(timeout.count()) +
+                        "ms): it is stopped, its host is down, or the network between "
+                        "them is cut");
+      fail(error);
+      throw error;
+    }
+    if (silent >= timeout / 4 && now - w.pinged >= period) {
+      liveness_->ping(peer);
+      w.pinged = now;
+    }
+  }
 }
 
 void Mesh::wakeup() noexcept {

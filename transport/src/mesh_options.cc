@@ -28,6 +28,19 @@ const Setting<kind::Choice> kTransport(
              "then tcp), 'tcp', 'shm' (every peer must then be on this host) or 'ibverbs' (an "
              "Unsupported error, saying why, where no RDMA port is usable)."});
 
+const Setting<kind::Duration> kPeerTimeout(
+    {.name = "COLLX_PEER_TIMEOUT",
+     .component = "transport",
+     .defaultValue = std::chrono::seconds(5),
+     .range = {std::chrono::milliseconds(0)},
+     .help = "A peer that a call waits on and that answers nothing for this long (no message, "
+             "and no answer to the liveness pings each rank's thread makes over UDP: a stopped "
+             "process, a host that lost power, a cut link) has failed, and every rank's error "
+             "names it. A peer that is slow but runs still answers. Watched: waits on messages "
+             "between ranks (tcp, ibverbs, shared memory's point-to-point), not yet the "
+             "shared-memory collectives' waits within a host. 0: off (then only the call's "
+             "COLLX_TIMEOUT ends such a wait)."});
+
 const Setting<kind::Integer> kTcpStreams(
     {.name = "COLLX_TCP_STREAMS",
      .component = "transport.tcp",
@@ -39,7 +52,10 @@ const Setting<kind::Integer> kTcpStreams(
 const AutoSetting<kind::String> kIfname(
     {.name = "COLLX_IFNAME",
      .component = "transport.tcp",
-     .automatic = "the interface that routes to the store's host, else to this host's name",
+     .automatic = "the interface that routes to the store's host; with no store host (a "
+                  "file:// store, PMIx) the one this host's name routes to when the name "
+                  "resolves beyond loopback, else the first interface that is up and not "
+                  "loopback",
      .help = "Network interface for TCP (e.g. eth0)."});
 
 const Setting<kind::Bytes> kTcpBuffer(
@@ -175,6 +191,7 @@ const Setting<kind::Bytes> kIbMrCache(
 // Reads every transport setting from `config` into `o`.
 void read(MeshOptions& o, const Config& config) {
   o.transport = kTransport.get(config);
+  o.peerTimeout = kPeerTimeout.get(config);
   o.tcp.streams = static_cast<int>(kTcpStreams.get(config));
   o.tcp.ifname = kIfname.get(config).value_or("");
   o.tcp.bufferBytes = static_cast<int>(kTcpBuffer.get(config));
@@ -207,6 +224,7 @@ MeshOptions MeshOptions::fromConfig(const Config& config) {
 
 void MeshOptions::validate() const {
   kTransport.check(transport, kTransport.name());
+  kPeerTimeout.check(peerTimeout, kPeerTimeout.name());
   kTcpStreams.check(tcp.streams, kTcpStreams.name());
   kTcpBuffer.check(static_cast<std::uint64_t>(tcp.bufferBytes), kTcpBuffer.name());
   kTcpEagerLimit.check(tcp.eagerLimit, kTcpEagerLimit.name());

@@ -281,6 +281,7 @@ void ProtocolPair::dropUnexpected(const MessageKey& key, Unexpected& u) {
 }
 
 ProtocolPair::Sink ProtocolPair::frameArrived(const Frame& f) {
+  ++arrivals_;
   if (f.magic != kFrameMagic) {
     protocolError("a frame without the frame magic (the stream is corrupt)");
   }
@@ -439,6 +440,7 @@ void ProtocolPair::payloadArrived(Sink& sink) {
 }
 
 void ProtocolPair::dataLanded(std::uint32_t xfer, std::uint64_t bytes) {
+  ++arrivals_;
   Transfer* t = find(xfer, Request::Kind::kRecv);
   if (t == nullptr || !t->readySent || bytes > t->length() - t->done) {
     protocolError(std::to_string(bytes) + " bytes landed for unknown transfer " +

@@ -88,6 +88,8 @@ class ProtocolPair : public Pair {
   void failAll(const Error& error) noexcept;
   // Requests in flight on this pair.
   std::size_t inFlight() const noexcept { return live_; }
+  bool busy() const noexcept final { return live_ > 0; }
+  std::uint64_t arrivals() const noexcept final { return arrivals_; }
   bool dead() const noexcept { return dead_; }
 
   // A transfer id's index part (ids are index + 1 in the low 24 bits, a generation above;
@@ -233,6 +235,7 @@ class ProtocolPair : public Pair {
   std::vector<std::unique_ptr<Transfer>> transfers_;
   std::vector<std::uint32_t> free_;
   std::size_t live_ = 0;
+  std::uint64_t arrivals_ = 0;  // frames and landed data from the peer (arrivals())
 
   // Map nodes come from a pool: no allocation per message once warm.
   std::pmr::unsynchronized_pool_resource pool_;

@@ -164,18 +164,37 @@ bool resolvesBeyondLoopback(const std::string& host) {
   return found;
 }
 
+// This host's first interface address that is up and not loopback, or "".
+std::string upInterfaceAddress(const Where& where) {
+  return firstAddress(
+      [](const ifaddrs& i) { return (i.ifa_flags & IFF_UP) != 0 && !isLoopback(i.ifa_addr); },
+      where);
+}
+
+// This host's name, when it resolves (here) to more than loopback, else "".
+std::string routableHostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "";
+  return resolvesBeyondLoopback(name) ? std::string(name) : "";
+}
+
 std::string chooseLocalAddress(const TcpOptions& options, const Where& where) {
   if (!options.ifname.empty()) return interfaceAddress(options.ifname, where);
   if (!options.routeHost.empty()) {
     std::string routed = routeTo(options.routeHost);
     if (!routed.empty()) return routed;
   }
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) == 0) {
+  // No store address to route toward (a file store in a shared directory, PMIx, ranks in
+  // one process): an address that ranks on other hosts can reach, as reachableAddress()
+  // picks it. A host name that resolves to loopback only (Debian's 127.0.1.1) would send
+  // them to their own host.
+  const std::string name = routableHostName();
+  if (!name.empty()) {
     std::string routed = routeTo(name);
     if (!routed.empty()) return routed;
   }
-  return "127.0.0.1";
+  std::string address = upInterfaceAddress(where);
+  return address.empty() ? "127.0.0.1" : address;
 }
 
 void configureSocket(int fd, int bufferBytes) {
@@ -658,6 +677,10 @@ void TcpDevice::failAll(const Error& error) noexcept {
   for (auto& pair : pairs_) pair->failAll(error);
 }
 
+std::string localAddress(const TcpOptions& options, int rank) {
+  return chooseLocalAddress(options, Where{rank, "tcp address", -1});
+}
+
 }  // namespace collx::transport::tcp
 
 namespace collx::transport {
@@ -665,14 +688,19 @@ namespace collx::transport {
 std::string reachableAddress(const Config& config) {
   const std::string ifname = MeshOptions::fromConfig(config).tcp.ifname;
   if (!ifname.empty()) return tcp::interfaceAddress(ifname, Where{-1, "reachable address", -1});
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  if (name[0] != '\0' && tcp::resolvesBeyondLoopback(name)) return name;
-  // This host's first interface address that is up and not loopback.
-  std::string address = tcp::firstAddress(
-      [](const ifaddrs& i) { return (i.ifa_flags & IFF_UP) != 0 && !tcp::isLoopback(i.ifa_addr); },
-      Where{-1, "reachable address", -1});
-  return address.empty() ? std::string(name) : address;
+  std::string name = tcp::routableHostName();
+  if (!name.empty()) return name;
+  std::string address = tcp::upInterfaceAddress(Where{-1, "reachable address", -1});
+  if (!address.empty()) return address;
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+std::string unroutedTcpAddress(const Config& config) {
+  TcpOptions options = MeshOptions::fromConfig(config).tcp;
+  options.routeHost.clear();
+  return tcp::localAddress(options, -1);
 }
 
 }  // namespace collx::transport

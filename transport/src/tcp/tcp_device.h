@@ -17,10 +17,14 @@
 
 namespace collx::transport::tcp {
 
+// The IP address a TcpDevice with `options` listens on (without the port).
+std::string localAddress(const TcpOptions& options, int rank);
+
 class TcpDevice final : public Device {
  public:
   // Picks the local address (COLLX_IFNAME, else the one that routes to options.routeHost,
-  // else the host name's) and listens on it. Throws IoError / InvalidArgument.
+  // else as unroutedTcpAddress() in options.h says) and listens on it. Throws IoError /
+  // InvalidArgument.
   TcpDevice(LinkState& link, const JobMember& job, const TcpOptions& options);
   ~TcpDevice() override;
 

@@ -28,6 +28,8 @@
 
 namespace collx::transport {
 
+class Liveness;
+
 class Mesh {
  public:
   // Creates the devices (a TCP listener bound and listening). Blocking only briefly.
@@ -85,6 +87,10 @@ class Mesh {
   void fail(const Error& error) noexcept;
 
  private:
+  // While a call sleeps in progress(): fails the mesh naming a peer that requests wait on
+  // and that has been silent for options_.peerTimeout, pinging it before (liveness.h).
+  void checkLiveness(Clock::time_point now);
+
   MeshOptions options_;
   LinkState link_;
   std::vector<std::unique_ptr<Device>> devices_;  // in priority order: self, shm, tcp
@@ -99,6 +105,18 @@ class Mesh {
   mutable std::mutex failureMutex_;
   std::exception_ptr failure_;
   std::atomic<bool> failed_{false};
+  // Liveness (nullptr when off): per peer, whether requests were in flight at the last
+  // check, the arrivals count then, when the peer was last heard of (an arrival, an answer,
+  // or the start of the wait) and last pinged.
+  struct Watch {
+    bool busy = false;
+    std::uint64_t arrivals = 0;
+    Clock::time_point heard{};
+    Clock::time_point pinged{};
+  };
+  std::unique_ptr<Liveness> liveness_;
+  std::vector<Watch> watch_;
+  Clock::time_point nextCheck_{};
 };
 
 }  // namespace collx::transport

@@ -4,6 +4,7 @@
 // settings are declared once, in mesh_options.cc.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -33,6 +34,13 @@ extern const AutoSetting<kind::String> kHostId;
 // Debian's does, is reached by its interface's address.)
 std::string reachableAddress(const Config& config);
 
+// The address a rank's TCP transport listens on and publishes when nothing gives it a host
+// to route toward (a file:// store in a shared directory, PMIx, ranks in one process): the
+// interface COLLX_IFNAME names; else the one this host's name routes to, when the name
+// resolves to more than loopback; else the first interface address that is up and not
+// loopback; else 127.0.0.1. (With a tcp:// or redis:// store, the one that routes to it.)
+std::string unroutedTcpAddress(const Config& config);
+
 // Who this rank is, in which job, and what proves it: what every medium needs.
 struct JobMember {
   int rank = 0;
@@ -48,8 +56,9 @@ struct JobMember {
 };
 
 struct TcpOptions {
-  // Streams per peer, the interface to use ("" = the one that routes to routeHost), the
-  // size up to which messages are sent eagerly.
+  // Streams per peer, the interface to use ("" = the one that routes to routeHost, or with
+  // no routeHost as unroutedTcpAddress() says), the size up to which messages are sent
+  // eagerly.
   int streams;
   std::string ifname;
   std::string routeHost;
@@ -107,6 +116,9 @@ struct MeshOptions : JobMember {
   // that both have a usable RDMA port, tcp) or a transport name that every pair must use
   // ("tcp", "shm", "ibverbs").
   std::string transport;
+  // COLLX_PEER_TIMEOUT: a peer that a request has waited on and that answered nothing (no
+  // message, no liveness PONG) for this long has failed (liveness.h); 0 turns it off.
+  std::chrono::milliseconds peerTimeout{0};
   TcpOptions tcp;
   ShmOptions shm;
   IbOptions ib;

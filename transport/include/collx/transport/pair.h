@@ -1,6 +1,7 @@
 // Pair: this rank's connection to one peer, over one transport.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,11 @@ class Pair {
 
   // "tcp 127.0.0.1:40123", "self": for error messages.
   virtual std::string describe() const = 0;
+
+  // For the mesh's liveness checks (on the thread that drives progress): whether requests
+  // are in flight with the peer, and a count that grows whenever anything arrives from it.
+  virtual bool busy() const noexcept { return false; }
+  virtual std::uint64_t arrivals() const noexcept { return 0; }
 
  private:
   int peer_;
