@@ -4,11 +4,11 @@
 #                    (allreduce, 4 B to 64 MiB) over 4 local ranks through collx-run on its
 #                    embedded TCP store
 #   ./dev.sh test    install what is missing, check the sources' layout (clang-format-14),
-#                    build, check the libraries' sources with clang-tidy-22 (.clang-tidy),
-#                    and run the whole test suite (ctest: the C++ suites and the
-#                    pytest suites of the Python module and the PyTorch backend), then the
-#                    Python and torch suites again in a Debian 13 root (torch 2.6, Python
-#                    3.13, numpy 2; tests/debian13/), then the concurrency suites under
+#                    build, run the whole test suite (ctest: the C++ suites and the pytest
+#                    suites of the Python module and the PyTorch backend) and beside it, at
+#                    nice 19, check the libraries' sources with clang-tidy-22 (.clang-tidy),
+#                    then the Python and torch suites again in a Debian 13 root (torch 2.6,
+#                    Python 3.13, numpy 2; tests/debian13/), then the concurrency suites under
 #                    AddressSanitizer+UBSan and ThreadSanitizer (less what each test's
 #                    declaration leaves out there), then each fuzz harness for a few
 #                    seconds (clang-14, libFuzzer; tests/fuzz/README.md); prints each
@@ -89,7 +89,7 @@ STARTED=$SECONDS
 STAGES=()
 stage_done() {  # name start-seconds
   local s=$((SECONDS - $2))
-  STAGES+=("$(printf '%-40s %3d.%d min' "$1" $((s / 60)) $((s % 60 / 6)))")
+  STAGES+=("$(printf '%-52s %3d.%d min' "$1" $((s / 60)) $((s % 60 / 6)))")
 }
 
 bench() {
@@ -147,19 +147,94 @@ tidy() {
   check_tidy "$BUILD_DIR"
 }
 
+# Background work beside a test stage: "$@" at nice 19 in a process group of its own (so
+# that a failing stage stops all of it), its output in the file given first.
+BESIDE=""
+start_beside() {  # log command...
+  local log=$1
+  shift
+  set -m
+  (renice -n 19 -p "$BASHPID" >/dev/null && "$@") >"$log" 2>&1 &
+  BESIDE=$!
+  BESIDE_LOG=$log
+  set +m
+}
+stop_beside() {
+  [ -n "$BESIDE" ] || return 0
+  kill -TERM -- "-$BESIDE" 2>/dev/null || true
+  wait "$BESIDE" 2>/dev/null || true
+  BESIDE=""
+}
+await_beside() {  # what
+  local rc=0
+  wait "$BESIDE" || rc=$?
+  BESIDE=""
+  if [ $rc != 0 ]; then
+    tail -n 60 "$BESIDE_LOG" >&2
+    echo "dev.sh: $1 failed (its whole output: $BESIDE_LOG)" >&2
+    exit 1
+  fi
+}
+
+# The sanitizer builds (address,undefined; thread) and the fuzz build, and their tests.
+step_dir() { [ "$1" = fuzz ] && echo "$BUILD_DIR-fuzz" || echo "$BUILD_DIR-${1%%,*}"; }
+build_step() {  # address,undefined | thread | fuzz
+  if [ "$1" = fuzz ]; then
+    # Only the libraries the harnesses need are built (COLLX_FUZZ leaves out the tools).
+    configure_and_build "$(step_dir fuzz)" -DCMAKE_BUILD_TYPE=Debug \
+      -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCOLLX_FUZZ=ON \
+      -DCOLLX_BUILD_TESTS=OFF -DCOLLX_BUILD_BENCHMARKS=OFF -DCOLLX_WITH_PYTHON=OFF \
+      -DCOLLX_WITH_TORCH=OFF -DCOLLX_WITH_MPI=OFF -DCOLLX_WITH_IBVERBS=OFF
+    return
+  fi
+  # Without the Python module: an instrumented extension needs the sanitizer runtime
+  # preloaded into the interpreter, and its suites (label python) do not run here. A
+  # sanitizer build leaves out of `all` what no suite below runs (COLLX_SANITIZE: the
+  # unit suites, the fuzz replays, the simulator and the micro benchmarks). Line tables
+  # (-g1) are what a sanitizer's report needs (file and line of each frame); full debug
+  # information made the builds slower to compile and link.
+  configure_and_build "$(step_dir "$1")" -DCMAKE_BUILD_TYPE=Debug -DCOLLX_SANITIZE="$1" \
+    -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1 \
+    -DCOLLX_WITH_PYTHON=OFF -DCOLLX_WITH_TORCH=OFF
+}
+test_step() {  # address,undefined | thread | fuzz
+  if [ "$1" = fuzz ]; then
+    # Every parser of outside input under libFuzzer with ASan+UBSan, 4 s each from its seeds
+    # (tests/fuzz/README.md; tests/fuzz/run.sh runs them for longer).
+    say "fuzz smoke: each harness for 4 s"
+    ctest --test-dir "$(step_dir fuzz)" -L fuzz -j "$JOBS" --output-on-failure
+    return
+  fi
+  # The suites that touch concurrency, processes and sockets. What a sanitizer build leaves
+  # to the Release suite is chosen where each test is declared (tests/util/sanitizer.h):
+  # world sizes left out of the instantiation, tests that skip saying why, and the ctest
+  # entries labelled no_tsan (the whole command's stage times: CONTRIBUTING.md).
+  local selection=(-L 'concurrency|process')
+  [ "$1" = thread ] && selection+=(-LE no_tsan)
+  say "concurrency and process suites under -fsanitize=$1"
+  ctest --test-dir "$(step_dir "$1")" -j "$JOBS" --output-on-failure --timeout 600 \
+    "${selection[@]}"
+}
+
 run_tests() {
   install_deps
+  trap stop_beside EXIT  # nothing started beside a stage outlives the command
   local t=$SECONDS
   check_format
   configure_and_build "$BUILD_DIR"
   stage_done "Release build" $t
+  # clang-tidy runs beside the Release suite at the lowest priority: the suite keeps about a
+  # third of the cores idle (its ranks wait on each other, on sockets and on processes), which
+  # tidy takes, while the suite's processes keep theirs. Its own process group, so that a
+  # failing suite stops it too.
+  say "test suite, and clang-tidy beside it (nice 19; its output: $BUILD_DIR/tidy.out)"
   t=$SECONDS
-  check_tidy "$BUILD_DIR"
-  stage_done "clang-tidy" $t
-  say "test suite"
-  t=$SECONDS
-  ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure --timeout 600
-  stage_done "Release tests" $t
+  start_beside "$BUILD_DIR/tidy.out" check_tidy "$BUILD_DIR"
+  ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure --timeout 600 ||
+    { stop_beside; exit 1; }
+  stage_done "Release tests (clang-tidy beside them)" $t
+  await_beside "clang-tidy"
+  stage_done "clang-tidy, to its end (from the suite's start)" $t
   if [ "${DEBIAN13:-1}" != 0 ]; then
     # The Python and torch suites again on Debian 13's torch 2.6, Python 3.13 and numpy 2,
     # in a Debian 13 root kept between runs (tests/debian13/README.md).
@@ -181,46 +256,30 @@ run_tests() {
       stage_done "Debian 13 build, suites and pip install" $t
     fi
   fi
-  if [ "${SANITIZERS:-1}" = 1 ]; then
-    # The suites that touch concurrency, processes and sockets, under the sanitizers.
-    for sanitize in address,undefined thread; do
-      local dir="$BUILD_DIR-${sanitize%%,*}"
-      # What a sanitizer build leaves to the Release suite is chosen where each test is
-      # declared (tests/util/sanitizer.h): world sizes left out of the instantiation, tests
-      # that skip saying why, and the ctest entries labelled no_tsan (the whole command's
-      # stage times: CONTRIBUTING.md).
-      local selection=(-L 'concurrency|process')
-      [ "$sanitize" = thread ] && selection+=(-LE no_tsan)
-      # Without the Python module: an instrumented extension needs the sanitizer runtime
-      # preloaded into the interpreter, and its suites (label python) do not run here. A
-      # sanitizer build leaves out of `all` what no suite below runs (COLLX_SANITIZE: the
-      # unit suites, the fuzz replays, the simulator and the micro benchmarks).
+  # The sanitizer builds and the fuzz build: each next build runs beside the previous
+  # stage's tests, at nice 19 (as clang-tidy beside the Release suite, above).
+  local steps=()
+  [ "${SANITIZERS:-1}" = 1 ] && steps+=(address,undefined thread)
+  [ "${FUZZ:-1}" != 0 ] && steps+=(fuzz)
+  local i
+  for ((i = 0; i < ${#steps[@]}; i++)); do
+    local step=${steps[$i]} next=${steps[$((i + 1))]:-}
+    if [ "$i" = 0 ]; then
       t=$SECONDS
-      # Line tables (-g1) are what a sanitizer's report needs (file and line of each frame);
-      # full debug information made the builds slower to compile and link.
-      configure_and_build "$dir" -DCMAKE_BUILD_TYPE=Debug -DCOLLX_SANITIZE="$sanitize" \
-        -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1 \
-        -DCOLLX_WITH_PYTHON=OFF -DCOLLX_WITH_TORCH=OFF
-      stage_done "$sanitize build" $t
-      t=$SECONDS
-      say "concurrency and process suites under -fsanitize=$sanitize"
-      ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 600 "${selection[@]}"
-      stage_done "$sanitize tests" $t
-    done
-  fi
-  if [ "${FUZZ:-1}" != 0 ]; then
-    # Every parser of outside input under libFuzzer with ASan+UBSan, 4 s each from its seeds
-    # (tests/fuzz/README.md; tests/fuzz/run.sh runs them for longer). Only the libraries the
-    # harnesses need are built (COLLX_FUZZ leaves out the tools).
+      build_step "$step"
+      stage_done "$step build" $t
+    else
+      await_beside "the $step build"
+      stage_done "$step build, to its end (from the tests before)" $t
+    fi
     t=$SECONDS
-    configure_and_build "$BUILD_DIR-fuzz" -DCMAKE_BUILD_TYPE=Debug \
-      -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCOLLX_FUZZ=ON \
-      -DCOLLX_BUILD_TESTS=OFF -DCOLLX_BUILD_BENCHMARKS=OFF -DCOLLX_WITH_PYTHON=OFF \
-      -DCOLLX_WITH_TORCH=OFF -DCOLLX_WITH_MPI=OFF -DCOLLX_WITH_IBVERBS=OFF
-    say "fuzz smoke: each harness for 4 s"
-    ctest --test-dir "$BUILD_DIR-fuzz" -L fuzz -j "$JOBS" --output-on-failure
-    stage_done "fuzz build and smoke" $t
-  fi
+    if [ -n "$next" ]; then
+      say "building for $next beside the tests (nice 19; its output: $(step_dir "$next").log)"
+      start_beside "$(step_dir "$next").log" build_step "$next"
+    fi
+    test_step "$step" || { stop_beside; exit 1; }
+    stage_done "$step tests${next:+ ($next build beside them)}" $t
+  done
   stage_done "all" $STARTED
   say "stage times:"
   printf '   %s\n' "${STAGES[@]}" >&2
