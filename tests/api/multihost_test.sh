@@ -148,9 +148,19 @@ run_bench() {
   return "$first"
 }
 
-# CUT_AFTER=S: S seconds into a run, the last host's link goes down at the bridge (no FIN, no
-# RST reaches anyone: a cut cable); CUT_AT receives the time (date +%s.%N).
+# CUT_AFTER=S: S seconds after the last host's ranks have connected to every rank of the
+# other hosts (their established TCP connections, as ss counts them in its namespace), that
+# host's link goes down at the bridge (no FIN, no RST reaches anyone: a cut cable); CUT_AT
+# receives the time (date +%s.%N).
 cut_link() {
+  local want=$((RANKS * RANKS * (HOSTS - 1))) have=0 try
+  for ((try = 0; try < 600; try++)); do
+    have=$(ip netns exec "$PREFIX-$((HOSTS - 1))" ss -Htn state established 2>/dev/null | wc -l)
+    [ "$have" -ge "$want" ] && break
+    sleep 0.05
+  done
+  [ "$have" -ge "$want" ] ||
+    fail "cut-link: host $((HOSTS - 1))'s ranks never made their $want connections ($have)"
   sleep "$1"
   CUT_AT=$(date +%s.%N)
   ip link set "cxv${ID}h$((HOSTS - 1))" down || fail "cannot take host $((HOSTS - 1))'s link down"
@@ -209,14 +219,14 @@ else
   bench allreduce-file-store -c allreduce -a ring --sizes "$SIZES" -w 1 -n 3
   check_run allreduce-file-store ring
   FILE_STORE=0 ENV_EXTRA=""
-  # A cut link: 2 s into a loop of 4 MiB ring allreduces, the last host's link goes down. The
+  # A cut link: 1 s into a loop of 4 MiB ring allreduces, the last host's link goes down. The
   # other hosts' ranks fail at COLLX_PEER_TIMEOUT (1 s here) after they last heard from it,
   # far before the 30 s deadline, naming a rank of the lost host (a rank whose ring
   # neighbour noticed first learns it from that neighbour). The hosts meet through the
   # shared directory: with node 0's TCP store, node 0's collx-run would keep it up for the
   # lost node for minutes after the job failed.
   lost="$(((HOSTS - 1) * RANKS))"
-  FILE_STORE=1 ENV_EXTRA="COLLX_TIMEOUT=30s COLLX_PEER_TIMEOUT=1s" CUT_AFTER=2
+  FILE_STORE=1 ENV_EXTRA="COLLX_TIMEOUT=30s COLLX_PEER_TIMEOUT=1s" CUT_AFTER=1
   start=$(date +%s.%N)
   if run_bench cut-link -c allreduce -a ring --sizes 4194304 -w 1 -n 100000; then
     fail "cut-link: the job went on without the lost host"
