@@ -156,31 +156,22 @@ void printLaunch(const collx::Config& config) {
                                "PMIX_NAMESPACE, PMIX_RANK, PMIX_SERVER_URI*)"),
                    4, 96)
             << "\n";
-  std::string address;
-  try {
-    address = collx::transport::reachableAddress(config);
-  } catch (const collx::Error& e) {
-    address = "cannot tell: " + e.detail();
-  }
-  std::cout << "  "
-            << collx::cli::wrap(
-                   "this host's reachable address (in rank 0's store URL across "
-                   "hosts, under PMIx or MPI): " +
-                       address,
-                   4, 96)
-            << "\n";
-  try {
-    address = collx::transport::unroutedTcpAddress(config);
-  } catch (const collx::Error& e) {
-    address = "cannot tell: " + e.detail();
-  }
-  std::cout << "  "
-            << collx::cli::wrap(
-                   "the address ranks' tcp connections use when the store gives none to route "
-                   "toward (a file:// store, PMIx; COLLX_IFNAME overrides): " +
-                       address,
-                   4, 96)
-            << "\n";
+  // One line per address: what it is for, and the address (or why it cannot be told).
+  auto print = [&config](const std::string& what, std::string (*address)(const collx::Config&)) {
+    std::string text;
+    try {
+      text = address(config);
+    } catch (const collx::Error& e) {
+      text = "cannot tell: " + e.detail();
+    }
+    std::cout << "  " << collx::cli::wrap(what + ": " + text, 4, 96) << "\n";
+  };
+  print("this host's reachable address (in rank 0's store URL across hosts, under PMIx or MPI)",
+        collx::transport::reachableAddress);
+  print(
+      "the address ranks' tcp connections use when the store gives none to route toward (a "
+      "file:// store, PMIx; COLLX_IFNAME overrides)",
+      collx::transport::unroutedTcpAddress);
 }
 
 void printInfo() {
