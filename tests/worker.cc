@@ -25,8 +25,8 @@
 //                                             that gets through all K sleeps 60 s after
 //
 // Exit codes name the outcome: 0 ok, 10 IoError, 11 TimeoutError, 12 MismatchError,
-// 13 Aborted, 14 InvalidArgument, 15 another collx error, 20 a wrong result, 2 usage.
-// The error's message goes to stderr.
+// 13 Aborted, 14 InvalidArgument, 15 another collx error, 16 RevokedError, 20 a wrong result, 2
+// usage. The error's message goes to stderr.
 //
 // Test knobs (environment): TEST_WORKER_DENY_CMA=1 makes process_vm_readv fail with EPERM
 // in this process (a seccomp filter, as container runtimes install), before collx starts;
@@ -66,6 +66,8 @@ int codeOf(const collx::Error& e) {
       return 13;
     case collx::ErrorKind::kInvalidArgument:
       return 14;
+    case collx::ErrorKind::kRevoked:
+      return 16;
     default:
       return 15;
   }

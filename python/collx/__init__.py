@@ -11,7 +11,8 @@
 
 Every collective is a method of Context and takes numpy arrays, any C-contiguous object with
 the buffer protocol, or CPU torch tensors (bfloat16 included). Errors are collx.Error
-subclasses: IoError, TimeoutError, InvalidArgument, MismatchError, Unsupported, Aborted.
+subclasses: IoError, TimeoutError, InvalidArgument, MismatchError, Unsupported, Aborted,
+RevokedError.
 ``import collx.torch`` registers the torch.distributed backend "collx".
 """
 
@@ -27,6 +28,7 @@ from ._collx import (  # noqa: F401
     IoError,
     MismatchError,
     ReduceOp,
+    RevokedError,
     TimeoutError,
     Unsupported,
     Work,
@@ -46,8 +48,9 @@ from ._collx import init as _init
 
 __all__ = [
     "Aborted", "Context", "DataType", "Error", "InvalidArgument", "IoError", "MismatchError",
-    "ReduceOp", "TimeoutError", "Unsupported", "Work", "bfloat16", "build_features", "config",
-    "float16", "float32", "float64", "init", "int8", "int32", "int64", "uint8",
+    "ReduceOp", "RevokedError", "TimeoutError", "Unsupported", "Work", "bfloat16",
+    "build_features", "config", "float16", "float32", "float64", "init", "int8", "int32",
+    "int64", "uint8",
 ]
 
 # Contexts still open at exit are closed before the interpreter tears down (closing may wait

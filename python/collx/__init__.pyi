@@ -9,6 +9,7 @@ from ._collx import InvalidArgument as InvalidArgument
 from ._collx import IoError as IoError
 from ._collx import MismatchError as MismatchError
 from ._collx import ReduceOp as ReduceOp
+from ._collx import RevokedError as RevokedError
 from ._collx import TimeoutError as TimeoutError
 from ._collx import Unsupported as Unsupported
 from ._collx import Work as Work
@@ -27,8 +28,9 @@ from ._collx import uint8 as uint8
 
 __all__ = [
     "Aborted", "Context", "DataType", "Error", "InvalidArgument", "IoError", "MismatchError",
-    "ReduceOp", "TimeoutError", "Unsupported", "Work", "bfloat16", "build_features", "config",
-    "float16", "float32", "float64", "init", "int8", "int32", "int64", "uint8",
+    "ReduceOp", "RevokedError", "TimeoutError", "Unsupported", "Work", "bfloat16",
+    "build_features", "config", "float16", "float32", "float64", "init", "int8", "int32",
+    "int64", "uint8",
 ]
 
 def init(*, rank: int | None = None, size: int | None = None, store: str | None = None,

@@ -1,6 +1,6 @@
 // collx's error kinds as Python exception classes: collx.Error (a RuntimeError) and
 // IoError, TimeoutError, InvalidArgument (also a ValueError), MismatchError, Unsupported,
-// Aborted, each with collx's message and its parts as attributes.
+// Aborted, RevokedError, each with collx's message and its parts as attributes.
 #include <string>
 
 #include "module.h"
@@ -13,7 +13,7 @@ namespace {
 // they live as long as the interpreter).
 struct ErrorClasses {
   PyObject* base = nullptr;
-  PyObject* kinds[6] = {};
+  PyObject* kinds[static_cast<int>(kLastErrorKind) + 1] = {};
 };
 ErrorClasses& errorClasses() {
   static ErrorClasses classes;
@@ -22,7 +22,8 @@ ErrorClasses& errorClasses() {
 
 PyObject* classOf(ErrorKind kind) {
   const int k = static_cast<int>(kind);
-  return (k >= 0 && k < 6) ? errorClasses().kinds[k] : errorClasses().base;
+  return (k >= 0 && k <= static_cast<int>(kLastErrorKind)) ? errorClasses().kinds[k]
+                                                           : errorClasses().base;
 }
 
 }  // namespace
@@ -78,6 +79,11 @@ void defineErrors(py::module_& m) {
       sub("Unsupported", "Valid, but this build or transport cannot do it.");
   c.kinds[static_cast<int>(ErrorKind::kAborted)] =
       sub("Aborted", "Context.abort() was called: every call in flight and later fails.");
+  c.kinds[static_cast<int>(ErrorKind::kRevoked)] =
+      sub("RevokedError",
+          "A rank revoked the context (Context.revoke(), or a failure it detected): every call "
+          "of this generation in flight and later fails, on every rank; peer is the rank that "
+          "revoked it.");
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

@@ -248,6 +248,17 @@ PYBIND11_MODULE(_collx, m) {
           "Wakes every call in flight, which fails with collx.Aborted, as does every later call "
           "(thread-safe).")
       .def(
+          "revoke",
+          [](PyContext& s, const std::string& why) {
+            Context& c = s.ctx("revoke");
+            py::gil_scoped_release release;
+            c.revoke(why);
+          },
+          py::arg("why") = "revoke() was called",
+          "Revokes this generation of the context on every rank: every call in flight and every "
+          "later one, here and on every live rank, raises collx.RevokedError naming this rank "
+          "and `why` (thread-safe; the first revoke or failure wins).")
+      .def(
           "split",
           [](PyContext& s, const std::vector<int>& ranks, const std::string& name,
              py::handle timeout) {

@@ -152,6 +152,17 @@ def test_stats_count_calls_messages_and_failures(ranks, tmp_path):
         assert path.endswith("-g0-r%d.json" % r) and os.path.exists(path), path
 
 
+def test_revoke_fails_every_other_ranks_call_with_revoked_error_naming_it(ranks):
+    results = run(ranks, "revoke", n=3)
+    for r in (0, 2):
+        d = outcome(results, r)
+        assert d.get("error") == "RevokedError", d
+        assert "RevokedError" in d["is"] and "Error" in d["is"], d
+        assert d["attrs"]["peer"] == 1 and d["attrs"]["kind"] == "RevokedError", d
+        assert "rank 1 revoked generation 0" in d["message"], d
+        assert "the test revoked it" in d["message"], d
+
+
 def test_abort_wakes_a_blocked_call_with_aborted(ranks):
     d = outcome(run(ranks, "abort"), 0)
     assert d.get("error") == "Aborted", d

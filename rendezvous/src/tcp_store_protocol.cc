@@ -145,7 +145,7 @@ Reply parseReply(Op op, std::size_t keys, const std::uint8_t* data, std::size_t 
     case static_cast<std::uint8_t>(Status::kError): {
       reply.status = Status::kError;
       const std::uint8_t kind = r.u8();
-      if (kind > static_cast<std::uint8_t>(ErrorKind::kAborted)) {
+      if (kind > static_cast<std::uint8_t>(kLastErrorKind)) {
         throw ProtocolError("an error reply of unknown kind " + std::to_string(kind));
       }
       reply.errorKind = static_cast<ErrorKind>(kind);

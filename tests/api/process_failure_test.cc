@@ -121,8 +121,10 @@ TEST_P(ProcessFailures, RanksThatDisagreeOnTheCountBothRaiseMismatch) {
 // Liveness (COLLX_PEER_TIMEOUT, transport/src/liveness.h): a rank that stops answering
 // without closing its connections fails every other rank's call at the peer timeout, long
 // before the deadline, and every error names it, not a neighbour (the ranks that wait on it
-// notice; the others learn it from them). Over the pairs' media: tcp, and ibverbs where
-// built (whose queue pairs answer in the stopped process's stead: the pings notice).
+// notice; the others learn it from them). Over every medium: tcp, ibverbs where built
+// (whose queue pairs answer in the stopped process's stead: the pings notice), and shared
+// memory, where the ranks wait in the shared-memory collectives' own waits (the group
+// buffers' epochs), not on pairs.
 class Liveness : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Liveness, AStoppedRankFailsEveryOtherRankAtThePeerTimeoutNamingIt) {
@@ -176,13 +178,7 @@ const std::vector<std::string> kTransports = {"tcp", "shm",
 INSTANTIATE_TEST_SUITE_P(Transports, ProcessFailures, ::testing::ValuesIn(kTransports),
                          [](const auto& p) { return p.param; });
 
-const std::vector<std::string> kPairTransports = {"tcp",
-#ifdef COLLX_VERBS_EMU_PATH
-                                                  "ibverbs"
-#endif
-};
-
-INSTANTIATE_TEST_SUITE_P(Transports, Liveness, ::testing::ValuesIn(kPairTransports),
+INSTANTIATE_TEST_SUITE_P(Transports, Liveness, ::testing::ValuesIn(kTransports),
                          [](const auto& p) { return p.param; });
 
 }  // namespace

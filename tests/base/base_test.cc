@@ -153,7 +153,7 @@ TEST(ErrorTest, MessagesNameRankOperationAndPeer) {
     EXPECT_EQ(e.detail(), "timed out after 30000 ms");
   }
   for (ErrorKind kind : {ErrorKind::kIo, ErrorKind::kInvalidArgument, ErrorKind::kMismatch,
-                         ErrorKind::kUnsupported, ErrorKind::kAborted}) {
+                         ErrorKind::kUnsupported, ErrorKind::kAborted, ErrorKind::kRevoked}) {
     try {
       throwError(kind, Where{0, "op", -1}, "x");
     } catch (const Error& e) {
@@ -162,6 +162,12 @@ TEST(ErrorTest, MessagesNameRankOperationAndPeer) {
   }
   EXPECT_THROW(throwError(ErrorKind::kMismatch, {}, "x"), MismatchError);
   EXPECT_THROW(throwError(ErrorKind::kAborted, {}, "x"), Aborted);
+  EXPECT_THROW(throwError(ErrorKind::kRevoked, {}, "x"), RevokedError);
+  EXPECT_STREQ(errorKindName(ErrorKind::kRevoked), "RevokedError");
+  // A kind that came from outside: a number beyond the last kind is an IoError.
+  EXPECT_EQ(errorKindFrom(6), ErrorKind::kRevoked);
+  EXPECT_EQ(errorKindFrom(7), ErrorKind::kIo);
+  EXPECT_EQ(errorKindFrom(255), ErrorKind::kIo);
 }
 
 TEST(CheckTest, FailedCheckPrintsBothOperands) {

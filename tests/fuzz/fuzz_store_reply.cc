@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         reply.values.size() != keys) {
       __builtin_trap();
     }
-    if (reply.status == proto::Status::kError && reply.errorKind > collx::ErrorKind::kAborted) {
+    if (reply.status == proto::Status::kError && reply.errorKind > collx::kLastErrorKind) {
       __builtin_trap();
     }
   } catch (const proto::ProtocolError&) {

@@ -305,6 +305,50 @@ TEST(Transport, AMissingPeerIsATimeoutNamingIt) {
   EXPECT_LT(Clock::now() - start, 3s);
 }
 
+// Liveness's check when the ranks connect: a peer on another host (here: over tcp) that
+// answers no ping, as behind a firewall that drops UDP, is left unwatched by the others,
+// who still watch everyone else; it watches them, since they answer it. The connect waits
+// for the answers at most the peer timeout.
+TEST(Liveness, APeerThatAnswersNoPingWhenTheRanksConnectIsNotWatched) {
+  // A UDP socket nobody reads stands for rank 2's liveness address.
+  const int sink = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(sink, 0);
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(local);
+  ASSERT_EQ(::bind(sink, reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0);
+  ASSERT_EQ(::getsockname(sink, reinterpret_cast<sockaddr*>(&local), &length), 0);
+  const std::string dead = "live=127.0.0.1:" + std::to_string(ntohs(local.sin_port));
+  const auto start = Clock::now();
+  auto meshes = connectAll(
+      3, 1, "127.0.0.1",
+      [&](std::vector<std::string>& addresses) {
+        std::string& blob = addresses[2];
+        const std::size_t at = blob.find("live=");
+        ASSERT_NE(at, std::string::npos) << blob;
+        blob = blob.substr(0, at) + dead;
+      },
+      "tcp", [](MeshOptions& o) { o.peerTimeout = 400ms; });
+  EXPECT_LT(Clock::now() - start, 10s);
+  for (int r : {0, 1}) {
+    EXPECT_FALSE(meshes[r]->watched(2)) << "rank " << r;
+    EXPECT_TRUE(meshes[r]->watched(1 - r)) << "rank " << r;
+  }
+  EXPECT_TRUE(meshes[2]->watched(0));
+  EXPECT_TRUE(meshes[2]->watched(1));
+  EXPECT_FALSE(meshes[0]->watched(0));  // not itself
+  exchangeRing(meshes, 100);
+  ::close(sink);
+}
+
+TEST(Liveness, OffWatchesNobody) {
+  auto meshes =
+      connectAll(2, 1, "127.0.0.1", nullptr, "tcp", [](MeshOptions& o) { o.peerTimeout = 0ms; });
+  EXPECT_FALSE(meshes[0]->watched(1));
+  EXPECT_EQ(meshes[0]->address().find("live="), std::string::npos) << meshes[0]->address();
+}
+
 TEST(Transport, SendingToOneselfWorksBeforeTheReceive) {
   auto meshes = connectAll(1, 1);
   std::vector<std::uint8_t> out(100, 9), in(100, 0);

@@ -71,12 +71,14 @@ Liveness::Liveness(int rank, int size, std::uint64_t job,
       secret_(std::move(secret)),
       pinged_(new std::atomic<std::uint64_t>[static_cast<std::size_t>(size)]),
       answered_(new std::atomic<std::uint64_t>[static_cast<std::size_t>(size)]),
-      answeredAt_(new std::atomic<std::int64_t>[static_cast<std::size_t>(size)]) {
+      answeredAt_(new std::atomic<std::int64_t>[static_cast<std::size_t>(size)]),
+      pingedAt_(new std::atomic<std::int64_t>[static_cast<std::size_t>(size)]) {
   const Where where{rank, "liveness", -1};
   for (int p = 0; p < size; ++p) {
     pinged_[p].store(0, std::memory_order_relaxed);
     answered_[p].store(0, std::memory_order_relaxed);
     answeredAt_[p].store(0, std::memory_order_relaxed);
+    pingedAt_[p].store(0, std::memory_order_relaxed);
   }
   sockaddr_storage local{};
   socklen_t length = 0;
@@ -166,6 +168,15 @@ void Liveness::ping(int peer) noexcept {
   ssize_t ignored = ::sendto(fd_, &d, sizeof(d), MSG_DONTWAIT | MSG_NOSIGNAL,
                              reinterpret_cast<const sockaddr*>(&peers_[i]), peerLengths_[i]);
   (void)ignored;
+}
+
+void Liveness::pingIfDue(int peer, Clock::time_point now, Clock::duration period) noexcept {
+  if (peer < 0 || peer >= size_) return;
+  const std::int64_t at = nanosecondsOf(now);
+  std::int64_t last = pingedAt_[peer].load(std::memory_order_relaxed);
+  if (last != 0 && at - last < std::chrono::nanoseconds(period).count()) return;
+  if (!pingedAt_[peer].compare_exchange_strong(last, at, std::memory_order_relaxed)) return;
+  ping(peer);
 }
 
 Liveness::Clock::time_point Liveness::lastAnswer(int peer) const noexcept {

@@ -49,6 +49,9 @@ class Liveness {
 
   // Sends a PING to `peer` (any thread; best effort: a lost datagram is the next one's job).
   void ping(int peer) noexcept;
+  // ping(peer) unless a PING went to it less than `period` before `now` (any thread; of
+  // threads that find it due at once, one pings).
+  void pingIfDue(int peer, Clock::time_point now, Clock::duration period) noexcept;
   // When `peer` last answered a PING (Clock::time_point{} if never). Any thread.
   Clock::time_point lastAnswer(int peer) const noexcept;
   // Datagrams dropped because they did not parse, named another job or rank, failed their
@@ -76,6 +79,7 @@ class Liveness {
   std::unique_ptr<std::atomic<std::uint64_t>[]> pinged_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> answered_;
   std::unique_ptr<std::atomic<std::int64_t>[]> answeredAt_;
+  std::unique_ptr<std::atomic<std::int64_t>[]> pingedAt_;  // pingIfDue's, in ns of Clock
   std::atomic<std::uint64_t> dropped_{0};
   std::thread thread_;
 };

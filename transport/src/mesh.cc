@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <map>
+#include <thread>
 
 #include "collx/base/log.h"
 #include "liveness.h"
@@ -43,6 +44,8 @@ namespace {
 
 // Up to this many descriptors, a progress() that does not wait tries each one directly.
 constexpr std::size_t kDirectFds = 5;
+// The longest a connect waits for its remote peers' first answers over UDP (probeLiveness).
+constexpr std::chrono::seconds kProbeTime(2);
 
 // "self;tcp=10.0.0.1:4000" -> {"self": "", "tcp": "10.0.0.1:4000"}
 std::map<std::string, std::string> parseAddress(const std::string& blob) {
@@ -203,14 +206,24 @@ void Mesh::connect(const std::vector<std::string>& addresses, Clock::time_point 
       if (it != published[peer].end()) live[static_cast<std::size_t>(peer)] = it->second;
     }
     liveness_->setPeers(live);
+    for (int peer = 0; peer < n; ++peer) {
+      watch_[static_cast<std::size_t>(peer)].watched =
+          peer != options_.rank && !live[static_cast<std::size_t>(peer)].empty();
+    }
   }
   for (auto& device : devices_) {
     if (SharedGroup* group = device->sharedGroup()) {
       group->setFailMesh([this](const Error& error) { fail(error); });
-      group->setAbortCheck(&abortRequested_, &abortReason_);
+      group->setAbortCheck(&abortRequested_, &stopRequest_);
+      if (liveness_) {
+        group->setSilenceCheck([this](int peer, Clock::time_point heard, Clock::time_point now) {
+          return silence(peer, heard, now);
+        });
+      }
       group_ = group;
     }
   }
+  if (liveness_) probeLiveness(deadline);
 }
 
 std::string Mesh::describePeer(int peer) const {
@@ -237,7 +250,12 @@ void Mesh::post(Request& request) {
 bool Mesh::applyAbort() noexcept {
   if (failed_.load(std::memory_order_acquire)) return true;
   if (!abortRequested_.load(std::memory_order_acquire)) return false;
-  fail(Aborted(Where{options_.rank, "transport", -1}, abortReason_));
+  try {
+    throwError(stopRequest_.kind, Where{options_.rank, "transport", stopRequest_.culprit},
+               stopRequest_.reason);
+  } catch (const Error& e) {
+    fail(e);
+  }
   return true;
 }
 
@@ -298,11 +316,13 @@ bool Mesh::progress(std::chrono::microseconds wait, bool tryDirect) {
   return moved;
 }
 
+Clock::duration Mesh::livenessPeriod() const noexcept {
+  // An eighth of the timeout (at most every 10 ms).
+  return std::max<Clock::duration>(options_.peerTimeout / 8, std::chrono::milliseconds(10));
+}
+
 void Mesh::checkLiveness(Clock::time_point now) {
-  const auto timeout = options_.peerTimeout;
-  // Checks and pings every eighth of the timeout (at most every 10 ms).
-  const auto period = std::max<Clock::duration>(timeout / 8, std::chrono::milliseconds(10));
-  nextCheck_ = now + period;
+  nextCheck_ = now + livenessPeriod();
   for (int peer = 0; peer < options_.size; ++peer) {
     Pair* pair = pairs_[static_cast<std::size_t>(peer)];
     Watch& w = watch_[static_cast<std::size_t>(peer)];
@@ -318,25 +338,87 @@ void Mesh::checkLiveness(Clock::time_point now) {
       w.heard = now;
       continue;
     }
-    w.heard = std::max(w.heard, liveness_->lastAnswer(peer));
-    const auto silent = now - w.heard;
-    if (silent >= timeout) {
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
-      IoError error(Where{options_.rank, "transport", peer},
-                    "rank " + std::to_string(peer) + " (" + pair->describe() +
-                        ") has answered nothing for " + std::to_string(ms / 1000) + "." +
-                        std::to_string(ms % 1000 / 100) + " s while this rank waited on it " +
-                        "(COLLX_PEER_TIMEOUT=" + std::to_string(timeout.count()) +
-                        "ms): it is stopped, its host is down, or the network between "
-                        "them is cut");
+    const std::string silent = silence(peer, w.heard, now);
+    if (!silent.empty()) {
+      IoError error(Where{options_.rank, "transport", peer}, silent);
       fail(error);
       throw error;
     }
-    if (silent >= timeout / 4 && now - w.pinged >= period) {
-      liveness_->ping(peer);
-      w.pinged = now;
+  }
+}
+
+std::string Mesh::silence(int peer, Clock::time_point heard, Clock::time_point now) noexcept {
+  if (!liveness_ || peer < 0 || peer >= options_.size ||
+      !watch_[static_cast<std::size_t>(peer)].watched) {
+    return {};
+  }
+  const auto timeout = options_.peerTimeout;
+  const auto silent = now - std::max(heard, liveness_->lastAnswer(peer));
+  if (silent >= timeout) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
+    try {
+      return "rank " + std::to_string(peer) + " (" + describePeer(peer) +
+             ") has answered nothing for " + std::to_string(ms / 1000) + "." +
+             std::to_string(ms % 1000 / 100) + " s while this rank waited on it " +
+             "(COLLX_PEER_TIMEOUT=" + std::to_string(timeout.count()) +
+             "ms): it is stopped, its host is down, or the network between them is cut";
+    } catch (...) {
+      return "a peer answered nothing for the peer timeout";  // out of memory
     }
   }
+  if (silent >= timeout / 4) liveness_->pingIfDue(peer, now, livenessPeriod());
+  return {};
+}
+
+void Mesh::probeLiveness(Clock::time_point deadline) {
+  // Peers on other hosts (over tcp or ibverbs) that published a liveness address: each must
+  // answer a PING once, or a firewall that drops UDP between the hosts would make a peer that
+  // is only busy look silent. Peers that never answer are left to their connections and the
+  // calls' deadlines, and the log says so.
+  std::vector<int> probed;
+  for (int peer = 0; peer < options_.size; ++peer) {
+    const std::string& name = transportNames_[static_cast<std::size_t>(peer)];
+    if (watch_[static_cast<std::size_t>(peer)].watched && name != "self" && name != "shm") {
+      probed.push_back(peer);
+    }
+  }
+  if (probed.empty()) return;
+  const auto started = Clock::now();
+  const auto until =
+      std::min(deadline, started + std::min<Clock::duration>(options_.peerTimeout, kProbeTime));
+  auto pause = std::chrono::microseconds(100);
+  while (true) {
+    const auto now = Clock::now();
+    std::erase_if(probed,
+                  [&](int peer) { return liveness_->lastAnswer(peer) != Clock::time_point{}; });
+    if (probed.empty() || now >= until) break;
+    for (int peer : probed) liveness_->pingIfDue(peer, now, std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, until - now));
+    pause = std::min(pause * 2, std::chrono::microseconds(10000));
+  }
+  if (probed.empty()) return;
+  std::string names;
+  for (std::size_t i = 0; i < probed.size(); ++i) {
+    watch_[static_cast<std::size_t>(probed[i])].watched = false;
+    if (i < 8) {
+      names += (i ? ", " : "") + std::to_string(probed[i]) + " (" + describePeer(probed[i]) + ")";
+    }
+  }
+  if (probed.size() > 8) names += ", ... " + std::to_string(probed.size() - 8) + " more";
+  COLLX_WARN(kTcp,
+             "rank {}: liveness: no answer over UDP within {} ms from rank{} {}: a firewall may "
+             "drop UDP between these hosts. A wait on {} ends only when its connection breaks "
+             "or at the call's deadline (COLLX_TIMEOUT), not after COLLX_PEER_TIMEOUT; allow "
+             "UDP to the ranks' addresses as TCP is allowed, or set COLLX_PEER_TIMEOUT=0 to "
+             "turn liveness off",
+             options_.rank,
+             std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count(),
+             probed.size() == 1 ? "" : "s", names, probed.size() == 1 ? "it" : "them");
+}
+
+bool Mesh::watched(int peer) const noexcept {
+  return liveness_ && peer >= 0 && peer < options_.size &&
+         watch_[static_cast<std::size_t>(peer)].watched;
 }
 
 void Mesh::wakeup() noexcept {
@@ -345,8 +427,19 @@ void Mesh::wakeup() noexcept {
   (void)ignored;
 }
 
-void Mesh::abort(const std::string& why) noexcept {
-  abortReason_ = why;
+void Mesh::abort(const std::string& why) noexcept { stop(ErrorKind::kAborted, -1, why); }
+
+void Mesh::stop(ErrorKind kind, int culprit, const std::string& why) noexcept {
+  // The first request wins; a later one changes nothing (the mesh fails once).
+  bool unclaimed = false;
+  if (!stopClaimed_.compare_exchange_strong(unclaimed, true, std::memory_order_acq_rel)) return;
+  try {
+    stopRequest_.reason = why;
+  } catch (...) {
+    // Out of memory: the error says less.
+  }
+  stopRequest_.kind = kind;
+  stopRequest_.culprit = culprit;
   abortRequested_.store(true, std::memory_order_release);
   wakeup();
 }

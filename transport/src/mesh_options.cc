@@ -36,9 +36,10 @@ const Setting<kind::Duration> kPeerTimeout(
      .help = "A peer that a call waits on and that answers nothing for this long (no message, "
              "and no answer to the liveness pings each rank's thread makes over UDP: a stopped "
              "process, a host that lost power, a cut link) has failed, and every rank's error "
-             "names it. A peer that is slow but runs still answers. Watched: waits on messages "
-             "between ranks (tcp, ibverbs, shared memory's point-to-point), not yet the "
-             "shared-memory collectives' waits within a host. 0: off (then only the call's "
+             "names it. A peer that is slow but runs still answers. Watched: every wait on a peer "
+             "(tcp, ibverbs, shared memory's pairs and its collectives' waits within a host). A "
+             "peer on another host that answers no ping when the ranks connect (a firewall "
+             "dropping UDP) is not watched, and the log says so. 0: off (then only the call's "
              "COLLX_TIMEOUT ends such a wait)."});
 
 const Setting<kind::Integer> kTcpStreams(

@@ -741,7 +741,19 @@ bool Engine::test(Execution& execution) {
   return true;
 }
 
-void Engine::abort(const std::string& why) { mesh_->abort(why); }
+void Engine::abort(const std::string& why) { stop(ErrorKind::kAborted, -1, why); }
+
+void Engine::stop(ErrorKind kind, int culprit, const std::string& why) {
+  mesh_->stop(kind, culprit, why);
+  // A driver applies it in its next round (it was woken); with none, this thread does.
+  std::unique_lock<std::mutex> drive(drive_, std::try_to_lock);
+  if (!drive.owns_lock()) return;
+  try {
+    if (mesh_->applyAbort()) std::rethrow_exception(mesh_->failure());
+  } catch (const Error& e) {
+    failAll(e);
+  }
+}
 
 std::exception_ptr Engine::errorOf(const Execution& execution) {
   return execution.finished() ? execution.error() : nullptr;

@@ -28,6 +28,7 @@
 #include "diagnostics/hang_report.h"
 #include "diagnostics/process_probe.h"
 #include "diagnostics/trace.h"
+#include "recovery.h"
 #include "runtime.h"
 
 namespace collx {
@@ -480,6 +481,16 @@ void Context::connect(const ContextOptions& options) {
   report.generation = generation_;
   report.rank = rank_;
   report.size = size_;
+  std::weak_ptr<detail::Runtime> weak = runtime_;
+  report.healthy = [weak] {
+    auto runtime = weak.lock();
+    return runtime && runtime->engine->failure() == nullptr;
+  };
+  report.revoked = [weak](int rank, const std::string& text) {
+    if (auto runtime = weak.lock()) {
+      runtime->engine->stop(ErrorKind::kRevoked, rank == runtime->rank ? -1 : rank, text);
+    }
+  };
   reporter_ = detail::HangReporter::start(std::move(report), config);
 }
 
@@ -768,6 +779,24 @@ std::string Context::describePeer(int peer) const {
 
 void Context::abort(const std::string& why) {
   if (runtime_) runtime_->engine->abort(why);
+}
+
+void Context::revoke(const std::string& why) {
+  if (!runtime_) return;
+  // The rank that revokes, in the mesh's terms (a sub-context's rank is not the others').
+  const int meshRank = runtime_->meshRank(rank_);
+  const std::string text = "rank " + std::to_string(meshRank) + " revoked generation " +
+                           std::to_string(generation_) + " of job " + jobId_ + ": " + why;
+  runtime_->engine->stop(ErrorKind::kRevoked, -1, text);
+  try {
+    store_->compareSet(detail::kRevokedKey, {},
+                       rendezvous::toBytes(detail::formatRevoked(meshRank, text)));
+  } catch (const Error& e) {
+    COLLX_WARN(kCore,
+               "rank {}: revoke: the store did not take the record ({}); the ranks "
+               "that a connection reaches know it all the same",
+               rank_, e.what());
+  }
 }
 
 // How long the host of a failed job's store waits for another rank to leave.

@@ -18,6 +18,8 @@ const char* errorKindName(ErrorKind kind) noexcept {
       return "Unsupported";
     case ErrorKind::kAborted:
       return "Aborted";
+    case ErrorKind::kRevoked:
+      return "RevokedError";
   }
   return "Error";
 }
@@ -57,6 +59,8 @@ void throwError(ErrorKind kind, Where where, const std::string& detail) {
       throw Unsupported(std::move(where), detail);
     case ErrorKind::kAborted:
       throw Aborted(std::move(where), detail);
+    case ErrorKind::kRevoked:
+      throw RevokedError(std::move(where), detail);
   }
   throw Error(kind, std::move(where), detail);
 }

@@ -26,7 +26,8 @@ def record(e):
     result["message"] = str(e)
     result["is"] = [c.__name__ for c in (collx.Error, collx.IoError, collx.TimeoutError,
                                          collx.MismatchError, collx.InvalidArgument,
-                                         collx.Aborted, RuntimeError, ValueError)
+                                         collx.Aborted, collx.RevokedError, RuntimeError,
+                                         ValueError)
                     if isinstance(e, c)]
     result["attrs"] = {k: getattr(e, k, None) for k in ("kind", "rank", "peer", "op", "detail")}
 
@@ -163,6 +164,13 @@ try:
             ctx.allreduce(np.ones(4, np.float32))
         else:
             time.sleep(1.0)
+    elif scenario == "revoke":
+        # rank 1 revokes while ranks 0 and 2 wait for it in an allreduce
+        if R == 1:
+            time.sleep(0.3)
+            ctx.revoke("the test revoked it")
+        else:
+            ctx.allreduce(np.ones(4, np.float32))
     elif scenario == "gil":
         # While rank 0 waits in a blocking allreduce (rank 1 arrives 0.5 s late), another
         # Python thread of rank 0 keeps running: the call released the GIL.

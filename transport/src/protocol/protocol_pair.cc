@@ -427,9 +427,7 @@ void ProtocolPair::payloadArrived(Sink& sink) {
       std::string text(errorText_.begin(), errorText_.end());
       ErrorKind kind = ErrorKind::kIo;
       if (!text.empty()) {
-        const auto sent = static_cast<std::uint8_t>(text[0]);
-        if (sent <= static_cast<std::uint8_t>(ErrorKind::kAborted))
-          kind = static_cast<ErrorKind>(sent);
+        kind = errorKindFrom(static_cast<std::uint8_t>(text[0]));
         text.erase(0, 1);
       }
       raisePeerError(kind, std::move(text), sink.frame.root);
@@ -541,7 +539,8 @@ void ProtocolPair::protocolError(const std::string& why) {
 
 void ProtocolPair::raisePeerError(ErrorKind kind, std::string text, int culprit) {
   if (culprit < 0 || culprit == link_.rank) culprit = peer();
-  if (culprit != peer()) text = rankName() + " failed: " + text;
+  // (A revoke names who revoked, whoever passed it on.)
+  if (culprit != peer() && kind != ErrorKind::kRevoked) text = rankName() + " failed: " + text;
   throwError(kind, Where{link_.rank, medium(), culprit}, text);
 }
 

@@ -89,8 +89,9 @@ ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
   // offered).
   if (parent_ != nullptr) {
     failMesh_ = parent_->failMesh_;
+    silenceCheck_ = parent_->silenceCheck_;
     abortRequested_ = parent_->abortRequested_;
-    abortReason_ = parent_->abortReason_;
+    stopRequest_ = parent_->stopRequest_;
     policy_ = parent_->policy_;
   }
 }
@@ -388,6 +389,24 @@ void ShmGroup::check(int member, const CallNamer& name, bool starting) {
     gone = ::kill(m.pid, 0) != 0 && errno == ESRCH;
   }
   if (gone) raise(ErrorKind::kIo, m.rank, diedText(m), name, true);
+  if (silenceCheck_ && member != index_) checkSilence(member, name);
+}
+
+void ShmGroup::checkSilence(int member, const CallNamer& name) {
+  // A member not looked at for this long: a new wait on it starts now.
+  constexpr std::chrono::milliseconds kNewWait(100);
+  const auto now = Clock::now();
+  if (silence_.empty()) silence_.resize(members_.size());
+  Silence& s = silence_[static_cast<std::size_t>(member)];
+  const std::uint32_t epoch = epochOf(member);
+  if (epoch != s.epoch || now - s.looked > kNewWait) {
+    s.epoch = epoch;
+    s.heard = now;
+  }
+  s.looked = now;
+  const int rank = members_[static_cast<std::size_t>(member)].rank;
+  const std::string text = silenceCheck_(rank, s.heard, now);
+  if (!text.empty()) raise(ErrorKind::kIo, rank, text, name, true);
 }
 
 void ShmGroup::checkState(int member, const CallNamer& name, bool starting) {
@@ -400,7 +419,7 @@ void ShmGroup::checkState(int member, const CallNamer& name, bool starting) {
     raise(errorKind_, errorCulprit_, errorText_, name, false);
   }
   if (abortRequested_ != nullptr && abortRequested_->load(std::memory_order_acquire)) {
-    raise(ErrorKind::kAborted, -1, *abortReason_, name, true);
+    raise(stopRequest_->kind, stopRequest_->culprit, stopRequest_->reason, name, true);
   }
   if (member < 0) return;
   const GroupMember& m = members_[static_cast<std::size_t>(member)];
@@ -411,8 +430,11 @@ void ShmGroup::checkState(int member, const CallNamer& name, bool starting) {
     std::string text(h.errorText, length);
     int culprit = h.culprit;
     if (culprit < 0 || culprit == link_.rank) culprit = m.rank;
-    if (culprit != m.rank) text = "rank " + std::to_string(m.rank) + " failed: " + text;
-    raise(static_cast<ErrorKind>(h.errorKind), culprit, text, name, true);
+    // (A revoke names who revoked, whoever passed it on.)
+    if (culprit != m.rank && errorKindFrom(h.errorKind) != ErrorKind::kRevoked) {
+      text = "rank " + std::to_string(m.rank) + " failed: " + text;
+    }
+    raise(errorKindFrom(h.errorKind), culprit, text, name, true);
   }
   if (state == static_cast<std::uint32_t>(State::kClosed)) {
     raise(ErrorKind::kIo, m.rank,

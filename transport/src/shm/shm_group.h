@@ -71,6 +71,9 @@ class ShmGroup final : public SharedGroup {
   void check(int member, const CallNamer& name, bool starting) override;
   // check() without asking whether the member's process still runs.
   void checkState(int member, const CallNamer& name, bool starting);
+  // check()'s liveness part: raises when a wait heard nothing of `member` (its epoch did not
+  // move, it answered no ping) for the peer timeout (setSilenceCheck).
+  void checkSilence(int member, const CallNamer& name);
   [[noreturn]] void fail(Failure kind, int member, const std::string& what,
                          const CallNamer& name) override;
   std::string describe(std::uint64_t seq, const Fingerprint& fp) const override;
@@ -95,6 +98,14 @@ class ShmGroup final : public SharedGroup {
   std::vector<std::uint8_t*> buffers_;  // member m's buffer 0
   std::size_t stride_ = 0;
   int bellSocket_ = -1;
+  // Per member, for checkSilence (by the thread that runs this group's call): its epoch at
+  // the last look, when that was, and when the wait last heard of it.
+  struct Silence {
+    std::uint32_t epoch = 0;
+    std::chrono::steady_clock::time_point looked{};
+    std::chrono::steady_clock::time_point heard{};
+  };
+  std::vector<Silence> silence_;
   int expectedMember_ = -1;  // expect()'s, until endExpect()
   std::uint64_t expectedUse_ = 0;
   std::atomic<bool> failed_{false};

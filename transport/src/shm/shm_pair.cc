@@ -330,7 +330,7 @@ void ShmPair::raisePeerFailure() {
   // The peer failed: raise its error here, naming the rank it names.
   const ArenaHeader& h = *peerHeader_;
   const std::uint32_t length = std::min<std::uint32_t>(h.errorLength, kErrorTextBytes);
-  raisePeerError(static_cast<ErrorKind>(h.errorKind), std::string(h.errorText, length), h.culprit);
+  raisePeerError(errorKindFrom(h.errorKind), std::string(h.errorText, length), h.culprit);
 }
 
 void ShmPair::peerExited() {

@@ -97,8 +97,11 @@ class Engine {
   void addSharedGroup(int lane, std::unique_ptr<transport::SharedGroup> group);
   void removeSharedGroup(int lane);
 
-  // Thread-safe: fails every call in flight and every later call with Aborted.
+  // Thread-safe: fails every call in flight and every later call with Aborted (stop()).
   void abort(const std::string& why);
+  // Thread-safe: as abort(), with an error of `kind` naming `culprit` (Mesh::stop). Where no
+  // thread drives (an idle context) the mesh fails at once, which tells every peer.
+  void stop(ErrorKind kind, int culprit, const std::string& why);
   // The error that failed this engine, if any.
   std::exception_ptr failure() const { return mesh_->failure(); }
   // The flight recorder (nullptr when off): the calls admitted, shared with whoever reads it

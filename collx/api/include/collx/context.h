@@ -141,6 +141,17 @@ class Context : public std::enable_shared_from_this<Context> {
   // Thread-safe: wakes every call in flight, which fails with Aborted, as does every later
   // call.
   void abort(const std::string& why = "abort() was called");
+  // Revokes this generation of the context (ULFM's MPIX_Comm_revoke), on every rank: every
+  // call in flight and every later one fails with RevokedError, here and on every live rank
+  // of the context (its sub-contexts too), whose error says that this rank revoked it, and
+  // `why`. Any rank may call it, at any time, from any thread, as often as it likes: the
+  // first revoke or failure is the one every rank reports. The ranks learn it over their
+  // connections at once; the store's "revoked" key tells those that no connection reaches
+  // (each rank's watcher looks at it every period of the hang report, 0.25-2 s). Writing
+  // the key is bounded by the timeout; a store that fails is logged, the revoke stands.
+  // Afterwards the context takes no more work: its survivors go on in a context of their
+  // own (agree(), shrink()).
+  void revoke(const std::string& why = "revoke() was called");
   // The flight recorder: this context's last calls (COLLX_TRACE_BUFFER of them), oldest
   // first; empty when the recorder is off. Thread-safe, and it never blocks a call.
   std::vector<FlightEntry> flightRecord() const;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "../recovery.h"
 #include "collx/algorithms/recorder.h"
 #include "collx/base/config.h"
 #include "collx/base/log.h"
@@ -480,6 +481,15 @@ void HangReporter::reportAlone(const std::string& name) {
   finish(*round);
 }
 
+void HangReporter::checkRevoked() {
+  if (!setup_.healthy || !setup_.revoked || !setup_.healthy()) return;
+  if (!store_->check({kRevokedKey})) return;
+  int rank = -1;
+  std::string text;
+  parseRevoked(rendezvous::toString(store_->get(kRevokedKey)), rank, text);
+  setup_.revoked(rank, text);
+}
+
 void HangReporter::tick() {
   std::vector<std::string> due = checkCalls();
   const std::uint64_t signals = gSignals.load(std::memory_order_relaxed);
@@ -502,6 +512,7 @@ void HangReporter::tick() {
   }
   if (resting()) return;
   try {
+    checkRevoked();
     // Rounds opened anywhere in the job: answer each, and diagnose it if a call of this rank
     // is in flight.
     const std::int64_t rounds = store_->add("hang/rounds", 0);

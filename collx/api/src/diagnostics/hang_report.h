@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -69,6 +70,11 @@ class HangReporter {
     std::int64_t generation = 0;
     int rank = 0;
     int size = 1;
+    // Revokes (Context::revoke) reach the ranks that no connection reaches through the
+    // store's "revoked" key, which the watcher looks at while `healthy()` and hands to
+    // `revoked(rank, text)` when it finds it (either unset: not looked at).
+    std::function<bool()> healthy;
+    std::function<void(int rank, const std::string& text)> revoked;
   };
 
   // Registers a reporter with the process's watcher (started on first use); nullptr when the
@@ -88,6 +94,8 @@ class HangReporter {
 
   // The watcher's: one look at this rank's calls, the job's rounds and the diagnoses due.
   void tick();
+  // tick()'s look at the store's revoke record (Setup::revoked).
+  void checkRevoked();
   std::chrono::milliseconds period() const noexcept { return period_; }
 
   struct Round;

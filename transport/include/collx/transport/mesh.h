@@ -72,6 +72,10 @@ class Mesh {
   void wakeup() noexcept;
   // Thread-safe: fails the mesh with Aborted; wakes a waiting progress().
   void abort(const std::string& why) noexcept;
+  // Thread-safe: as abort(), with an error of `kind` naming `culprit` (-1: none) and saying
+  // `why` (the driving thread fails the mesh with it, which tells every peer). The first
+  // abort() or stop() wins.
+  void stop(ErrorKind kind, int culprit, const std::string& why) noexcept;
 
   // The error that failed the mesh, if any (thread-safe).
   std::exception_ptr failure() const;
@@ -85,11 +89,22 @@ class Mesh {
   bool applyAbort() noexcept;
   // Fails every request in flight with `error` and poisons the mesh (first error wins).
   void fail(const Error& error) noexcept;
+  // Whether liveness watches `peer` (liveness.h): on, the peer published a liveness address
+  // and, on another host, answered a ping at connect.
+  bool watched(int peer) const noexcept;
 
  private:
   // While a call sleeps in progress(): fails the mesh naming a peer that requests wait on
   // and that has been silent for options_.peerTimeout, pinging it before (liveness.h).
   void checkLiveness(Clock::time_point now);
+  // A wait on `peer` that heard nothing of it since `heard`: the error's text when that and
+  // its last answer to a ping are the peer timeout ago, else "" (pinging it from a quarter
+  // of the timeout, every livenessPeriod()). "" for a peer that is not watched. Any thread.
+  std::string silence(int peer, Clock::time_point heard, Clock::time_point now) noexcept;
+  Clock::duration livenessPeriod() const noexcept;
+  // At the end of connect(): pings every peer on another host until each answered once, for
+  // at most a couple of seconds; the peers that never did are no longer watched (logged).
+  void probeLiveness(Clock::time_point deadline);
 
   MeshOptions options_;
   LinkState link_;
@@ -100,19 +115,20 @@ class Mesh {
   std::vector<pollfd> fds_;
   std::vector<std::size_t> fdCounts_;  // per device, into fds_
   int wakeFd_ = -1;
-  std::atomic<bool> abortRequested_{false};
-  std::string abortReason_;
+  std::atomic<bool> abortRequested_{false};  // set (release) once stopRequest_ is
+  std::atomic<bool> stopClaimed_{false};
+  StopRequest stopRequest_;
   mutable std::mutex failureMutex_;
   std::exception_ptr failure_;
   std::atomic<bool> failed_{false};
-  // Liveness (nullptr when off): per peer, whether requests were in flight at the last
-  // check, the arrivals count then, when the peer was last heard of (an arrival, an answer,
-  // or the start of the wait) and last pinged.
+  // Liveness (nullptr when off): per peer, whether it is watched at all, whether requests
+  // were in flight at the last check, the arrivals count then, and when the peer was last
+  // heard of (an arrival, or the start of the wait).
   struct Watch {
+    bool watched = false;
     bool busy = false;
     std::uint64_t arrivals = 0;
     Clock::time_point heard{};
-    Clock::time_point pinged{};
   };
   std::unique_ptr<Liveness> liveness_;
   std::vector<Watch> watch_;

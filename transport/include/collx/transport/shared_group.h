@@ -14,8 +14,8 @@
 //
 // Waiting spins, then yields the core, then sleeps on a futex; every wait is bounded by the
 // call's deadline and ends early, with an error naming the rank, when the mesh fails (which
-// abort() does), a member dies or closes. A failed wait fails the whole mesh (and so every
-// member learns of it).
+// abort() does), a member dies or closes, or it goes silent (setSilenceCheck). A failed wait fails
+// the whole mesh (and so every member learns of it).
 #pragma once
 
 #include <atomic>
@@ -27,11 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "collx/base/error.h"
 #include "collx/transport/message.h"
-
-namespace collx {
-class Error;
-}
 
 namespace collx::transport {
 
@@ -63,6 +60,13 @@ enum class DirectReads { kNever, kAuto, kAlways };
 enum class DirectCall { kBroadcast, kAllgather, kAllreduce, kBroadcastSplit };
 // COLLX_SHM_DIRECT's words, in the enum's order.
 inline constexpr const char* kDirectReadsNames[] = {"never", "auto", "always"};
+
+// What abort() or revoke() asked of a mesh (Mesh::stop): the error every wait then raises.
+struct StopRequest {
+  ErrorKind kind = ErrorKind::kAborted;
+  int culprit = -1;  // the rank the error names (-1: none)
+  std::string reason;
+};
 
 // Names the waiting call in error messages ("allreduce(shm, seq 7)"): built only on error.
 using CallNamer = std::function<std::string()>;
@@ -212,11 +216,20 @@ class SharedGroup {
   // How a failed wait fails the mesh (the engine serializes it with progress), and where a
   // wait learns that abort() was called, and why.
   void setFailMesh(std::function<void(const Error&)> failMesh) { failMesh_ = std::move(failMesh); }
-  // `requested` turns true (release) once `reason` is set: both outlive the group.
-  void setAbortCheck(const std::atomic<bool>* requested, const std::string* reason) {
+  // `requested` turns true (release) once `request` is set: both outlive the group.
+  void setAbortCheck(const std::atomic<bool>* requested, const StopRequest* request) {
     abortRequested_ = requested;
-    abortReason_ = reason;
+    stopRequest_ = request;
   }
+  // How a wait learns that the member it waits for went silent (the mesh's liveness): given
+  // the member's mesh rank, when the wait last heard of it (the wait's start, or the member's
+  // epoch moving) and the time now, the error's text once nothing (no answer to a ping
+  // either) was heard for the peer timeout, else "". A wait then fails the mesh with an
+  // IoError naming the member. Unset: waits are not watched (their deadline ends them).
+  using SilenceCheck =
+      std::function<std::string(int rank, std::chrono::steady_clock::time_point heard,
+                                std::chrono::steady_clock::time_point now)>;
+  void setSilenceCheck(SilenceCheck check) { silenceCheck_ = std::move(check); }
 
  protected:
   SharedGroup(std::vector<int> ranks, int index, std::size_t bufferBytes, WaitPolicy policy)
@@ -254,8 +267,9 @@ class SharedGroup {
   std::uint64_t published_ = 0;      // this member's epoch
   std::vector<std::uint64_t> seen_;  // a lower bound of each member's epoch
   std::function<void(const Error&)> failMesh_;
+  SilenceCheck silenceCheck_;
   const std::atomic<bool>* abortRequested_ = nullptr;
-  const std::string* abortReason_ = nullptr;
+  const StopRequest* stopRequest_ = nullptr;
 
  private:
   struct DirectStats {

@@ -27,7 +27,17 @@ enum class ErrorKind {
   kMismatch,         // ranks disagree (different collective, count, dtype, job, ...)
   kUnsupported,      // valid, but this build or transport cannot do it
   kAborted,          // abort() was called on the context
+  kRevoked,          // a rank revoked the context (Context::revoke): this generation is over
 };
+// The last kind: what a kind that came from outside (a frame, a store reply, shared memory)
+// may be at most.
+inline constexpr ErrorKind kLastErrorKind = ErrorKind::kRevoked;
+
+// A kind that came from outside as a number, or kIo when it names no kind.
+inline ErrorKind errorKindFrom(unsigned value) noexcept {
+  return value <= static_cast<unsigned>(kLastErrorKind) ? static_cast<ErrorKind>(value)
+                                                        : ErrorKind::kIo;
+}
 
 const char* errorKindName(ErrorKind kind) noexcept;
 
@@ -63,6 +73,9 @@ COLLX_DECLARE_ERROR_KIND(InvalidArgument, kInvalidArgument);
 COLLX_DECLARE_ERROR_KIND(MismatchError, kMismatch);
 COLLX_DECLARE_ERROR_KIND(Unsupported, kUnsupported);
 COLLX_DECLARE_ERROR_KIND(Aborted, kAborted);
+// Raised by every call of a context that a rank revoked (Context::revoke), on every rank:
+// the detail says who revoked it and why; peer() is the rank that revoked (-1 on that rank).
+COLLX_DECLARE_ERROR_KIND(RevokedError, kRevoked);
 
 #undef COLLX_DECLARE_ERROR_KIND
 
