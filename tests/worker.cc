@@ -23,10 +23,16 @@
 //                                             "stop" (stops itself with SIGSTOP), "kill"
 //                                             (sleeps 3.5 s, then dies of SIGKILL); a rank
 //                                             that gets through all K sleeps 60 s after
+//   collx-test-worker recover COUNT           allreduces of COUNT float32 until one fails
+//                                             ("ready" after the first; then "failed: ..."),
+//                                             then agree() with its bit cleared: prints
+//                                             "agreed flags=HEX failed=R,R in N ms"
+//   collx-test-worker agree COUNT             the same agree() at once ("ready" first),
+//                                             rank TEST_WORKER_HANG_RANK 60 s late
 //
 // Exit codes name the outcome: 0 ok, 10 IoError, 11 TimeoutError, 12 MismatchError,
-// 13 Aborted, 14 InvalidArgument, 15 another collx error, 16 RevokedError, 20 a wrong result, 2
-// usage. The error's message goes to stderr.
+// 13 Aborted, 14 InvalidArgument, 15 another collx error, 16 RevokedError, 17 ExcludedError,
+// 20 a wrong result, 2 usage. The error's message goes to stderr.
 //
 // Test knobs (environment): TEST_WORKER_DENY_CMA=1 makes process_vm_readv fail with EPERM
 // in this process (a seccomp filter, as container runtimes install), before collx starts;
@@ -68,6 +74,8 @@ int codeOf(const collx::Error& e) {
       return 14;
     case collx::ErrorKind::kRevoked:
       return 16;
+    case collx::ErrorKind::kExcluded:
+      return 17;
     default:
       return 15;
   }
@@ -218,6 +226,43 @@ int hang(collx::Context& ctx, std::uint64_t count, int calls) {
   return 0;
 }
 
+// allreduces of COUNT float32 until one fails (prints "ready" after the first, then the
+// error), then agrees with every rank's bit cleared and prints the answer.
+// (mode "agree": no allreduce; rank TEST_WORKER_HANG_RANK sleeps 60 s first, alive.)
+int recover(collx::Context& ctx, std::uint64_t count, bool agreeOnly) {
+  std::vector<float> v(count, 1.0f);
+  if (agreeOnly) {
+    const char* late = std::getenv("TEST_WORKER_HANG_RANK");
+    std::printf("ready\n");
+    std::fflush(stdout);
+    if (late != nullptr && std::atoi(late) == ctx.rank()) {
+      std::this_thread::sleep_for(std::chrono::seconds(60));
+    }
+  }
+  try {
+    for (long it = 0; !agreeOnly; ++it) {
+      collx::allreduce(ctx, v.data(), v.data(), count, collx::DataType::kFloat32);
+      if (it == 0) {
+        std::printf("ready\n");
+        std::fflush(stdout);
+      }
+    }
+  } catch (const collx::Error& e) {
+    std::printf("failed: %s: %s\n", collx::errorKindName(e.kind()), e.what());
+    std::fflush(stdout);
+  }
+  const auto started = std::chrono::steady_clock::now();
+  const collx::Agreement a = ctx.agree(~(std::uint64_t{1} << ctx.rank()));
+  std::string failed;
+  for (int r : a.failed) failed += (failed.empty() ? "" : ",") + std::to_string(r);
+  std::printf("agreed flags=%llx failed=%s in %lld ms\n", static_cast<unsigned long long>(a.flags),
+              failed.c_str(),
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now() - started)
+                                         .count()));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -270,6 +315,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "hang") return hang(*ctx, count, argc > 3 ? std::stoi(argv[3]) : 2);
+    if (mode == "recover" || mode == "agree") return recover(*ctx, count, mode == "agree");
     std::vector<float> v(count);
     const bool direct = knob("TEST_WORKER_DIRECT") && ctx->sharedMemory();
     std::vector<float> all(direct ? count * static_cast<std::uint64_t>(P) : 0);

@@ -12,7 +12,7 @@
 Every collective is a method of Context and takes numpy arrays, any C-contiguous object with
 the buffer protocol, or CPU torch tensors (bfloat16 included). Errors are collx.Error
 subclasses: IoError, TimeoutError, InvalidArgument, MismatchError, Unsupported, Aborted,
-RevokedError.
+RevokedError, ExcludedError.
 ``import collx.torch`` registers the torch.distributed backend "collx".
 """
 
@@ -24,6 +24,7 @@ from ._collx import (  # noqa: F401
     Context,
     DataType,
     Error,
+    ExcludedError,
     InvalidArgument,
     IoError,
     MismatchError,
@@ -47,8 +48,8 @@ from ._collx import (  # noqa: F401
 from ._collx import init as _init
 
 __all__ = [
-    "Aborted", "Context", "DataType", "Error", "InvalidArgument", "IoError", "MismatchError",
-    "ReduceOp", "RevokedError", "TimeoutError", "Unsupported", "Work", "bfloat16",
+    "Aborted", "Context", "DataType", "Error", "ExcludedError", "InvalidArgument", "IoError",
+    "MismatchError", "ReduceOp", "RevokedError", "TimeoutError", "Unsupported", "Work", "bfloat16",
     "build_features", "config", "float16", "float32", "float64", "init", "int8", "int32",
     "int64", "uint8",
 ]

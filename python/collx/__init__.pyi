@@ -5,6 +5,7 @@ from ._collx import Aborted as Aborted
 from ._collx import Context as Context
 from ._collx import DataType as DataType
 from ._collx import Error as Error
+from ._collx import ExcludedError as ExcludedError
 from ._collx import InvalidArgument as InvalidArgument
 from ._collx import IoError as IoError
 from ._collx import MismatchError as MismatchError
@@ -27,8 +28,8 @@ from ._collx import int64 as int64
 from ._collx import uint8 as uint8
 
 __all__ = [
-    "Aborted", "Context", "DataType", "Error", "InvalidArgument", "IoError", "MismatchError",
-    "ReduceOp", "RevokedError", "TimeoutError", "Unsupported", "Work", "bfloat16",
+    "Aborted", "Context", "DataType", "Error", "ExcludedError", "InvalidArgument", "IoError",
+    "MismatchError", "ReduceOp", "RevokedError", "TimeoutError", "Unsupported", "Work", "bfloat16",
     "build_features", "config", "float16", "float32", "float64", "init", "int8", "int32",
     "int64", "uint8",
 ]

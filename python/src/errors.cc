@@ -1,6 +1,6 @@
 // collx's error kinds as Python exception classes: collx.Error (a RuntimeError) and
 // IoError, TimeoutError, InvalidArgument (also a ValueError), MismatchError, Unsupported,
-// Aborted, RevokedError, each with collx's message and its parts as attributes.
+// Aborted, RevokedError, ExcludedError, each with collx's message and its parts as attributes.
 #include <string>
 
 #include "module.h"
@@ -84,6 +84,11 @@ void defineErrors(py::module_& m) {
           "A rank revoked the context (Context.revoke(), or a failure it detected): every call "
           "of this generation in flight and later fails, on every rank; peer is the rank that "
           "revoked it.");
+  c.kinds[static_cast<int>(ErrorKind::kExcluded)] =
+      sub("ExcludedError",
+          "The other ranks agreed without this one (Context.agree(), shrink()): they found it "
+          "failed, or it came after the deadline. Its context is over; the process may join "
+          "the job again.");
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

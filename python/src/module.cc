@@ -259,6 +259,25 @@ PYBIND11_MODULE(_collx, m) {
           "later one, here and on every live rank, raises collx.RevokedError naming this rank "
           "and `why` (thread-safe; the first revoke or failure wins).")
       .def(
+          "agree",
+          [](PyContext& s, std::uint64_t flags, py::handle timeout) {
+            Context& c = s.ctx("agree");
+            const auto bound = toDuration(timeout, Where{c.rank(), "agree", -1});
+            Agreement a;
+            {
+              py::gil_scoped_release release;
+              a = c.agree(flags, bound);
+            }
+            return py::make_tuple(a.flags, a.failed);
+          },
+          py::arg("flags") = ~std::uint64_t{0}, py::kw_only(), py::arg("timeout") = py::none(),
+          "Agreement among the live ranks, on a failed or revoked context as on a healthy one: "
+          "called by every live rank, returns to each the same (flags, failed): the AND of the "
+          "flags of the ranks that took part, and the ranks found failed (died, connection "
+          "closed, silent for COLLX_PEER_TIMEOUT, or not come by the deadline). Raises "
+          "collx.ExcludedError on a rank the others agreed without. Through the store; any "
+          "rank may die during it.")
+      .def(
           "split",
           [](PyContext& s, const std::vector<int>& ranks, const std::string& name,
              py::handle timeout) {

@@ -38,7 +38,7 @@ def test_every_public_name_has_a_docstring():
 
 def test_exception_classes():
     for cls in (collx.IoError, collx.TimeoutError, collx.InvalidArgument, collx.MismatchError,
-                collx.Unsupported, collx.Aborted, collx.RevokedError):
+                collx.Unsupported, collx.Aborted, collx.RevokedError, collx.ExcludedError):
         assert issubclass(cls, collx.Error) and cls.__doc__
     assert issubclass(collx.Error, RuntimeError)
     assert issubclass(collx.InvalidArgument, ValueError)

@@ -71,6 +71,15 @@ bool PrefixStore::doCheck(const std::vector<std::string>& keys) {
   return inner_->check(full(keys));
 }
 
+std::vector<std::string> PrefixStore::doMissing(const std::vector<std::string>& keys) {
+  const std::vector<std::string> inner = inner_->missing(full(keys));
+  std::vector<std::string> out;
+  out.reserve(inner.size());
+  const std::size_t cut = prefix_.size() + 1;
+  for (const std::string& key : inner) out.push_back(key.substr(cut));
+  return out;
+}
+
 bool PrefixStore::authenticated() const { return inner_->authenticated(); }
 
 bool PrefixStore::doErase(const std::string& key) { return inner_->erase(full(key)); }

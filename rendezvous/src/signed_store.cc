@@ -119,6 +119,10 @@ Bytes SignedStore::doCompareSet(const std::string& key, const Bytes& expected,
 
 bool SignedStore::doCheck(const std::vector<std::string>& keys) { return inner_->check(keys); }
 
+std::vector<std::string> SignedStore::doMissing(const std::vector<std::string>& keys) {
+  return inner_->missing(keys);
+}
+
 bool SignedStore::doErase(const std::string& key) { return inner_->erase(key); }
 
 std::unique_ptr<Store> SignedStore::doReopen(const StoreOptions& options) const {

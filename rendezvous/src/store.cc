@@ -173,6 +173,16 @@ bool Store::check(const std::vector<std::string>& keys) {
   return keys.empty() || doCheck(keys);
 }
 
+std::vector<std::string> Store::missing(const std::vector<std::string>& keys) {
+  validateKeys(keys, "missing");
+  if (keys.empty()) return {};
+  return doMissing(keys);
+}
+
+std::vector<std::string> Store::doMissing(const std::vector<std::string>& keys) {
+  return doWait(keys, Clock::now());
+}
+
 bool Store::erase(const std::string& key) {
   validateKey(key, "erase");
   return doErase(key);

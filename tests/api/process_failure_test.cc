@@ -104,6 +104,44 @@ TEST_P(ProcessFailures, AStoppedRankIsATimeoutAtTheDeadline) {
   ASSERT_TRUE(job.rank(1).wait(5s));
 }
 
+// Context::agree after a rank is killed mid-allreduce: every survivor returns the same
+// answer, the killed rank failed and its bit out of the flags (each rank clears its own).
+TEST_P(ProcessFailures, AfterAKillTheSurvivorsAgreeOnWhoFailed) {
+  Job job(4, {"recover", "50000"}, "60s", nullptr, GetParam());
+  ASSERT_TRUE(job.allReady());
+  const auto killed = std::chrono::steady_clock::now();
+  job.rank(2).signal(SIGKILL);
+  for (int r : {0, 1, 3}) {
+    ASSERT_TRUE(job.rank(r).wait(30s)) << "rank " << r;
+    EXPECT_EQ(job.rank(r).exitCode(), 0) << "rank " << r << ": " << job.rank(r).err();
+    // ~(bit 0 | bit 1 | bit 3)
+    EXPECT_NE(job.rank(r).out().find("agreed flags=fffffffffffffff4 failed=2 in"),
+              std::string::npos)
+        << "rank " << r << ": " << job.rank(r).out();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 15s);
+}
+
+// A rank killed while the others wait for it inside agree() itself (it had not come: it slept
+// in its own code): its process's end, which the others' detector sees (its pidfd, its closed
+// connection), fails it, long before their 60 s deadline.
+TEST_P(ProcessFailures, ARankKilledBeforeItCameToAgreeIsFailedByTheOthers) {
+  Job job(3, {"agree", "1"}, "60s", nullptr, GetParam(), {{"TEST_WORKER_HANG_RANK", "1"}});
+  ASSERT_TRUE(job.allReady());
+  std::this_thread::sleep_for(300ms);  // the others are waiting in agree()
+  const auto killed = std::chrono::steady_clock::now();
+  job.rank(1).signal(SIGKILL);
+  for (int r : {0, 2}) {
+    ASSERT_TRUE(job.rank(r).wait(30s)) << "rank " << r;
+    EXPECT_EQ(job.rank(r).exitCode(), 0) << "rank " << r << ": " << job.rank(r).err();
+    EXPECT_NE(job.rank(r).out().find("agreed flags=fffffffffffffffa failed=1 in"),
+              std::string::npos)
+        << "rank " << r << ": " << job.rank(r).out();
+  }
+  // Over ibverbs the detector is liveness (COLLX_PEER_TIMEOUT, 5 s): no descriptor tells.
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 15s);
+}
+
 TEST_P(ProcessFailures, RanksThatDisagreeOnTheCountBothRaiseMismatch) {
   Job job(
       2, {}, "30s",

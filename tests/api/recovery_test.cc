@@ -1,5 +1,7 @@
 // Recovery with ranks as threads (shared memory, and over tcp in the "tcp:" copy):
-// Context::revoke on every rank, over the connections and through the store's record.
+// Context::revoke on every rank, over the connections and through the store's record;
+// Context::agree on a healthy context, with a rank that closed, a rank that never comes, a
+// malformed answer in the store.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -130,6 +132,96 @@ TEST_P(Revoke, ASubContextsRevokeIsItsParentsAndTheFirstRevokeWins) {
     }
   });
 }
+
+class Agree : public ::testing::TestWithParam<int> {};
+
+// Every rank clears its own bit: the answer has all of them cleared, on every rank, round
+// after round, and nobody failed.
+TEST_P(Agree, AHealthyContextAgreesOnTheAndOfEveryRanksFlags) {
+  const int P = GetParam();
+  World world(P);
+  std::vector<std::vector<Agreement>> got(static_cast<std::size_t>(P));
+  world.runOk([&](int rank, Context& ctx) {
+    for (int round = 0; round < 3; ++round) {
+      const std::uint64_t mine = ~(std::uint64_t{1} << ((rank + round) % 64));
+      got[static_cast<std::size_t>(rank)].push_back(ctx.agree(mine));
+    }
+    barrier(ctx);  // the context is still healthy
+  });
+  for (int round = 0; round < 3; ++round) {
+    std::uint64_t expected = ~std::uint64_t{0};
+    for (int r = 0; r < P; ++r) expected &= ~(std::uint64_t{1} << ((r + round) % 64));
+    for (int r = 0; r < P; ++r) {
+      const Agreement& a = got[static_cast<std::size_t>(r)][static_cast<std::size_t>(round)];
+      EXPECT_EQ(a.flags, expected) << "rank " << r << ", round " << round;
+      EXPECT_TRUE(a.failed.empty()) << "rank " << r << ", round " << round;
+    }
+  }
+}
+
+// A rank that closed its context is failed at once (its connection says so; no deadline, no
+// peer timeout), and its flags are not in the answer.
+TEST_P(Agree, ARankThatClosedIsFailedAndItsFlagsLeftOut) {
+  const int P = GetParam();
+  World world(P);
+  const int gone = P - 1;
+  world.close(gone);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Agreement> got(static_cast<std::size_t>(P));
+  world.runOk([&](int rank, Context& ctx) {
+    if (rank == gone) return;
+    got[static_cast<std::size_t>(rank)] = ctx.agree(~(std::uint64_t{1} << rank), 30s);
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  std::uint64_t expected = ~std::uint64_t{0};
+  for (int r = 0; r < gone; ++r) expected &= ~(std::uint64_t{1} << r);
+  for (int r = 0; r < gone; ++r) {
+    EXPECT_EQ(got[static_cast<std::size_t>(r)].flags, expected) << "rank " << r;
+    EXPECT_EQ(got[static_cast<std::size_t>(r)].failed, std::vector<int>{gone}) << "rank " << r;
+  }
+}
+
+// A rank that is alive but does not come is failed at the others' deadline; when it comes
+// late, the answer is there and names it: ExcludedError.
+TEST_P(Agree, ARankThatDoesNotComeByTheDeadlineIsExcludedAndToldSoWhenItComes) {
+  const int P = GetParam();
+  World world(P);
+  const int late = 0;
+  std::vector<Agreement> got(static_cast<std::size_t>(P));
+  world.runOk([&](int rank, Context& ctx) {
+    if (rank == late) return;
+    got[static_cast<std::size_t>(rank)] = ctx.agree(~std::uint64_t{0}, 300ms);
+  });
+  for (int r = 1; r < P; ++r) {
+    EXPECT_EQ(got[static_cast<std::size_t>(r)].failed, std::vector<int>{late}) << "rank " << r;
+  }
+  try {
+    world.context(late).agree(~std::uint64_t{0}, 10s);
+    ADD_FAILURE() << "the late rank was not told it is excluded";
+  } catch (const ExcludedError& e) {
+    EXPECT_TRUE(contains(e.what(), "agreed without this one")) << e.what();
+  }
+}
+
+// An answer in the store that is not one fails every rank's agreement alike.
+TEST_P(Agree, AMalformedAnswerInTheStoreIsAMismatchOnEveryRank) {
+  const int P = GetParam();
+  World world(P);
+  world.context(0).store()->set("agree/0/1/decision", "not an agreement");
+  auto errors = world.run([&](int, Context& ctx) { ctx.agree(); });
+  for (int r = 0; r < P; ++r) {
+    try {
+      if (errors[static_cast<std::size_t>(r)])
+        std::rethrow_exception(errors[static_cast<std::size_t>(r)]);
+      ADD_FAILURE() << "rank " << r << " agreed";
+    } catch (const MismatchError& e) {
+      EXPECT_TRUE(contains(e.what(), "malformed agreement")) << e.what();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, Agree, ::testing::ValuesIn(test::worldSizes({2, 3, 4, 8, 17})),
+                         [](const auto& p) { return "P" + std::to_string(p.param); });
 
 INSTANTIATE_TEST_SUITE_P(Sizes, Revoke, ::testing::ValuesIn(test::worldSizes({2, 3, 4, 8})),
                          [](const auto& p) { return "P" + std::to_string(p.param); });

@@ -166,7 +166,9 @@ TEST(ErrorTest, MessagesNameRankOperationAndPeer) {
   EXPECT_STREQ(errorKindName(ErrorKind::kRevoked), "RevokedError");
   // A kind that came from outside: a number beyond the last kind is an IoError.
   EXPECT_EQ(errorKindFrom(6), ErrorKind::kRevoked);
-  EXPECT_EQ(errorKindFrom(7), ErrorKind::kIo);
+  EXPECT_EQ(errorKindFrom(7), ErrorKind::kExcluded);
+  EXPECT_THROW(throwError(ErrorKind::kExcluded, {}, "x"), ExcludedError);
+  EXPECT_EQ(errorKindFrom(8), ErrorKind::kIo);
   EXPECT_EQ(errorKindFrom(255), ErrorKind::kIo);
 }
 

@@ -304,6 +304,21 @@ TEST_P(StoreTest, CheckAndErase) {
   EXPECT_TRUE(store->check({}));
 }
 
+TEST_P(StoreTest, MissingListsTheAbsentKeysInOrderWithoutWaiting) {
+  auto store = client();
+  store->set("m2", "v");
+  store->set("m4", "");
+  const auto start = Clock::now();
+  EXPECT_EQ(store->missing({"m1", "m2", "m3", "m4", "m5"}),
+            (std::vector<std::string>{"m1", "m3", "m5"}));
+  EXPECT_EQ(store->missing({"m2", "m4"}), std::vector<std::string>{});
+  EXPECT_EQ(store->missing({}), std::vector<std::string>{});
+  EXPECT_LT(Clock::now() - start, 5s);  // nothing waited (the store's timeout is 10 s)
+  store->erase("m2");
+  EXPECT_EQ(store->missing({"m2"}), std::vector<std::string>{"m2"});
+  EXPECT_THROW(store->missing({""}), InvalidArgument);
+}
+
 TEST_P(StoreTest, MultiSetMultiGet) {
   auto store = client();
   std::vector<std::string> keys;

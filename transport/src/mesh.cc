@@ -110,6 +110,7 @@ Mesh::Mesh(const MeshOptions& options) : options_(options) {
     devices_.push_back(std::make_unique<tcp::TcpDevice>(link_, options_, options_.tcp));
   }
   pairs_.assign(static_cast<std::size_t>(options_.size), nullptr);
+  deviceOf_.assign(static_cast<std::size_t>(options_.size), nullptr);
   transportNames_.assign(static_cast<std::size_t>(options_.size), "");
   if (options_.size > 1 && options_.peerTimeout.count() > 0) {
     // On the address the tcp transport listens on, which the other hosts reach (with no tcp
@@ -197,7 +198,10 @@ void Mesh::connect(const std::vector<std::string>& addresses, Clock::time_point 
   for (std::size_t d = 0; d < devices_.size(); ++d) {
     if (peersOf[d].empty()) continue;
     std::vector<Pair*> pairs = devices_[d]->connect(peersOf[d], addressesOf[d], deadline);
-    for (std::size_t i = 0; i < pairs.size(); ++i) pairs_[peersOf[d][i]] = pairs[i];
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      pairs_[peersOf[d][i]] = pairs[i];
+      deviceOf_[peersOf[d][i]] = devices_[d].get();
+    }
   }
   if (liveness_) {
     std::vector<std::string> live(static_cast<std::size_t>(n));
@@ -414,6 +418,19 @@ void Mesh::probeLiveness(Clock::time_point deadline) {
              options_.rank,
              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count(),
              probed.size() == 1 ? "" : "s", names, probed.size() == 1 ? "it" : "them");
+}
+
+std::string Mesh::lost(int peer, Clock::time_point since) noexcept {
+  if (peer < 0 || peer >= options_.size || peer == options_.rank) return {};
+  try {
+    if (Device* device = deviceOf_[static_cast<std::size_t>(peer)]) {
+      std::string why = device->gone(peer);
+      if (!why.empty()) return why;
+    }
+  } catch (...) {
+    // Out of memory for the words: the other signs still tell.
+  }
+  return silence(peer, since, Clock::now());
 }
 
 bool Mesh::watched(int peer) const noexcept {

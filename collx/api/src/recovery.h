@@ -1,8 +1,14 @@
 // What the recovery operations (Context::revoke, Context::agree) keep in the context's
 // namespace of the store, shared by the context and the hang report's watcher.
+//
+// An agreement (round k of a context, its sub-context number s) under "agree/<s>/<k>/":
+// "in/<rank>" each rank's flags and the failures it knows, "decision" the first proposal
+// (compareSet), "read" the count of ranks that read it (the last erases the entries).
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
+#include <set>
 #include <string>
 
 namespace collx::detail {
@@ -29,5 +35,12 @@ inline void parseRevoked(const std::string& value, int& rank, std::string& text)
   rank = static_cast<int>(parsed);
   text = value.substr(line + 1, 1024);
 }
+
+// An agreement's entry or answer: "1 <flags, 16 hex digits> <failed ranks, ascending, comma-
+// separated>". decodeAgreement() reads one of a context of `size` ranks (outside input:
+// false for anything else).
+std::string encodeAgreement(std::uint64_t flags, const std::set<int>& failed);
+bool decodeAgreement(const std::string& text, int size, std::uint64_t& flags,
+                     std::set<int>& failed);
 
 }  // namespace collx::detail

@@ -61,6 +61,8 @@ struct Runtime {
   bool selectOnly = false;
   const algorithms::AlgorithmInfo* selected = nullptr;
   std::atomic<std::uint64_t> sequence{0};
+  // Context::agree's rounds so far.
+  std::atomic<std::uint64_t> agreements{0};
   // Every rank of the job shares memory with every other (all agreed at connect): the
   // shared-memory algorithms may run. nullptr otherwise. A sub-context's is its sub-group,
   // which runs in the engine's lane `lane` (Engine::addSharedGroup; 0: the mesh's group).

@@ -20,6 +20,8 @@ const char* errorKindName(ErrorKind kind) noexcept {
       return "Aborted";
     case ErrorKind::kRevoked:
       return "RevokedError";
+    case ErrorKind::kExcluded:
+      return "ExcludedError";
   }
   return "Error";
 }
@@ -61,6 +63,8 @@ void throwError(ErrorKind kind, Where where, const std::string& detail) {
       throw Aborted(std::move(where), detail);
     case ErrorKind::kRevoked:
       throw RevokedError(std::move(where), detail);
+    case ErrorKind::kExcluded:
+      throw ExcludedError(std::move(where), detail);
   }
   throw Error(kind, std::move(where), detail);
 }

@@ -171,6 +171,18 @@ try:
             ctx.revoke("the test revoked it")
         else:
             ctx.allreduce(np.ones(4, np.float32))
+    elif scenario == "agree":
+        # rank 2 dies between allreduces; the survivors agree on it
+        try:
+            for i in range(100):
+                if R == 2 and i == 3:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                ctx.allreduce(np.ones(1 << 14, np.float32))
+        except collx.Error as e:
+            result["failed_with"] = type(e).__name__
+        flags, failed = ctx.agree(~(1 << R) & (2**64 - 1), timeout=30)
+        result["flags"] = flags
+        result["agreed_failed"] = failed
     elif scenario == "gil":
         # While rank 0 waits in a blocking allreduce (rank 1 arrives 0.5 s late), another
         # Python thread of rank 0 keeps running: the call released the GIL.

@@ -393,6 +393,20 @@ bool ShmDevice::progress(const pollfd* results, std::size_t count) {
   return moved;
 }
 
+std::string ShmDevice::gone(int peer) const {
+  for (std::size_t i = 0; i < pairs_.size(); ++i) {
+    const ShmPair& pair = *pairs_[i];
+    if (pair.peer() != peer) continue;
+    if (!pair.samePid() && !alive(pair.peerPid(), pidfds_[i])) {
+      return "rank " + std::to_string(peer) + " (pid " + std::to_string(pair.peerPid()) +
+             ") exited: it died or was killed";
+    }
+    if (pair.peerClosedArena()) return "rank " + std::to_string(peer) + " closed its context";
+    return {};
+  }
+  return {};
+}
+
 void ShmDevice::checkLiveness() {
   checks_.clear();
   std::vector<std::size_t> which;

@@ -75,6 +75,11 @@ class ShmDevice final : public Device {
  private:
   bool probe(int peer, const Published& published, PeerView& view, std::string& why) const;
   bool alive(pid_t pid, int pidfd) const;
+
+ public:
+  std::string gone(int peer) const override;
+
+ private:
   void checkLiveness();
   void drainBell() noexcept;
   void letGo(State state) noexcept;

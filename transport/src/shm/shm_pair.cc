@@ -321,6 +321,11 @@ bool ShmPair::wouldWake() {
   return state != static_cast<std::uint32_t>(State::kOpen) && !closing();
 }
 
+bool ShmPair::peerClosedArena() const noexcept {
+  return atomic(peerHeader_->state).load(std::memory_order_acquire) ==
+         static_cast<std::uint32_t>(State::kClosed);
+}
+
 void ShmPair::checkPeerState(std::uint32_t state) {
   if (state == static_cast<std::uint32_t>(State::kFailed)) raisePeerFailure();
   if (state == static_cast<std::uint32_t>(State::kClosed)) peerClosed();

@@ -75,6 +75,8 @@ class ShmPair final : public ProtocolPair {
   void ring() noexcept;
 
   pid_t peerPid() const noexcept { return peer_.pid; }
+  // Whether the peer closed its context (its arena says so).
+  bool peerClosedArena() const noexcept;
   bool samePid() const noexcept { return peer_.samePid; }
   bool exited() const noexcept { return exited_; }
 

@@ -670,6 +670,13 @@ bool TcpDevice::progress(const pollfd* results, std::size_t count) {
   return moved;
 }
 
+std::string TcpDevice::gone(int peer) const {
+  for (const auto& pair : pairs_) {
+    if (pair->peer() == peer) return pair->gone();
+  }
+  return {};
+}
+
 void TcpDevice::failAll(const Error& error) noexcept {
   // Every peer learns why this rank fails (so that a rank killed elsewhere is named in
   // every rank's error, not the neighbour that noticed first), then everything stops.

@@ -38,6 +38,7 @@ class TcpDevice final : public Device {
   std::size_t addPollFds(std::vector<pollfd>& fds) override;
   bool progress(const pollfd* results, std::size_t count) override;
   void failAll(const Error& error) noexcept override;
+  std::string gone(int peer) const override;
 
  private:
   struct Impl;

@@ -512,6 +512,19 @@ bool TcpPair::finishPartial(Stream& s, std::chrono::milliseconds budget) noexcep
   return true;
 }
 
+std::string TcpPair::gone() const {
+  for (const Stream& s : streams_) {
+    if (s.fd < 0) return rankName() + " (" + describe() + "): its connection is closed";
+    pollfd p{s.fd, POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+      return rankName() + " (" + describe() +
+             ") closed its connection: it died, was killed or "
+             "left";
+    }
+  }
+  return {};
+}
+
 void TcpPair::sendError(ErrorKind kind, const std::string& text, int culprit) noexcept {
   Stream& s = streams_[0];
   if (s.fd < 0 || dead()) return;

@@ -59,6 +59,9 @@ class TcpPair final : public ProtocolPair {
   // Best effort, non-blocking: tells the peer this rank is closing (end of stream is then
   // no failure).
   void sendGoodbye() noexcept;
+  // Whether the peer closed (or reset) any of the connections, looking without reading: why,
+  // else "" (Device::gone).
+  std::string gone() const;
   // Tells the peer this rank failed and why; `culprit` is the rank the error names.
   void sendError(ErrorKind kind, const std::string& text, int culprit) noexcept;
 

@@ -90,6 +90,14 @@ struct ContextOptions {
   std::shared_ptr<const secure::TlsContext> tls;
 };
 
+// What Context::agree() returns, the same on every rank it returns to.
+struct Agreement {
+  // The AND of the flags of every rank that took part (the failed ranks' are not in it).
+  std::uint64_t flags = 0;
+  // This context's ranks found failed, ascending: the ones that did not take part.
+  std::vector<int> failed;
+};
+
 // What a rank told the others when it joined.
 struct PeerInfo {
   int rank = -1;
@@ -152,6 +160,24 @@ class Context : public std::enable_shared_from_this<Context> {
   // Afterwards the context takes no more work: its survivors go on in a context of their
   // own (agree(), shrink()).
   void revoke(const std::string& why = "revoke() was called");
+  // Agreement among the live ranks (ULFM's MPIX_Comm_agree), on a failed or revoked context
+  // as on a healthy one: called by every live rank of the context (in the same order as its
+  // other agreements), it returns to each of them the same Agreement: the AND of the flags
+  // of the ranks that took part, and the ranks found failed. A rank is failed when its
+  // process exited or its connection closed, when it answered nothing (no ping either) for
+  // COLLX_PEER_TIMEOUT, when an error this rank saw names it as the one that broke (an
+  // IoError), or when it had not come by the deadline (`timeout`, default this context's;
+  // each rank waits at most that long). It goes through the store, which every rank already
+  // trusts and which does not depend on any rank (the pairs may be what broke): each rank
+  // writes its flags and the failures it knows, waits for every rank it does not know
+  // failed, then proposes the result; the first proposal, taken atomically (compareSet),
+  // is every rank's answer, so no rank coordinates and any rank may die at any point of it.
+  // A rank the answer names as failed gets ExcludedError instead. O(1) store requests per
+  // rank per poll (a poll every 1 to 50 ms while it waits). Thread-safe with this
+  // context's calls (it uses no connection). Throws the store's errors where the store
+  // fails (a lost store ends the job).
+  Agreement agree(std::uint64_t flags = ~std::uint64_t{0},
+                  std::optional<std::chrono::milliseconds> timeout = {});
   // The flight recorder: this context's last calls (COLLX_TRACE_BUFFER of them), oldest
   // first; empty when the recorder is off. Thread-safe, and it never blocks a call.
   std::vector<FlightEntry> flightRecord() const;

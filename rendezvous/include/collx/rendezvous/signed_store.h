@@ -49,6 +49,7 @@ class SignedStore final : public Store {
   std::int64_t doAdd(const std::string& key, std::int64_t delta) override;
   Bytes doCompareSet(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   bool doCheck(const std::vector<std::string>& keys) override;
+  std::vector<std::string> doMissing(const std::vector<std::string>& keys) override;
   bool doErase(const std::string& key) override;
   std::unique_ptr<Store> doReopen(const StoreOptions& options) const override;
 

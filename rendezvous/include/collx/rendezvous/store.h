@@ -95,6 +95,9 @@ class Store {
 
   // Non-blocking: true when every key exists.
   bool check(const std::vector<std::string>& keys);
+  // Non-blocking: the keys of `keys` that do not exist, in their order (one request to a TCP
+  // store, whatever the number of keys).
+  std::vector<std::string> missing(const std::vector<std::string>& keys);
   // Removes `key`; true if it existed.
   bool erase(const std::string& key);
 
@@ -142,6 +145,8 @@ class Store {
   virtual Bytes doCompareSet(const std::string& key, const Bytes& expected,
                              const Bytes& desired) = 0;
   virtual bool doCheck(const std::vector<std::string>& keys) = 0;
+  // The keys absent now. Default: doWait() with its deadline passed.
+  virtual std::vector<std::string> doMissing(const std::vector<std::string>& keys);
   virtual bool doErase(const std::string& key) = 0;
   // reopen() with the options resolved (timeout set, rank chosen); nullptr: not supported.
   virtual std::unique_ptr<Store> doReopen(const StoreOptions& options) const;

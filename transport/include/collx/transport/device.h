@@ -64,6 +64,14 @@ class Device {
   // Fails every request in flight with `error` and stops touching their buffers.
   virtual void failAll(const Error& error) noexcept = 0;
 
+  // Whether `peer` (a peer of this device's) is gone for certain: its process exited, its
+  // connection closed. Why, naming it, else "" (also where the device cannot tell). Looks
+  // without reading or waiting; any thread. After a failure too: the recovery's detector.
+  virtual std::string gone(int peer) const {
+    (void)peer;
+    return {};
+  }
+
   // The peers this device connected seen as shared memory, with this rank (after connect;
   // nullptr when the device has none).
   virtual SharedGroup* sharedGroup() { return nullptr; }

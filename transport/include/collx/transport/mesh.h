@@ -92,6 +92,11 @@ class Mesh {
   // Whether liveness watches `peer` (liveness.h): on, the peer published a liveness address
   // and, on another host, answered a ping at connect.
   bool watched(int peer) const noexcept;
+  // The recovery's failure detector (Context::agree): why `peer` is lost for certain (its
+  // process exited, its connection closed, or nothing was heard of it since `since`, no
+  // answer to the pings this sends either, for the peer timeout), else "". Any thread; on a
+  // failed mesh too (it reads nothing, it only looks).
+  std::string lost(int peer, Clock::time_point since) noexcept;
 
  private:
   // While a call sleeps in progress(): fails the mesh naming a peer that requests wait on
@@ -110,6 +115,7 @@ class Mesh {
   LinkState link_;
   std::vector<std::unique_ptr<Device>> devices_;  // in priority order: self, shm, tcp
   std::vector<Pair*> pairs_;                      // by peer rank
+  std::vector<Device*> deviceOf_;                 // by peer rank: the device of its pair
   std::vector<std::string> transportNames_;
   SharedGroup* group_ = nullptr;
   std::vector<pollfd> fds_;

@@ -28,10 +28,11 @@ enum class ErrorKind {
   kUnsupported,      // valid, but this build or transport cannot do it
   kAborted,          // abort() was called on the context
   kRevoked,          // a rank revoked the context (Context::revoke): this generation is over
+  kExcluded,         // the other ranks agreed without this one (Context::agree): it is out
 };
 // The last kind: what a kind that came from outside (a frame, a store reply, shared memory)
 // may be at most.
-inline constexpr ErrorKind kLastErrorKind = ErrorKind::kRevoked;
+inline constexpr ErrorKind kLastErrorKind = ErrorKind::kExcluded;
 
 // A kind that came from outside as a number, or kIo when it names no kind.
 inline ErrorKind errorKindFrom(unsigned value) noexcept {
@@ -76,6 +77,10 @@ COLLX_DECLARE_ERROR_KIND(Aborted, kAborted);
 // Raised by every call of a context that a rank revoked (Context::revoke), on every rank:
 // the detail says who revoked it and why; peer() is the rank that revoked (-1 on that rank).
 COLLX_DECLARE_ERROR_KIND(RevokedError, kRevoked);
+// Raised on a rank that the others agreed without (Context::agree, shrink): they found it
+// failed (its connection broke, or it answered nothing for the peer timeout, or it did not
+// come before the deadline). Its context is over; the process may join the job again.
+COLLX_DECLARE_ERROR_KIND(ExcludedError, kExcluded);
 
 #undef COLLX_DECLARE_ERROR_KIND
 

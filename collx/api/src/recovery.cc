@@ -1,0 +1,249 @@
+// Recovery: Context::agree (revoke is in context.cc, beside abort).
+#include "recovery.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "collx/base/log.h"
+#include "collx/context.h"
+#include "collx/rendezvous/store.h"
+#include "runtime.h"
+
+namespace collx {
+
+namespace detail {
+
+std::string encodeAgreement(std::uint64_t flags, const std::set<int>& failed) {
+  char head[32];
+  std::snprintf(head, sizeof(head), "1 %016" PRIx64 " ", flags);
+  std::string out = head;
+  bool first = true;
+  for (int r : failed) {
+    out += (first ? "" : ",") + std::to_string(r);
+    first = false;
+  }
+  return out;
+}
+
+bool decodeAgreement(const std::string& text, int size, std::uint64_t& flags,
+                     std::set<int>& failed) {
+  // "1 <16 hex digits> <ranks, comma-separated, ascending>" (outside input: bounded).
+  if (text.size() < 19 || text.size() > 19 + 12 * static_cast<std::size_t>(size) ||
+      text.compare(0, 2, "1 ") != 0 || text[18] != ' ') {
+    return false;
+  }
+  flags = 0;
+  for (std::size_t i = 2; i < 18; ++i) {
+    const char c = text[i];
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) return false;
+    flags = flags << 4 | static_cast<std::uint64_t>(digit);
+  }
+  failed.clear();
+  std::size_t at = 19;
+  while (at < text.size()) {
+    std::size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    if (end == at || end - at > 10) return false;
+    long rank = 0;
+    for (std::size_t i = at; i < end; ++i) {
+      if (text[i] < '0' || text[i] > '9') return false;
+      rank = rank * 10 + (text[i] - '0');
+    }
+    if (rank >= size) return false;
+    failed.insert(static_cast<int>(rank));
+    at = end + 1;
+    if (end + 1 == text.size()) return false;  // a trailing comma
+  }
+  return true;
+}
+
+}  // namespace detail
+
+namespace {
+
+std::string listOf(const std::set<int>& ranks) {
+  std::string out;
+  int shown = 0;
+  for (int r : ranks) {
+    if (shown == 16) {
+      out += ", ... " + std::to_string(ranks.size() - 16) + " more";
+      break;
+    }
+    out += (shown++ ? ", " : "") + std::to_string(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::milliseconds> timeout) {
+  using Clock = std::chrono::steady_clock;
+  Where where{rank_, "agree", -1};
+  if (!runtime_) throw InvalidArgument(where, "the context has no transports");
+  const std::chrono::milliseconds wait = timeout.value_or(timeout_);
+  if (wait.count() <= 0) {
+    throw InvalidArgument(
+        where, "the timeout must be positive, got " + std::to_string(wait.count()) + " ms");
+  }
+  const std::uint64_t round = runtime_->agreements.fetch_add(1) + 1;
+  where.op = "agree#" + std::to_string(round);
+  const auto start = Clock::now();
+  const auto deadline = start + wait;
+  const std::string base =
+      "agree/" + std::to_string(subContext_) + "/" + std::to_string(round) + "/";
+  const std::string decisionKey = base + "decision";
+  auto entryKey = [&](int r) { return base + "in/" + std::to_string(r); };
+  transport::Mesh& mesh = runtime_->engine->mesh();
+
+  // What this rank knows failed: the rank that its context's error names as the one that
+  // broke (an IoError: a death, a closed or silent connection; not a timeout, a mismatch,
+  // an abort or a revoke, whose ranks may well live).
+  std::set<int> failed;
+  std::map<int, std::string> why;  // for the log
+  auto contextRank = [&](int meshRank) {
+    if (runtime_->meshRanks.empty()) return meshRank < size_ ? meshRank : -1;
+    auto it = std::find(runtime_->meshRanks.begin(), runtime_->meshRanks.end(), meshRank);
+    return it == runtime_->meshRanks.end() ? -1
+                                           : static_cast<int>(it - runtime_->meshRanks.begin());
+  };
+  if (const std::exception_ptr error = runtime_->engine->failure()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      const int r = e.kind() == ErrorKind::kIo ? contextRank(e.peer()) : -1;
+      if (r >= 0 && r != rank_) {
+        failed.insert(r);
+        why[r] = e.what();
+      }
+    }
+  }
+  store_->set(entryKey(rank_), detail::encodeAgreement(flags, failed));
+
+  std::map<int, std::uint64_t> flagsOf{{rank_, flags}};
+  std::vector<int> awaited;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_ && failed.count(r) == 0) awaited.push_back(r);
+  }
+  std::string decided;
+  auto step = std::chrono::milliseconds(1);
+  while (true) {
+    if (store_->check({decisionKey})) {
+      decided = rendezvous::toString(store_->get(decisionKey, wait));
+      break;
+    }
+    if (!awaited.empty()) {
+      // The entries that came since the last look: one request for which, one for them.
+      std::vector<std::string> keys;
+      keys.reserve(awaited.size());
+      for (int r : awaited) keys.push_back(entryKey(r));
+      const std::vector<std::string> absent = store_->missing(keys);
+      std::vector<int> came, still;
+      std::vector<std::string> cameKeys;
+      std::size_t a = 0;
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        if (a < absent.size() && absent[a] == keys[i]) {
+          still.push_back(awaited[i]);
+          ++a;
+        } else {
+          came.push_back(awaited[i]);
+          cameKeys.push_back(keys[i]);
+        }
+      }
+      if (!cameKeys.empty()) {
+        const std::vector<rendezvous::Bytes> values = store_->multiGet(cameKeys, wait);
+        for (std::size_t i = 0; i < came.size(); ++i) {
+          std::uint64_t theirFlags = 0;
+          std::set<int> theirFailed;
+          if (!detail::decodeAgreement(rendezvous::toString(values[i]), size_, theirFlags,
+                                       theirFailed)) {
+            COLLX_WARN(kCore,
+                       "rank {}: {}: rank {}'s entry in the store is malformed; it counts "
+                       "as flags 0 and no failures",
+                       rank_, where.op, came[i]);
+          }
+          flagsOf[came[i]] = theirFlags;
+          for (int f : theirFailed) {
+            if (failed.insert(f).second)
+              why[f] = "rank " + std::to_string(came[i]) + " found it so";
+          }
+        }
+      }
+      awaited.clear();
+      for (int r : still) {
+        if (failed.count(r) != 0) continue;
+        const std::string lost = mesh.lost(runtime_->meshRank(r), start);
+        if (!lost.empty()) {
+          failed.insert(r);
+          why[r] = lost;
+          continue;
+        }
+        awaited.push_back(r);
+      }
+    }
+    const bool late = Clock::now() >= deadline;
+    if (awaited.empty() || late) {
+      for (int r : awaited) {
+        failed.insert(r);
+        why[r] = "it did not come within " + std::to_string(wait.count()) + " ms";
+      }
+      std::uint64_t all = ~std::uint64_t{0};
+      for (const auto& [r, f] : flagsOf) {
+        if (failed.count(r) == 0) all &= f;
+      }
+      // The first proposal is every rank's answer.
+      decided = rendezvous::toString(store_->compareSet(
+          decisionKey, {}, rendezvous::toBytes(detail::encodeAgreement(all, failed))));
+      break;
+    }
+    rendezvous::detail::backoffSleep(step, deadline, std::chrono::milliseconds(50));
+  }
+
+  Agreement result;
+  std::set<int> agreedFailed;
+  if (!detail::decodeAgreement(decided, size_, result.flags, agreedFailed)) {
+    throw MismatchError(where,
+                        "the store holds a malformed agreement: '" + decided.substr(0, 200) + "'");
+  }
+  result.failed.assign(agreedFailed.begin(), agreedFailed.end());
+  const auto tookMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  if (!agreedFailed.empty()) {
+    std::string reasons;
+    for (int r : agreedFailed) {
+      auto it = why.find(r);
+      if (it != why.end()) reasons += "; rank " + std::to_string(r) + ": " + it->second;
+    }
+    COLLX_DEBUG(kCore, "rank {}: {}: flags {:#x}, failed ranks {} in {} ms{}", rank_, where.op,
+                result.flags, listOf(agreedFailed), tookMs, reasons);
+  } else {
+    COLLX_DEBUG(kCore, "rank {}: {}: flags {:#x}, no rank failed, in {} ms", rank_, where.op,
+                result.flags, tookMs);
+  }
+  if (agreedFailed.count(rank_) != 0) {
+    throw ExcludedError(where,
+                        "the other ranks agreed without this one: they found it failed "
+                        "(its connection to one of them broke, it answered nothing for "
+                        "COLLX_PEER_TIMEOUT, or it came after their deadline); this "
+                        "context is over for it");
+  }
+  // The last rank to read the answer erases the entries (the answer itself stays: a rank that
+  // was excluded may come to read it late).
+  try {
+    const auto readers = static_cast<std::int64_t>(size_ - agreedFailed.size());
+    if (store_->add(base + "read", 1) == readers) {
+      for (int r = 0; r < size_; ++r) store_->erase(entryKey(r));
+      store_->erase(base + "read");
+    }
+  } catch (const Error& e) {
+    COLLX_DEBUG(kCore, "rank {}: {}: erasing its entries: {}", rank_, where.op, e.what());
+  }
+  return result;
+}
+
+}  // namespace collx
