@@ -29,6 +29,10 @@
 //                                             "agreed flags=HEX failed=R,R in N ms"
 //   collx-test-worker agree COUNT             the same agree() at once ("ready" first),
 //                                             rank TEST_WORKER_HANG_RANK 60 s late
+//   collx-test-worker shrink COUNT            as recover, then shrink() and a checked
+//                                             1 MiB allreduce on the new context: prints
+//                                             "shrunk rank=R size=S generation=G
+//                                             recovered in N ms"
 //
 // Exit codes name the outcome: 0 ok, 10 IoError, 11 TimeoutError, 12 MismatchError,
 // 13 Aborted, 14 InvalidArgument, 15 another collx error, 16 RevokedError, 17 ExcludedError,
@@ -228,8 +232,34 @@ int hang(collx::Context& ctx, std::uint64_t count, int calls) {
 
 // allreduces of COUNT float32 until one fails (prints "ready" after the first, then the
 // error), then agrees with every rank's bit cleared and prints the answer.
+// After the failure, mode "shrink" shrinks instead, then allreduces 1 MiB on the new context
+// and checks it: prints "shrunk rank=R size=S generation=G recovered in N ms" (N: from the
+// failed call's end to the checked allreduce's).
+int shrinkAndGoOn(collx::Context& ctx, std::chrono::steady_clock::time_point failed) {
+  auto next = ctx.shrink();
+  const std::uint64_t n = 1u << 18;  // 1 MiB of float32
+  std::vector<float> v(n);
+  for (std::uint64_t i = 0; i < n; ++i) v[i] = static_cast<float>(next->rank() + i % 3);
+  collx::allreduce(*next, v.data(), v.data(), n, collx::DataType::kFloat32);
+  const int P = next->size();
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const float expected = static_cast<float>(P * (P - 1) / 2 + P * static_cast<int>(i % 3));
+    if (v[i] != expected) {
+      std::fprintf(stderr, "rank %d: element %llu is %g after shrink, expected %g\n", next->rank(),
+                   static_cast<unsigned long long>(i), v[i], expected);
+      return 20;
+    }
+  }
+  std::printf("shrunk rank=%d size=%d generation=%lld recovered in %lld ms\n", next->rank(),
+              next->size(), static_cast<long long>(next->generation()),
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now() - failed)
+                                         .count()));
+  return 0;
+}
+
 // (mode "agree": no allreduce; rank TEST_WORKER_HANG_RANK sleeps 60 s first, alive.)
-int recover(collx::Context& ctx, std::uint64_t count, bool agreeOnly) {
+int recover(collx::Context& ctx, std::uint64_t count, bool agreeOnly, bool shrink) {
   std::vector<float> v(count, 1.0f);
   if (agreeOnly) {
     const char* late = std::getenv("TEST_WORKER_HANG_RANK");
@@ -252,6 +282,7 @@ int recover(collx::Context& ctx, std::uint64_t count, bool agreeOnly) {
     std::fflush(stdout);
   }
   const auto started = std::chrono::steady_clock::now();
+  if (shrink) return shrinkAndGoOn(ctx, started);
   const collx::Agreement a = ctx.agree(~(std::uint64_t{1} << ctx.rank()));
   std::string failed;
   for (int r : a.failed) failed += (failed.empty() ? "" : ",") + std::to_string(r);
@@ -315,7 +346,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "hang") return hang(*ctx, count, argc > 3 ? std::stoi(argv[3]) : 2);
-    if (mode == "recover" || mode == "agree") return recover(*ctx, count, mode == "agree");
+    if (mode == "recover" || mode == "agree" || mode == "shrink") {
+      return recover(*ctx, count, mode == "agree", mode == "shrink");
+    }
     std::vector<float> v(count);
     const bool direct = knob("TEST_WORKER_DIRECT") && ctx->sharedMemory();
     std::vector<float> all(direct ? count * static_cast<std::uint64_t>(P) : 0);

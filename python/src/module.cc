@@ -278,6 +278,25 @@ PYBIND11_MODULE(_collx, m) {
           "collx.ExcludedError on a rank the others agreed without. Through the store; any "
           "rank may die during it.")
       .def(
+          "shrink",
+          [](PyContext& s, py::handle timeout) {
+            Context& c = s.ctx("shrink");
+            const auto bound = toDuration(timeout, Where{c.rank(), "shrink", -1});
+            std::shared_ptr<Context> next;
+            {
+              py::gil_scoped_release release;
+              next = c.shrink(bound);
+            }
+            return std::make_shared<PyContext>(std::move(next));
+          },
+          py::kw_only(), py::arg("timeout") = py::none(),
+          "shrink(*, timeout=None)\n\nThe survivors go on without the ranks that failed: "
+          "called by every live rank, it agrees on who failed (collx.ExcludedError on a rank "
+          "left out) and returns a context of the others, renumbered in their order, in the "
+          "next generation, over the connections they have (no new connection or segment). "
+          "This context is over afterwards: its calls raise collx.RevokedError. Raises "
+          "collx.IoError when a survivor is lost meanwhile (call it again).")
+      .def(
           "split",
           [](PyContext& s, const std::vector<int>& ranks, const std::string& name,
              py::handle timeout) {

@@ -163,7 +163,7 @@ def test_revoke_fails_every_other_ranks_call_with_revoked_error_naming_it(ranks)
         assert "the test revoked it" in d["message"], d
 
 
-def test_the_survivors_of_a_killed_rank_agree_on_it(ranks):
+def test_the_survivors_of_a_killed_rank_agree_on_it_and_shrink(ranks):
     results = run(ranks, "agree", n=4, timeout=45)
     assert results[2][0] == -signal.SIGKILL
     for r in (0, 1, 3):
@@ -171,6 +171,9 @@ def test_the_survivors_of_a_killed_rank_agree_on_it(ranks):
         assert d.get("failed_with") == "IoError", d
         assert d["agreed_failed"] == [2], d
         assert d["flags"] == (2**64 - 1) & ~0b1011, d
+        new_rank = r if r < 2 else r - 1
+        assert d["shrunk"] == [new_rank, 3, 1, 6.0], d  # 1 + 2 + 3
+        assert d["old_after_shrink"] == "RevokedError", d
 
 
 def test_abort_wakes_a_blocked_call_with_aborted(ranks):

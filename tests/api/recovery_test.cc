@@ -220,6 +220,81 @@ TEST_P(Agree, AMalformedAnswerInTheStoreIsAMismatchOnEveryRank) {
   }
 }
 
+class Shrink : public ::testing::TestWithParam<int> {};
+
+// Every rank's part of an allreduce of `count` floats: rank r gives r + 1 + i % 5.
+void checkAllreduce(Context& ctx, std::uint64_t count) {
+  std::vector<float> v(count);
+  for (std::uint64_t i = 0; i < count; ++i) v[i] = static_cast<float>(ctx.rank() + 1 + i % 5);
+  allreduce(ctx, v.data(), v.data(), count, DataType::kFloat32);
+  const int P = ctx.size();
+  for (std::uint64_t i = 0; i < count; i += 97) {
+    const float expected = static_cast<float>(P * (P + 1) / 2 + P * static_cast<int>(i % 5));
+    ASSERT_EQ(v[i], expected) << "rank " << ctx.rank() << " of " << P << ", element " << i;
+  }
+}
+
+// A rank closes; the others shrink: a context of the survivors, renumbered in order, in
+// generation 1, whose collectives (small and large) give the right sums and whose point to
+// point reaches the right ranks; the old context's calls fail (its generation is over), and
+// it cannot shrink again. Then a second rank closes, and the survivors shrink again.
+TEST_P(Shrink, TheSurvivorsGoOnRenumberedInTheNextGeneration) {
+  const int P = GetParam();
+  World world(P);
+  const int gone = P / 2;
+  world.close(gone);
+  std::vector<std::shared_ptr<Context>> next(static_cast<std::size_t>(P));
+  world.runOk([&](int rank, Context& ctx) {
+    auto shrunk = ctx.shrink(30s);
+    EXPECT_EQ(shrunk->size(), P - 1);
+    EXPECT_EQ(shrunk->rank(), rank < gone ? rank : rank - 1);
+    EXPECT_EQ(shrunk->generation(), 1);
+    EXPECT_EQ(shrunk->peers()[static_cast<std::size_t>(shrunk->rank())].rank, shrunk->rank());
+    for (std::uint64_t count : {1, 1000, 300000}) checkAllreduce(*shrunk, count);
+    // Point to point around the new ring.
+    const int to = (shrunk->rank() + 1) % shrunk->size();
+    const int from = (shrunk->rank() + shrunk->size() - 1) % shrunk->size();
+    std::int32_t out = shrunk->rank(), in = -1;
+    Work sent = sendAsync(*shrunk, &out, 1, DataType::kInt32, to, 7);
+    recv(*shrunk, &in, 1, DataType::kInt32, from, 7);
+    sent.wait();
+    EXPECT_EQ(in, from);
+    EXPECT_THROW(barrier(ctx), RevokedError);
+    EXPECT_THROW(ctx.shrink(), RevokedError);
+    next[static_cast<std::size_t>(rank)] = std::move(shrunk);
+  });
+  // Again, from the new context: its last rank closes it (and the old one, which holds the
+  // same connections: the process is done with collx).
+  const int last = P - 1;  // its rank there: P - 2
+  next[static_cast<std::size_t>(last)].reset();
+  world.close(last);
+  auto errors = world.run([&](int rank, Context&) {
+    if (rank == last) return;
+    auto again = next[static_cast<std::size_t>(rank)]->shrink(30s);
+    EXPECT_EQ(again->size(), P - 2);
+    EXPECT_EQ(again->generation(), 2);
+    checkAllreduce(*again, 5000);
+  });
+  for (int r = 0; r < P; ++r) EXPECT_EQ(test::messageOf(errors[static_cast<std::size_t>(r)]), "");
+}
+
+// A shrink of a healthy context keeps every rank: the same ranks in the next generation.
+TEST_P(Shrink, AHealthyContextShrinksToAllOfItsRanks) {
+  const int P = GetParam();
+  World world(P);
+  world.runOk([&](int rank, Context& ctx) {
+    checkAllreduce(ctx, 100);
+    auto shrunk = ctx.shrink(30s);
+    EXPECT_EQ(shrunk->size(), P);
+    EXPECT_EQ(shrunk->rank(), rank);
+    checkAllreduce(*shrunk, 100);
+    barrier(*shrunk);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, Shrink, ::testing::ValuesIn(test::worldSizes({3, 4, 8})),
+                         [](const auto& p) { return "P" + std::to_string(p.param); });
+
 INSTANTIATE_TEST_SUITE_P(Sizes, Agree, ::testing::ValuesIn(test::worldSizes({2, 3, 4, 8, 17})),
                          [](const auto& p) { return "P" + std::to_string(p.param); });
 

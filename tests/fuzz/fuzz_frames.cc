@@ -2,7 +2,8 @@
 // frames and their payloads into a ProtocolPair whose medium does nothing, with receives and
 // sends posted in between. The input is a script: each step a byte choosing what happens,
 // then that step's bytes (a request's size and key, or a 64-byte frame header and its
-// payload), read front to back (FuzzedDataProvider is Clang's: every build compiles this).
+// payload, or a reset of the pair into the next generation), read front to back
+// (FuzzedDataProvider is Clang's: every build compiles this).
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -70,10 +71,15 @@ class FuzzPair final : public ProtocolPair {
   void arrive(const Frame& f, Script& in) {
     Sink sink = frameArrived(f);
     if (!f.carriesPayload()) return;
-    if (sink.length > kMostPayload || (sink.length > 0 && sink.dst == nullptr)) __builtin_trap();
+    // (A stale frame's payload, of an older generation, is read and dropped: no sink.)
+    if (sink.length > kMostPayload || (sink.length > 0 && sink.dst == nullptr && !sink.stale)) {
+      __builtin_trap();
+    }
     const std::vector<std::uint8_t> bytes = in.bytes(sink.length);
-    if (sink.length > 0) std::memset(sink.dst, 0, sink.length);
-    if (!bytes.empty()) std::memcpy(sink.dst, bytes.data(), bytes.size());
+    if (sink.dst != nullptr) {
+      if (sink.length > 0) std::memset(sink.dst, 0, sink.length);
+      if (!bytes.empty()) std::memcpy(sink.dst, bytes.data(), bytes.size());
+    }
     payloadArrived(sink);
   }
   void land(std::uint32_t xfer, std::uint64_t bytes) { dataLanded(xfer, bytes); }
@@ -97,7 +103,7 @@ class FuzzPair final : public ProtocolPair {
   Frame lastSent;
 };
 
-Frame frameOf(Script& in, const Frame& last) {
+Frame frameOf(Script& in, const Frame& last, std::uint8_t epoch) {
   Frame f;
   std::vector<std::uint8_t> raw = in.bytes(sizeof(Frame));
   raw.resize(sizeof(Frame), 0);
@@ -105,6 +111,8 @@ Frame frameOf(Script& in, const Frame& last) {
   // Mostly frames that pass the magic, often about what this rank sent last (its transfer
   // id and message), so that the fuzzer reaches past the first checks.
   if ((raw[0] & 0x80) == 0) f.magic = kFrameMagic;
+  // Mostly of this generation (the others are read and dropped).
+  if ((raw[5] & 0x80) == 0) f.epoch = epoch;
   if ((raw[1] & 0x80) == 0) {
     f.xfer = last.xfer;
     f.seq = last.seq;
@@ -134,7 +142,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto pair = std::make_unique<FuzzPair>(link);
   try {
     while (in.left() > 0) {
-      switch (in.next<std::uint8_t>() % 8) {
+      switch (in.next<std::uint8_t>() % 9) {
         case 0:
         case 1: {  // a receive or a send, of up to 3 eager limits
           auto r = std::make_unique<FuzzRequest>();
@@ -160,7 +168,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         case 2:
         case 3:
         case 4:  // a frame from the peer
-          pair->arrive(frameOf(in, pair->lastSent), in);
+          pair->arrive(frameOf(in, pair->lastSent, link.epoch), in);
           break;
         case 5:  // bytes landed without a frame (RDMA)
           pair->land(in.flag() ? pair->lastSent.xfer : in.next<std::uint32_t>(),
@@ -175,6 +183,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           } else {
             pair->closed();
           }
+          break;
+        case 8:  // the survivors go on in the next generation (Mesh::reform)
+          pair->failAll(collx::IoError(collx::Where{0, "fuzz", 2}, "a rank was lost"));
+          link.active.clear();
+          ++link.epoch;
+          pair->reset();
           break;
       }
     }

@@ -722,6 +722,125 @@ TEST(ShmTransport, LeftoversOfDeadProcessesAreRemovedAndOthersKept) {
 // A gather's root may post its receive after a rank has sent its block and closed its
 // context: what arrived before the goodbye is delivered, and only what can no longer come
 // fails, naming the peer.
+// Mesh::reform: rank 2 is lost; ranks 0 and 1 go on over the connection they have, in
+// generation 1. Messages of generation 0 were on their way when they failed (eager ones, an
+// announced one, pieces of a pushed one cut short), with the keys the new ones use: none of
+// them is ever delivered, the new ones arrive whole, and nobody posts to or reads from the
+// lost rank's pair again.
+class Reform : public ::testing::TestWithParam<std::tuple<std::string, int, bool>> {};
+
+TEST_P(Reform, TheSurvivorsGoOnAndNothingOfTheOldGenerationIsDelivered) {
+  const auto [transport, streams, cma] = GetParam();
+  auto meshes = connectAll(3, streams, "127.0.0.1", nullptr, transport, [&](MeshOptions& o) {
+    o.shm.cma = cma;
+    o.shm.eagerLimit = 4096;
+    o.tcp.eagerLimit = 4096;
+  });
+  const MessageKey eagerKey{3, 1, Space::kPointToPoint}, largeKey{4, 1, Space::kPointToPoint};
+  constexpr std::uint64_t kLarge = 4 << 20;
+  // Generation 0: rank 0 sends to rank 1 what rank 1 never receives (eager, announced), and a
+  // large message that rank 1 receives in part when everything fails.
+  std::vector<std::uint8_t> oldSmall(1000, 0xAA), oldLarge(kLarge, 0xBB), oldPushed(kLarge, 0xCC);
+  std::vector<std::uint8_t> partial(kLarge, 0);
+  std::vector<std::unique_ptr<Done>> old;
+  auto post = [&](Mesh& mesh, Request::Kind kind, int peer, void* data, std::uint64_t length,
+                  const MessageKey& key) {
+    old.push_back(std::make_unique<Done>());
+    Done& d = *old.back();
+    d.kind = kind;
+    d.peer = peer;
+    d.data = data;
+    d.length = length;
+    d.key = key;
+    mesh.post(d);
+  };
+  const MessageKey pushedKey{5, 1, Space::kPointToPoint};
+  post(*meshes[0], Request::Kind::kSend, 1, oldPushed.data(), oldPushed.size(), pushedKey);
+  post(*meshes[1], Request::Kind::kRecv, 0, partial.data(), partial.size(), pushedKey);
+  for (int round = 0; round < 3; ++round) {
+    meshes[0]->progress(std::chrono::microseconds(0));
+    meshes[1]->progress(std::chrono::microseconds(0));
+  }
+  // ... and these rank 1 has not read when everything fails: they wait in its socket or ring.
+  post(*meshes[0], Request::Kind::kSend, 1, oldSmall.data(), oldSmall.size(), eagerKey);
+  post(*meshes[0], Request::Kind::kSend, 1, oldLarge.data(), oldLarge.size(), largeKey);
+  for (int round = 0; round < 3; ++round) meshes[0]->progress(std::chrono::microseconds(0));
+  // Rank 2 is lost: the survivors fail (and tell each other), then go on without it.
+  const IoError lost(Where{0, "test", 2}, "rank 2 is lost");
+  meshes[0]->fail(lost);
+  meshes[1]->fail(lost);
+  meshes[2].reset();
+  for (const auto& d : old) EXPECT_TRUE(d->finished);
+  const std::vector<bool> keep{true, true, false};
+  meshes[0]->reform(1, keep);
+  meshes[1]->reform(1, keep);
+  EXPECT_EQ(meshes[0]->generation(), 1);
+  EXPECT_EQ(meshes[0]->failure(), nullptr);
+  // Generation 1: the same keys, other bytes, both ways; rank 1's receives posted after
+  // whatever of generation 0 it may read first.
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::uint8_t> small(1000), large(kLarge), back(kLarge);
+    for (std::size_t i = 0; i < small.size(); ++i) small[i] = static_cast<std::uint8_t>(i + round);
+    for (std::size_t i = 0; i < large.size(); ++i)
+      large[i] = static_cast<std::uint8_t>(i * 7 + round);
+    std::vector<std::uint8_t> gotSmall(small.size()), gotLarge(kLarge), gotBack(kLarge);
+    std::vector<std::unique_ptr<Done>> fresh;
+    auto make = [&](Request::Kind kind, int peer, void* data, std::uint64_t length,
+                    const MessageKey& key) {
+      fresh.push_back(std::make_unique<Done>());
+      Done& d = *fresh.back();
+      d.kind = kind;
+      d.peer = peer;
+      d.data = data;
+      d.length = length;
+      d.key = key;
+      return &d;
+    };
+    for (int i = 0; i < 50; ++i) meshes[1]->progress(std::chrono::microseconds(0));
+    meshes[1]->post(*make(Request::Kind::kRecv, 0, gotSmall.data(), gotSmall.size(), eagerKey));
+    meshes[1]->post(*make(Request::Kind::kRecv, 0, gotLarge.data(), gotLarge.size(), largeKey));
+    meshes[0]->post(*make(Request::Kind::kSend, 1, small.data(), small.size(), eagerKey));
+    meshes[0]->post(*make(Request::Kind::kSend, 1, large.data(), large.size(), largeKey));
+    meshes[1]->post(*make(Request::Kind::kSend, 0, large.data(), large.size(), pushedKey));
+    meshes[0]->post(*make(Request::Kind::kRecv, 1, gotBack.data(), gotBack.size(), pushedKey));
+    std::vector<Done*> all;
+    for (auto& d : fresh) all.push_back(d.get());
+    std::vector<std::unique_ptr<Mesh>> two;
+    two.push_back(std::move(meshes[0]));
+    two.push_back(std::move(meshes[1]));
+    const bool done = driveAll(two, all);
+    meshes[0] = std::move(two[0]);
+    meshes[1] = std::move(two[1]);
+    ASSERT_TRUE(done) << "generation 1's messages did not arrive (round " << round << ")";
+    for (Done* d : all) EXPECT_EQ(d->error, "");
+    EXPECT_EQ(gotSmall, small) << "round " << round;
+    EXPECT_EQ(gotLarge, large) << "round " << round;
+    EXPECT_EQ(gotBack, large) << "round " << round;
+  }
+  // Frames of generation 0 were read and dropped (the eager message and the announcement at
+  // least), none delivered.
+  EXPECT_GE(meshes[1]->staleFrames(), 2u);
+  // The failed rank's pair is not used again.
+  Done toLost;
+  toLost.kind = Request::Kind::kSend;
+  toLost.peer = 2;
+  std::uint8_t byte = 1;
+  toLost.data = &byte;
+  toLost.length = 1;
+  EXPECT_THROW(meshes[0]->post(toLost), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Media, Reform,
+                         ::testing::Values(std::make_tuple("tcp", 1, true),
+                                           std::make_tuple("tcp", 2, true),
+                                           std::make_tuple("shm", 1, true),
+                                           std::make_tuple("shm", 1, false)),
+                         [](const auto& p) {
+                           return std::get<0>(p.param) + "_" +
+                                  std::to_string(std::get<1>(p.param)) +
+                                  (std::get<2>(p.param) ? "" : "_ringcopy");
+                         });
+
 TEST(Transport, WhatAPeerSentBeforeLeavingIsStillDelivered) {
   auto meshes = connectAll(2, 1);
   std::vector<std::uint8_t> out(100), in(100, 0), never(8, 0);

@@ -129,7 +129,7 @@ void World::loop(int rank) {
     }
     std::exception_ptr error;
     try {
-      (*job)(rank, *contexts_[rank]);
+      if (contexts_[rank]) (*job)(rank, *contexts_[rank]);  // (not on a rank closed)
     } catch (...) {
       error = std::current_exception();
     }

@@ -30,8 +30,8 @@ class World {
 
   int size() const { return size_; }
   Context& context(int rank) { return *contexts_[rank]; }
-  // Closes rank `rank`'s context now (its job must not touch it afterwards): the others see
-  // a peer that closed its context.
+  // Closes rank `rank`'s context now (jobs no longer run on that rank): the others see a
+  // peer that closed its context.
   void close(int rank) { contexts_[static_cast<std::size_t>(rank)].reset(); }
 
   // Runs job(rank, context) on every rank's thread at once and waits for all. Returns what

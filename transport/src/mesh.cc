@@ -69,6 +69,8 @@ std::map<std::string, std::string> parseAddress(const std::string& blob) {
 Mesh::Mesh(const MeshOptions& options) : options_(options) {
   link_.rank = options_.rank;
   link_.describer = options_.describer;
+  link_.epoch = static_cast<std::uint8_t>(options_.generation);
+  generation_.store(options_.generation, std::memory_order_release);
   try {
     options_.validate();
   } catch (const InvalidArgument& e) {
@@ -431,6 +433,56 @@ std::string Mesh::lost(int peer, Clock::time_point since) noexcept {
     // Out of memory for the words: the other signs still tell.
   }
   return silence(peer, since, Clock::now());
+}
+
+void Mesh::reform(std::int64_t generation, const std::vector<bool>& keep) {
+  const int n = options_.size;
+  if (static_cast<int>(keep.size()) != n) {
+    throw InvalidArgument(
+        Where{options_.rank, "reform", -1},
+        std::to_string(keep.size()) + " flags for " + std::to_string(n) + " ranks");
+  }
+  for (int peer = 0; peer < n; ++peer) {
+    if (keep[static_cast<std::size_t>(peer)] &&
+        transportNames_[static_cast<std::size_t>(peer)] == "ibverbs") {
+      throw Unsupported(Where{options_.rank, "reform", peer},
+                        "the survivors cannot go on over ibverbs yet (rank " +
+                            std::to_string(peer) +
+                            " is reached over it): its queue pairs are not reset; form a new "
+                            "context instead, or use COLLX_TRANSPORT=tcp between hosts");
+    }
+  }
+  if (!failed_.load(std::memory_order_acquire)) {
+    fail(RevokedError(Where{options_.rank, "transport", -1},
+                      "generation " + std::to_string(generation_.load()) +
+                          " is over: the job goes on in generation " + std::to_string(generation)));
+  }
+  link_.epoch = static_cast<std::uint8_t>(generation);
+  link_.active.clear();
+  for (auto& device : devices_) device->reform(keep);
+  for (int peer = 0; peer < n; ++peer) {
+    Pair* pair = pairs_[static_cast<std::size_t>(peer)];
+    if (pair != nullptr && keep[static_cast<std::size_t>(peer)]) pair->reset();
+  }
+  for (Watch& w : watch_) w.busy = false;
+  group_ = nullptr;  // (the group of the old generation stays with its device, failed)
+  {
+    std::lock_guard<std::mutex> lock(failureMutex_);
+    failure_ = nullptr;
+  }
+  stopRequest_ = StopRequest{};
+  stopClaimed_.store(false, std::memory_order_release);
+  abortRequested_.store(false, std::memory_order_release);
+  failed_.store(false, std::memory_order_release);
+  generation_.store(generation, std::memory_order_release);
+  COLLX_DEBUG(kTcp, "rank {}: transport: generation {} goes on with {} of {} ranks", options_.rank,
+              generation, std::count(keep.begin(), keep.end(), true), n);
+}
+
+std::uint64_t Mesh::staleFrames() const noexcept {
+  std::uint64_t n = 0;
+  for (const Pair* pair : pairs_) n += pair != nullptr ? pair->staleFrames() : 0;
+  return n;
 }
 
 bool Mesh::watched(int peer) const noexcept {

@@ -618,6 +618,10 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
   if (info.lane < 0 || info.lane >= kLanes) return false;
   Lane& lane = lanes_[info.lane];
   if (asyncInFlight_.load() > 0 || mesh_->stopped() || !claimShared(lane)) return false;
+  if (info.generation >= 0 && info.generation != mesh_->generation()) [[unlikely]] {
+    releaseShared(lane);
+    return false;  // (the engine's way refuses it: its generation is over)
+  }
   lane.blockingCaller.store(std::this_thread::get_id(), std::memory_order_relaxed);
   struct Release {
     Engine& engine;
@@ -743,6 +747,45 @@ bool Engine::test(Execution& execution) {
 
 void Engine::abort(const std::string& why) { stop(ErrorKind::kAborted, -1, why); }
 
+void Engine::reform(std::int64_t generation, const std::vector<bool>& keep,
+                    Clock::time_point deadline) {
+  auto late = [&](const char* what) {
+    if (Clock::now() < deadline) return false;
+    throw TimeoutError(Where{rank(), "reform", -1},
+                       std::string("the calls of the old generation did not end in time: ") + what);
+  };
+  std::unique_lock<std::mutex> drive(drive_, std::defer_lock);
+  while (!drive.try_lock()) {  // a thread still in a failed call lets go within a wait's check
+    late("another thread still drives progress");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // The old generation ends here if it had not: every call in flight, and every one started
+  // (incoming_), fails with its error.
+  if (!mesh_->failure()) {
+    failAll(RevokedError(Where{rank(), "reform", -1},
+                         "generation " + std::to_string(mesh_->generation()) +
+                             " is over: the job goes on in generation " +
+                             std::to_string(generation)));
+  }
+  applyFailSoon();
+  admit();
+  retire();
+  for (Lane& lane : lanes_) {
+    // A blocking shared-memory call of the old generation leaves its lane at its next check.
+    while (lane.claimed.load(std::memory_order_acquire)) {
+      applyFailSoon();  // what its failed wait hands to the driver, which this thread is
+      late("a shared-memory call still runs");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  if (!active_.empty()) {
+    throw InvalidArgument(Where{rank(), "reform", -1}, std::to_string(active_.size()) +
+                                                           " calls of the old generation have not "
+                                                           "ended");
+  }
+  mesh_->reform(generation, keep);
+}
+
 void Engine::stop(ErrorKind kind, int culprit, const std::string& why) {
   mesh_->stop(kind, culprit, why);
   // A driver applies it in its next round (it was woken); with none, this thread does.
@@ -762,6 +805,16 @@ std::exception_ptr Engine::errorOf(const Execution& execution) {
 // After a failure the context takes no more work: a new call ends at once with the first
 // error, worded for it. Returns true when it refused the call.
 bool Engine::refuseIfFailed(Execution& execution) {
+  const std::int64_t generation = execution.info().generation;
+  if (generation >= 0 && generation != mesh_->generation()) [[unlikely]] {
+    observers_.refused(execution.info());
+    execution.fail(RevokedError(Where{rank(), callName(execution.info()), -1},
+                                "generation " + std::to_string(generation) +
+                                    " of this context is over: the job went on "
+                                    "in generation " +
+                                    std::to_string(mesh_->generation()) + " (Context::shrink)"));
+    return true;
+  }
   // (An abort asked for takes effect here too: a call whose messages are there already
   // would otherwise complete without a progress() that fails it.)
   if (!mesh_->applyAbort()) return false;

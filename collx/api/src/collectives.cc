@@ -67,7 +67,10 @@ detail::Runtime& runtimeOf(Context& ctx, const char* what) {
   if (!ctx.runtime()) {
     throw InvalidArgument(Where{ctx.rank(), what, -1}, "the context has no transports");
   }
-  return *ctx.runtime();
+  detail::Runtime& rt = *ctx.runtime();
+  if (rt.isOver()) [[unlikely]]
+    rt.throwOver(Where{rt.rank, what, -1});
+  return rt;
 }
 
 std::chrono::milliseconds timeoutOf(const detail::Runtime& rt, const CollectiveOptions& options,
@@ -204,6 +207,7 @@ Prepared prepare(Context& ctx, Resolved& call, bool blocking) {
   p.info.divisor = static_cast<std::uint32_t>(rt.size);
   p.info.lane = rt.lane;
   p.info.spinUs = rt.spinUs;
+  p.info.generation = rt.generation;
   if (call.op != nullptr) p.info.op = *call.op;
   // Members of the shared-memory group waiting for this rank in a shm call of this seq can
   // tell it runs another collective.
@@ -698,6 +702,7 @@ Prepared prepareP2P(Context& ctx, const Call& d, const CollectiveOptions& option
   p.info.notes.bytes = bytes;
   p.info.key = transport::MessageKey{rt.seqBase | d.tag, 0, transport::Space::kPointToPoint};
   p.info.spinUs = rt.spinUs;
+  p.info.generation = rt.generation;
   p.info.notes.recorder = rt.recorder.get();
   p.info.notes.recorderOwner = rt.recorder;
   p.info.fingerprint = transport::Fingerprint{static_cast<std::uint8_t>(Collective::kSendRecv),

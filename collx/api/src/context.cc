@@ -203,6 +203,7 @@ Context::Context(Key, std::shared_ptr<rendezvous::Store> store, int rank, int si
   storeOptions.rank = rank;
   // With a secret, a store that others can write gets its values signed.
   store = rendezvous::SignedStore::wrapIfNeeded(std::move(store), options.secret);
+  rootStore_ = store;
   store_ = std::make_shared<rendezvous::PrefixStore>(
       "collx/" + jobId_ + "/" + std::to_string(generation_), std::move(store), storeOptions);
 }
@@ -344,6 +345,7 @@ std::shared_ptr<detail::Runtime> makeRuntime(std::unique_ptr<transport::Mesh> tr
   runtime->engine = std::make_unique<algorithms::Engine>(std::move(transports), engine);
   runtime->rank = rank;
   runtime->size = size;
+  runtime->generation = runtime->engine->generation();
   runtime->timeout = timeout;
   std::tie(runtime->hostOf, runtime->hosts) = hostLayout(peers);
   runtime->chunkBytes = algorithms::kChunkBytes.get(config);
@@ -449,8 +451,8 @@ void Context::connect(const ContextOptions& options) {
   mesh.tcp.shortWrites = !outnumbered_;
   auto transports = connectMesh(mesh, *store_, timeout_, where);
 
-  auto notes = std::make_shared<detail::HangNotes>();
-  const algorithms::EngineOptions engine = engineOptionsFor(options, config, outnumbered_, notes);
+  notes_ = std::make_shared<detail::HangNotes>();
+  const algorithms::EngineOptions engine = engineOptionsFor(options, config, outnumbered_, notes_);
   // A trace (COLLX_TRACE): its file is made now, so that a directory it cannot write fails
   // here; its clock is measured once every rank agreed that all of them trace.
   std::shared_ptr<algorithms::Tracer> tracer;
@@ -469,13 +471,17 @@ void Context::connect(const ContextOptions& options) {
   COLLX_DEBUG(kTcp, "rank {}: connected to {} peers{}", rank_, size_ - 1,
               runtime_->group ? ", all over shared memory" : "");
 
+  startReporter(config);
+}
+
+void Context::startReporter(const Config& config) {
   detail::HangReporter::Setup report;
-  report.recorder = runtime_->engine->recorder();
+  report.recorder = runtime_->recorder ? runtime_->recorder : runtime_->engine->recorder();
   report.store = store_;
-  report.notes = std::move(notes);
+  report.notes = notes_;
   report.peers = peers_;
   for (int peer = 0; peer < size_; ++peer) {
-    report.connections.push_back(runtime_->engine->mesh().describePeer(peer));
+    report.connections.push_back(runtime_->engine->mesh().describePeer(runtime_->meshRank(peer)));
   }
   report.job = jobId_;
   report.generation = generation_;
@@ -484,11 +490,13 @@ void Context::connect(const ContextOptions& options) {
   std::weak_ptr<detail::Runtime> weak = runtime_;
   report.healthy = [weak] {
     auto runtime = weak.lock();
-    return runtime && runtime->engine->failure() == nullptr;
+    return runtime && !runtime->isOver() && runtime->engine->failure() == nullptr;
   };
   report.revoked = [weak](int rank, const std::string& text) {
-    if (auto runtime = weak.lock()) {
-      runtime->engine->stop(ErrorKind::kRevoked, rank == runtime->rank ? -1 : rank, text);
+    if (auto runtime = weak.lock(); runtime && !runtime->isOver()) {
+      // (The record names the mesh's rank, as the transport's errors do.)
+      const bool self = rank == runtime->meshRank(runtime->rank);
+      runtime->engine->stop(ErrorKind::kRevoked, self ? -1 : rank, text);
     }
   };
   reporter_ = detail::HangReporter::start(std::move(report), config);
@@ -704,6 +712,7 @@ Context::Context(Key, std::shared_ptr<Context> parent, std::vector<int> members,
       generation_(parent->generation_),
       timeout_(timeout),
       store_(parent->store_),
+      rootStore_(parent->rootStore_),
       hostId_(parent->hostId_),
       leaveBarrier_(false),
       eraseKeys_(false),
@@ -727,6 +736,7 @@ Context::Context(Key, std::shared_ptr<Context> parent, std::vector<int> members,
   runtime_->engine = above.engine;
   runtime_->rank = rank_;
   runtime_->size = size_;
+  runtime_->generation = above.generation;
   runtime_->timeout = timeout_;
   runtime_->chunkBytes = above.chunkBytes;
   std::tie(runtime_->hostOf, runtime_->hosts) = hostLayout(peers_);
@@ -746,6 +756,64 @@ Context::Context(Key, std::shared_ptr<Context> parent, std::vector<int> members,
   }
   runtime_->tracePath = above.tracePath;
   parent_ = std::move(parent);
+}
+
+Context::Context(Key, const Context& old, const std::vector<int>& members, std::int64_t generation)
+    : rank_(
+          static_cast<int>(std::find(members.begin(), members.end(), old.rank_) - members.begin())),
+      size_(static_cast<int>(members.size())),
+      localRank_(-1),
+      jobId_(old.jobId_),
+      generation_(generation),
+      timeout_(old.timeout_),
+      rootStore_(old.rootStore_),
+      hostId_(old.hostId_),
+      notes_(old.notes_),
+      leaveBarrier_(old.leaveBarrier_),
+      eraseKeys_(old.eraseKeys_),
+      formed_(true),
+      outnumbered_(old.outnumbered_),
+      server_(old.server_) {
+  rendezvous::StoreOptions storeOptions;
+  storeOptions.timeout = timeout_;
+  storeOptions.rank = rank_;
+  store_ = std::make_shared<rendezvous::PrefixStore>(
+      "collx/" + jobId_ + "/" + std::to_string(generation_), rootStore_, storeOptions);
+  for (int r : members) {
+    PeerInfo peer = old.peers_[static_cast<std::size_t>(r)];
+    peer.rank = static_cast<int>(peers_.size());
+    peers_.push_back(std::move(peer));
+  }
+  int local = 0;
+  for (int r = 0; r < rank_; ++r) {
+    local += hostIdentity(peers_[static_cast<std::size_t>(r)]) ==
+             hostIdentity(peers_[static_cast<std::size_t>(rank_)]);
+  }
+  localRank_ = local;
+  const detail::Runtime& above = *old.runtime_;
+  runtime_ = std::make_shared<detail::Runtime>();
+  runtime_->engine = above.engine;
+  runtime_->rank = rank_;
+  runtime_->size = size_;
+  runtime_->generation = above.engine->generation();
+  runtime_->timeout = timeout_;
+  runtime_->chunkBytes = above.chunkBytes;
+  std::tie(runtime_->hostOf, runtime_->hosts) = hostLayout(peers_);
+  // No shared-memory group of its own (yet): the point-to-point algorithms, over shared
+  // memory's pairs within a host.
+  runtime_->policy =
+      algorithms::SelectionPolicy::fromConfig(Config::process(), size_ == 1, runtime_->hosts);
+  if (above.learner) {
+    runtime_->learner = std::make_unique<algorithms::Learner>(
+        static_cast<int>(algorithms::kLearnTrials.get(Config::process())));
+  }
+  for (int r : members) runtime_->meshRanks.push_back(above.meshRank(r));
+  // Its sequence numbers start again: a recorder of its own (the engine's holds the old ones).
+  if (const auto& recorder = above.engine->recorder()) {
+    runtime_->recorder = std::make_shared<algorithms::Recorder>(recorder->capacity());
+  }
+  runtime_->spinUs = above.spinUs;
+  runtime_->tracePath = above.tracePath;
 }
 
 std::string Context::dumpState() {
@@ -810,6 +878,8 @@ constexpr std::chrono::seconds kFailedLeaveGrace{3};
 // expire (COLLX_STORE_TTL).
 void Context::leave() noexcept {
   if (size_ == 1) return;
+  // A generation the survivors left (shrink): nobody waits for it, its keys expire.
+  if (runtime_ && runtime_->isOver()) return;
   const bool failed = !formed_ || (runtime_ && runtime_->engine->failure() != nullptr);
   if (!leaveBarrier_ && (!eraseKeys_ || failed)) return;
   try {

@@ -1,4 +1,4 @@
-// Recovery: Context::agree (revoke is in context.cc, beside abort).
+// Recovery: Context::agree and Context::shrink (revoke is in context.cc, beside abort).
 #include "recovery.h"
 
 #include <algorithm>
@@ -9,9 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "collx/base/config.h"
 #include "collx/base/log.h"
 #include "collx/context.h"
+#include "collx/rendezvous/prefix_store.h"
 #include "collx/rendezvous/store.h"
+#include "diagnostics/hang_report.h"
 #include "runtime.h"
 
 namespace collx {
@@ -91,6 +94,7 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
     throw InvalidArgument(
         where, "the timeout must be positive, got " + std::to_string(wait.count()) + " ms");
   }
+  if (runtime_->replaced.load()) runtime_->throwOver(where);
   const std::uint64_t round = runtime_->agreements.fetch_add(1) + 1;
   where.op = "agree#" + std::to_string(round);
   const auto start = Clock::now();
@@ -244,6 +248,147 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
     COLLX_DEBUG(kCore, "rank {}: {}: erasing its entries: {}", rank_, where.op, e.what());
   }
   return result;
+}
+
+std::shared_ptr<Context> Context::shrink(std::optional<std::chrono::milliseconds> timeout) {
+  using Clock = std::chrono::steady_clock;
+  Where where{rank_, "shrink", -1};
+  if (!runtime_) throw InvalidArgument(where, "the context has no transports");
+  if (parent_) {
+    throw InvalidArgument(where,
+                          "a sub-context does not shrink (its parent's connections are "
+                          "not its own): shrink the context it was split from");
+  }
+  if (runtime_->replaced.load()) runtime_->throwOver(where);
+  const std::chrono::milliseconds wait = timeout.value_or(timeout_);
+  if (wait.count() <= 0) {
+    throw InvalidArgument(
+        where, "the timeout must be positive, got " + std::to_string(wait.count()) + " ms");
+  }
+  const auto start = Clock::now();
+  const auto deadline = start + wait;
+  // Who goes on: the same answer on every survivor (a rank left out gets ExcludedError).
+  const Agreement agreed = agree(~std::uint64_t{0}, wait);
+  // Every survivor makes the same attempts (an attempt fails on all of them alike, below):
+  // the k-th takes generation + k, whose namespace no earlier attempt used.
+  const std::uint64_t attempt = runtime_->shrinks.fetch_add(1) + 1;
+  const std::int64_t next = generation_ + static_cast<std::int64_t>(attempt);
+  where.op = "shrink(generation " + std::to_string(next) + ")";
+  std::vector<int> members;
+  std::vector<bool> keep(static_cast<std::size_t>(runtime_->engine->mesh().size()), false);
+  for (int r = 0, f = 0; r < size_; ++r) {
+    if (f < static_cast<int>(agreed.failed.size()) &&
+        agreed.failed[static_cast<std::size_t>(f)] == r) {
+      ++f;
+      continue;
+    }
+    members.push_back(r);
+    keep[static_cast<std::size_t>(runtime_->meshRank(r))] = true;
+  }
+  const int newRank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  // This generation ends on this rank (every call of it fails), the pairs with the survivors
+  // go on in the next.
+  runtime_->engine->reform(next, keep, deadline);
+
+  // The survivors meet in the new generation's namespace before any of them uses it: each
+  // says it is there, and the first to know the outcome (all there, or one lost) writes it;
+  // every survivor takes that one (a survivor's late arrival then changes nothing).
+  rendezvous::StoreOptions storeOptions;
+  storeOptions.timeout = wait;
+  storeOptions.rank = newRank;
+  auto store = std::make_shared<rendezvous::PrefixStore>(
+      "collx/" + jobId_ + "/" + std::to_string(next), rootStore_, storeOptions);
+  const std::string outcomeKey = "shrink/outcome";
+  store->set("shrink/ready/" + std::to_string(newRank), "1");
+  std::vector<int> awaited;
+  for (int i = 0; i < static_cast<int>(members.size()); ++i) {
+    if (i != newRank) awaited.push_back(i);
+  }
+  transport::Mesh& mesh = runtime_->engine->mesh();
+  const auto met = Clock::now();
+  const auto metDeadline = met + wait;  // (a round of its own: the agreement may have waited)
+  std::string outcome;
+  auto step = std::chrono::milliseconds(1);
+  while (true) {
+    if (store->check({outcomeKey})) {
+      outcome = rendezvous::toString(store->get(outcomeKey, wait));
+      break;
+    }
+    std::string proposal;
+    if (!awaited.empty()) {
+      std::vector<std::string> keys;
+      keys.reserve(awaited.size());
+      for (int i : awaited) keys.push_back("shrink/ready/" + std::to_string(i));
+      const std::vector<std::string> absent = store->missing(keys);
+      std::vector<int> still;
+      for (std::size_t i = 0, a = 0; i < keys.size(); ++i) {
+        if (a < absent.size() && absent[a] == keys[i]) {
+          still.push_back(awaited[i]);
+          ++a;
+        }
+      }
+      awaited = std::move(still);
+      for (int i : awaited) {
+        const int old = members[static_cast<std::size_t>(i)];
+        const std::string lost = mesh.lost(runtime_->meshRank(old), met);
+        if (!lost.empty()) {
+          proposal = "lost " + std::to_string(old) + " " + lost;
+          break;
+        }
+      }
+    }
+    if (proposal.empty() && awaited.empty()) proposal = "ok";
+    if (proposal.empty() && Clock::now() >= metDeadline) {
+      proposal = "late " + std::to_string(members[static_cast<std::size_t>(awaited.front())]);
+    }
+    if (!proposal.empty()) {
+      outcome =
+          rendezvous::toString(store->compareSet(outcomeKey, {}, rendezvous::toBytes(proposal)));
+      break;
+    }
+    rendezvous::detail::backoffSleep(step, metDeadline, std::chrono::milliseconds(50));
+  }
+  if (outcome != "ok") {
+    // The attempt failed on every survivor alike: the new generation fails here (naming the
+    // rank lost, for the next agreement) and shrink() may be called again.
+    int lostRank = -1;
+    std::string why = outcome;
+    if (outcome.rfind("lost ", 0) == 0 || outcome.rfind("late ", 0) == 0) {
+      const std::size_t space = outcome.find(' ', 5);
+      try {
+        lostRank = std::stoi(outcome.substr(5, space - 5));
+      } catch (const std::exception&) {
+        lostRank = -1;
+      }
+      why = space == std::string::npos ? "" : outcome.substr(space + 1);
+    }
+    if (lostRank < 0 || lostRank >= size_) {
+      throw MismatchError(where,
+                          "the store holds a malformed outcome: '" + outcome.substr(0, 200) + "'");
+    }
+    const std::string text = outcome[0] == 'l' && outcome[1] == 'o'
+                                 ? "rank " + std::to_string(lostRank) +
+                                       " was lost before the survivors went on (" + why +
+                                       "): call shrink() again"
+                                 : "rank " + std::to_string(lostRank) + " did not come within " +
+                                       std::to_string(wait.count()) + " ms: call shrink() again";
+    const IoError error(Where{rank_, where.op, lostRank}, text);
+    // (Named by its mesh rank there, as the transport names ranks.)
+    runtime_->engine->stop(ErrorKind::kIo, runtime_->meshRank(lostRank), text);
+    throw error;
+  }
+  auto shrunk = std::make_shared<Context>(Key{}, *this, members, next);
+  runtime_->replaced = true;
+  if (reporter_) reporter_->stop();  // this generation's reports are over
+  shrunk->startReporter(Config::process());
+  COLLX_DEBUG(kCore,
+              "rank {}: shrink: generation {} of {} ranks (failed: {}), rank {} there, in {} "
+              "ms",
+              rank_, next, members.size(), listOf({agreed.failed.begin(), agreed.failed.end()}),
+              newRank,
+              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+  return shrunk;
 }
 
 }  // namespace collx

@@ -63,6 +63,15 @@ std::uint8_t everyRank(Runtime& rt, std::uint8_t mine) {
   return value;
 }
 
+void Runtime::throwOver(Where where) const {
+  throw RevokedError(std::move(where),
+                     "generation " + std::to_string(generation) +
+                         " of this context is over: the "
+                         "job went on in generation " +
+                         std::to_string(engine->generation()) +
+                         " (Context::shrink): use the context that shrink() returned");
+}
+
 std::string describeMessage(const transport::MessageKey& key, const transport::Fingerprint& fp) {
   std::string out;
   const char* dtype = "unknown";

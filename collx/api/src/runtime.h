@@ -61,8 +61,18 @@ struct Runtime {
   bool selectOnly = false;
   const algorithms::AlgorithmInfo* selected = nullptr;
   std::atomic<std::uint64_t> sequence{0};
-  // Context::agree's rounds so far.
+  // Context::agree's rounds so far, and Context::shrink's attempts.
   std::atomic<std::uint64_t> agreements{0};
+  std::atomic<std::uint64_t> shrinks{0};
+  // The engine's generation when this context was made (Engine::generation): once the
+  // survivors went on in another (Context::shrink), this context's calls fail (isOver()).
+  std::int64_t generation = 0;
+  bool isOver() const noexcept { return engine->generation() != generation; }
+  // A shrink() of this context succeeded: it is over for good (an attempt that failed
+  // leaves it over too, but shrink() may then be called on it again).
+  std::atomic<bool> replaced{false};
+  // RevokedError: this context's generation is over (a call of it, or a recovery).
+  [[noreturn]] void throwOver(Where where) const;
   // Every rank of the job shares memory with every other (all agreed at connect): the
   // shared-memory algorithms may run. nullptr otherwise. A sub-context's is its sub-group,
   // which runs in the engine's lane `lane` (Engine::addSharedGroup; 0: the mesh's group).

@@ -183,6 +183,17 @@ try:
         flags, failed = ctx.agree(~(1 << R) & (2**64 - 1), timeout=30)
         result["flags"] = flags
         result["agreed_failed"] = failed
+        # ... and go on without it
+        new = ctx.shrink(timeout=30)
+        x = np.full(1 << 16, float(new.rank + 1), np.float32)
+        new.allreduce(x)
+        result["shrunk"] = [new.rank, new.size, new.generation, float(x[0])]
+        try:
+            ctx.barrier(timeout=2)
+            result["old_after_shrink"] = "ok"
+        except collx.Error as e:
+            result["old_after_shrink"] = type(e).__name__
+        new.close()
     elif scenario == "gil":
         # While rank 0 waits in a blocking allreduce (rank 1 arrives 0.5 s late), another
         # Python thread of rank 0 keeps running: the call released the GIL.

@@ -19,6 +19,10 @@
 //   ERROR    the sender failed (root: the rank its error names; payload: the ErrorKind byte,
 //            then the text).
 //   GOODBYE  the sender closes its context: what follows its end is no failure.
+//
+// Every frame carries its sender's epoch (its generation mod 256): after the survivors of a
+// failure go on in a new generation over the same connections (Mesh::reform), a frame of
+// the old one that was still on its way is read and dropped, never delivered.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +43,10 @@ enum class FrameType : std::uint8_t {
 };
 
 inline constexpr std::uint16_t kFrameMagic = 0x4346;  // "FC"
+// The most payload a DATA frame carries (a medium's pieces are at most this): with the eager
+// limit and an ERROR's text, what bounds a frame of an older generation, whose payload is
+// read and dropped.
+inline constexpr std::uint64_t kMostDataPiece = std::uint64_t{1} << 20;
 
 struct Frame {
   FrameType type = FrameType::kCredit;
@@ -46,7 +54,7 @@ struct Frame {
   std::uint8_t coll = 0;
   std::uint8_t dtype = 0;
   std::uint8_t op = 0;
-  std::uint8_t reserved = 0;
+  std::uint8_t epoch = 0;  // the sender's generation, mod 256 (LinkState::epoch)
   std::uint16_t magic = kFrameMagic;
   std::uint32_t step = 0;
   std::int32_t root = -1;

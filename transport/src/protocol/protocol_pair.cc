@@ -285,6 +285,20 @@ ProtocolPair::Sink ProtocolPair::frameArrived(const Frame& f) {
   if (f.magic != kFrameMagic) {
     protocolError("a frame without the frame magic (the stream is corrupt)");
   }
+  if (f.epoch != link_.epoch) [[unlikely]] {
+    // Sent before the survivors went on in a new generation (or by a rank that has not yet
+    // left the old one): read and dropped, credit and all.
+    ++stale_;
+    Sink sink;
+    sink.frame = f;
+    sink.stale = true;
+    sink.length = f.carriesPayload() ? f.length : 0;
+    if (sink.length > std::max({limits_.eagerLimit, kMostDataPiece, kMaxErrorText})) {
+      protocolError("a frame of generation " + std::to_string(f.epoch) + " (mod 256) with " +
+                    std::to_string(sink.length) + " bytes, more than any frame carries");
+    }
+    return sink;
+  }
   // Credit comes back for eager bytes this rank sent, never beyond the window it started with.
   if (f.credit > limits_.creditWindow - credits_) {
     protocolError("a frame returning " + std::to_string(f.credit) + " bytes of eager credit, " +
@@ -404,6 +418,7 @@ ProtocolPair::Sink ProtocolPair::frameArrived(const Frame& f) {
 }
 
 void ProtocolPair::payloadArrived(Sink& sink) {
+  if (sink.stale) return;
   switch (sink.frame.type) {
     case FrameType::kEager:
       if (sink.transfer != nullptr) {
@@ -553,6 +568,20 @@ void ProtocolPair::peerClosed() {
     peerGone(rankName() + " closed its context while this rank still had " + std::to_string(live_) +
              " message(s) in flight with it");
   }
+}
+
+void ProtocolPair::reset() {
+  if (!dead_) failAll(Aborted(where(), "the pair is reset"));
+  // Every transfer is free again; their ids' generations go on (a late frame naming an old id
+  // is of the old epoch, dropped before any lookup).
+  free_.clear();
+  for (std::size_t i = transfers_.size(); i-- > 0;) free_.push_back(static_cast<std::uint32_t>(i));
+  live_ = 0;
+  credits_ = limits_.creditWindow;
+  creditsToReturn_ = 0;
+  peerCredit_ = limits_.creditWindow;
+  resetMedium();
+  dead_ = false;
 }
 
 void ProtocolPair::failAll(const Error& error) noexcept {

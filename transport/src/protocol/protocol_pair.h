@@ -91,6 +91,11 @@ class ProtocolPair : public Pair {
   bool busy() const noexcept final { return live_ > 0; }
   std::uint64_t arrivals() const noexcept final { return arrivals_; }
   bool dead() const noexcept { return dead_; }
+  // After failAll(): the protocol state as new (credits, queues, transfers) in the link's
+  // epoch, and the medium's own (resetMedium()).
+  void reset() final;
+  // Frames of another epoch read and dropped (for tests).
+  std::uint64_t staleFrames() const noexcept final { return stale_; }
 
   // A transfer id's index part (ids are index + 1 in the low 24 bits, a generation above;
   // indexes are reused): media that keep something per transfer index a vector with it.
@@ -111,6 +116,9 @@ class ProtocolPair : public Pair {
     Frame frame;
     Transfer* transfer = nullptr;  // a matched EAGER message, or DATA
     Unexpected* unexpected = nullptr;
+    // A frame of another epoch, or the rest of one cut short by a failure: its payload (dst
+    // nullptr, `length` bytes) is read and dropped, and payloadArrived() does nothing.
+    bool stale = false;
   };
 
   // ---- the medium's hooks ------------------------------------------------------------
@@ -150,6 +158,8 @@ class ProtocolPair : public Pair {
   // Drops every queued frame, push and pull: failAll() runs next, and nothing may refer to
   // a request's buffer afterwards.
   virtual void dropQueued() noexcept = 0;
+  // reset()'s part for the medium: what it must do before the pair carries frames again.
+  virtual void resetMedium() {}
 
   // ---- what media call ---------------------------------------------------------------
 
@@ -236,6 +246,7 @@ class ProtocolPair : public Pair {
   std::vector<std::uint32_t> free_;
   std::size_t live_ = 0;
   std::uint64_t arrivals_ = 0;  // frames and landed data from the peer (arrivals())
+  std::uint64_t stale_ = 0;     // frames of another epoch (staleFrames())
 
   // Map nodes come from a pool: no allocation per message once warm.
   std::pmr::unsynchronized_pool_resource pool_;

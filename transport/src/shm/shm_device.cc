@@ -340,7 +340,8 @@ bool ShmDevice::prepareToSleep() {
   sleeping.store(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (auto& pair : pairs_) {
-    if (pair->wouldWake()) {
+    // (A dead pair is a peer that a reform left out: nothing of it is read again.)
+    if (!pair->dead() && pair->wouldWake()) {
       sleeping.store(0, std::memory_order_relaxed);
       return false;
     }
@@ -357,7 +358,7 @@ std::size_t ShmDevice::addPollFds(std::vector<pollfd>& fds) {
   if (!armed_) return 0;
   fds.push_back(pollfd{bellFd_, POLLIN, 0});
   for (std::size_t i = 0; i < pairs_.size(); ++i) {
-    const bool watch = pidfds_[i] >= 0 && !pairs_[i]->exited();
+    const bool watch = pidfds_[i] >= 0 && !pairs_[i]->exited() && !pairs_[i]->dead();
     fds.push_back(pollfd{watch ? pidfds_[i] : -1, POLLIN, 0});
   }
   return 1 + pairs_.size();
@@ -382,6 +383,7 @@ bool ShmDevice::progress(const pollfd* results, std::size_t count) {
     for (std::size_t i = 1; i < count; ++i) deaths |= results[i].revents != 0;
   }
   for (auto& pair : pairs_) {
+    if (pair->dead()) continue;
     std::uint64_t budget = kPairBudget;
     moved |= pair->progress(budget);
   }
@@ -412,7 +414,7 @@ void ShmDevice::checkLiveness() {
   std::vector<std::size_t> which;
   for (std::size_t i = 0; i < pairs_.size(); ++i) {
     ShmPair& pair = *pairs_[i];
-    if (pair.exited() || pair.samePid()) continue;
+    if (pair.exited() || pair.samePid() || pair.dead()) continue;
     if (pidfds_[i] >= 0) {
       checks_.push_back(pollfd{pidfds_[i], POLLIN, 0});
       which.push_back(i);
@@ -444,6 +446,15 @@ void ShmDevice::letGo(State state) noexcept {
     std::this_thread::yield();
   }
   for (auto& pair : pairs_) pair->ring();
+}
+
+void ShmDevice::reform(const std::vector<bool>& keep) {
+  (void)keep;  // (the pairs reset themselves; the left-out ones stay dead)
+  // Open again: the peers that go on read this rank's state as they wait on it.
+  ArenaHeader* h = arena_->header();
+  h->errorLength = 0;
+  h->culprit = -1;
+  atomic(h->state).store(static_cast<std::uint32_t>(State::kOpen), std::memory_order_seq_cst);
 }
 
 void ShmDevice::failAll(const Error& error) noexcept {

@@ -78,6 +78,7 @@ class ShmDevice final : public Device {
 
  public:
   std::string gone(int peer) const override;
+  void reform(const std::vector<bool>& keep) override;
 
  private:
   void checkLiveness();

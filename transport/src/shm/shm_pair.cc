@@ -125,6 +125,7 @@ bool ShmPair::room(std::uint64_t bytes) {
 
 void ShmPair::writeFrame(Frame frame, const std::uint8_t* payload, std::uint64_t length) {
   if (frame.credit == 0) frame.credit = takeCredit();
+  frame.epoch = link_.epoch;
   ringCopyIn(outData_, outBytes_, outTail_, &frame, sizeof(Frame));
   if (length > 0) ringCopyIn(outData_, outBytes_, outTail_ + sizeof(Frame), payload, length);
   outTail_ += sizeof(Frame) + padded(length);
@@ -218,7 +219,7 @@ bool ShmPair::receive(std::uint64_t& budget) {
                     std::to_string(tail - inHead_) + " published bytes");
     }
     Sink sink = frameArrived(f);
-    if (sink.length > 0) {
+    if (sink.length > 0 && sink.dst != nullptr) {  // (a stale frame's payload is dropped)
       ringCopyOut(inData_, inBytes_, inHead_ + sizeof(Frame), sink.dst, sink.length);
     }
     if (f.carriesPayload()) payloadArrived(sink);

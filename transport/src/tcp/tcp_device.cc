@@ -647,7 +647,8 @@ std::vector<std::vector<std::unique_ptr<secure::TlsStream>>> TcpDevice::startTls
 
 bool TcpDevice::prepareToSleep() {
   for (auto& pair : pairs_) {
-    if (pair->readPending()) return false;  // TLS records read already wait to be opened
+    // TLS records read already wait to be opened (not a dead pair's: a reform left it out).
+    if (!pair->dead() && pair->readPending()) return false;
   }
   return true;
 }
@@ -664,7 +665,8 @@ bool TcpDevice::progress(const pollfd* results, std::size_t count) {
   const std::size_t streams = static_cast<std::size_t>(options_.streams);
   for (auto& pair : pairs_) {
     if (at + streams > count) break;
-    moved |= pair->progress(results + at, streams);
+    // (A dead pair is a peer that a reform left out: nothing of it is read again.)
+    if (!pair->dead()) moved |= pair->progress(results + at, streams);
     at += streams;
   }
   return moved;

@@ -47,7 +47,16 @@ int TcpPair::unsent(OutFrame& f, iovec* iov) {
     skip -= sizeof(Frame);
   }
   if (f.payloadLength > skip) {
-    iov[n++] = {const_cast<std::uint8_t*>(f.payload) + skip, f.payloadLength - skip};
+    if (f.payload == nullptr) {
+      // The rest of a frame cut short by a failure (dropQueued): zeros, which the peer reads
+      // and drops (the frame is of the old epoch).
+      static const std::uint8_t kZeros[64 * 1024] = {};
+      iov[n++] = {const_cast<std::uint8_t*>(kZeros),
+                  static_cast<std::size_t>(
+                      std::min<std::uint64_t>(f.payloadLength - skip, sizeof(kZeros)))};
+    } else {
+      iov[n++] = {const_cast<std::uint8_t*>(f.payload) + skip, f.payloadLength - skip};
+    }
   }
   return n;
 }
@@ -208,12 +217,32 @@ void TcpPair::push(Transfer& transfer, const Frame& ready) {
 
 void TcpPair::dropQueued() noexcept {
   for (Stream& s : streams_) {
-    // Nothing refers to a request or its buffer from here on.
+    // Nothing refers to a request or its buffer from here on. A frame written in part is
+    // finished with zeros before anything else, if the pair is reset: the stream stays whole.
+    std::optional<OutFrame> owed;
+    if (s.partialLane != -1) {
+      owed = s.partialLane == 0 ? s.control.front() : s.data.front();
+      owed->payload = nullptr;
+      owed->transfer = nullptr;
+    }
     s.control.clear();
     s.data.clear();
     s.partialLane = -1;
+    if (owed) {
+      s.control.push_back(*owed);
+      s.partialLane = 0;
+    }
+    // The rest of a payload being read is dropped.
     s.rx.sink = Sink{};
+    s.rx.sink.stale = true;
     s.rx.dst = nullptr;
+  }
+}
+
+void TcpPair::resetMedium() {
+  // A frame finished with zeros leaves with the next progress().
+  for (Stream& s : streams_) {
+    if (s.hasOutput()) s.writeBlocked = true;
   }
 }
 
@@ -223,7 +252,9 @@ std::size_t TcpPair::addPollFds(std::vector<pollfd>& fds) const {
   for (const Stream& s : streams_) {
     short events = s.open ? POLLIN : 0;
     if (s.writeBlocked && s.hasOutput()) events |= POLLOUT;
-    fds.push_back(pollfd{s.open || s.hasOutput() ? s.fd : -1, events, 0});
+    // (Not a dead pair's: a peer that a reform left out, whose end of the connection may
+    // stay readable for ever.)
+    fds.push_back(pollfd{!dead() && (s.open || s.hasOutput()) ? s.fd : -1, events, 0});
   }
   return streams_.size();
 }
@@ -285,7 +316,10 @@ bool TcpPair::flush(Stream& s) {
     int n = 0, nframes = 0;
     auto add = [&](OutFrame& f, int lane) {
       if (n + 2 > kMaxIov) return false;
-      if (f.sent == 0 && f.header.credit == 0) f.header.credit = takeCredit();
+      if (f.sent == 0) {
+        if (f.header.credit == 0) f.header.credit = takeCredit();
+        f.header.epoch = link_.epoch;
+      }
       n += unsent(f, iov + n);
       frames[nframes] = &f;
       laneOf[nframes++] = lane;
@@ -393,7 +427,7 @@ bool TcpPair::receive(Stream& s) {
     // (Not another read that would only say EAGAIN: a system call saved per message.)
     if (drained) return moved;
     ssize_t n;
-    const bool direct = rx.inPayload && rx.remaining >= kDirectReadBytes;
+    const bool direct = rx.inPayload && rx.dst != nullptr && rx.remaining >= kDirectReadBytes;
     const std::size_t asked =
         direct ? static_cast<std::size_t>(std::min<std::uint64_t>(rx.remaining, budget))
                : kStagingBytes;
@@ -460,8 +494,10 @@ void TcpPair::consumeStaged(Stream& s) {
       continue;
     }
     std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(avail, rx.remaining));
-    copyBytes(rx.dst, src, take);
-    rx.dst += take;
+    if (rx.dst != nullptr) {  // (else a payload that is dropped: Sink::stale)
+      copyBytes(rx.dst, src, take);
+      rx.dst += take;
+    }
     rx.remaining -= take;
     rx.begin += take;
     if (rx.remaining == 0) onPayloadDone(s);
@@ -504,10 +540,15 @@ void TcpPair::readWhatIsLeft() {
 bool TcpPair::finishPartial(Stream& s, std::chrono::milliseconds budget) noexcept {
   if (s.partialLane == -1) return true;
   OutFrame& f = s.partialLane == 0 ? s.control.front() : s.data.front();
-  iovec iov[2];
-  const int n = unsent(f, iov);
-  if (!writeAllBefore(s, iov, n, std::chrono::steady_clock::now() + budget)) return false;
-  f.sent = f.total();
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  while (f.sent < f.total()) {  // (a frame finished with zeros goes in pieces)
+    iovec iov[2];
+    const int n = unsent(f, iov);
+    std::uint64_t bytes = 0;
+    for (int i = 0; i < n; ++i) bytes += iov[i].iov_len;
+    if (!writeAllBefore(s, iov, n, deadline)) return false;
+    f.sent += bytes;
+  }
   s.partialLane = -1;
   return true;
 }
@@ -532,6 +573,7 @@ void TcpPair::sendError(ErrorKind kind, const std::string& text, int culprit) no
   if (!finishPartial(s, std::chrono::milliseconds(100))) return;
   Frame h;
   h.type = FrameType::kError;
+  h.epoch = link_.epoch;
   h.length = text.size() + 1;
   h.root = culprit;
   std::string body(1, static_cast<char>(kind));
@@ -547,6 +589,7 @@ void TcpPair::sendGoodbye() noexcept {
   for (Stream& s : streams_) {
     if (s.fd < 0 || s.partialLane != -1) continue;
     Frame h;
+    h.epoch = link_.epoch;
     h.type = FrameType::kGoodbye;
     iovec iov{&h, sizeof(h)};
     ssize_t ignored = writeOut(s, &iov, 1);  // (TLS: sealed and sent as far as it goes)

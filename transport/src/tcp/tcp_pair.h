@@ -22,6 +22,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,7 @@ namespace collx::transport::tcp {
 struct TcpPairOptions {
   // The limits both ends agreed on at connect (the smaller of each side's eager limit).
   ProtocolPair::Limits limits;
-  std::uint64_t dataFrameBytes = 1u << 20;
+  std::uint64_t dataFrameBytes = kMostDataPiece;
   // Each sendmsg writes at most kWriteBytes (tcp_pair.cc) and reads between writes.
   bool shortWrites = true;
 };
@@ -72,6 +73,7 @@ class TcpPair final : public ProtocolPair {
   bool outputQueued() const noexcept override { return streams_[0].hasOutput(); }
   void push(Transfer& transfer, const Frame& ready) override;
   void dropQueued() noexcept override;
+  void resetMedium() override;
 
  private:
   struct OutFrame {

@@ -71,6 +71,10 @@ struct CallInfo {
   // its context's differs from the engine's: a split of ranks that have cores of their own
   // within a job whose ranks outnumber the cores. -1: the engine's.
   std::int32_t spinUs = -1;
+  // The generation of the call's context (Engine::generation): a call of another, begun
+  // before the survivors went on in a new one (Engine::reform), is refused, never run. -1:
+  // not checked (the library's own exchanges while connecting).
+  std::int64_t generation = -1;
   // Not what the call is: what its observers keep of it.
   CallNotes notes;
 };

@@ -102,6 +102,13 @@ class Engine {
   // Thread-safe: as abort(), with an error of `kind` naming `culprit` (Mesh::stop). Where no
   // thread drives (an idle context) the mesh fails at once, which tells every peer.
   void stop(ErrorKind kind, int culprit, const std::string& why);
+  // The survivors go on over the same connections in `generation` (Mesh::reform): waits
+  // (until `deadline`: TimeoutError) for every call of the old generation to end, all of
+  // which fail (the mesh fails first if it had not), then reforms the mesh. Thread-safe;
+  // a call started meanwhile fails with the old generation's error.
+  void reform(std::int64_t generation, const std::vector<bool>& keep, Clock::time_point deadline);
+  // The mesh's generation (Mesh::generation): a context of another is over.
+  std::int64_t generation() const noexcept { return mesh_->generation(); }
   // The error that failed this engine, if any.
   std::exception_ptr failure() const { return mesh_->failure(); }
   // The flight recorder (nullptr when off): the calls admitted, shared with whoever reads it

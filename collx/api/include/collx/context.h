@@ -27,6 +27,8 @@
 
 namespace collx {
 
+class Config;
+
 namespace rendezvous {
 class Store;
 class TcpStoreServer;
@@ -40,6 +42,7 @@ class TlsContext;
 namespace detail {
 struct Runtime;
 class HangReporter;
+class HangNotes;
 }  // namespace detail
 
 struct ContextOptions {
@@ -178,6 +181,22 @@ class Context : public std::enable_shared_from_this<Context> {
   // fails (a lost store ends the job).
   Agreement agree(std::uint64_t flags = ~std::uint64_t{0},
                   std::optional<std::chrono::milliseconds> timeout = {});
+  // The survivors go on without the ranks that failed (ULFM's MPIX_Comm_shrink): called by
+  // every live rank of a failed, revoked or healthy context (not a sub-context: shrink the
+  // one it was split from), it agrees on who failed (agree(), so ExcludedError where the
+  // others left this rank out), and returns a new context of the others: their ranks
+  // renumbered in their order, a later generation (this one's + 1 the first time; a new
+  // attempt after a failed one takes the next), its own namespace in the store. It opens no
+  // connection and no shared-memory segment: the survivors' pairs go on, every frame says
+  // its generation, and nothing of an older one is ever delivered (Mesh::reform). This
+  // context is over once it returns: its calls, and those of its sub-contexts, fail with
+  // RevokedError. Its collectives take the point-to-point algorithms (shared memory's pairs
+  // within a host; no shared-memory group of its own yet). Throws IoError naming the rank
+  // when a survivor is lost before all of them went on (the others throw it too: call
+  // shrink() again), TimeoutError past `timeout` (default this context's; the agreement and
+  // the survivors' meeting in the new generation each wait at most that long), Unsupported
+  // where a survivor is reached over ibverbs (its queue pairs cannot be reset yet).
+  std::shared_ptr<Context> shrink(std::optional<std::chrono::milliseconds> timeout = {});
   // The flight recorder: this context's last calls (COLLX_TRACE_BUFFER of them), oldest
   // first; empty when the recorder is off. Thread-safe, and it never blocks a call.
   std::vector<FlightEntry> flightRecord() const;
@@ -233,10 +252,14 @@ class Context : public std::enable_shared_from_this<Context> {
   // Use split().
   Context(Key, std::shared_ptr<Context> parent, std::vector<int> members, std::uint64_t subContext,
           std::chrono::milliseconds timeout);
+  // Use shrink(): the survivors `members` (ranks of `old`) in `generation`.
+  Context(Key, const Context& old, const std::vector<int>& members, std::int64_t generation);
 
  private:
   void join();
   void connect(const ContextOptions& options);
+  // The hang report's watcher for this context (connect, and a shrunk context).
+  void startReporter(const Config& config);
   void leave() noexcept;
   // The last rank to leave: erases every key of this generation.
   void eraseKeys();
@@ -248,10 +271,14 @@ class Context : public std::enable_shared_from_this<Context> {
   std::int64_t generation_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<rendezvous::Store> store_;
+  // The job's store itself (signed where it must be), whose "collx/<job>/<generation>" is
+  // store_: a shrunk context's namespace is made from it.
+  std::shared_ptr<rendezvous::Store> rootStore_;
   std::vector<PeerInfo> peers_;
   std::string hostId_;  // the override this rank publishes (empty: none)
   std::shared_ptr<detail::Runtime> runtime_;
   std::shared_ptr<detail::HangReporter> reporter_;
+  std::shared_ptr<detail::HangNotes> notes_;  // what the engine's hang notes say (shared)
   bool leaveBarrier_;
   bool eraseKeys_;
   bool formed_ = false;  // joined and connected: it erases when it is the last to leave

@@ -64,6 +64,10 @@ class Device {
   // Fails every request in flight with `error` and stops touching their buffers.
   virtual void failAll(const Error& error) noexcept = 0;
 
+  // Mesh::reform: the device goes on with the peers `keep` says (by mesh rank), after a
+  // failure. Unsupported where it cannot. Default: nothing of its own to do.
+  virtual void reform(const std::vector<bool>& keep) { (void)keep; }
+
   // Whether `peer` (a peer of this device's) is gone for certain: its process exited, its
   // connection closed. Why, naming it, else "" (also where the device cannot tell). Looks
   // without reading or waiting; any thread. After a failure too: the recovery's detector.

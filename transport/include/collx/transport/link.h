@@ -23,6 +23,9 @@ std::uint64_t jobHash(const std::string& job, std::int64_t generation);
 struct LinkState {
   int rank = 0;
   Describer describer;
+  // The generation the pairs carry, mod 256 (every frame says its sender's; a frame of
+  // another is dropped): the mesh's, then each reform()'s.
+  std::uint8_t epoch = 0;
   // Collectives in progress on this rank (sequence number, fingerprint): a message of one
   // of them with another fingerprint is a mismatch at once, whatever its step. Few are in
   // flight at a time, so a flat list beats a hash map (no allocation per call).

@@ -89,6 +89,19 @@ class Mesh {
   bool applyAbort() noexcept;
   // Fails every request in flight with `error` and poisons the mesh (first error wins).
   void fail(const Error& error) noexcept;
+  // The survivors of a failure go on over the same connections (Context::shrink): every
+  // request has ended (the mesh fails first if it had not), the pairs with the peers `keep`
+  // says (by rank; this rank's too) start afresh in `generation` (their frames carry it, mod
+  // 256, and a frame of another is read and dropped), the others stay dead and are neither
+  // read nor polled again; the mesh is healthy again, with no shared-memory group. Its ranks
+  // keep their numbers (the new context maps its own onto them). The driving thread only,
+  // with nothing in flight. Unsupported over ibverbs (its pairs cannot be reset yet).
+  void reform(std::int64_t generation, const std::vector<bool>& keep);
+  // Frames of an older generation that the pairs read and dropped (for tests).
+  std::uint64_t staleFrames() const noexcept;
+  // The generation the pairs carry: the mesh's, then the last reform()'s (any thread).
+  std::int64_t generation() const noexcept { return generation_.load(std::memory_order_acquire); }
+
   // Whether liveness watches `peer` (liveness.h): on, the peer published a liveness address
   // and, on another host, answered a ping at connect.
   bool watched(int peer) const noexcept;
@@ -121,6 +134,7 @@ class Mesh {
   std::vector<pollfd> fds_;
   std::vector<std::size_t> fdCounts_;  // per device, into fds_
   int wakeFd_ = -1;
+  std::atomic<std::int64_t> generation_{0};
   std::atomic<bool> abortRequested_{false};  // set (release) once stopRequest_ is
   std::atomic<bool> stopClaimed_{false};
   StopRequest stopRequest_;

@@ -29,6 +29,12 @@ class Pair {
   // For the mesh's liveness checks (on the thread that drives progress): whether requests
   // are in flight with the peer, and a count that grows whenever anything arrives from it.
   virtual bool busy() const noexcept { return false; }
+  // After a failure (every request ended): the pair starts afresh in the mesh's new epoch
+  // (Mesh::reform), its protocol state as new, over the same connection. Default: nothing
+  // to do.
+  virtual void reset() {}
+  // Frames of another generation read and dropped (for tests).
+  virtual std::uint64_t staleFrames() const noexcept { return 0; }
   virtual std::uint64_t arrivals() const noexcept { return 0; }
 
  private:
