@@ -29,6 +29,11 @@
 //                                             "agreed flags=HEX failed=R,R in N ms"
 //   collx-test-worker agree COUNT             the same agree() at once ("ready" first),
 //                                             rank TEST_WORKER_HANG_RANK 60 s late
+//   collx-test-worker elastic COUNT SECONDS   checked allreduces of COUNT float32 for
+//                                             SECONDS (the ranks stop together): after a
+//                                             failure the survivors shrink and go on
+//                                             ("shrunk size=S generation=G"; at the end
+//                                             "done size=S generation=G calls=N")
 //   collx-test-worker shrink COUNT            as recover, then shrink() and a checked
 //                                             1 MiB allreduce on the new context: prints
 //                                             "shrunk rank=R size=S generation=G
@@ -258,6 +263,68 @@ int shrinkAndGoOn(collx::Context& ctx, std::chrono::steady_clock::time_point fai
   return 0;
 }
 
+// allreduces of COUNT float32, checked, for SECONDS (the ranks vote in each call whether
+// the time is up, in one element more, and stop together): after every failure the
+// survivors shrink (again, when a survivor is lost meanwhile) and count from 0 on the new
+// context. Prints "ready" after the first call, "shrunk size=S generation=G" after each
+// shrink, "done size=S generation=G calls=N" at the end.
+int elastic(std::shared_ptr<collx::Context> ctx, std::uint64_t count, long seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  std::vector<float> v(count + 1);
+  bool ready = false;
+  long calls = 0;
+  for (long it = 0;;) {
+    try {
+      const int P = ctx->size();
+      const float scale = static_cast<float>(it % 7 + 1);
+      for (std::uint64_t i = 0; i < count; ++i) {
+        v[i] = static_cast<float>(ctx->rank() + 1) * scale + static_cast<float>(i % 3);
+      }
+      v[count] = std::chrono::steady_clock::now() >= until ? 1.0f : 0.0f;
+      collx::allreduce(*ctx, v.data(), v.data(), count + 1, collx::DataType::kFloat32);
+      for (std::uint64_t i = 0; i < count; ++i) {
+        const float expected =
+            static_cast<float>(P * (P + 1) / 2) * scale + static_cast<float>(P * (i % 3));
+        if (v[i] != expected) {
+          std::fprintf(stderr,
+                       "rank %d of %d, generation %lld, call %ld: element %llu is %g, "
+                       "expected %g\n",
+                       ctx->rank(), P, static_cast<long long>(ctx->generation()), it,
+                       static_cast<unsigned long long>(i), v[i], expected);
+          return 20;
+        }
+      }
+      ++it;
+      ++calls;
+      if (!ready) {
+        ready = true;
+        std::printf("ready\n");
+        std::fflush(stdout);
+      }
+      if (v[count] > 0) break;  // some rank's time is up: every rank stops after this call
+    } catch (const collx::ExcludedError&) {
+      throw;
+    } catch (const collx::Error& e) {
+      // Every survivor shrinks; one lost meanwhile makes every one of them try again.
+      for (int attempt = 1;; ++attempt) {
+        try {
+          ctx = ctx->shrink();
+          break;
+        } catch (const collx::IoError&) {
+          if (attempt == 5) throw;
+        }
+      }
+      it = 0;
+      std::printf("shrunk size=%d generation=%lld\n", ctx->size(),
+                  static_cast<long long>(ctx->generation()));
+      std::fflush(stdout);
+    }
+  }
+  std::printf("done size=%d generation=%lld calls=%ld\n", ctx->size(),
+              static_cast<long long>(ctx->generation()), calls);
+  return 0;
+}
+
 // (mode "agree": no allreduce; rank TEST_WORKER_HANG_RANK sleeps 60 s first, alive.)
 int recover(collx::Context& ctx, std::uint64_t count, bool agreeOnly, bool shrink) {
   std::vector<float> v(count, 1.0f);
@@ -346,6 +413,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "hang") return hang(*ctx, count, argc > 3 ? std::stoi(argv[3]) : 2);
+    if (mode == "elastic") return elastic(ctx, count, argc > 3 ? std::stol(argv[3]) : 5);
     if (mode == "recover" || mode == "agree" || mode == "shrink") {
       return recover(*ctx, count, mode == "agree", mode == "shrink");
     }

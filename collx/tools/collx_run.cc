@@ -70,6 +70,7 @@ struct Args {
   std::chrono::milliseconds grace{5000};
   bool tag = false;
   std::string bind = "auto";
+  std::string onFailure = "stop";
   std::string secretFile;
   std::shared_ptr<const collx::secure::JobSecret> fileSecret;  // read from secretFile
   bool insecure = false;
@@ -142,6 +143,11 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
            "memory's latency is a cache line's trip between two fixed cores), otherwise (and "
            "for a lone rank) none")
       ->check(CLI::IsMember({"auto", "core", "spread", "none"}));
+  cli.text("--on-failure", args.onFailure, "WHAT",
+           "stop (default): when a rank fails, stop the others and exit with its code; "
+           "continue: the others go on without it (a program that shrinks its context, "
+           "Context::shrink, carries on), and collx-run exits 0 when any rank exited 0")
+      ->check(CLI::IsMember({"stop", "continue"}));
   cli.app().add_option("program", args.command, "the program and its arguments");
   cli.app().positionals_at_end();  // everything from the program on is the program's
   acceptMpirunSpelling(cli.app(), argc, argv);
@@ -469,6 +475,7 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
   options.timeout = args.timeout;
   options.grace = args.grace;
   options.tagOutput = args.tag;
+  options.keepGoing = args.onFailure == "continue";
   const int world = args.nnodes * args.nproc;
   // The CPUs this process may use, in order: local rank i gets the i-th.
   std::vector<int> cpus;

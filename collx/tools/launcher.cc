@@ -224,6 +224,9 @@ int supervise(const SuperviseOptions& options) {
   std::vector<char*> argv = pointers(argvStrings);
   int exitCode = 0;
   bool stopping = false;
+  // keepGoing: the first failure's code, and whether any rank exited 0.
+  int firstFailure = 0;
+  bool anyOk = false;
   Clock::time_point killAt = Clock::time_point::max();
   auto jobDeadline = options.timeout ? Clock::now() + *options.timeout : Clock::time_point::max();
 
@@ -331,7 +334,16 @@ int supervise(const SuperviseOptions& options) {
         r.running = false;
         r.status = status;
         bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        if (failed && !stopping) {
+        anyOk |= !failed;
+        if (failed && !stopping && options.keepGoing) {
+          if (firstFailure == 0) firstFailure = exitCodeOf(status);
+          const std::vector<int> left = runningRanks();
+          say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(pid) + ") " +
+              describeStatus(status) +
+              (left.empty() ? std::string()
+                            : "; rank" + std::string(left.size() > 1 ? "s " : " ") +
+                                  rankRanges(left) + " go on without it (--on-failure continue)"));
+        } else if (failed && !stopping) {
           stop(SIGTERM, exitCodeOf(status),
                "rank " + std::to_string(r.rank) + " (pid " + std::to_string(pid) + ") " +
                    describeStatus(status));
@@ -426,6 +438,7 @@ int supervise(const SuperviseOptions& options) {
     r.err.finish();
   }
   ::close(sigfd);
+  if (options.keepGoing && !stopping) return anyOk ? 0 : firstFailure;
   return exitCode;
 }
 

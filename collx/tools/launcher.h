@@ -22,6 +22,9 @@ struct SuperviseOptions {
   std::optional<std::chrono::milliseconds> timeout;  // bound on the whole job
   std::chrono::milliseconds grace{5000};             // SIGTERM -> SIGKILL delay when stopping ranks
   bool tagOutput = false;                            // prefix every output line with "[rank] "
+  // A rank that fails does not stop the others (collx-run --on-failure continue): they go on
+  // without it (Context::shrink); supervise() then returns 0 when some rank exited 0.
+  bool keepGoing = false;
   std::vector<int>* pids = nullptr;  // when set, receives every rank's pid as it starts
 };
 
@@ -31,7 +34,8 @@ struct SuperviseOptions {
 void blockHandledSignals();
 
 // Runs the ranks to completion and returns collx-run's exit code: 0 when every rank exited
-// 0; the failing rank's code (128 + signal when killed) when one failed; 124 when the
+// 0 (with keepGoing: when any did); the failing rank's code (128 + signal when killed) when
+// one failed; 124 when the
 // timeout stopped the job; 128 + signal when collx-run was interrupted. Every rank's process
 // group is killed before it returns, so nothing a rank started outlives the job.
 int supervise(const SuperviseOptions& options);
