@@ -292,6 +292,58 @@ TEST_P(Shrink, AHealthyContextShrinksToAllOfItsRanks) {
   });
 }
 
+class Uniform : public ::testing::TestWithParam<int> {};
+
+// A uniform call on a healthy context: every rank's result, as without it.
+TEST_P(Uniform, AHealthyCallReturnsOnEveryRank) {
+  const int P = GetParam();
+  World world(P);
+  world.runOk([&](int rank, Context& ctx) {
+    AllreduceOptions o;
+    o.uniform = true;
+    std::vector<float> v(1000, static_cast<float>(rank + 1));
+    allreduce(ctx, v.data(), v.data(), v.size(), DataType::kFloat32, o);
+    EXPECT_EQ(v[999], static_cast<float>(P * (P + 1) / 2));
+    Work w;
+    EXPECT_THROW(w = allreduceAsync(ctx, v.data(), v.data(), v.size(), DataType::kFloat32, o),
+                 InvalidArgument);
+  });
+}
+
+// A gather whose senders' parts complete (each hands its block over and is done) while the
+// root's fails (a rank closed): without uniform the senders would return; with it, every
+// rank throws, the senders saying that another rank's part failed, naming the lost rank.
+TEST_P(Uniform, WhenOneRanksPartFailsEveryRankThrows) {
+  const int P = GetParam();
+  World world(P);
+  const int gone = P - 1;
+  world.close(gone);
+  std::vector<std::string> errors(static_cast<std::size_t>(P));
+  world.runOk([&](int rank, Context& ctx) {
+    CollectiveOptions o;
+    o.uniform = true;
+    o.algorithm = "linear";
+    o.timeout = 20s;
+    std::vector<std::int32_t> mine(4, rank), all(4 * static_cast<std::size_t>(P), -1);
+    try {
+      gather(ctx, mine.data(), all.data(), mine.size(), DataType::kInt32, 0, o);
+      ADD_FAILURE() << "rank " << rank << ": the uniform gather returned";
+    } catch (const Error& e) {
+      errors[static_cast<std::size_t>(rank)] = e.what();
+    }
+  });
+  for (int r = 1; r < gone; ++r) {
+    const std::string& e = errors[static_cast<std::size_t>(r)];
+    EXPECT_TRUE(contains(e, "this rank's part completed, but not every rank's (failed rank " +
+                                std::to_string(gone) + ")"))
+        << "rank " << r << ": " << e;
+  }
+  EXPECT_TRUE(contains(errors[0], "rank " + std::to_string(gone))) << errors[0];
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, Uniform, ::testing::ValuesIn(test::worldSizes({3, 4, 8})),
+                         [](const auto& p) { return "P" + std::to_string(p.param); });
+
 INSTANTIATE_TEST_SUITE_P(Sizes, Shrink, ::testing::ValuesIn(test::worldSizes({3, 4, 8})),
                          [](const auto& p) { return "P" + std::to_string(p.param); });
 

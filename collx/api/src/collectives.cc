@@ -274,7 +274,42 @@ void runTrial(Context& ctx, detail::Runtime& rt, Prepared& p) {
               rt.learner->describeTimes(trial.slot, times));
 }
 
+void runPreparedCall(Context& ctx, Resolved&& call);
+
 void runBlocking(Context& ctx, Resolved&& call) {
+  if (!call.options->uniform) return runPreparedCall(ctx, std::move(call));
+  const char* what = algorithms::collectiveName(call.coll);
+  const std::optional<std::chrono::milliseconds> timeout = call.options->timeout;
+  std::exception_ptr mine;
+  try {
+    runPreparedCall(ctx, std::move(call));
+  } catch (const Error&) {
+    mine = std::current_exception();
+  }
+  // Bit 0: this rank's part succeeded.
+  const Agreement agreed = ctx.agree(mine ? ~std::uint64_t{1} : ~std::uint64_t{0}, timeout);
+  if ((agreed.flags & 1) != 0 && agreed.failed.empty()) return;
+  if (mine) std::rethrow_exception(mine);
+  std::string failed;
+  for (int r : agreed.failed) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  const Where where{ctx.rank(), std::string(what) + " (uniform)", -1};
+  const std::string text =
+      "this rank's part completed, but not every rank's" +
+      (failed.empty()
+           ? std::string(" (a rank's part failed)")
+           : " (failed rank" + std::string(agreed.failed.size() > 1 ? "s " : " ") + failed + ")") +
+      ": the call failed on every rank, and its result must not be used";
+  if (const std::exception_ptr context = ctx.runtime()->engine->failure()) {
+    try {
+      std::rethrow_exception(context);
+    } catch (const Error& e) {
+      throwError(e.kind(), where, text + " (" + e.what() + ")");
+    }
+  }
+  throw IoError(where, text);
+}
+
+void runPreparedCall(Context& ctx, Resolved&& call) {
   Prepared p = prepare(ctx, call, /*blocking=*/true);
   if (p.selectOnly) return;
   detail::Runtime& rt = *ctx.runtime();
@@ -285,6 +320,11 @@ void runBlocking(Context& ctx, Resolved&& call) {
 }
 
 Work runAsync(Context& ctx, Resolved&& call) {
+  if (call.options->uniform) {
+    throw InvalidArgument(Where{ctx.rank(), algorithms::collectiveName(call.coll), -1},
+                          "a uniform call is blocking: CollectiveOptions::uniform with a "
+                          "nonblocking call");
+  }
   Prepared p = prepare(ctx, call, /*blocking=*/false);
   if (p.selectOnly) return Work{};
   if (p.shared) p.schedule = ctx.runtime()->schedule(*p.shared, p.params);

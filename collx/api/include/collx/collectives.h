@@ -36,6 +36,13 @@ struct CollectiveOptions {
   std::string algorithm;
   // This call's deadline; unset means the context's timeout.
   std::optional<std::chrono::milliseconds> timeout;
+  // The outcome is the same on every live rank (torchft's commit vote, per call): after the
+  // collective the ranks agree (Context::agree) whether every part of it succeeded; then
+  // every rank returns, or every rank throws: its own error, or, where its own part
+  // completed, one saying that another rank's did not (its buffer must not be used then).
+  // Blocking calls only (a nonblocking one is an InvalidArgument). Costs an agreement
+  // through the store per call.
+  bool uniform = false;
 };
 
 struct AllreduceOptions : CollectiveOptions {
