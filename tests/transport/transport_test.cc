@@ -729,6 +729,19 @@ TEST(ShmTransport, LeftoversOfDeadProcessesAreRemovedAndOthersKept) {
 // lost rank's pair again.
 class Reform : public ::testing::TestWithParam<std::tuple<std::string, int, bool>> {};
 
+// A request kept in `into` until the test ends.
+Done& kept(std::vector<std::unique_ptr<Done>>& into, Request::Kind kind, int peer, void* data,
+           std::uint64_t length, const MessageKey& key) {
+  into.push_back(std::make_unique<Done>());
+  Done& d = *into.back();
+  d.kind = kind;
+  d.peer = peer;
+  d.data = data;
+  d.length = length;
+  d.key = key;
+  return d;
+}
+
 TEST_P(Reform, TheSurvivorsGoOnAndNothingOfTheOldGenerationIsDelivered) {
   const auto [transport, streams, cma] = GetParam();
   auto meshes = connectAll(3, streams, "127.0.0.1", nullptr, transport, [&](MeshOptions& o) {
@@ -744,16 +757,7 @@ TEST_P(Reform, TheSurvivorsGoOnAndNothingOfTheOldGenerationIsDelivered) {
   std::vector<std::uint8_t> partial(kLarge, 0);
   std::vector<std::unique_ptr<Done>> old;
   auto post = [&](Mesh& mesh, Request::Kind kind, int peer, void* data, std::uint64_t length,
-                  const MessageKey& key) {
-    old.push_back(std::make_unique<Done>());
-    Done& d = *old.back();
-    d.kind = kind;
-    d.peer = peer;
-    d.data = data;
-    d.length = length;
-    d.key = key;
-    mesh.post(d);
-  };
+                  const MessageKey& key) { mesh.post(kept(old, kind, peer, data, length, key)); };
   const MessageKey pushedKey{5, 1, Space::kPointToPoint};
   post(*meshes[0], Request::Kind::kSend, 1, oldPushed.data(), oldPushed.size(), pushedKey);
   post(*meshes[1], Request::Kind::kRecv, 0, partial.data(), partial.size(), pushedKey);
@@ -786,16 +790,7 @@ TEST_P(Reform, TheSurvivorsGoOnAndNothingOfTheOldGenerationIsDelivered) {
     std::vector<std::uint8_t> gotSmall(small.size()), gotLarge(kLarge), gotBack(kLarge);
     std::vector<std::unique_ptr<Done>> fresh;
     auto make = [&](Request::Kind kind, int peer, void* data, std::uint64_t length,
-                    const MessageKey& key) {
-      fresh.push_back(std::make_unique<Done>());
-      Done& d = *fresh.back();
-      d.kind = kind;
-      d.peer = peer;
-      d.data = data;
-      d.length = length;
-      d.key = key;
-      return &d;
-    };
+                    const MessageKey& key) { return &kept(fresh, kind, peer, data, length, key); };
     for (int i = 0; i < 50; ++i) meshes[1]->progress(std::chrono::microseconds(0));
     meshes[1]->post(*make(Request::Kind::kRecv, 0, gotSmall.data(), gotSmall.size(), eagerKey));
     meshes[1]->post(*make(Request::Kind::kRecv, 0, gotLarge.data(), gotLarge.size(), largeKey));

@@ -719,42 +719,15 @@ Context::Context(Key, std::shared_ptr<Context> parent, std::vector<int> members,
       formed_(true),
       outnumbered_(parent->outnumbered_),
       subContext_(subContext) {
+  adoptMembers(*parent, members);
   const detail::Runtime& above = *parent->runtime_;
-  for (int r : members) {
-    PeerInfo peer = parent->peers_[static_cast<std::size_t>(r)];
-    peer.rank = static_cast<int>(peers_.size());
-    peers_.push_back(std::move(peer));
-  }
-  // Its local rank: its place among the members on its host.
-  int local = 0;
-  for (int r = 0; r < rank_; ++r) {
-    local += hostIdentity(peers_[static_cast<std::size_t>(r)]) ==
-             hostIdentity(peers_[static_cast<std::size_t>(rank_)]);
-  }
-  localRank_ = local;
-  runtime_ = std::make_shared<detail::Runtime>();
-  runtime_->engine = above.engine;
-  runtime_->rank = rank_;
-  runtime_->size = size_;
   runtime_->generation = above.generation;
-  runtime_->timeout = timeout_;
-  runtime_->chunkBytes = above.chunkBytes;
-  std::tie(runtime_->hostOf, runtime_->hosts) = hostLayout(peers_);
   // No group of its own on shared memory: the point-to-point algorithms only, even for a
   // sub-context of one rank (the engine's shared-memory runner works on the parent's group).
   runtime_->policy =
       algorithms::SelectionPolicy::fromConfig(Config::process(), false, runtime_->hosts);
   runtime_->policy.subContext = true;
-  if (above.learner) {
-    runtime_->learner = std::make_unique<algorithms::Learner>(
-        static_cast<int>(algorithms::kLearnTrials.get(Config::process())));
-  }
   runtime_->seqBase = subContext << transport::kSubContextShift;
-  for (int r : members) runtime_->meshRanks.push_back(above.meshRank(r));
-  if (const auto& recorder = above.engine->recorder()) {
-    runtime_->recorder = std::make_shared<algorithms::Recorder>(recorder->capacity());
-  }
-  runtime_->tracePath = above.tracePath;
   parent_ = std::move(parent);
 }
 
@@ -779,40 +752,46 @@ Context::Context(Key, const Context& old, const std::vector<int>& members, std::
   storeOptions.rank = rank_;
   store_ = std::make_shared<rendezvous::PrefixStore>(
       "collx/" + jobId_ + "/" + std::to_string(generation_), rootStore_, storeOptions);
+  adoptMembers(old, members);
+  const detail::Runtime& above = *old.runtime_;
+  runtime_->generation = above.engine->generation();
+  // No shared-memory group of its own (yet): the point-to-point algorithms, over shared
+  // memory's pairs within a host.
+  runtime_->policy =
+      algorithms::SelectionPolicy::fromConfig(Config::process(), size_ == 1, runtime_->hosts);
+  runtime_->spinUs = above.spinUs;
+}
+
+void Context::adoptMembers(const Context& from, const std::vector<int>& members) {
   for (int r : members) {
-    PeerInfo peer = old.peers_[static_cast<std::size_t>(r)];
+    PeerInfo peer = from.peers_[static_cast<std::size_t>(r)];
     peer.rank = static_cast<int>(peers_.size());
     peers_.push_back(std::move(peer));
   }
+  // Its local rank: its place among the members on its host.
   int local = 0;
   for (int r = 0; r < rank_; ++r) {
     local += hostIdentity(peers_[static_cast<std::size_t>(r)]) ==
              hostIdentity(peers_[static_cast<std::size_t>(rank_)]);
   }
   localRank_ = local;
-  const detail::Runtime& above = *old.runtime_;
+  const detail::Runtime& above = *from.runtime_;
   runtime_ = std::make_shared<detail::Runtime>();
   runtime_->engine = above.engine;
   runtime_->rank = rank_;
   runtime_->size = size_;
-  runtime_->generation = above.engine->generation();
   runtime_->timeout = timeout_;
   runtime_->chunkBytes = above.chunkBytes;
   std::tie(runtime_->hostOf, runtime_->hosts) = hostLayout(peers_);
-  // No shared-memory group of its own (yet): the point-to-point algorithms, over shared
-  // memory's pairs within a host.
-  runtime_->policy =
-      algorithms::SelectionPolicy::fromConfig(Config::process(), size_ == 1, runtime_->hosts);
   if (above.learner) {
     runtime_->learner = std::make_unique<algorithms::Learner>(
         static_cast<int>(algorithms::kLearnTrials.get(Config::process())));
   }
   for (int r : members) runtime_->meshRanks.push_back(above.meshRank(r));
-  // Its sequence numbers start again: a recorder of its own (the engine's holds the old ones).
+  // Its sequence numbers are its own: a recorder of its own (the engine's holds the others).
   if (const auto& recorder = above.engine->recorder()) {
     runtime_->recorder = std::make_shared<algorithms::Recorder>(recorder->capacity());
   }
-  runtime_->spinUs = above.spinUs;
   runtime_->tracePath = above.tracePath;
 }
 

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -69,6 +71,33 @@ bool decodeAgreement(const std::string& text, int size, std::uint64_t& flags,
 }  // namespace detail
 
 namespace {
+
+// Of `ranks` (whose keys keyOf() gives), those whose key is absent now, in order, with one
+// request; the others go to `came`.
+std::vector<int> absentOf(rendezvous::Store& store, const std::vector<int>& ranks,
+                          const std::function<std::string(int)>& keyOf, std::vector<int>& came) {
+  std::vector<std::string> keys;
+  keys.reserve(ranks.size());
+  for (int r : ranks) keys.push_back(keyOf(r));
+  const std::vector<std::string> absent = store.missing(keys);
+  std::vector<int> still;
+  for (std::size_t i = 0, a = 0; i < keys.size(); ++i) {
+    if (a < absent.size() && absent[a] == keys[i]) {
+      still.push_back(ranks[i]);
+      ++a;
+    } else {
+      came.push_back(ranks[i]);
+    }
+  }
+  return still;
+}
+
+// The value of `key` when it is there (one check, then the read), else nullopt.
+std::optional<std::string> valueIfAny(rendezvous::Store& store, const std::string& key,
+                                      std::chrono::milliseconds wait) {
+  if (!store.check({key})) return std::nullopt;
+  return rendezvous::toString(store.get(key, wait));
+}
 
 std::string listOf(const std::set<int>& ranks) {
   std::string out;
@@ -137,28 +166,17 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
   std::string decided;
   auto step = std::chrono::milliseconds(1);
   while (true) {
-    if (store_->check({decisionKey})) {
-      decided = rendezvous::toString(store_->get(decisionKey, wait));
+    if (auto answer = valueIfAny(*store_, decisionKey, wait)) {
+      decided = std::move(*answer);
       break;
     }
     if (!awaited.empty()) {
       // The entries that came since the last look: one request for which, one for them.
-      std::vector<std::string> keys;
-      keys.reserve(awaited.size());
-      for (int r : awaited) keys.push_back(entryKey(r));
-      const std::vector<std::string> absent = store_->missing(keys);
-      std::vector<int> came, still;
+      std::vector<int> came;
+      const std::vector<int> still = absentOf(*store_, awaited, entryKey, came);
       std::vector<std::string> cameKeys;
-      std::size_t a = 0;
-      for (std::size_t i = 0; i < keys.size(); ++i) {
-        if (a < absent.size() && absent[a] == keys[i]) {
-          still.push_back(awaited[i]);
-          ++a;
-        } else {
-          came.push_back(awaited[i]);
-          cameKeys.push_back(keys[i]);
-        }
-      }
+      cameKeys.reserve(came.size());
+      for (int r : came) cameKeys.push_back(entryKey(r));
       if (!cameKeys.empty()) {
         const std::vector<rendezvous::Bytes> values = store_->multiGet(cameKeys, wait);
         for (std::size_t i = 0; i < came.size(); ++i) {
@@ -300,7 +318,8 @@ std::shared_ptr<Context> Context::shrink(std::optional<std::chrono::milliseconds
   auto store = std::make_shared<rendezvous::PrefixStore>(
       "collx/" + jobId_ + "/" + std::to_string(next), rootStore_, storeOptions);
   const std::string outcomeKey = "shrink/outcome";
-  store->set("shrink/ready/" + std::to_string(newRank), "1");
+  auto readyKey = [](int i) { return "shrink/ready/" + std::to_string(i); };
+  store->set(readyKey(newRank), "1");
   std::vector<int> awaited;
   for (int i = 0; i < static_cast<int>(members.size()); ++i) {
     if (i != newRank) awaited.push_back(i);
@@ -311,24 +330,14 @@ std::shared_ptr<Context> Context::shrink(std::optional<std::chrono::milliseconds
   std::string outcome;
   auto step = std::chrono::milliseconds(1);
   while (true) {
-    if (store->check({outcomeKey})) {
-      outcome = rendezvous::toString(store->get(outcomeKey, wait));
+    if (auto known = valueIfAny(*store, outcomeKey, wait)) {
+      outcome = std::move(*known);
       break;
     }
     std::string proposal;
     if (!awaited.empty()) {
-      std::vector<std::string> keys;
-      keys.reserve(awaited.size());
-      for (int i : awaited) keys.push_back("shrink/ready/" + std::to_string(i));
-      const std::vector<std::string> absent = store->missing(keys);
-      std::vector<int> still;
-      for (std::size_t i = 0, a = 0; i < keys.size(); ++i) {
-        if (a < absent.size() && absent[a] == keys[i]) {
-          still.push_back(awaited[i]);
-          ++a;
-        }
-      }
-      awaited = std::move(still);
+      std::vector<int> came;
+      awaited = absentOf(*store, awaited, readyKey, came);
       for (int i : awaited) {
         const int old = members[static_cast<std::size_t>(i)];
         const std::string lost = mesh.lost(runtime_->meshRank(old), met);

@@ -260,6 +260,10 @@ class Context : public std::enable_shared_from_this<Context> {
   void connect(const ContextOptions& options);
   // The hang report's watcher for this context (connect, and a shrunk context).
   void startReporter(const Config& config);
+  // A context of `members` of `from` (split, shrink): its peers renumbered, its local rank,
+  // and a runtime over `from`'s engine with the members' mesh ranks and a recorder of its
+  // own. (rank_, size_ and timeout_ set before.)
+  void adoptMembers(const Context& from, const std::vector<int>& members);
   void leave() noexcept;
   // The last rank to leave: erases every key of this generation.
   void eraseKeys();
