@@ -2,6 +2,7 @@
 // Context::revoke on every rank, over the connections and through the store's record;
 // Context::agree on a healthy context, with a rank that closed, a rank that never comes, a
 // malformed answer in the store.
+#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -278,6 +279,48 @@ TEST_P(Shrink, TheSurvivorsGoOnRenumberedInTheNextGeneration) {
     checkAllreduce(*again, 5000);
   });
   for (int r = 0; r < P; ++r) EXPECT_EQ(test::messageOf(errors[static_cast<std::size_t>(r)]), "");
+}
+
+int openDescriptors() {
+  int n = 0;
+  if (DIR* dir = ::opendir("/proc/self/fd")) {
+    while (::readdir(dir) != nullptr) ++n;
+    ::closedir(dir);
+  }
+  return n;
+}
+
+int threads() {
+  int n = 0;
+  if (DIR* dir = ::opendir("/proc/self/task")) {
+    while (::readdir(dir) != nullptr) ++n;
+    ::closedir(dir);
+  }
+  return n;
+}
+
+// Re-forming again and again opens nothing: after 30 shrinks (each followed by an
+// allreduce on the new context, the old ones dropped), the process holds the descriptors
+// and threads it held after the first, and no shared-memory segment more.
+TEST_P(Shrink, ThirtyReformsLeaveNoDescriptorThreadOrSegmentBehind) {
+  const int P = GetParam();
+  World world(P);
+  std::vector<std::shared_ptr<Context>> current(static_cast<std::size_t>(P));
+  int descriptors = 0, tasks = 0;
+  for (int round = 0; round < 30; ++round) {
+    world.runOk([&](int rank, Context& ctx) {
+      auto& mine = current[static_cast<std::size_t>(rank)];
+      mine = (mine ? mine : std::shared_ptr<Context>(&ctx, [](Context*) {}))->shrink(30s);
+      checkAllreduce(*mine, 1000);
+    });
+    if (round == 0) {
+      descriptors = openDescriptors();
+      tasks = threads();
+    }
+  }
+  EXPECT_EQ(current[0]->generation(), 30);
+  EXPECT_LE(openDescriptors(), descriptors);
+  EXPECT_LE(threads(), tasks);
 }
 
 // A shrink of a healthy context keeps every rank: the same ranks in the next generation.

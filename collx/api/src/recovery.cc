@@ -382,10 +382,9 @@ std::shared_ptr<Context> Context::shrink(std::optional<std::chrono::milliseconds
                                        "): call shrink() again"
                                  : "rank " + std::to_string(lostRank) + " did not come within " +
                                        std::to_string(wait.count()) + " ms: call shrink() again";
-    const IoError error(Where{rank_, where.op, lostRank}, text);
     // (Named by its mesh rank there, as the transport names ranks.)
     runtime_->engine->stop(ErrorKind::kIo, runtime_->meshRank(lostRank), text);
-    throw error;
+    throw IoError(Where{rank_, where.op, lostRank}, text);
   }
   auto shrunk = std::make_shared<Context>(Key{}, *this, members, next);
   runtime_->replaced = true;
