@@ -285,8 +285,11 @@ TEST(TransportSecret, AStrangerWithTheRightHelloTakesNoSlot) {
       },
       "tcp", [](MeshOptions& o) { o.secret = secretNamed("the job's own secret"); });
   stranger.join();
-  EXPECT_EQ(status, 0u);   // challenged: the slot is not given at the hello
-  EXPECT_EQ(verdict, 5u);  // kAckAuthFailed
+  EXPECT_EQ(status, 0u);  // challenged: the slot is not given at the hello
+  // Refused (kAckAuthFailed, 5), or dropped unjudged (98: no verdict came) once rank 0 had
+  // every connection it expects, the real rank 1's among them, before the stranger's proof
+  // came (seen in CI with clang-tidy beside the suite). Either way it took no slot.
+  EXPECT_TRUE(verdict == 5u || verdict == 98u) << verdict;
   exchangeRing(meshes, 10000);
   ::close(fd);
 }
