@@ -337,6 +337,126 @@ TEST_P(Shrink, AHealthyContextShrinksToAllOfItsRanks) {
   });
 }
 
+class Grow : public ::testing::TestWithParam<int> {};
+
+BootstrapOptions joinOptions(World& world) {
+  BootstrapOptions options;
+  options.storeObject = world.store();
+  options.timeout = 30s;
+  return options;
+}
+
+// A rank closes, the others shrink; a newcomer joins while the survivors grow: a context of
+// every survivor, then the newcomer, in generation 2, whose collectives count it; only the
+// newcomer's pairs are new (tcp), the survivors' go on.
+TEST_P(Grow, ANewcomerTakesALostRanksPlaceAtTheEnd) {
+  const int P = GetParam();
+  World world(P);
+  const int gone = P / 2;
+  world.close(gone);
+  std::shared_ptr<Context> newcomer;
+  std::exception_ptr newcomerError;
+  std::thread joiner([&] {
+    try {
+      newcomer = join(joinOptions(world));
+      checkAllreduce(*newcomer, 1000);
+      checkAllreduce(*newcomer, 300000);
+      barrier(*newcomer);
+    } catch (...) {
+      newcomerError = std::current_exception();
+    }
+  });
+  std::vector<std::shared_ptr<Context>> kept(static_cast<std::size_t>(P));
+  world.runOk([&](int rank, Context& ctx) {
+    auto shrunk = ctx.shrink(30s);
+    auto grown = shrunk->grow(1, 30s);
+    EXPECT_EQ(grown->size(), P);
+    EXPECT_EQ(grown->rank(), shrunk->rank());
+    EXPECT_EQ(grown->generation(), 2);
+    EXPECT_THROW(barrier(*shrunk), RevokedError);
+    EXPECT_EQ(grown->transports()[static_cast<std::size_t>(P - 1)], "tcp");
+    checkAllreduce(*grown, 1000);
+    checkAllreduce(*grown, 300000);
+    barrier(*grown);
+    kept[static_cast<std::size_t>(rank)] = grown;
+  });
+  joiner.join();
+  ASSERT_EQ(test::messageOf(newcomerError), "");
+  ASSERT_TRUE(newcomer);
+  EXPECT_EQ(newcomer->rank(), P - 1);
+  EXPECT_EQ(newcomer->size(), P);
+  EXPECT_EQ(newcomer->generation(), 2);
+  for (int r = 0; r < P - 1; ++r) {
+    EXPECT_EQ(newcomer->transports()[static_cast<std::size_t>(r)], "tcp");
+  }
+}
+
+// reform(): the survivors keep their numbers, the newcomer takes the failed rank's, and what
+// changed is the same on every rank; later a healthy reform() with no newcomer keeps all.
+TEST_P(Grow, ReformPutsTheNewcomerInTheFailedRanksPlace) {
+  const int P = GetParam();
+  World world(P);
+  const int gone = 1;
+  world.close(gone);
+  std::shared_ptr<Context> newcomer;
+  std::exception_ptr newcomerError;
+  std::thread joiner([&] {
+    try {
+      newcomer = join(joinOptions(world));
+      checkAllreduce(*newcomer, 5000);
+      auto again = newcomer->reform(30s);
+      EXPECT_TRUE(again.failed.empty());
+      checkAllreduce(*again.context, 100);
+    } catch (...) {
+      newcomerError = std::current_exception();
+    }
+  });
+  world.runOk([&](int rank, Context& ctx) {
+    Reformed reformed = ctx.reform(30s, 30s);
+    EXPECT_EQ(reformed.failed, std::vector<int>{gone});
+    EXPECT_EQ(reformed.joined, std::vector<int>{gone});
+    ASSERT_EQ(reformed.rankOf.size(), static_cast<std::size_t>(P));
+    for (int r = 0; r < P; ++r) {
+      EXPECT_EQ(reformed.rankOf[static_cast<std::size_t>(r)], r == gone ? -1 : r);
+    }
+    EXPECT_EQ(reformed.context->rank(), rank);
+    EXPECT_EQ(reformed.context->size(), P);
+    checkAllreduce(*reformed.context, 5000);
+    auto again = reformed.context->reform(30s);
+    EXPECT_TRUE(again.failed.empty());
+    EXPECT_TRUE(again.joined.empty());
+    EXPECT_EQ(again.context->rank(), rank);
+    checkAllreduce(*again.context, 100);
+  });
+  joiner.join();
+  ASSERT_EQ(test::messageOf(newcomerError), "");
+  ASSERT_TRUE(newcomer);
+  EXPECT_EQ(newcomer->rank(), gone);
+}
+
+// No newcomer comes: grow() fails on every rank alike at its deadline, and the context goes
+// on; a grow beyond the places that lost ranks left is refused before anything happens.
+TEST_P(Grow, WithoutANewcomerGrowTimesOutAndTheContextGoesOn) {
+  const int P = GetParam();
+  World world(P);
+  world.close(P - 1);
+  world.runOk([&](int rank, Context& ctx) {
+    if (rank == P - 1) return;
+    EXPECT_THROW(ctx.grow(1, 30s), InvalidArgument);  // (no place yet: the mesh is whole)
+    auto shrunk = ctx.shrink(30s);
+    EXPECT_THROW(shrunk->grow(2, 30s), InvalidArgument);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      shrunk->grow(1, 300ms);
+      ADD_FAILURE() << "rank " << rank << ": grow() returned with no newcomer";
+    } catch (const TimeoutError& e) {
+      EXPECT_TRUE(contains(e.what(), "this context goes on")) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+    checkAllreduce(*shrunk, 1000);
+  });
+}
+
 class Uniform : public ::testing::TestWithParam<int> {};
 
 // A uniform call on a healthy context: every rank's result, as without it.
@@ -389,6 +509,8 @@ TEST_P(Uniform, WhenOneRanksPartFailsEveryRankThrows) {
 INSTANTIATE_TEST_SUITE_P(Sizes, Uniform, ::testing::ValuesIn(test::worldSizes({3, 4, 8})),
                          [](const auto& p) { return "P" + std::to_string(p.param); });
 
+INSTANTIATE_TEST_SUITE_P(Sizes, Grow, ::testing::ValuesIn(test::worldSizes({2, 3, 4, 8})),
+                         [](const auto& p) { return "P" + std::to_string(p.param); });
 INSTANTIATE_TEST_SUITE_P(Sizes, Shrink, ::testing::ValuesIn(test::worldSizes({3, 4, 8})),
                          [](const auto& p) { return "P" + std::to_string(p.param); });
 

@@ -82,7 +82,8 @@ World& worldOf(int size) {
 
 World::World(int size, ContextOptions options, std::vector<std::string> hostIds)
     : size_(size), contexts_(size), errors_(size) {
-  auto store = std::make_shared<rendezvous::HashStore>();
+  store_ = std::make_shared<rendezvous::HashStore>();
+  auto store = store_;
   if (!options.timeout) options.timeout = std::chrono::seconds(60);
   std::vector<std::thread> formers;
   std::vector<std::exception_ptr> failures(size);

@@ -33,6 +33,8 @@ class World {
   // Closes rank `rank`'s context now (jobs no longer run on that rank): the others see a
   // peer that closed its context.
   void close(int rank) { contexts_[static_cast<std::size_t>(rank)].reset(); }
+  // The store the ranks met through (a newcomer joins through it: collx::join).
+  const std::shared_ptr<rendezvous::Store>& store() const { return store_; }
 
   // Runs job(rank, context) on every rank's thread at once and waits for all. Returns what
   // each rank threw (nullptr where it returned).
@@ -43,6 +45,7 @@ class World {
  private:
   void loop(int rank);
   int size_;
+  std::shared_ptr<rendezvous::Store> store_;
   std::vector<std::shared_ptr<Context>> contexts_;
   std::vector<std::thread> threads_;
   std::mutex mutex_;

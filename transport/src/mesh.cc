@@ -69,8 +69,10 @@ std::map<std::string, std::string> parseAddress(const std::string& blob) {
 Mesh::Mesh(const MeshOptions& options) : options_(options) {
   link_.rank = options_.rank;
   link_.describer = options_.describer;
-  link_.epoch = static_cast<std::uint8_t>(options_.generation);
-  generation_.store(options_.generation, std::memory_order_release);
+  const std::int64_t starts =
+      options_.joinGeneration >= 0 ? options_.joinGeneration : options_.generation;
+  link_.epoch = static_cast<std::uint8_t>(starts);
+  generation_.store(starts, std::memory_order_release);
   try {
     options_.validate();
   } catch (const InvalidArgument& e) {
@@ -190,8 +192,11 @@ void Mesh::connect(const std::vector<std::string>& addresses, Clock::time_point 
       assigned[peer] = true;
     }
   }
+  // A newcomer's mesh (options_.joinGeneration): the ranks lost before it came published
+  // nothing, and are none of its peers.
+  const bool joining = options_.joinGeneration >= 0;
   for (int peer = 0; peer < n; ++peer) {
-    if (!assigned[peer]) {
+    if (!assigned[peer] && !(joining && addresses[peer].empty())) {
       throw IoError(Where{options_.rank, "connect", peer},
                     "no transport can reach rank " + std::to_string(peer) + " (it published '" +
                         addresses[peer] + "', COLLX_TRANSPORT=" + options_.transport + ")");
@@ -212,6 +217,7 @@ void Mesh::connect(const std::vector<std::string>& addresses, Clock::time_point 
       if (it != published[peer].end()) live[static_cast<std::size_t>(peer)] = it->second;
     }
     liveness_->setPeers(live);
+    liveAddresses_ = live;
     for (int peer = 0; peer < n; ++peer) {
       watch_[static_cast<std::size_t>(peer)].watched =
           peer != options_.rank && !live[static_cast<std::size_t>(peer)].empty();
@@ -477,6 +483,74 @@ void Mesh::reform(std::int64_t generation, const std::vector<bool>& keep) {
   generation_.store(generation, std::memory_order_release);
   COLLX_DEBUG(kTcp, "rank {}: transport: generation {} goes on with {} of {} ranks", options_.rank,
               generation, std::count(keep.begin(), keep.end(), true), n);
+}
+
+std::string Device::listenAgain() {
+  throw Unsupported(Where{-1, "grow", -1},
+                    std::string("the ") + name() + " transport takes no peer after connecting");
+}
+
+namespace {
+Device* tcpDeviceOf(const std::vector<std::unique_ptr<Device>>& devices, int rank) {
+  for (const auto& device : devices) {
+    if (std::string(device->name()) == "tcp") return device.get();
+  }
+  throw Unsupported(Where{rank, "grow", -1},
+                    "a newcomer joins over tcp, and this rank has no tcp transport "
+                    "(COLLX_TRANSPORT is not auto or tcp)");
+}
+}  // namespace
+
+std::string Mesh::joinAddress(bool listen) {
+  Device* tcp = tcpDeviceOf(devices_, options_.rank);
+  std::string out = "tcp=" + (listen ? tcp->listenAgain() : tcp->address());
+  if (liveness_) out += ";live=" + liveness_->address();
+  return out;
+}
+
+void Mesh::admit(const std::vector<int>& slots, const std::vector<std::string>& addresses,
+                 Clock::time_point deadline) {
+  const Where where{options_.rank, "grow", -1};
+  if (slots.size() != addresses.size()) {
+    throw InvalidArgument(where, std::to_string(addresses.size()) + " addresses for " +
+                                     std::to_string(slots.size()) + " newcomers");
+  }
+  Device* tcp = tcpDeviceOf(devices_, options_.rank);
+  std::vector<std::string> tcpAddresses, live;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const int slot = slots[i];
+    if (slot < 0 || slot >= options_.size || slot == options_.rank) {
+      throw InvalidArgument(where, "no place " + std::to_string(slot) +
+                                       " for a newcomer in a mesh of " +
+                                       std::to_string(options_.size));
+    }
+    auto published = parseAddress(addresses[i]);
+    auto it = published.find("tcp");
+    if (it == published.end() || it->second.empty()) {
+      throw IoError(Where{options_.rank, "grow", slot},
+                    "the newcomer at rank " + std::to_string(slot) +
+                        " published no tcp address ('" + addresses[i].substr(0, 200) + "')");
+    }
+    tcpAddresses.push_back(it->second);
+    auto l = published.find("live");
+    live.push_back(l == published.end() ? std::string() : l->second);
+  }
+  std::vector<Pair*> pairs = tcp->connect(slots, tcpAddresses, deadline);
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const auto at = static_cast<std::size_t>(slots[i]);
+    pairs_[at] = pairs[i];
+    deviceOf_[at] = tcp;
+    transportNames_[at] = "tcp";
+    if (liveness_) {
+      liveAddresses_.resize(static_cast<std::size_t>(options_.size));
+      liveAddresses_[at] = live[i];
+      watch_[at] = Watch{};
+      watch_[at].watched = !live[i].empty();
+    }
+  }
+  if (liveness_) liveness_->setPeers(liveAddresses_);
+  COLLX_DEBUG(kTcp, "rank {}: transport: {} newcomer(s) joined in generation {}", options_.rank,
+              slots.size(), generation_.load());
 }
 
 std::uint64_t Mesh::staleFrames() const noexcept {

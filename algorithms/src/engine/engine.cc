@@ -786,6 +786,21 @@ void Engine::reform(std::int64_t generation, const std::vector<bool>& keep,
   mesh_->reform(generation, keep);
 }
 
+std::string Engine::joinAddress(bool listen) {
+  std::lock_guard<std::mutex> drive(drive_);
+  return mesh_->joinAddress(listen);
+}
+
+void Engine::welcome(const std::vector<int>& slots, const std::vector<std::string>& addresses,
+                     Clock::time_point deadline) {
+  std::lock_guard<std::mutex> drive(drive_);
+  if (!active_.empty()) {
+    throw InvalidArgument(Where{rank(), "grow", -1},
+                          std::to_string(active_.size()) + " calls are in flight");
+  }
+  mesh_->admit(slots, addresses, deadline);
+}
+
 void Engine::stop(ErrorKind kind, int culprit, const std::string& why) {
   mesh_->stop(kind, culprit, why);
   // A driver applies it in its next round (it was woken); with none, this thread does.

@@ -11,11 +11,13 @@
 #include "collx/base/log.h"
 #include "collx/context.h"
 #include "collx/rendezvous/pmix_store.h"
+#include "collx/rendezvous/signed_store.h"
 #include "collx/rendezvous/store.h"
 #include "collx/rendezvous/tcp_store.h"
 #include "collx/secure/job_secret.h"
 #include "collx/secure/tls.h"
 #include "collx/transport/mesh.h"
+#include "recovery.h"
 
 namespace collx {
 
@@ -660,6 +662,59 @@ ContextOptions contextOptionsOf(const Bootstrap& b,
 }
 
 }  // namespace
+
+std::shared_ptr<Context> join(const BootstrapOptions& options) {
+  // The store, job, secret and timeout as init() finds them; as a rank other than 0, so that
+  // it never hosts the store (the job's is up), and of no world of its own.
+  BootstrapOptions asked = options;
+  asked.rank = 1;
+  asked.worldSize = 2;
+  asked.localRank.reset();
+  Bootstrap b = Bootstrap::resolve(asked, Config::process());
+  std::shared_ptr<rendezvous::TcpStoreServer> none;
+  std::shared_ptr<rendezvous::Store> store = openStore(b, options.storeObject, none);
+  std::shared_ptr<rendezvous::Store> root = rendezvous::SignedStore::wrapIfNeeded(store, b.secret);
+  Where where{-1, "join(job " + b.jobId + ")", -1};
+  const std::int64_t ticket = root->add(detail::joinsKey(b.jobId, "count"), 1);
+  const std::string planKey = detail::joinsKey(b.jobId, std::to_string(ticket) + "/plan");
+  std::string text;
+  try {
+    text = rendezvous::toString(root->get(planKey, b.timeout));
+  } catch (const TimeoutError&) {
+    throw TimeoutError(where, "no survivors took this newcomer (ticket " + std::to_string(ticket) +
+                                  ") within " + std::to_string(b.timeout.count()) +
+                                  " ms: the job's ranks take newcomers in Context::grow() or "
+                                  "reform() (store " +
+                                  store->describe() + ")");
+  }
+  detail::Plan plan;
+  if (!detail::decodePlan(text, plan)) {
+    throw MismatchError(where, "the store holds a malformed plan: '" + text.substr(0, 200) + "'");
+  }
+  Context::Newcomer joining;
+  joining.formed = plan.formed;
+  joining.meshSize = plan.meshSize;
+  joining.slots = plan.place;
+  int rank = -1;
+  for (std::size_t i = 0; i < plan.ticket.size(); ++i) {
+    if (plan.ticket[i] == ticket) rank = static_cast<int>(i);
+  }
+  if (rank < 0) {
+    throw MismatchError(where, "the plan that took ticket " + std::to_string(ticket) +
+                                   " has no place for it: '" + text.substr(0, 200) + "'");
+  }
+  joining.slot = plan.place[static_cast<std::size_t>(rank)];
+  log::setProcessRank(rank);
+  ContextOptions contextOptions = contextOptionsOf(b, nullptr);
+  contextOptions.generation = plan.next;
+  // (A member that hosts the store waits for every rank of the new context to leave.)
+  contextOptions.leaveBarrier = true;
+  auto context = std::make_shared<Context>(Context::Key{}, store, rank,
+                                           static_cast<int>(plan.place.size()), contextOptions);
+  context->connectNewcomer(contextOptions, joining);
+  context->formed_ = true;
+  return context;
+}
 
 std::shared_ptr<Context> init(const BootstrapOptions& options, Bootstrap* used) {
   Bootstrap b = Bootstrap::resolve(options, Config::process());

@@ -155,6 +155,11 @@ std::pair<std::vector<int>, int> hostLayout(const std::vector<PeerInfo>& peers) 
 
 }  // namespace
 
+namespace detail {
+Bytes encodePeerInfo(const PeerInfo& info) { return encodePeer(info); }
+PeerInfo decodePeerInfo(int rank, const Bytes& bytes) { return decodePeer(rank, bytes); }
+}  // namespace detail
+
 std::string hostIdentity(const PeerInfo& peer) {
   if (!peer.hostId.empty()) return "id\n" + peer.hostId;
   return "host\n" + peer.hostname + "\n" + peer.bootId;
@@ -474,6 +479,90 @@ void Context::connect(const ContextOptions& options) {
   startReporter(config);
 }
 
+void Context::connectNewcomer(const ContextOptions& options, const Newcomer& joining) {
+  const Config& config = Config::process();
+  const Where where{rank_,
+                    "join(job " + jobId_ + ", generation " + std::to_string(generation_) + ")", -1};
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  // Over tcp to every member (the members' shared memory takes no peer after it formed).
+  transport::MeshOptions mesh = meshOptions(options, config, where);
+  mesh.rank = joining.slot;
+  mesh.size = joining.meshSize;
+  mesh.jobId = jobId_;
+  mesh.generation = joining.formed;
+  mesh.joinGeneration = generation_;
+  mesh.transport = "tcp";
+  mesh.shm.hostId = hostId_;
+  auto transports = std::make_unique<transport::Mesh>(mesh);
+  std::string failure;
+  try {
+    store_->set("grow/transport/" + std::to_string(joining.slot), transports->address());
+    std::vector<std::string> keys;
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_)
+        keys.push_back("grow/transport/" +
+                       std::to_string(joining.slots[static_cast<std::size_t>(r)]));
+    }
+    const std::vector<Bytes> blobs = store_->multiGet(keys, timeout_);
+    std::vector<std::string> addresses(static_cast<std::size_t>(joining.meshSize));
+    for (int r = 0, k = 0; r < size_; ++r) {
+      const auto at = static_cast<std::size_t>(joining.slots[static_cast<std::size_t>(r)]);
+      addresses[at] = r == rank_ ? transports->address()
+                                 : rendezvous::toString(blobs[static_cast<std::size_t>(k++)]);
+    }
+    transports->connect(addresses, deadline);
+  } catch (const Error& e) {
+    failure = e.what();
+  }
+  PeerInfo self = localPeerInfo(rank_, -1);
+  self.hostId = hostId_;
+  const auto met = std::chrono::steady_clock::now();
+  const std::string outcome = detail::meet(
+      *store_, rank_, size_, rendezvous::toString(encodePeer(self)), failure,
+      [&](int r) { return transports->lost(joining.slots[static_cast<std::size_t>(r)], met); },
+      timeout_);
+  if (outcome != "ok") {
+    int who = -1;
+    std::string why;
+    if (!detail::parseOutcome(outcome, size_, who, why)) {
+      throw MismatchError(where,
+                          "the store holds a malformed outcome: '" + outcome.substr(0, 200) + "'");
+    }
+    throw IoError(Where{rank_, where.op, who}, who == rank_
+                                                   ? "this newcomer could not join: " + why
+                                                   : "rank " + std::to_string(who) +
+                                                         " of the new context was lost "
+                                                         "before it formed (" +
+                                                         why +
+                                                         "); the survivors try again, and "
+                                                         "this process may call join() again");
+  }
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(detail::readyKey(r));
+  const std::vector<Bytes> records = store_->multiGet(keys, timeout_);
+  peers_.clear();
+  for (int r = 0; r < size_; ++r) {
+    peers_.push_back(decodePeer(r, records[static_cast<std::size_t>(r)]));
+  }
+  int local = 0;
+  for (int r = 0; r < rank_; ++r) {
+    local += hostIdentity(peers_[static_cast<std::size_t>(r)]) == hostIdentity(self);
+  }
+  localRank_ = local;
+  std::size_t cores = 0;
+  bool known = true;
+  int onHost = 0;
+  outnumbered_ = outnumberCpus(peers_, rank_, onHost, cores, known);
+  notes_ = std::make_shared<detail::HangNotes>();
+  const algorithms::EngineOptions engine = engineOptionsFor(options, config, outnumbered_, notes_);
+  runtime_ = makeRuntime(std::move(transports), engine, options, config, peers_, timeout_, where);
+  runtime_->meshRanks = joining.slots;
+  runtime_->engine->resetStats();
+  COLLX_DEBUG(kCore, "rank {}: joined job {} in generation {} as rank {} of {} (place {} of {})",
+              rank_, jobId_, generation_, rank_, size_, joining.slot, joining.meshSize);
+  startReporter(config);
+}
+
 void Context::startReporter(const Config& config) {
   detail::HangReporter::Setup report;
   report.recorder = runtime_->recorder ? runtime_->recorder : runtime_->engine->recorder();
@@ -731,7 +820,8 @@ Context::Context(Key, std::shared_ptr<Context> parent, std::vector<int> members,
   parent_ = std::move(parent);
 }
 
-Context::Context(Key, const Context& old, const std::vector<int>& members, std::int64_t generation)
+Context::Context(Key, const Context& old, const std::vector<int>& members, std::int64_t generation,
+                 const std::vector<std::pair<int, PeerInfo>>& newcomers)
     : rank_(
           static_cast<int>(std::find(members.begin(), members.end(), old.rank_) - members.begin())),
       size_(static_cast<int>(members.size())),
@@ -752,7 +842,7 @@ Context::Context(Key, const Context& old, const std::vector<int>& members, std::
   storeOptions.rank = rank_;
   store_ = std::make_shared<rendezvous::PrefixStore>(
       "collx/" + jobId_ + "/" + std::to_string(generation_), rootStore_, storeOptions);
-  adoptMembers(old, members);
+  adoptMembers(old, members, newcomers);
   const detail::Runtime& above = *old.runtime_;
   runtime_->generation = above.engine->generation();
   // No shared-memory group of its own (yet): the point-to-point algorithms, over shared
@@ -762,9 +852,11 @@ Context::Context(Key, const Context& old, const std::vector<int>& members, std::
   runtime_->spinUs = above.spinUs;
 }
 
-void Context::adoptMembers(const Context& from, const std::vector<int>& members) {
+void Context::adoptMembers(const Context& from, const std::vector<int>& members,
+                           const std::vector<std::pair<int, PeerInfo>>& newcomers) {
   for (int r : members) {
-    PeerInfo peer = from.peers_[static_cast<std::size_t>(r)];
+    PeerInfo peer = r >= 0 ? from.peers_[static_cast<std::size_t>(r)]
+                           : newcomers[static_cast<std::size_t>(-1 - r)].second;
     peer.rank = static_cast<int>(peers_.size());
     peers_.push_back(std::move(peer));
   }
@@ -787,7 +879,10 @@ void Context::adoptMembers(const Context& from, const std::vector<int>& members)
     runtime_->learner = std::make_unique<algorithms::Learner>(
         static_cast<int>(algorithms::kLearnTrials.get(Config::process())));
   }
-  for (int r : members) runtime_->meshRanks.push_back(above.meshRank(r));
+  for (int r : members) {
+    runtime_->meshRanks.push_back(r >= 0 ? above.meshRank(r)
+                                         : newcomers[static_cast<std::size_t>(-1 - r)].first);
+  }
   // Its sequence numbers are its own: a recorder of its own (the engine's holds the others).
   if (const auto& recorder = above.engine->recorder()) {
     runtime_->recorder = std::make_shared<algorithms::Recorder>(recorder->capacity());

@@ -68,6 +68,90 @@ bool decodeAgreement(const std::string& text, int size, std::uint64_t& flags,
   return true;
 }
 
+std::string encodePlan(const Plan& plan) {
+  std::string out = "1 " + std::to_string(plan.next) + " " + std::to_string(plan.formed) + " " +
+                    std::to_string(plan.meshSize) + " " + std::to_string(plan.firstTicket) + " " +
+                    std::to_string(plan.newcomers) + " ";
+  for (std::size_t i = 0; i < plan.place.size(); ++i) {
+    if (i) out += ",";
+    out +=
+        plan.old[i] >= 0 ? "o" + std::to_string(plan.old[i]) : "j" + std::to_string(plan.ticket[i]);
+    out += "@" + std::to_string(plan.place[i]);
+  }
+  return out;
+}
+
+namespace {
+// A decimal number in [0, limit] from text[at, end) (outside input).
+bool number(const std::string& text, std::size_t at, std::size_t end, std::int64_t limit,
+            std::int64_t& value) {
+  if (end <= at || end - at > 18) return false;
+  value = 0;
+  for (std::size_t i = at; i < end; ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+    value = value * 10 + (text[i] - '0');
+  }
+  return value <= limit;
+}
+}  // namespace
+
+bool decodePlan(const std::string& text, Plan& plan) {
+  constexpr std::int64_t kMost = std::int64_t{1} << 40;
+  if (text.size() > (std::size_t{1} << 24) || text.rfind("1 ", 0) != 0) return false;
+  std::size_t at = 2;
+  std::int64_t fields[5];
+  for (std::int64_t& field : fields) {
+    const std::size_t end = text.find(' ', at);
+    if (end == std::string::npos || !number(text, at, end, kMost, field)) return false;
+    at = end + 1;
+  }
+  plan = Plan{};
+  plan.next = fields[0];
+  plan.formed = fields[1];
+  if (fields[2] < 1 || fields[2] > (std::int64_t{1} << 24)) return false;
+  plan.meshSize = static_cast<int>(fields[2]);
+  plan.firstTicket = fields[3];
+  if (fields[4] > fields[2]) return false;
+  plan.newcomers = static_cast<int>(fields[4]);
+  std::vector<bool> taken(static_cast<std::size_t>(plan.meshSize), false);
+  int newcomers = 0;
+  while (at < text.size()) {
+    std::size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::size_t sign = text.find('@', at);
+    if (sign == std::string::npos || sign >= end || (text[at] != 'o' && text[at] != 'j')) {
+      return false;
+    }
+    std::int64_t who = 0, place = 0;
+    if (!number(text, at + 1, sign, kMost, who) ||
+        !number(text, sign + 1, end, plan.meshSize - 1, place) ||
+        taken[static_cast<std::size_t>(place)]) {
+      return false;
+    }
+    taken[static_cast<std::size_t>(place)] = true;
+    const bool isNew = text[at] == 'j';
+    if (!isNew && who >= plan.meshSize) return false;
+    newcomers += isNew ? 1 : 0;
+    plan.old.push_back(isNew ? -1 : static_cast<int>(who));
+    plan.ticket.push_back(isNew ? who : 0);
+    plan.place.push_back(static_cast<int>(place));
+    at = end + 1;
+    if (end + 1 == text.size()) return false;  // a trailing comma
+  }
+  return !plan.place.empty() && newcomers == plan.newcomers;
+}
+
+bool parseOutcome(const std::string& outcome, int count, int& rank, std::string& why) {
+  if (outcome.rfind("lost ", 0) != 0 && outcome.rfind("late ", 0) != 0) return false;
+  std::size_t space = outcome.find(' ', 5);
+  if (space == std::string::npos) space = outcome.size();
+  std::int64_t value = 0;
+  if (!number(outcome, 5, space, count - 1, value)) return false;
+  rank = static_cast<int>(value);
+  why = space < outcome.size() ? outcome.substr(space + 1, 2048) : std::string();
+  return true;
+}
+
 }  // namespace detail
 
 namespace {
@@ -268,40 +352,258 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
   return result;
 }
 
-std::shared_ptr<Context> Context::shrink(std::optional<std::chrono::milliseconds> timeout) {
+namespace detail {
+
+std::string meet(rendezvous::Store& store, int self, int count, const std::string& mine,
+                 const std::string& failure, const std::function<std::string(int)>& lostOf,
+                 std::chrono::milliseconds wait) {
   using Clock = std::chrono::steady_clock;
-  Where where{rank_, "shrink", -1};
-  if (!runtime_) throw InvalidArgument(where, "the context has no transports");
-  if (parent_) {
-    throw InvalidArgument(where,
-                          "a sub-context does not shrink (its parent's connections are "
-                          "not its own): shrink the context it was split from");
+  const std::string outcomeKey = "shrink/outcome";
+  if (!failure.empty()) {
+    return rendezvous::toString(store.compareSet(
+        outcomeKey, {}, rendezvous::toBytes("lost " + std::to_string(self) + " " + failure)));
   }
-  if (runtime_->replaced.load()) runtime_->throwOver(where);
-  const std::chrono::milliseconds wait = timeout.value_or(timeout_);
+  store.set(readyKey(self), mine);
+  std::vector<int> awaited;
+  for (int i = 0; i < count; ++i) {
+    if (i != self) awaited.push_back(i);
+  }
+  const auto deadline = Clock::now() + wait;
+  auto step = std::chrono::milliseconds(1);
+  while (true) {
+    if (auto known = valueIfAny(store, outcomeKey, wait)) return *known;
+    std::string proposal;
+    if (!awaited.empty()) {
+      std::vector<int> came;
+      awaited = absentOf(store, awaited, readyKey, came);
+      for (int i : awaited) {
+        const std::string lost = lostOf(i);
+        if (!lost.empty()) {
+          proposal = "lost " + std::to_string(i) + " " + lost;
+          break;
+        }
+      }
+    }
+    if (proposal.empty() && awaited.empty()) proposal = "ok";
+    if (proposal.empty() && Clock::now() >= deadline) {
+      proposal = "late " + std::to_string(awaited.front());
+    }
+    if (!proposal.empty()) {
+      return rendezvous::toString(store.compareSet(outcomeKey, {}, rendezvous::toBytes(proposal)));
+    }
+    rendezvous::detail::backoffSleep(step, deadline, std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+// The checks shrink, grow and reform share: a context with transports, not a sub-context,
+// not over; the timeout positive.
+std::chrono::milliseconds recoveryWait(const Where& where, const detail::Runtime* runtime,
+                                       bool subContext,
+                                       std::optional<std::chrono::milliseconds> timeout,
+                                       std::chrono::milliseconds fallback) {
+  if (!runtime) throw InvalidArgument(where, "the context has no transports");
+  if (subContext) {
+    throw InvalidArgument(where, "a sub-context does not " + where.op +
+                                     " (its parent's connections are not its own): " + where.op +
+                                     " the context it was split from");
+  }
+  if (runtime->replaced.load()) runtime->throwOver(where);
+  const std::chrono::milliseconds wait = timeout.value_or(fallback);
   if (wait.count() <= 0) {
     throw InvalidArgument(
         where, "the timeout must be positive, got " + std::to_string(wait.count()) + " ms");
   }
-  const auto start = Clock::now();
-  const auto deadline = start + wait;
+  return wait;
+}
+
+}  // namespace
+
+std::shared_ptr<Context> Context::shrink(std::optional<std::chrono::milliseconds> timeout) {
+  const auto wait = recoveryWait(Where{rank_, "shrink", -1}, runtime_.get(), parent_ != nullptr,
+                                 timeout, timeout_);
   // Who goes on: the same answer on every survivor (a rank left out gets ExcludedError).
   const Agreement agreed = agree(~std::uint64_t{0}, wait);
-  // Every survivor makes the same attempts (an attempt fails on all of them alike, below):
+  return regroup(agreed, 0, false, std::chrono::milliseconds(0), wait, nullptr);
+}
+
+std::shared_ptr<Context> Context::grow(int count,
+                                       std::optional<std::chrono::milliseconds> timeout) {
+  const Where where{rank_, "grow", -1};
+  const auto wait = recoveryWait(where, runtime_.get(), parent_ != nullptr, timeout, timeout_);
+  const int places = runtime_->engine->mesh().size() - size_;
+  if (count < 1 || count > places) {
+    throw InvalidArgument(
+        where, "grow(" + std::to_string(count) + "): a newcomer takes the place of a rank lost " +
+                   "since the job formed, and this context has " + std::to_string(places) +
+                   " such place" + (places == 1 ? "" : "s") + " (count in [1, " +
+                   std::to_string(places) + "])");
+  }
+  const Agreement agreed = agree(~std::uint64_t{0}, wait);
+  return regroup(agreed, count, false, wait, wait, nullptr);
+}
+
+Reformed Context::reform(std::optional<std::chrono::milliseconds> timeout,
+                         std::optional<std::chrono::milliseconds> replacementWait) {
+  const Where where{rank_, "reform", -1};
+  const auto wait = recoveryWait(where, runtime_.get(), parent_ != nullptr, timeout, timeout_);
+  const auto joinWait = replacementWait.value_or(std::chrono::milliseconds(0));
+  if (joinWait.count() < 0) {
+    throw InvalidArgument(where, "the replacements' wait must not be negative, got " +
+                                     std::to_string(joinWait.count()) + " ms");
+  }
+  // After a failure, every call still pending on every rank ends (a rank that the failure
+  // did not reach over a connection learns it from the store's record, and comes here too).
+  // A healthy context is not revoked: a rank still finishing its last call would fail.
+  if (const std::exception_ptr error = runtime_->engine->failure()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      revoke("reform() after: " + e.detail());
+    }
+  }
+  const Agreement agreed = agree(~std::uint64_t{0}, wait);
+  Reformed out;
+  std::vector<int> members;
+  out.context = regroup(agreed, -1, true, joinWait, wait, &members);
+  out.failed = agreed.failed;
+  out.rankOf.assign(static_cast<std::size_t>(size_), -1);
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (members[i] >= 0) {
+      out.rankOf[static_cast<std::size_t>(members[i])] = static_cast<int>(i);
+    } else {
+      out.joined.push_back(static_cast<int>(i));
+    }
+  }
+  return out;
+}
+
+std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, bool inPlace,
+                                          std::chrono::milliseconds joinWait,
+                                          std::chrono::milliseconds wait,
+                                          std::vector<int>* membersOut) {
+  using Clock = std::chrono::steady_clock;
+  const char* name = wanted == 0 ? "shrink" : inPlace ? "reform" : "grow";
+  const auto start = Clock::now();
+  const auto deadline = start + wait;
+  // Every member makes the same attempts (an attempt fails on all of them alike, below):
   // the k-th takes generation + k, whose namespace no earlier attempt used.
   const std::uint64_t attempt = runtime_->shrinks.fetch_add(1) + 1;
   const std::int64_t next = generation_ + static_cast<std::int64_t>(attempt);
-  where.op = "shrink(generation " + std::to_string(next) + ")";
-  std::vector<int> members;
-  std::vector<bool> keep(static_cast<std::size_t>(runtime_->engine->mesh().size()), false);
-  for (int r = 0, f = 0; r < size_; ++r) {
-    if (f < static_cast<int>(agreed.failed.size()) &&
-        agreed.failed[static_cast<std::size_t>(f)] == r) {
-      ++f;
-      continue;
+  Where where{rank_, std::string(name) + "(generation " + std::to_string(next) + ")", -1};
+  transport::Mesh& mesh = runtime_->engine->mesh();
+  const int meshSize = mesh.size();
+
+  // The places newcomers may take: the failed ranks' (in their order), then those of the
+  // mesh that no rank of this context holds (lost before).
+  std::set<int> failed(agreed.failed.begin(), agreed.failed.end());
+  std::vector<int> places;
+  for (int f : agreed.failed) places.push_back(runtime_->meshRank(f));
+  {
+    std::vector<bool> held(static_cast<std::size_t>(meshSize), false);
+    for (int r = 0; r < size_; ++r) held[static_cast<std::size_t>(runtime_->meshRank(r))] = true;
+    for (int m = 0; m < meshSize; ++m) {
+      if (!held[static_cast<std::size_t>(m)]) places.push_back(m);
     }
-    members.push_back(r);
-    keep[static_cast<std::size_t>(runtime_->meshRank(r))] = true;
+  }
+  if (wanted < 0) wanted = static_cast<int>(agreed.failed.size());
+  wanted = std::min(wanted, static_cast<int>(places.size()));
+
+  // The members: this context's survivors (and the newcomers) in their new order, decided
+  // once in the store when newcomers come (the first survivor to see them proposes).
+  detail::Plan plan;
+  auto survivorsWith = [&](int newcomers, std::int64_t firstTicket) {
+    detail::Plan p;
+    p.next = next;
+    p.formed = mesh.options().generation;
+    p.meshSize = meshSize;
+    p.firstTicket = firstTicket;
+    p.newcomers = newcomers;
+    int taken = 0;
+    auto addNewcomer = [&](int place) {
+      p.old.push_back(-1);
+      p.ticket.push_back(firstTicket + taken++);
+      p.place.push_back(place);
+    };
+    for (int r = 0, f = 0; r < size_; ++r) {
+      if (failed.count(r) == 0) {
+        p.old.push_back(r);
+        p.ticket.push_back(0);
+        p.place.push_back(runtime_->meshRank(r));
+      } else if (inPlace && taken < newcomers) {
+        addNewcomer(places[static_cast<std::size_t>(f++)]);
+      }
+    }
+    while (taken < newcomers) addNewcomer(places[static_cast<std::size_t>(taken)]);
+    return p;
+  };
+  const std::string joins = "collx/" + jobId_ + "/joins/";
+  if (wanted == 0) {
+    plan = survivorsWith(0, 0);
+  } else {
+    const std::string planKey = std::string(name) + "/" + std::to_string(attempt) + "/plan";
+    const auto joinDeadline = start + joinWait;
+    std::string decided;
+    auto step = std::chrono::milliseconds(1);
+    while (true) {
+      if (auto known = valueIfAny(*store_, planKey, wait)) {
+        decided = std::move(*known);
+        break;
+      }
+      std::int64_t first = 1;
+      if (auto text = valueIfAny(*rootStore_, detail::joinsKey(jobId_, "next"), wait)) {
+        first = std::max<std::int64_t>(1, std::atoll(text->c_str()));
+      }
+      const std::int64_t waiting =
+          rootStore_->add(detail::joinsKey(jobId_, "count"), 0) - first + 1;
+      const int take = static_cast<int>(std::clamp<std::int64_t>(waiting, 0, wanted));
+      if (take == wanted || Clock::now() >= joinDeadline) {
+        const std::string proposal =
+            take < wanted && !inPlace ? "none" : detail::encodePlan(survivorsWith(take, first));
+        decided =
+            rendezvous::toString(store_->compareSet(planKey, {}, rendezvous::toBytes(proposal)));
+        break;
+      }
+      rendezvous::detail::backoffSleep(step, joinDeadline, std::chrono::milliseconds(50));
+    }
+    if (decided == "none") {
+      throw TimeoutError(where, "fewer than " + std::to_string(wanted) + " newcomer" +
+                                    (wanted == 1 ? "" : "s") + " came within " +
+                                    std::to_string(joinWait.count()) +
+                                    " ms (collx::join); this context goes on as it was");
+    }
+    if (!detail::decodePlan(decided, plan) || plan.next != next || plan.meshSize != meshSize) {
+      throw MismatchError(where,
+                          "the store holds a malformed plan: '" + decided.substr(0, 200) + "'");
+    }
+    // The newcomers learn their places; the next plan takes the tickets after theirs.
+    for (std::size_t i = 0; i < plan.ticket.size(); ++i) {
+      if (plan.ticket[i] > 0) {
+        rootStore_->set(detail::joinsKey(jobId_, std::to_string(plan.ticket[i]) + "/plan"),
+                        decided);
+      }
+    }
+    rootStore_->set(detail::joinsKey(jobId_, "next"),
+                    std::to_string(plan.firstTicket + plan.newcomers));
+  }
+  std::vector<int> members;  // old ranks, -1 - i for the i-th newcomer
+  std::vector<int> slots;    // the newcomers' places
+  std::vector<bool> keep(static_cast<std::size_t>(meshSize), false);
+  for (std::size_t i = 0; i < plan.old.size(); ++i) {
+    if (plan.old[i] >= 0) {
+      if (plan.old[i] >= size_ || failed.count(plan.old[i]) != 0) {
+        throw MismatchError(where, "the plan names rank " + std::to_string(plan.old[i]) +
+                                       ", which is no survivor here");
+      }
+      members.push_back(plan.old[i]);
+      keep[static_cast<std::size_t>(runtime_->meshRank(plan.old[i]))] = true;
+    } else {
+      members.push_back(-1 - static_cast<int>(slots.size()));
+      slots.push_back(plan.place[i]);
+    }
   }
   const int newRank =
       static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
@@ -309,94 +611,86 @@ std::shared_ptr<Context> Context::shrink(std::optional<std::chrono::milliseconds
   // go on in the next.
   runtime_->engine->reform(next, keep, deadline);
 
-  // The survivors meet in the new generation's namespace before any of them uses it: each
-  // says it is there, and the first to know the outcome (all there, or one lost) writes it;
-  // every survivor takes that one (a survivor's late arrival then changes nothing).
   rendezvous::StoreOptions storeOptions;
   storeOptions.timeout = wait;
   storeOptions.rank = newRank;
   auto store = std::make_shared<rendezvous::PrefixStore>(
       "collx/" + jobId_ + "/" + std::to_string(next), rootStore_, storeOptions);
-  const std::string outcomeKey = "shrink/outcome";
-  auto readyKey = [](int i) { return "shrink/ready/" + std::to_string(i); };
-  store->set(readyKey(newRank), "1");
-  std::vector<int> awaited;
-  for (int i = 0; i < static_cast<int>(members.size()); ++i) {
-    if (i != newRank) awaited.push_back(i);
+  // The newcomers dial every member of lower place and are dialled by the others, as
+  // connect() pairs ranks.
+  std::string failure;
+  if (!slots.empty()) {
+    try {
+      const int self = runtime_->meshRank(rank_);
+      const bool listen = std::any_of(slots.begin(), slots.end(), [&](int s) { return s > self; });
+      store->set("grow/transport/" + std::to_string(self), runtime_->engine->joinAddress(listen));
+      std::vector<std::string> keys;
+      for (int s : slots) keys.push_back("grow/transport/" + std::to_string(s));
+      const std::vector<rendezvous::Bytes> blobs = store->multiGet(keys, wait);
+      std::vector<std::string> addresses;
+      for (const auto& blob : blobs) addresses.push_back(rendezvous::toString(blob));
+      runtime_->engine->welcome(slots, addresses, deadline);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
   }
-  transport::Mesh& mesh = runtime_->engine->mesh();
+  auto placeOf = [&](int i) {
+    const int m = members[static_cast<std::size_t>(i)];
+    return m >= 0 ? runtime_->meshRank(m) : slots[static_cast<std::size_t>(-1 - m)];
+  };
+  PeerInfo self = peers_[static_cast<std::size_t>(rank_)];
   const auto met = Clock::now();
-  const auto metDeadline = met + wait;  // (a round of its own: the agreement may have waited)
-  std::string outcome;
-  auto step = std::chrono::milliseconds(1);
-  while (true) {
-    if (auto known = valueIfAny(*store, outcomeKey, wait)) {
-      outcome = std::move(*known);
-      break;
-    }
-    std::string proposal;
-    if (!awaited.empty()) {
-      std::vector<int> came;
-      awaited = absentOf(*store, awaited, readyKey, came);
-      for (int i : awaited) {
-        const int old = members[static_cast<std::size_t>(i)];
-        const std::string lost = mesh.lost(runtime_->meshRank(old), met);
-        if (!lost.empty()) {
-          proposal = "lost " + std::to_string(old) + " " + lost;
-          break;
-        }
-      }
-    }
-    if (proposal.empty() && awaited.empty()) proposal = "ok";
-    if (proposal.empty() && Clock::now() >= metDeadline) {
-      proposal = "late " + std::to_string(members[static_cast<std::size_t>(awaited.front())]);
-    }
-    if (!proposal.empty()) {
-      outcome =
-          rendezvous::toString(store->compareSet(outcomeKey, {}, rendezvous::toBytes(proposal)));
-      break;
-    }
-    rendezvous::detail::backoffSleep(step, metDeadline, std::chrono::milliseconds(50));
-  }
+  const std::string outcome = detail::meet(
+      *store, newRank, static_cast<int>(members.size()),
+      rendezvous::toString(detail::encodePeerInfo(self)), failure,
+      [&](int i) { return mesh.lost(placeOf(i), met); }, wait);
   if (outcome != "ok") {
-    // The attempt failed on every survivor alike: the new generation fails here (naming the
-    // rank lost, for the next agreement) and shrink() may be called again.
-    int lostRank = -1;
-    std::string why = outcome;
-    if (outcome.rfind("lost ", 0) == 0 || outcome.rfind("late ", 0) == 0) {
-      const std::size_t space = outcome.find(' ', 5);
-      try {
-        lostRank = std::stoi(outcome.substr(5, space - 5));
-      } catch (const std::exception&) {
-        lostRank = -1;
-      }
-      why = space == std::string::npos ? "" : outcome.substr(space + 1);
-    }
-    if (lostRank < 0 || lostRank >= size_) {
+    // The attempt failed on every member alike: the new generation fails here (naming the
+    // rank lost, for the next agreement) and shrink(), grow() or reform() may be called again.
+    int lost = -1;
+    std::string why;
+    if (!detail::parseOutcome(outcome, static_cast<int>(members.size()), lost, why)) {
       throw MismatchError(where,
                           "the store holds a malformed outcome: '" + outcome.substr(0, 200) + "'");
     }
-    const std::string text = outcome[0] == 'l' && outcome[1] == 'o'
-                                 ? "rank " + std::to_string(lostRank) +
-                                       " was lost before the survivors went on (" + why +
-                                       "): call shrink() again"
-                                 : "rank " + std::to_string(lostRank) + " did not come within " +
-                                       std::to_string(wait.count()) + " ms: call shrink() again";
+    const int old = members[static_cast<std::size_t>(lost)];
+    const std::string who =
+        old >= 0 ? "rank " + std::to_string(old) : "the newcomer for rank " + std::to_string(lost);
+    const std::string text =
+        outcome[1] == 'o'
+            ? who + " was lost before the members went on (" + why + "): call " + name + "() again"
+            : who + " did not come within " + std::to_string(wait.count()) + " ms: call " + name +
+                  "() again";
     // (Named by its mesh rank there, as the transport names ranks.)
-    runtime_->engine->stop(ErrorKind::kIo, runtime_->meshRank(lostRank), text);
-    throw IoError(Where{rank_, where.op, lostRank}, text);
+    runtime_->engine->stop(ErrorKind::kIo, placeOf(lost), text);
+    throw IoError(Where{rank_, where.op, old}, text);
   }
-  auto shrunk = std::make_shared<Context>(Key{}, *this, members, next);
+  std::vector<std::pair<int, PeerInfo>> newcomers;
+  if (!slots.empty()) {
+    std::vector<std::string> keys;
+    std::vector<int> ranks;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (members[i] < 0) {
+        keys.push_back(detail::readyKey(static_cast<int>(i)));
+        ranks.push_back(static_cast<int>(i));
+      }
+    }
+    const std::vector<rendezvous::Bytes> records = store->multiGet(keys, wait);
+    for (std::size_t k = 0; k < records.size(); ++k) {
+      newcomers.emplace_back(slots[k], detail::decodePeerInfo(ranks[k], records[k]));
+    }
+  }
+  auto formed = std::make_shared<Context>(Key{}, *this, members, next, newcomers);
   runtime_->replaced = true;
   if (reporter_) reporter_->stop();  // this generation's reports are over
-  shrunk->startReporter(Config::process());
+  formed->startReporter(Config::process());
   COLLX_DEBUG(kCore,
-              "rank {}: shrink: generation {} of {} ranks (failed: {}), rank {} there, in {} "
-              "ms",
-              rank_, next, members.size(), listOf({agreed.failed.begin(), agreed.failed.end()}),
-              newRank,
+              "rank {}: {}: generation {} of {} ranks (failed: {}; newcomers: {}), rank {} "
+              "there, in {} ms",
+              rank_, name, next, members.size(), listOf(failed), slots.size(), newRank,
               std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
-  return shrunk;
+  if (membersOut) *membersOut = members;
+  return formed;
 }
 
 }  // namespace collx

@@ -6,10 +6,30 @@
 // (compareSet), "read" the count of ranks that read it (the last erases the entries).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <set>
 #include <string>
+#include <vector>
+
+#include "collx/context.h"
+#include "collx/rendezvous/store.h"
+
+namespace collx {
+
+// A newcomer's place (collx::join, from the survivors' plan): the generation the job's mesh
+// was formed in (its hellos prove it), the mesh's size, the newcomer's place in it, and the
+// place of every member of the new context, by its rank there.
+struct Context::Newcomer {
+  std::int64_t formed = 0;
+  int meshSize = 0;
+  int slot = -1;
+  std::vector<int> slots;
+};
+
+}  // namespace collx
 
 namespace collx::detail {
 
@@ -42,5 +62,45 @@ inline void parseRevoked(const std::string& value, int& rank, std::string& text)
 std::string encodeAgreement(std::uint64_t flags, const std::set<int>& failed);
 bool decodeAgreement(const std::string& text, int size, std::uint64_t& flags,
                      std::set<int>& failed);
+
+// A join record ("host=...\npid=...\n"), as Context::join writes it (context.cc).
+rendezvous::Bytes encodePeerInfo(const PeerInfo& info);
+PeerInfo decodePeerInfo(int rank, const rendezvous::Bytes& bytes);
+
+// Where newcomers wait for a job (collx::join) in the job's store: "count" their tickets
+// (add), "<ticket>/plan" the plan that took it, "next" the first ticket no plan took yet.
+inline std::string joinsKey(const std::string& jobId, const std::string& what) {
+  return "collx/" + jobId + "/joins/" + what;
+}
+
+// The plan of a grow or reform, decided once (compareSet) and read by every member and
+// newcomer: "1 <next generation> <mesh's generation> <mesh size> <first ticket> <newcomers>
+// <members>", the members by their new rank, comma-separated: "o<old rank>@<place>" or
+// "j<ticket>@<place>" (place: the mesh's rank). Outside input: decodePlan() checks it.
+struct Plan {
+  std::int64_t next = 0;
+  std::int64_t formed = 0;
+  int meshSize = 0;
+  std::int64_t firstTicket = 0;
+  int newcomers = 0;
+  std::vector<int> old;              // per member: its old rank, -1 a newcomer
+  std::vector<std::int64_t> ticket;  // per member: its ticket, 0 an old rank
+  std::vector<int> place;            // per member: its place in the mesh
+};
+std::string encodePlan(const Plan& plan);
+bool decodePlan(const std::string& text, Plan& plan);
+
+// The members of a new generation meet in its namespace `store` before any of them uses it:
+// each writes "shrink/ready/<rank>" = `mine` (unless `failure` says why it cannot go on:
+// then it proposes that), and the first to know the outcome writes it (compareSet):
+// "ok" when all are there, "lost <rank> <why>" when lostOf(rank) (the failure detector) says
+// one is lost or one failed, "late <rank>" past `wait`. Returns the outcome, the same on
+// every member.
+std::string meet(rendezvous::Store& store, int self, int count, const std::string& mine,
+                 const std::string& failure, const std::function<std::string(int)>& lostOf,
+                 std::chrono::milliseconds wait);
+inline std::string readyKey(int rank) { return "shrink/ready/" + std::to_string(rank); }
+// An outcome other than "ok": the rank it names and why (false: malformed).
+bool parseOutcome(const std::string& outcome, int count, int& rank, std::string& why);
 
 }  // namespace collx::detail

@@ -673,10 +673,30 @@ bool TcpDevice::progress(const pollfd* results, std::size_t count) {
 }
 
 std::string TcpDevice::gone(int peer) const {
-  for (const auto& pair : pairs_) {
-    if (pair->peer() == peer) return pair->gone();
+  // (The newest pair with `peer`: a newcomer took the place of a rank whose pair is dead.)
+  for (auto it = pairs_.rbegin(); it != pairs_.rend(); ++it) {
+    if ((*it)->peer() == peer) return (*it)->gone();
   }
   return {};
+}
+
+std::string TcpDevice::listenAgain() {
+  Where where{job_.rank, "tcp listen", -1};
+  const std::string ip = address_.substr(0, address_.rfind(':'));
+  asio::error_code ec;
+  auto address = asio::ip::make_address(
+      ip.size() >= 2 && ip.front() == '[' ? ip.substr(1, ip.size() - 2) : ip, ec);
+  if (ec) throw IoError(where, "bad local address '" + ip + "'");
+  tcp::endpoint endpoint(address, 0);
+  asio::error_code ignored;
+  impl_->acceptor.close(ignored);
+  impl_->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl_->acceptor.bind(endpoint, ec);
+  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw IoError(where, "cannot listen on " + ip + " again: " + ec.message());
+  address_ = hostPort(address, impl_->acceptor.local_endpoint().port());
+  COLLX_DEBUG(kTcp, "rank {}: listening on {} for newcomers", job_.rank, address_);
+  return address_;
 }
 
 void TcpDevice::failAll(const Error& error) noexcept {

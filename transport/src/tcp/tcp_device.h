@@ -39,6 +39,8 @@ class TcpDevice final : public Device {
   bool progress(const pollfd* results, std::size_t count) override;
   void failAll(const Error& error) noexcept override;
   std::string gone(int peer) const override;
+  // A new listener on the same address (connect() closed the last one), for newcomers.
+  std::string listenAgain() override;
 
  private:
   struct Impl;

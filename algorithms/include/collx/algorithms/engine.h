@@ -107,6 +107,11 @@ class Engine {
   // which fail (the mesh fails first if it had not), then reforms the mesh. Thread-safe;
   // a call started meanwhile fails with the old generation's error.
   void reform(std::int64_t generation, const std::vector<bool>& keep, Clock::time_point deadline);
+  // Newcomers fill the mesh's places `slots` in this generation (Mesh::joinAddress/admit):
+  // the driving thread's, taken as reform() takes it; nothing may be in flight.
+  std::string joinAddress(bool listen);
+  void welcome(const std::vector<int>& slots, const std::vector<std::string>& addresses,
+               Clock::time_point deadline);
   // The mesh's generation (Mesh::generation): a context of another is over.
   std::int64_t generation() const noexcept { return mesh_->generation(); }
   // The error that failed this engine, if any.

@@ -101,6 +101,17 @@ struct Agreement {
   std::vector<int> failed;
 };
 
+class Context;
+
+// What Context::reform() returns, the same on every rank it returns to (ranks of the old
+// context in `failed` and `rankOf`, of the new one in `joined`).
+struct Reformed {
+  std::shared_ptr<Context> context;  // the new context (this rank's)
+  std::vector<int> failed;           // the old context's ranks found failed, ascending
+  std::vector<int> joined;           // the new context's ranks that newcomers took
+  std::vector<int> rankOf;           // per old rank: its rank in the new context, -1 if failed
+};
+
 // What a rank told the others when it joined.
 struct PeerInfo {
   int rank = -1;
@@ -118,7 +129,11 @@ struct PeerInfo {
 // The identity every rank groups hosts by: the override when given, else hostname + boot id.
 std::string hostIdentity(const PeerInfo& peer);
 
+std::shared_ptr<Context> join(const BootstrapOptions& options);
+
 class Context : public std::enable_shared_from_this<Context> {
+  friend std::shared_ptr<Context> join(const BootstrapOptions& options);
+
  public:
   // Joins `store` as `rank` of `size` (blocking, bounded by the timeout). The store is the
   // job's store; the context works in its own namespace inside it.
@@ -197,6 +212,29 @@ class Context : public std::enable_shared_from_this<Context> {
   // the survivors' meeting in the new generation each wait at most that long), Unsupported
   // where a survivor is reached over ibverbs (its queue pairs cannot be reset yet).
   std::shared_ptr<Context> shrink(std::optional<std::chrono::milliseconds> timeout = {});
+  // Newcomers join the survivors (the grow; ULFM leaves it to MPI_Comm_spawn):
+  // called by every live rank of a healthy context (not a sub-context), it agrees on who
+  // takes part (as agree()), waits until `count` processes wait in collx::join() (up to
+  // `timeout`, default this context's: then TimeoutError on every rank, and this context
+  // goes on), and returns a new context of the ranks, then the newcomers appended, in the
+  // next generation. Only the newcomers open connections (tcp, to every member; the
+  // members' pairs go on); a newcomer takes the place in the mesh of a rank lost before, so
+  // at most as many newcomers join as ranks were lost since the job was formed
+  // (InvalidArgument beyond). This context is over once it returns, as after shrink();
+  // IoError when a member or newcomer is lost meanwhile (every member throws it: call
+  // grow() or shrink() again).
+  std::shared_ptr<Context> grow(int count = 1,
+                                std::optional<std::chrono::milliseconds> timeout = {});
+  // Revoke, agree, shrink and grow in one call: every live rank calls it after an error (or
+  // to check). A failed context is revoked (every pending call on every rank ends; a healthy
+  // one is not, call revoke() first where some rank may be blocked), the live ranks agree on
+  // who failed, and newcomers already waiting in collx::join(), or arriving within
+  // `replacementWait` (default 0), take the failed ranks' places, so that the other ranks
+  // keep their numbers (data shards stay where they were); failed ranks with no newcomer
+  // are left out, the ranks after them renumbered. Returns the new context and what
+  // changed. Errors as shrink() and grow().
+  Reformed reform(std::optional<std::chrono::milliseconds> timeout = {},
+                  std::optional<std::chrono::milliseconds> replacementWait = {});
   // The flight recorder: this context's last calls (COLLX_TRACE_BUFFER of them), oldest
   // first; empty when the recorder is off. Thread-safe, and it never blocks a call.
   std::vector<FlightEntry> flightRecord() const;
@@ -252,8 +290,13 @@ class Context : public std::enable_shared_from_this<Context> {
   // Use split().
   Context(Key, std::shared_ptr<Context> parent, std::vector<int> members, std::uint64_t subContext,
           std::chrono::milliseconds timeout);
-  // Use shrink(): the survivors `members` (ranks of `old`) in `generation`.
-  Context(Key, const Context& old, const std::vector<int>& members, std::int64_t generation);
+  // Use shrink(), grow(), reform(): `members` in `generation`, each a rank of `old` or, for
+  // -1 - i, the newcomer `newcomers[i]` (its place in the mesh, what it told).
+  Context(Key, const Context& old, const std::vector<int>& members, std::int64_t generation,
+          const std::vector<std::pair<int, PeerInfo>>& newcomers = {});
+  // Internal (collx::join): a newcomer's connections and machinery, given its place.
+  struct Newcomer;
+  void connectNewcomer(const ContextOptions& options, const Newcomer& joining);
 
  private:
   void join();
@@ -263,7 +306,14 @@ class Context : public std::enable_shared_from_this<Context> {
   // A context of `members` of `from` (split, shrink): its peers renumbered, its local rank,
   // and a runtime over `from`'s engine with the members' mesh ranks and a recorder of its
   // own. (rank_, size_ and timeout_ set before.)
-  void adoptMembers(const Context& from, const std::vector<int>& members);
+  void adoptMembers(const Context& from, const std::vector<int>& members,
+                    const std::vector<std::pair<int, PeerInfo>>& newcomers = {});
+  // shrink, grow and reform: the members of the next generation once `agreed` (with
+  // `wanted` newcomers appended, or in the failed ranks' places when `inPlace`, waiting up
+  // to `joinWait` for them; `wanted` < 0: as many as there are failed places).
+  std::shared_ptr<Context> regroup(const Agreement& agreed, int wanted, bool inPlace,
+                                   std::chrono::milliseconds joinWait,
+                                   std::chrono::milliseconds wait, std::vector<int>* joined);
   void leave() noexcept;
   // The last rank to leave: erases every key of this generation.
   void eraseKeys();
@@ -293,6 +343,13 @@ class Context : public std::enable_shared_from_this<Context> {
   std::shared_ptr<Context> parent_;
   std::uint64_t subContext_ = 0;
 };
+
+// A newcomer joins a running job whose survivors call grow() or reform(): through the job's
+// store (`options.storeObject`, else COLLX_STORE, else tcp://MASTER_ADDR:MASTER_PORT) and
+// job id (COLLX_JOB_ID...), with its secret and timeout as init() finds them; its rank and
+// world size come from the survivors (any that the environment sets are ignored). Blocks
+// until the survivors take it, up to the timeout (TimeoutError).
+std::shared_ptr<Context> join(const BootstrapOptions& options = {});
 
 // Bootstraps from the environment (see bootstrap.h) and joins: the usual way in. `used`,
 // when given, receives the bootstrap as it was used (under PMIx: with the store rank 0

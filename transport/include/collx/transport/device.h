@@ -68,6 +68,10 @@ class Device {
   // failure. Unsupported where it cannot. Default: nothing of its own to do.
   virtual void reform(const std::vector<bool>& keep) { (void)keep; }
 
+  // Context::grow: listens again for connections (a newcomer's), returning the new address;
+  // Unsupported where the device cannot take a peer after connect(). Default: cannot.
+  virtual std::string listenAgain();
+
   // Whether `peer` (a peer of this device's) is gone for certain: its process exited, its
   // connection closed. Why, naming it, else "" (also where the device cannot tell). Looks
   // without reading or waiting; any thread. After a failure too: the recovery's detector.

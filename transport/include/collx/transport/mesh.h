@@ -97,6 +97,15 @@ class Mesh {
   // keep their numbers (the new context maps its own onto them). The driving thread only,
   // with nothing in flight. Unsupported over ibverbs (its pairs cannot be reset yet).
   void reform(std::int64_t generation, const std::vector<bool>& keep);
+  // Context::grow, on a survivor: newcomers fill the places (mesh ranks) of peers that a
+  // reform() left out. First joinAddress(): this rank's address blob for them (over tcp; a
+  // new listener when `listen`, for newcomers of higher rank, who dial it); then admit():
+  // the connections with the newcomers at `slots` given their blobs (tcp, both ways as
+  // connect() makes them: the higher rank dials), blocking until `deadline`. The driving
+  // thread only, with nothing in flight. Unsupported without a tcp transport.
+  std::string joinAddress(bool listen);
+  void admit(const std::vector<int>& slots, const std::vector<std::string>& addresses,
+             Clock::time_point deadline);
   // Frames of an older generation that the pairs read and dropped (for tests).
   std::uint64_t staleFrames() const noexcept;
   // The generation the pairs carry: the mesh's, then the last reform()'s (any thread).
@@ -131,6 +140,7 @@ class Mesh {
   std::vector<Device*> deviceOf_;                 // by peer rank: the device of its pair
   std::vector<std::string> transportNames_;
   SharedGroup* group_ = nullptr;
+  std::vector<std::string> liveAddresses_;  // every peer's liveness address ("" none)
   std::vector<pollfd> fds_;
   std::vector<std::size_t> fdCounts_;  // per device, into fds_
   int wakeFd_ = -1;

@@ -119,6 +119,11 @@ struct MeshOptions : JobMember {
   // COLLX_PEER_TIMEOUT: a peer that a request has waited on and that answered nothing (no
   // message, no liveness PONG) for this long has failed (liveness.h); 0 turns it off.
   std::chrono::milliseconds peerTimeout{0};
+  // A newcomer joining survivors that went on (Context::grow): the generation its pairs
+  // start in (their frames carry it). `generation` stays the one the job's mesh was formed
+  // in, which the hellos and liveness prove. -1: `generation`. With it, a peer that
+  // published no address is no peer of this mesh (a rank lost before).
+  std::int64_t joinGeneration = -1;
   TcpOptions tcp;
   ShmOptions shm;
   IbOptions ib;
