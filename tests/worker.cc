@@ -34,6 +34,13 @@
 //                                             failure the survivors shrink and go on
 //                                             ("shrunk size=S generation=G"; at the end
 //                                             "done size=S generation=G calls=N")
+//   collx-test-worker replace COUNT SECONDS   as elastic, but after a failure every
+//                                             survivor calls reform() (up to 10 s for a
+//                                             newcomer: collx-run --on-failure replace
+//                                             starts one, which init() joins):
+//                                             "reformed size=S generation=G joined=J
+//                                             in N ms"; a newcomer prints "joined rank=R
+//                                             size=S generation=G" first
 //   collx-test-worker shrink COUNT            as recover, then shrink() and a checked
 //                                             1 MiB allreduce on the new context: prints
 //                                             "shrunk rank=R size=S generation=G
@@ -268,7 +275,7 @@ int shrinkAndGoOn(collx::Context& ctx, std::chrono::steady_clock::time_point fai
 // survivors shrink (again, when a survivor is lost meanwhile) and count from 0 on the new
 // context. Prints "ready" after the first call, "shrunk size=S generation=G" after each
 // shrink, "done size=S generation=G calls=N" at the end.
-int elastic(std::shared_ptr<collx::Context> ctx, std::uint64_t count, long seconds) {
+int elastic(std::shared_ptr<collx::Context> ctx, std::uint64_t count, long seconds, bool replace) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   std::vector<float> v(count + 1);
   bool ready = false;
@@ -305,18 +312,35 @@ int elastic(std::shared_ptr<collx::Context> ctx, std::uint64_t count, long secon
     } catch (const collx::ExcludedError&) {
       throw;
     } catch (const collx::Error& e) {
-      // Every survivor shrinks; one lost meanwhile makes every one of them try again.
+      // Every survivor shrinks (or re-forms); one lost meanwhile makes every one of them try
+      // again.
+      const auto failed = std::chrono::steady_clock::now();
+      std::size_t joined = 0;
       for (int attempt = 1;; ++attempt) {
         try {
-          ctx = ctx->shrink();
+          if (replace) {
+            collx::Reformed reformed = ctx->reform(std::nullopt, std::chrono::seconds(10));
+            ctx = reformed.context;
+            joined = reformed.joined.size();
+          } else {
+            ctx = ctx->shrink();
+          }
           break;
         } catch (const collx::IoError&) {
           if (attempt == 5) throw;
         }
       }
       it = 0;
-      std::printf("shrunk size=%d generation=%lld\n", ctx->size(),
-                  static_cast<long long>(ctx->generation()));
+      if (replace) {
+        std::printf("reformed size=%d generation=%lld joined=%zu in %lld ms\n", ctx->size(),
+                    static_cast<long long>(ctx->generation()), joined,
+                    static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               std::chrono::steady_clock::now() - failed)
+                                               .count()));
+      } else {
+        std::printf("shrunk size=%d generation=%lld\n", ctx->size(),
+                    static_cast<long long>(ctx->generation()));
+      }
       std::fflush(stdout);
     }
   }
@@ -413,7 +437,14 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "hang") return hang(*ctx, count, argc > 3 ? std::stoi(argv[3]) : 2);
-    if (mode == "elastic") return elastic(ctx, count, argc > 3 ? std::stol(argv[3]) : 5);
+    if (mode == "elastic" || mode == "replace") {
+      if (mode == "replace" && knob("COLLX_JOIN")) {
+        std::printf("joined rank=%d size=%d generation=%lld\n", ctx->rank(), ctx->size(),
+                    static_cast<long long>(ctx->generation()));
+        std::fflush(stdout);
+      }
+      return elastic(ctx, count, argc > 3 ? std::stol(argv[3]) : 5, mode == "replace");
+    }
     if (mode == "recover" || mode == "agree" || mode == "shrink") {
       return recover(*ctx, count, mode == "agree", mode == "shrink");
     }

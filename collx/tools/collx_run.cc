@@ -71,6 +71,7 @@ struct Args {
   bool tag = false;
   std::string bind = "auto";
   std::string onFailure = "stop";
+  int maxReplacements = 3;
   std::string secretFile;
   std::shared_ptr<const collx::secure::JobSecret> fileSecret;  // read from secretFile
   bool insecure = false;
@@ -146,8 +147,15 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   cli.text("--on-failure", args.onFailure, "WHAT",
            "stop (default): when a rank fails, stop the others and exit with its code; "
            "continue: the others go on without it (a program that shrinks its context, "
-           "Context::shrink, carries on), and collx-run exits 0 when any rank exited 0")
-      ->check(CLI::IsMember({"stop", "continue"}));
+           "Context::shrink, carries on), and collx-run exits 0 when any rank exited 0; "
+           "replace: a rank that fails is started again (at most --max-replacements times in "
+           "all, then as continue), with COLLX_JOIN=1, so that its collx::init() joins the "
+           "running job in the failed rank's place, which the others take it into with "
+           "Context::reform() (Python: ctx.reform()); needs a store that outlives any rank "
+           "(collx-run's own, the default, or --store)")
+      ->check(CLI::IsMember({"stop", "continue", "replace"}));
+  cli.integer("--max-replacements", args.maxReplacements, 0, 1 << 20, "N",
+              "with --on-failure replace: start at most N replacements in all (default 3)");
   cli.app().add_option("program", args.command, "the program and its arguments");
   cli.app().positionals_at_end();  // everything from the program on is the program's
   acceptMpirunSpelling(cli.app(), argc, argv);
@@ -475,7 +483,8 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
   options.timeout = args.timeout;
   options.grace = args.grace;
   options.tagOutput = args.tag;
-  options.keepGoing = args.onFailure == "continue";
+  options.keepGoing = args.onFailure == "continue" || args.onFailure == "replace";
+  options.replacements = args.onFailure == "replace" ? args.maxReplacements : 0;
   const int world = args.nnodes * args.nproc;
   // The CPUs this process may use, in order: local rank i gets the i-th.
   std::vector<int> cpus;

@@ -267,24 +267,27 @@ int supervise(const SuperviseOptions& options) {
     CPU_SET(cpu, &sets[i]);
     cpuSets[i] = &sets[i];
   }
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
+  // Starts rank i's process (again, for a replacement: with `extra` in its environment).
+  auto spawn = [&](std::size_t i, const std::vector<std::string>& extra) {
     Rank& r = ranks[i];
     r.rank = options.ranks[i].rank;
-    std::vector<std::string> envStrings = buildEnvironment(options.ranks[i].env);
+    std::vector<std::string> env = options.ranks[i].env;
+    env.insert(env.end(), extra.begin(), extra.end());
+    std::vector<std::string> envStrings = buildEnvironment(env);
     std::vector<char*> envp = pointers(envStrings);
     int outPipe[2] = {-1, -1}, errPipe[2] = {-1, -1};
     if (options.tagOutput) {
       if (::pipe2(outPipe, O_CLOEXEC) != 0 || ::pipe2(errPipe, O_CLOEXEC) != 0) {
         say(std::string("cannot create pipes: ") + std::strerror(errno));
         stop(SIGKILL, 1, "cannot start rank " + std::to_string(r.rank));
-        break;
+        return false;
       }
     }
     pid_t pid = ::fork();
     if (pid < 0) {
       say(std::string("cannot fork: ") + std::strerror(errno));
       stop(SIGKILL, 1, "cannot start rank " + std::to_string(r.rank));
-      break;
+      return false;
     }
     if (pid == 0) {
       // Child: async-signal-safe calls only (the launcher has other threads).
@@ -314,13 +317,20 @@ int supervise(const SuperviseOptions& options) {
     if (options.tagOutput) {
       ::close(outPipe[1]);
       ::close(errPipe[1]);
+      r.out.finish();  // (a replaced rank's: what it left is out)
+      r.err.finish();
       std::string tag = "[" + std::to_string(r.rank) + "] ";
       r.out = Stream{outPipe[0], STDOUT_FILENO, tag, {}};
       r.err = Stream{errPipe[0], STDERR_FILENO, tag, {}};
       ::fcntl(r.out.fd, F_SETFL, O_NONBLOCK);
       ::fcntl(r.err.fd, F_SETFL, O_NONBLOCK);
     }
+    return true;
+  };
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (!spawn(i, {})) break;
   }
+  int replaced = 0;
 
   auto anyRunning = [&] {
     return std::any_of(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running; });
@@ -335,7 +345,16 @@ int supervise(const SuperviseOptions& options) {
         r.status = status;
         bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         anyOk |= !failed;
-        if (failed && !stopping && options.keepGoing) {
+        if (failed && !stopping && replaced < options.replacements) {
+          // A replacement in its place, which joins the running job (collx::join).
+          ++replaced;
+          const std::size_t i = static_cast<std::size_t>(&r - ranks.data());
+          say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(pid) + ") " +
+              describeStatus(status) + "; starting a replacement (" + std::to_string(replaced) +
+              " of at most " + std::to_string(options.replacements) +
+              ", --max-replacements), which joins the others (COLLX_JOIN=1)");
+          if (spawn(i, {"COLLX_JOIN=1"})) break;  // (r.pid is the new process's now)
+        } else if (failed && !stopping && options.keepGoing) {
           if (firstFailure == 0) firstFailure = exitCodeOf(status);
           const std::vector<int> left = runningRanks();
           say("rank " + std::to_string(r.rank) + " (pid " + std::to_string(pid) + ") " +

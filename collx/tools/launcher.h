@@ -25,6 +25,11 @@ struct SuperviseOptions {
   // A rank that fails does not stop the others (collx-run --on-failure continue): they go on
   // without it (Context::shrink); supervise() then returns 0 when some rank exited 0.
   bool keepGoing = false;
+  // A rank that fails is started again, at most this many times in all (collx-run
+  // --on-failure replace): the new process has COLLX_JOIN=1, so that collx::init() joins the
+  // running job in the failed rank's place (the survivors take it in Context::reform()).
+  // Beyond it, failures are handled as keepGoing says.
+  int replacements = 0;
   std::vector<int>* pids = nullptr;  // when set, receives every rank's pid as it starts
 };
 

@@ -9,24 +9,36 @@
 # signal, every stopped rank exited with ExcludedError (17) or went on as a survivor when the
 # others had not failed it yet, and nothing of the job is left (processes, /dev/shm).
 #
-#   recovery_trials.sh BUILD_DIR [TRIALS [MAX_P [SEED]]]   (defaults 20, 8, random)
+#   recovery_trials.sh BUILD_DIR [TRIALS [MAX_P [SEED [MODE]]]]   (defaults 20, 8, random, shrink)
+#
+# MODE replace (or TRIALS_MODE=replace): the same faults under collx-run --on-failure
+# replace, whose
+# replacements join the survivors (collx-test-worker replace: reform() after every failure,
+# waiting up to 10 s for them): a trial then passes when every rank, a replacement where it
+# was faulted, ends with the same "done size=P generation=G".
 #
 # Prints one line per trial and a summary; exits 1 on the first trial that fails, showing
 # its output. The test command runs a few trials (ctest: recovery_trials); run it with more
 # for the full set.
 set -uo pipefail
 
-BUILD=${1:?usage: recovery_trials.sh BUILD_DIR [TRIALS [MAX_P [SEED]]]}
+BUILD=${1:?usage: recovery_trials.sh BUILD_DIR [TRIALS [MAX_P [SEED [MODE]]]]}
 TRIALS=${2:-20}
 MAX_P=${3:-8}
 SEED=${4:-$RANDOM}
 RANDOM=$SEED
+MODE=${5:-${TRIALS_MODE:-shrink}}
+case "$MODE" in
+  shrink) worker_mode=elastic ;;
+  replace) worker_mode=replace ;;
+  *) echo "recovery_trials.sh: TRIALS_MODE is '$MODE': shrink or replace" >&2; exit 2 ;;
+esac
 RUN="$BUILD/bin/collx-run"
 WORKER="$BUILD/bin/collx-test-worker"
 WORK=$(mktemp -d /tmp/collx-trials.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-echo "recovery trials: $TRIALS, P up to $MAX_P, seed $SEED"
+echo "recovery trials ($MODE): $TRIALS, P up to $MAX_P, seed $SEED"
 faults_total=0
 kills_total=0
 stops_total=0
@@ -45,14 +57,23 @@ rank_pids() {  # launcher-pid
 for ((trial = 1; trial <= TRIALS; trial++)); do
   P=$((3 + RANDOM % (MAX_P - 2)))
   transport=$([ $((RANDOM % 2)) = 0 ] && echo tcp || echo shm)
+  # (A newcomer joins over tcp: with replacements, the ranks within the host keep shared
+  # memory among themselves, and tcp for the newcomers.)
+  [ "$MODE" = replace ] && [ "$transport" = shm ] && transport=auto
   nfaults=$((1 + RANDOM % 3))
   ((nfaults > P - 2)) && nfaults=$((P - 2))
   out="$WORK/trial$trial.out"
   shm_before=$(ls /dev/shm 2>/dev/null | grep -c '^collx' || true)
   : >"$out"
+  if [ "$MODE" = replace ]; then
+    # (A replacement that came to an attempt that failed exits, and is replaced again.)
+    policy=(--on-failure replace --max-replacements $((3 * nfaults)))
+  else
+    policy=(--on-failure continue)
+  fi
   COLLX_TRANSPORT=$transport COLLX_PEER_TIMEOUT=1s COLLX_TIMEOUT=30s \
-    "$RUN" -n "$P" --on-failure continue --timeout 90s -t -- \
-    "$WORKER" elastic 4096 6 >"$out" 2>&1 &
+    "$RUN" -n "$P" "${policy[@]}" --timeout 90s -t -- \
+    "$WORKER" $worker_mode 4096 6 >"$out" 2>&1 &
   launcher=$!
   # Every rank made its first call.
   for ((i = 0; i < 400; i++)); do
@@ -92,6 +113,7 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
   done_ranks=$(grep -cE '^\[[0-9]+\] done ' "$out")
   excluded=$(grep -c 'ExcludedError' "$out")
   expected_done=$((P - nfaults))
+  [ "$MODE" = replace ] && expected_done=$P
   [ "$(echo "$finals" | grep -c .)" = 1 ] || problem="$problem; the survivors disagree: $finals"
   for r in $(seq 0 $((P - 1))); do
     if [ -z "${fault[$r]:-}" ]; then
@@ -109,7 +131,10 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
   if [ -n "$size" ] && [ "$size" -lt "$expected_done" ]; then
     problem="$problem; ended with $size ranks, fewer than the $expected_done not faulted"
   fi
-  if pgrep -f "$WORKER elastic" >/dev/null; then problem="$problem; ranks outlived the job"; fi
+  if [ "$MODE" = replace ] && [ "$done_ranks" != "$P" ]; then
+    problem="$problem; $done_ranks ranks finished, not $P"
+  fi
+  if pgrep -f "$WORKER $worker_mode" >/dev/null; then problem="$problem; ranks outlived the job"; fi
   shm_after=$(ls /dev/shm 2>/dev/null | grep -c '^collx' || true)
   [ "$shm_after" -le "$shm_before" ] || problem="$problem; /dev/shm segments left"
   faults_desc=""

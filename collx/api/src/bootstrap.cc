@@ -141,6 +141,15 @@ const Setting<kind::Bool> kInsecure(
      .help = "The job runs without a secret on purpose (collx-run --insecure sets it): each "
              "rank's warning that anyone who can reach the job can join it says so."});
 
+const Setting<kind::Bool> kJoin(
+    {.name = "COLLX_JOIN",
+     .component = "bootstrap",
+     .defaultValue = false,
+     .help = "init() joins a running job as a newcomer (collx::join) instead of forming it: "
+             "the job's ranks take it in with Context::grow() or reform(), in the place of a "
+             "rank they lost; its rank and world size come from them. collx-run --on-failure "
+             "replace sets it for the processes it starts in a failed rank's place."});
+
 namespace {
 
 // What Bootstrap::resolve learns on its way, besides the Bootstrap it fills: each step below
@@ -717,6 +726,7 @@ std::shared_ptr<Context> join(const BootstrapOptions& options) {
 }
 
 std::shared_ptr<Context> init(const BootstrapOptions& options, Bootstrap* used) {
+  if (kJoin.get(Config::process())) return join(options);
   Bootstrap b = Bootstrap::resolve(options, Config::process());
   log::setProcessRank(b.rank);
   std::shared_ptr<rendezvous::TcpStoreServer> server;
