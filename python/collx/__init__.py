@@ -46,12 +46,13 @@ from ._collx import (  # noqa: F401
     uint8,
 )
 from ._collx import init as _init
+from ._collx import join as _join
 
 __all__ = [
     "Aborted", "Context", "DataType", "Error", "ExcludedError", "InvalidArgument", "IoError",
     "MismatchError", "ReduceOp", "RevokedError", "TimeoutError", "Unsupported", "Work", "bfloat16",
     "build_features", "config", "float16", "float32", "float64", "init", "int8", "int32",
-    "int64", "uint8",
+    "int64", "join", "uint8",
 ]
 
 # Contexts still open at exit are closed before the interpreter tears down (closing may wait
@@ -75,6 +76,20 @@ def init(*, rank=None, size=None, store=None, local_rank=None, job_id=None, gene
     """
     ctx = _init(rank=rank, size=size, store=store, local_rank=local_rank, job_id=job_id,
                 generation=generation, timeout=timeout)
+    _open_contexts.add(ctx)
+    return ctx
+
+
+def join(*, store=None, job_id=None, timeout=None):
+    """Joins a running job as a newcomer; returns a collx.Context.
+
+    The job's ranks take it in with Context.grow() or Context.reform(), in the place of a
+    rank they lost, and give it its rank and size. The store and job id are found as init()
+    finds them (collx-run --on-failure replace sets COLLX_JOIN=1 for the processes it starts
+    in a failed rank's place, which makes init() join so). Raises collx.TimeoutError when no
+    rank takes it in time.
+    """
+    ctx = _join(store=store, job_id=job_id, timeout=timeout)
     _open_contexts.add(ctx)
     return ctx
 

@@ -297,6 +297,49 @@ PYBIND11_MODULE(_collx, m) {
           "This context is over afterwards: its calls raise collx.RevokedError. Raises "
           "collx.IoError when a survivor is lost meanwhile (call it again).")
       .def(
+          "grow",
+          [](PyContext& s, int count, py::handle timeout) {
+            Context& c = s.ctx("grow");
+            const auto bound = toDuration(timeout, Where{c.rank(), "grow", -1});
+            std::shared_ptr<Context> next;
+            {
+              py::gil_scoped_release release;
+              next = c.grow(count, bound);
+            }
+            return std::make_shared<PyContext>(std::move(next));
+          },
+          py::arg("count") = 1, py::kw_only(), py::arg("timeout") = py::none(),
+          "grow(count=1, *, timeout=None)\n\nNewcomers join: called by every rank, it waits "
+          "until count processes wait in collx.join() (collx.TimeoutError past timeout, and "
+          "this context goes on) and returns a context of this one's ranks, then the "
+          "newcomers, in the next generation. Only the newcomers open connections (tcp). A "
+          "newcomer takes the place of a rank lost before (shrink()), so at most as many join "
+          "as were lost.")
+      .def(
+          "reform",
+          [](PyContext& s, py::handle timeout, py::handle replacementWait) {
+            Context& c = s.ctx("reform");
+            const Where where{c.rank(), "reform", -1};
+            const auto bound = toDuration(timeout, where);
+            const auto wait = toDuration(replacementWait, where);
+            Reformed reformed;
+            {
+              py::gil_scoped_release release;
+              reformed = c.reform(bound, wait);
+            }
+            return py::make_tuple(std::make_shared<PyContext>(std::move(reformed.context)),
+                                  reformed.failed, reformed.joined, reformed.rankOf);
+          },
+          py::kw_only(), py::arg("timeout") = py::none(),
+          py::arg("replacement_wait") = py::none(),
+          "reform(*, timeout=None, replacement_wait=None) -> (context, failed, joined, "
+          "rank_of)\n\nRevoke (after a failure), agree, shrink and grow in one call, by every "
+          "live rank: the newcomers waiting in collx.join(), or arriving within "
+          "replacement_wait seconds (default 0), take the failed ranks' places, so that the "
+          "others keep their ranks; failed ranks with no newcomer are left out. Returns the "
+          "new context, the old ranks that failed, the new ranks that newcomers took, and "
+          "each old rank's new rank (-1: failed).")
+      .def(
           "split",
           [](PyContext& s, const std::vector<int>& ranks, const std::string& name,
              py::handle timeout) {
@@ -341,6 +384,26 @@ PYBIND11_MODULE(_collx, m) {
         "srun --mpi=pmix (when no store is set), Open MPI's, Slurm's; with nothing set, rank 0 "
         "of 1. store is a URL: tcp://host:port, file:///shared/dir, "
         "redis://host:port. timeout is in seconds (or a timedelta), else COLLX_TIMEOUT.");
+  m.def(
+      "join",
+      [](py::handle store, py::handle jobId, py::handle timeout) {
+        BootstrapOptions options;
+        if (!store.is_none()) options.store = py::str(store).cast<std::string>();
+        if (!jobId.is_none()) options.jobId = jobId.cast<std::string>();
+        options.timeout = toDuration(timeout, Where{-1, "join", -1});
+        std::shared_ptr<Context> context;
+        {
+          py::gil_scoped_release release;
+          context = join(options);
+        }
+        return std::make_shared<PyContext>(std::move(context));
+      },
+      py::kw_only(), py::arg("store") = py::none(), py::arg("job_id") = py::none(),
+      py::arg("timeout") = py::none(),
+      "join(*, store=None, job_id=None, timeout=None)\n\nJoins a running job as a newcomer: "
+      "its ranks take it in with Context.grow() or reform(), in the place of a rank they "
+      "lost, and give it its rank and size. The store and job id as init() finds them "
+      "(collx-run --on-failure replace sets COLLX_JOIN=1, which makes init() do this).");
   m.def(
       "config",
       []() {

@@ -176,6 +176,22 @@ def test_the_survivors_of_a_killed_rank_agree_on_it_and_shrink(ranks):
         assert d["old_after_shrink"] == "RevokedError", d
 
 
+def test_a_newcomer_takes_the_killed_ranks_place_in_reform(ranks):
+    results = run(ranks, "replace", n=5, timeout=60)
+    assert results[2][0] == -signal.SIGKILL, results[2][1]
+    for r in (0, 1, 3, 4):
+        d = outcome(results, r)
+        assert d.get("error") is None, d
+        if r != 4:
+            assert d.get("failed_with") == "IoError", d
+            assert d["reformed"] == [[2], [2], [0, 1, -1, 3]], d
+        rank = 2 if r == 4 else r
+        assert d["after"][:4] == [rank, 4, 1, 10.0], d  # 1 + 2 + 3 + 4
+        if r == 4:  # the newcomer reaches everyone over tcp
+            assert d["after"][4] == ["tcp", "tcp", "self", "tcp"], d
+        assert d["again"] == [rank, 4, [], []], d
+
+
 def test_abort_wakes_a_blocked_call_with_aborted(ranks):
     d = outcome(run(ranks, "abort"), 0)
     assert d.get("error") == "Aborted", d

@@ -12,10 +12,9 @@
 #   recovery_trials.sh BUILD_DIR [TRIALS [MAX_P [SEED [MODE]]]]   (defaults 20, 8, random, shrink)
 #
 # MODE replace (or TRIALS_MODE=replace): the same faults under collx-run --on-failure
-# replace, whose
-# replacements join the survivors (collx-test-worker replace: reform() after every failure,
-# waiting up to 10 s for them): a trial then passes when every rank, a replacement where it
-# was faulted, ends with the same "done size=P generation=G".
+# replace, whose replacements join the survivors (collx-test-worker replace: reform() after
+# every failure, waiting up to 10 s for them): a trial then passes when every rank, a
+# replacement where it was faulted, ends with the same "done size=P generation=G".
 #
 # Prints one line per trial and a summary; exits 1 on the first trial that fails, showing
 # its output. The test command runs a few trials (ctest: recovery_trials); run it with more

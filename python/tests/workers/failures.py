@@ -37,7 +37,13 @@ def write():
         json.dump(result, f)
 
 
-ctx = collx.init()
+if scenario == "replace" and os.environ["COLLX_RANK"] == "4":
+    # The fifth process is a newcomer: it waits until the job's ranks take it in.
+    ctx = collx.join(timeout=30)
+elif scenario == "replace":
+    ctx = collx.init(rank=int(os.environ["COLLX_RANK"]), size=4)
+else:
+    ctx = collx.init()
 R = ctx.rank
 try:
     if scenario.endswith("_mismatch"):
@@ -194,6 +200,28 @@ try:
         except collx.Error as e:
             result["old_after_shrink"] = type(e).__name__
         new.close()
+    elif scenario == "replace":
+        # rank 2 dies between allreduces; the survivors re-form with the newcomer in its place
+        result["rank"] = R
+        if os.environ["COLLX_RANK"] != "4":
+            try:
+                for i in range(100):
+                    if R == 2 and i == 3:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    ctx.allreduce(np.ones(1 << 14, np.float32))
+            except collx.Error as e:
+                result["failed_with"] = type(e).__name__
+            new, failed, joined, rank_of = ctx.reform(timeout=30, replacement_wait=30)
+            result["reformed"] = [failed, joined, rank_of]
+        else:
+            new = ctx
+        x = np.full(1 << 16, float(new.rank + 1), np.float32)
+        new.allreduce(x)
+        result["after"] = [new.rank, new.size, new.generation, float(x[0]), list(new.transports)]
+        # Later, one more newcomer-less check on the new context: nothing failed.
+        again, failed, joined, _ = new.reform(timeout=30)
+        result["again"] = [again.rank, again.size, failed, joined]
+        again.close()
     elif scenario == "gil":
         # While rank 0 waits in a blocking allreduce (rank 1 arrives 0.5 s late), another
         # Python thread of rank 0 keeps running: the call released the GIL.
