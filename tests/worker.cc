@@ -401,7 +401,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    const auto initStarted = std::chrono::steady_clock::now();
     auto ctx = collx::init();
+    const auto initMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - initStarted)
+                            .count();
     const int P = ctx->size();
     if (knob("TEST_WORKER_DESCRIBE")) {
       for (int peer = 0; peer < P; ++peer) {
@@ -439,8 +443,8 @@ int main(int argc, char** argv) {
     if (mode == "hang") return hang(*ctx, count, argc > 3 ? std::stoi(argv[3]) : 2);
     if (mode == "elastic" || mode == "replace") {
       if (mode == "replace" && knob("COLLX_JOIN")) {
-        std::printf("joined rank=%d size=%d generation=%lld\n", ctx->rank(), ctx->size(),
-                    static_cast<long long>(ctx->generation()));
+        std::printf("joined rank=%d size=%d generation=%lld in %lld ms\n", ctx->rank(), ctx->size(),
+                    static_cast<long long>(ctx->generation()), static_cast<long long>(initMs));
         std::fflush(stdout);
       }
       return elastic(ctx, count, argc > 3 ? std::stol(argv[3]) : 5, mode == "replace");

@@ -457,6 +457,32 @@ TEST_P(Grow, WithoutANewcomerGrowTimesOutAndTheContextGoesOn) {
   });
 }
 
+// A plan in the store that is not one (outside input) fails the grow on every rank alike
+// with a MismatchError quoting it; nothing was changed, so shrink() still goes on.
+TEST_P(Grow, AMalformedPlanInTheStoreIsAMismatchOnEveryRank) {
+  const int P = GetParam();
+  World world(P);
+  world.close(P - 1);
+  std::atomic<int> shrunk{0};
+  std::vector<std::shared_ptr<Context>> next(static_cast<std::size_t>(P));
+  world.runOk([&](int rank, Context& ctx) {
+    next[static_cast<std::size_t>(rank)] = ctx.shrink(30s);
+    shrunk.fetch_add(1);
+  });
+  // (Generation 1's first attempt: its plan's key.)
+  world.store()->set("collx/default/1/grow/1/plan", "1 2 0 4 1 1 j1@9,o0@0");
+  world.runOk([&](int rank, Context&) {
+    auto& ctx = *next[static_cast<std::size_t>(rank)];
+    try {
+      ctx.grow(1, 30s);
+      ADD_FAILURE() << "rank " << rank << ": a malformed plan was taken";
+    } catch (const MismatchError& e) {
+      EXPECT_TRUE(contains(e.what(), "malformed plan: '1 2 0 4 1 1 j1@9,o0@0'")) << e.what();
+    }
+    checkAllreduce(*ctx.shrink(30s), 1000);
+  });
+}
+
 class Uniform : public ::testing::TestWithParam<int> {};
 
 // A uniform call on a healthy context: every rank's result, as without it.

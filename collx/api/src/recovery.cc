@@ -336,7 +336,8 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
                         "the other ranks agreed without this one: they found it failed "
                         "(its connection to one of them broke, it answered nothing for "
                         "COLLX_PEER_TIMEOUT, or it came after their deadline); this "
-                        "context is over for it");
+                        "context is over for it (collx::join() brings the process back as "
+                        "a newcomer, when the others take one in: grow(), reform())");
   }
   // The last rank to read the answer erases the entries (the answer itself stays: a rank that
   // was excluded may come to read it late).
@@ -511,6 +512,20 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
   }
   if (wanted < 0) wanted = static_cast<int>(agreed.failed.size());
   wanted = std::min(wanted, static_cast<int>(places.size()));
+  // Newcomers join over tcp: a job without it (COLLX_TRANSPORT=shm or ibverbs) takes none;
+  // reform() then shrinks (every rank alike: the setting is the job's).
+  const std::string& forced = mesh.options().transport;
+  if (wanted > 0 && forced != "auto" && forced != "tcp") {
+    if (!inPlace) {
+      throw Unsupported(where, "newcomers join over tcp, and this job has COLLX_TRANSPORT=" +
+                                   forced + ": no newcomer can join it");
+    }
+    COLLX_WARN(kCore,
+               "rank {}: reform: COLLX_TRANSPORT={}: newcomers join over tcp, so none is "
+               "taken; the survivors go on without the failed ranks",
+               rank_, forced);
+    wanted = 0;
+  }
 
   // The members: this context's survivors (and the newcomers) in their new order, decided
   // once in the store when newcomers come (the first survivor to see them proposes).
