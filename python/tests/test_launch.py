@@ -1,5 +1,6 @@
 """Ways in: collx-run running Python, explicit rank/size/store, torchrun's variables, and the
 installed package."""
+import json
 import os
 import pathlib
 import shutil
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import _steers_collx, base_env, build_dir, run_collx
+from conftest import WORKERS, _steers_collx, base_env, build_dir, collx_run, run_collx
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -144,3 +145,28 @@ def test_collx_run_runs_the_ddp_example():
     proc = run_collx(2, ROOT / "examples" / "torch_ddp.py", env=base_env(GLOO_SOCKET_IFNAME="lo"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "max parameter difference" in proc.stdout
+
+
+def test_elastic_training_goes_on_with_a_replacement_in_the_dead_ranks_place(tmp_path):
+    # 3 ranks under collx-run --on-failure replace; the first rank 1 dies at step 20, its
+    # replacement joins, receives the newest committed state and trains on: every rank ends
+    # at step 60 with the weights of 60 steps, each applied once.
+    steps, kill_at, P = 60, 20, 3
+    cmd = [collx_run(), "-n", str(P), "--on-failure", "replace", "--max-replacements", "1",
+           "--timeout", "90s", "-t", sys.executable, str(WORKERS / "elastic.py"), str(tmp_path),
+           str(steps), str(kill_at)]
+    done = subprocess.run(cmd, env=base_env(COLLX_PEER_TIMEOUT="1s"), capture_output=True,
+                          text=True, timeout=120)
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text
+    assert "rank 1 (pid" in text and "starting a replacement" in text, text
+    # each step s adds sum over ranks of (r + 1 + s), divided by P
+    expected = sum((P + 1) / 2 + s for s in range(steps))
+    for r in range(P):
+        d = json.loads((tmp_path / ("rank%d.json" % r)).read_text())
+        assert d["size"] == P and d["step"] == steps and d["same"], d
+        assert abs(d["w0"] - expected) < 1e-3 * expected, (d, expected)
+        assert d["newcomer"] == (r == 1), d
+        if r != 1:
+            assert d["reforms"] == [{"failed": [1], "joined": [1], "size": P}], d
+
