@@ -330,8 +330,7 @@ PYBIND11_MODULE(_collx, m) {
             return py::make_tuple(std::make_shared<PyContext>(std::move(reformed.context)),
                                   reformed.failed, reformed.joined, reformed.rankOf);
           },
-          py::kw_only(), py::arg("timeout") = py::none(),
-          py::arg("replacement_wait") = py::none(),
+          py::kw_only(), py::arg("timeout") = py::none(), py::arg("replacement_wait") = py::none(),
           "reform(*, timeout=None, replacement_wait=None) -> (context, failed, joined, "
           "rank_of)\n\nRevoke (after a failure), agree, shrink and grow in one call, by every "
           "live rank: the newcomers waiting in collx.join(), or arriving within "
