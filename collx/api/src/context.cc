@@ -538,6 +538,7 @@ void Context::connectNewcomer(const ContextOptions& options, const Newcomer& joi
                                                          "this process may call join() again");
   }
   std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r) keys.push_back(detail::readyKey(r));
   const std::vector<Bytes> records = store_->multiGet(keys, timeout_);
   peers_.clear();

@@ -502,6 +502,7 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
   // mesh that no rank of this context holds (lost before).
   std::set<int> failed(agreed.failed.begin(), agreed.failed.end());
   std::vector<int> places;
+  places.reserve(static_cast<std::size_t>(meshSize));
   for (int f : agreed.failed) places.push_back(runtime_->meshRank(f));
   {
     std::vector<bool> held(static_cast<std::size_t>(meshSize), false);
@@ -555,7 +556,6 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
     while (taken < newcomers) addNewcomer(places[static_cast<std::size_t>(taken)]);
     return p;
   };
-  const std::string joins = "collx/" + jobId_ + "/joins/";
   if (wanted == 0) {
     plan = survivorsWith(0, 0);
   } else {
@@ -640,9 +640,11 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
       const bool listen = std::any_of(slots.begin(), slots.end(), [&](int s) { return s > self; });
       store->set("grow/transport/" + std::to_string(self), runtime_->engine->joinAddress(listen));
       std::vector<std::string> keys;
+      keys.reserve(slots.size());
       for (int s : slots) keys.push_back("grow/transport/" + std::to_string(s));
       const std::vector<rendezvous::Bytes> blobs = store->multiGet(keys, wait);
       std::vector<std::string> addresses;
+      addresses.reserve(blobs.size());
       for (const auto& blob : blobs) addresses.push_back(rendezvous::toString(blob));
       runtime_->engine->welcome(slots, addresses, deadline);
     } catch (const Error& e) {
