@@ -218,18 +218,23 @@ struct TcpDevice::Impl {
 
 TcpDevice::TcpDevice(LinkState& link, const JobMember& job, const TcpOptions& options)
     : link_(link), job_(job), options_(options), impl_(std::make_unique<Impl>()) {
-  Where where{job.rank, "tcp listen", -1};
-  std::string ip = chooseLocalAddress(options_, where);
+  listenOn(chooseLocalAddress(options_, Where{job.rank, "tcp listen", -1}));
+  COLLX_DEBUG(kTcp, "rank {}: listening on {}", job_.rank, address_);
+}
+
+void TcpDevice::listenOn(const std::string& ip) {
+  Where where{job_.rank, "tcp listen", -1};
   asio::error_code ec;
   auto address = asio::ip::make_address(ip, ec);
   if (ec) throw IoError(where, "bad local address '" + ip + "'");
   tcp::endpoint endpoint(address, 0);
+  asio::error_code ignored;
+  impl_->acceptor.close(ignored);
   impl_->acceptor.open(endpoint.protocol(), ec);
   if (!ec) impl_->acceptor.bind(endpoint, ec);
   if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw IoError(where, "cannot listen on " + ip + ": " + ec.message());
   address_ = hostPort(address, impl_->acceptor.local_endpoint().port());
-  COLLX_DEBUG(kTcp, "rank {}: listening on {}", job_.rank, address_);
 }
 
 TcpDevice::~TcpDevice() {
@@ -681,20 +686,8 @@ std::string TcpDevice::gone(int peer) const {
 }
 
 std::string TcpDevice::listenAgain() {
-  Where where{job_.rank, "tcp listen", -1};
   const std::string ip = address_.substr(0, address_.rfind(':'));
-  asio::error_code ec;
-  auto address = asio::ip::make_address(
-      ip.size() >= 2 && ip.front() == '[' ? ip.substr(1, ip.size() - 2) : ip, ec);
-  if (ec) throw IoError(where, "bad local address '" + ip + "'");
-  tcp::endpoint endpoint(address, 0);
-  asio::error_code ignored;
-  impl_->acceptor.close(ignored);
-  impl_->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) impl_->acceptor.bind(endpoint, ec);
-  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) throw IoError(where, "cannot listen on " + ip + " again: " + ec.message());
-  address_ = hostPort(address, impl_->acceptor.local_endpoint().port());
+  listenOn(ip.size() >= 2 && ip.front() == '[' ? ip.substr(1, ip.size() - 2) : ip);
   COLLX_DEBUG(kTcp, "rank {}: listening on {} for newcomers", job_.rank, address_);
   return address_;
 }

@@ -44,6 +44,8 @@ class TcpDevice final : public Device {
 
  private:
   struct Impl;
+  // (Re)opens the listener on `ip` at a free port; address_ says where. Throws IoError.
+  void listenOn(const std::string& ip);
   // TLS on every connection of `fds` (rows as `peers`), handshakes all at once until
   // `deadline`; throws IoError naming the peer and OpenSSL's reason.
   std::vector<std::vector<std::unique_ptr<secure::TlsStream>>> startTls(
