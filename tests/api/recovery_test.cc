@@ -457,6 +457,44 @@ TEST_P(Grow, WithoutANewcomerGrowTimesOutAndTheContextGoesOn) {
   });
 }
 
+// A live rank that was excluded (it did not come to the shrink in time) is told so, and
+// comes back as a newcomer: collx::join() while the others grow.
+TEST_P(Grow, AnExcludedRankRejoinsAsANewcomer) {
+  const int P = GetParam();
+  World world(P);
+  const int late = P - 1;
+  std::vector<std::shared_ptr<Context>> next(static_cast<std::size_t>(P));
+  world.runOk([&](int rank, Context& ctx) {
+    if (rank != late) next[static_cast<std::size_t>(rank)] = ctx.shrink(300ms);
+  });
+  try {
+    world.context(late).shrink(10s);
+    ADD_FAILURE() << "the late rank was not told it is excluded";
+  } catch (const ExcludedError& e) {
+    EXPECT_TRUE(contains(e.what(), "collx::join() brings the process back")) << e.what();
+  }
+  std::shared_ptr<Context> back;
+  std::exception_ptr backError;
+  std::thread joiner([&] {
+    try {
+      back = join(joinOptions(world));
+      checkAllreduce(*back, 2000);
+    } catch (...) {
+      backError = std::current_exception();
+    }
+  });
+  world.runOk([&](int rank, Context&) {
+    if (rank == late) return;
+    auto grown = next[static_cast<std::size_t>(rank)]->grow(1, 30s);
+    EXPECT_EQ(grown->size(), P);
+    checkAllreduce(*grown, 2000);
+  });
+  joiner.join();
+  ASSERT_EQ(test::messageOf(backError), "");
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->rank(), P - 1);
+}
+
 // A plan in the store that is not one (outside input) fails the grow on every rank alike
 // with a MismatchError quoting it; nothing was changed, so shrink() still goes on.
 TEST_P(Grow, AMalformedPlanInTheStoreIsAMismatchOnEveryRank) {
