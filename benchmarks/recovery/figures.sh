@@ -13,7 +13,9 @@
 #            the failed call's end until reform() returned with the replacement in rank 1's
 #            place (the replacement's process start and join included), and the
 #            replacement's own join (its init(), process start excluded).
-# Prints a Markdown table, and the CPU it ran on.
+# Prints a Markdown table, and the CPU it ran on. Knobs: TRANSPORTS="tcp auto", MODES="shrink
+# replace", RAW=1 (instead of the table, one line per survivor: "P transport mode ms";
+# benchmarks/compare/ulfm.sh takes those).
 set -uo pipefail
 BUILD=${1:?usage: figures.sh BUILD_DIR [ROUNDS [P...]]}
 ROUNDS=${2:-3}
@@ -69,19 +71,37 @@ summary() {
     m = NR % 2 ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%g (%g-%g)", m, v[1], v[NR]}'
 }
 
+TRANSPORTS=${TRANSPORTS:-tcp auto}
+MODES=${MODES:-shrink replace}
+if [ "${RAW:-0}" = 1 ]; then
+  for P in "${SIZES[@]}"; do
+    for transport in $TRANSPORTS; do
+      for ((r = 0; r < ROUNDS; r++)); do
+        for mode in $MODES; do
+          one "$P" "$transport" "$mode" | grep -v '^join' | sed "s/^/$P $transport $mode /"
+        done
+      done
+    done
+  done
+  exit 0
+fi
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs"
 echo
 echo "| P | transport | shrink: to a correct 1 MiB allreduce (ms) | replace: survivors' reform (ms) | replace: the newcomer's join (ms) |"
 echo "|---|---|---|---|---|"
 for P in "${SIZES[@]}"; do
-  for transport in tcp auto; do
+  for transport in $TRANSPORTS; do
     shrink="$WORK/shrink" reform="$WORK/reform" joins="$WORK/joins"
     : >"$shrink"; : >"$reform"; : >"$joins"
     for ((r = 0; r < ROUNDS; r++)); do
-      one "$P" "$transport" shrink >>"$shrink"
-      one "$P" "$transport" replace >"$WORK/rep"
-      grep -v '^join' "$WORK/rep" >>"$reform"
-      sed -n 's/^join //p' "$WORK/rep" >>"$joins"
+      case " $MODES " in *" shrink "*) one "$P" "$transport" shrink >>"$shrink" ;; esac
+      case " $MODES " in
+        *" replace "*)
+          one "$P" "$transport" replace >"$WORK/rep"
+          grep -v '^join' "$WORK/rep" >>"$reform"
+          sed -n 's/^join //p' "$WORK/rep" >>"$joins"
+          ;;
+      esac
     done
     name=$([ "$transport" = tcp ] && echo tcp || echo "shared memory")
     echo "| $P | $name | $(summary <"$shrink") | $(summary <"$reform") | $(summary <"$joins") |"
