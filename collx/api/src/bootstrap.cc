@@ -17,6 +17,7 @@
 #include "collx/secure/job_secret.h"
 #include "collx/secure/tls.h"
 #include "collx/transport/mesh.h"
+#include "faults.h"
 #include "recovery.h"
 
 namespace collx {
@@ -684,45 +685,62 @@ std::shared_ptr<Context> join(const BootstrapOptions& options) {
   std::shared_ptr<rendezvous::Store> store = openStore(b, options.storeObject, none);
   std::shared_ptr<rendezvous::Store> root = rendezvous::SignedStore::wrapIfNeeded(store, b.secret);
   Where where{-1, "join(job " + b.jobId + ")", -1};
-  const std::int64_t ticket = root->add(detail::joinsKey(b.jobId, "count"), 1);
-  const std::string planKey = detail::joinsKey(b.jobId, std::to_string(ticket) + "/plan");
-  std::string text;
-  try {
-    text = rendezvous::toString(root->get(planKey, b.timeout));
-  } catch (const TimeoutError&) {
-    throw TimeoutError(where, "no survivors took this newcomer (ticket " + std::to_string(ticket) +
-                                  ") within " + std::to_string(b.timeout.count()) +
-                                  " ms: the job's ranks take newcomers in Context::grow() or "
-                                  "reform() (store " +
-                                  store->describe() + ")");
+  // An attempt that fails (a member or another newcomer lost meanwhile: an IoError on all
+  // of them alike) is tried again with a new ticket while the timeout lasts: the members try
+  // again too.
+  const auto deadline = std::chrono::steady_clock::now() + b.timeout;
+  for (int attempt = 1;; ++attempt) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    const std::int64_t ticket = root->add(detail::joinsKey(b.jobId, "count"), 1);
+    detail::faultAt("join.ticket", -1);
+    const std::string planKey = detail::joinsKey(b.jobId, std::to_string(ticket) + "/plan");
+    std::string text;
+    try {
+      text = rendezvous::toString(root->get(planKey, std::max(left, std::chrono::milliseconds(1))));
+    } catch (const TimeoutError&) {
+      throw TimeoutError(where, "no survivors took this newcomer (ticket " +
+                                    std::to_string(ticket) + ", attempt " +
+                                    std::to_string(attempt) + ") within " +
+                                    std::to_string(b.timeout.count()) +
+                                    " ms: the job's ranks take newcomers in Context::grow() or "
+                                    "reform() (store " +
+                                    store->describe() + ")");
+    }
+    detail::Plan plan;
+    if (!detail::decodePlan(text, plan)) {
+      throw MismatchError(where, "the store holds a malformed plan: '" + text.substr(0, 200) + "'");
+    }
+    Context::Newcomer joining;
+    joining.formed = plan.formed;
+    joining.meshSize = plan.meshSize;
+    joining.slots = plan.place;
+    int rank = -1;
+    for (std::size_t i = 0; i < plan.ticket.size(); ++i) {
+      if (plan.ticket[i] == ticket) rank = static_cast<int>(i);
+    }
+    if (rank < 0) {
+      throw MismatchError(where, "the plan that took ticket " + std::to_string(ticket) +
+                                     " has no place for it: '" + text.substr(0, 200) + "'");
+    }
+    joining.slot = plan.place[static_cast<std::size_t>(rank)];
+    log::setProcessRank(rank);
+    ContextOptions contextOptions = contextOptionsOf(b, nullptr);
+    contextOptions.generation = plan.next;
+    // (A member that hosts the store waits for every rank of the new context to leave.)
+    contextOptions.leaveBarrier = true;
+    try {
+      auto context = std::make_shared<Context>(Context::Key{}, store, rank,
+                                               static_cast<int>(plan.place.size()), contextOptions);
+      context->connectNewcomer(contextOptions, joining);
+      context->formed_ = true;
+      return context;
+    } catch (const IoError& e) {
+      if (std::chrono::steady_clock::now() >= deadline) throw;
+      COLLX_WARN(kRdzv, "join(job {}): attempt {} failed, trying again: {}", b.jobId, attempt,
+                 e.what());
+    }
   }
-  detail::Plan plan;
-  if (!detail::decodePlan(text, plan)) {
-    throw MismatchError(where, "the store holds a malformed plan: '" + text.substr(0, 200) + "'");
-  }
-  Context::Newcomer joining;
-  joining.formed = plan.formed;
-  joining.meshSize = plan.meshSize;
-  joining.slots = plan.place;
-  int rank = -1;
-  for (std::size_t i = 0; i < plan.ticket.size(); ++i) {
-    if (plan.ticket[i] == ticket) rank = static_cast<int>(i);
-  }
-  if (rank < 0) {
-    throw MismatchError(where, "the plan that took ticket " + std::to_string(ticket) +
-                                   " has no place for it: '" + text.substr(0, 200) + "'");
-  }
-  joining.slot = plan.place[static_cast<std::size_t>(rank)];
-  log::setProcessRank(rank);
-  ContextOptions contextOptions = contextOptionsOf(b, nullptr);
-  contextOptions.generation = plan.next;
-  // (A member that hosts the store waits for every rank of the new context to leave.)
-  contextOptions.leaveBarrier = true;
-  auto context = std::make_shared<Context>(Context::Key{}, store, rank,
-                                           static_cast<int>(plan.place.size()), contextOptions);
-  context->connectNewcomer(contextOptions, joining);
-  context->formed_ = true;
-  return context;
 }
 
 std::shared_ptr<Context> init(const BootstrapOptions& options, Bootstrap* used) {

@@ -28,6 +28,7 @@
 #include "diagnostics/hang_report.h"
 #include "diagnostics/process_probe.h"
 #include "diagnostics/trace.h"
+#include "faults.h"
 #include "recovery.h"
 #include "runtime.h"
 
@@ -494,14 +495,30 @@ void Context::connectNewcomer(const ContextOptions& options, const Newcomer& joi
   mesh.transport = "tcp";
   mesh.shm.hostId = hostId_;
   auto transports = std::make_unique<transport::Mesh>(mesh);
+  // An outcome other than "ok" (recovery.h): this attempt is over for every member alike.
+  auto failed = [&](const std::string& outcome) {
+    std::string word, why;
+    int who = -1;
+    if (!detail::parseOutcome(outcome, size_, word, who, why)) {
+      throw MismatchError(where,
+                          "the store holds a malformed outcome: '" + outcome.substr(0, 200) + "'");
+    }
+    throw IoError(Where{rank_, where.op, who},
+                  who == rank_ ? "this newcomer could not join: " + why
+                               : "rank " + std::to_string(who) + " of the new context " +
+                                     (word == "failed" ? "could not go on" : "was lost") +
+                                     " before it formed (" + why + "); the members try again");
+  };
+  // Every member says where it is first (its address blob), then the connections.
+  const std::string published = detail::meet(
+      *store_, "grow", rank_, size_, transports->address(), "", [](int) { return std::string(); },
+      timeout_);
+  if (published != "ok") failed(published);
   std::string failure;
   try {
-    store_->set("grow/transport/" + std::to_string(joining.slot), transports->address());
     std::vector<std::string> keys;
     for (int r = 0; r < size_; ++r) {
-      if (r != rank_)
-        keys.push_back("grow/transport/" +
-                       std::to_string(joining.slots[static_cast<std::size_t>(r)]));
+      if (r != rank_) keys.push_back(detail::readyKey("grow", r));
     }
     const std::vector<Bytes> blobs = store_->multiGet(keys, timeout_);
     std::vector<std::string> addresses(static_cast<std::size_t>(joining.meshSize));
@@ -511,6 +528,7 @@ void Context::connectNewcomer(const ContextOptions& options, const Newcomer& joi
                                  : rendezvous::toString(blobs[static_cast<std::size_t>(k++)]);
     }
     transports->connect(addresses, deadline);
+    detail::faultAt("join.connected", rank_);
   } catch (const Error& e) {
     failure = e.what();
   }
@@ -518,28 +536,13 @@ void Context::connectNewcomer(const ContextOptions& options, const Newcomer& joi
   self.hostId = hostId_;
   const auto met = std::chrono::steady_clock::now();
   const std::string outcome = detail::meet(
-      *store_, rank_, size_, rendezvous::toString(encodePeer(self)), failure,
+      *store_, "shrink", rank_, size_, rendezvous::toString(encodePeer(self)), failure,
       [&](int r) { return transports->lost(joining.slots[static_cast<std::size_t>(r)], met); },
       timeout_);
-  if (outcome != "ok") {
-    int who = -1;
-    std::string why;
-    if (!detail::parseOutcome(outcome, size_, who, why)) {
-      throw MismatchError(where,
-                          "the store holds a malformed outcome: '" + outcome.substr(0, 200) + "'");
-    }
-    throw IoError(Where{rank_, where.op, who}, who == rank_
-                                                   ? "this newcomer could not join: " + why
-                                                   : "rank " + std::to_string(who) +
-                                                         " of the new context was lost "
-                                                         "before it formed (" +
-                                                         why +
-                                                         "); the survivors try again, and "
-                                                         "this process may call join() again");
-  }
+  if (outcome != "ok") failed(outcome);
   std::vector<std::string> keys;
   keys.reserve(static_cast<std::size_t>(size_));
-  for (int r = 0; r < size_; ++r) keys.push_back(detail::readyKey(r));
+  for (int r = 0; r < size_; ++r) keys.push_back(detail::readyKey("shrink", r));
   const std::vector<Bytes> records = store_->multiGet(keys, timeout_);
   peers_.clear();
   for (int r = 0; r < size_; ++r) {
@@ -926,6 +929,7 @@ void Context::abort(const std::string& why) {
 
 void Context::revoke(const std::string& why) {
   if (!runtime_) return;
+  detail::faultAt("revoke", rank_);
   // The rank that revokes, in the mesh's terms (a sub-context's rank is not the others').
   const int meshRank = runtime_->meshRank(rank_);
   const std::string text = "rank " + std::to_string(meshRank) + " revoked generation " +

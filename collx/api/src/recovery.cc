@@ -17,6 +17,7 @@
 #include "collx/rendezvous/prefix_store.h"
 #include "collx/rendezvous/store.h"
 #include "diagnostics/hang_report.h"
+#include "faults.h"
 #include "runtime.h"
 
 namespace collx {
@@ -141,12 +142,16 @@ bool decodePlan(const std::string& text, Plan& plan) {
   return !plan.place.empty() && newcomers == plan.newcomers;
 }
 
-bool parseOutcome(const std::string& outcome, int count, int& rank, std::string& why) {
-  if (outcome.rfind("lost ", 0) != 0 && outcome.rfind("late ", 0) != 0) return false;
-  std::size_t space = outcome.find(' ', 5);
+bool parseOutcome(const std::string& outcome, int count, std::string& word, int& rank,
+                  std::string& why) {
+  const std::size_t first = outcome.find(' ');
+  if (first == std::string::npos) return false;
+  word = outcome.substr(0, first);
+  if (word != "lost" && word != "failed" && word != "late") return false;
+  std::size_t space = outcome.find(' ', first + 1);
   if (space == std::string::npos) space = outcome.size();
   std::int64_t value = 0;
-  if (!number(outcome, 5, space, count - 1, value)) return false;
+  if (!number(outcome, first + 1, space, count - 1, value)) return false;
   rank = static_cast<int>(value);
   why = space < outcome.size() ? outcome.substr(space + 1, 2048) : std::string();
   return true;
@@ -240,7 +245,14 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
       }
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(runtime_->failedMutex);
+    for (int r : runtime_->agreedFailed) {
+      if (failed.insert(r).second) why[r] = "an earlier agreement found it failed";
+    }
+  }
   store_->set(entryKey(rank_), detail::encodeAgreement(flags, failed));
+  detail::faultAt("agree.entered", rank_);
 
   std::map<int, std::uint64_t> flagsOf{{rank_, flags}};
   std::vector<int> awaited;
@@ -317,6 +329,11 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
                         "the store holds a malformed agreement: '" + decided.substr(0, 200) + "'");
   }
   result.failed.assign(agreedFailed.begin(), agreedFailed.end());
+  {
+    std::lock_guard<std::mutex> lock(runtime_->failedMutex);
+    runtime_->agreedFailed.insert(agreedFailed.begin(), agreedFailed.end());
+  }
+  detail::faultAt("agree.decided", rank_);
   const auto tookMs =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
   if (!agreedFailed.empty()) {
@@ -355,16 +372,16 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
 
 namespace detail {
 
-std::string meet(rendezvous::Store& store, int self, int count, const std::string& mine,
-                 const std::string& failure, const std::function<std::string(int)>& lostOf,
-                 std::chrono::milliseconds wait) {
+std::string meet(rendezvous::Store& store, const std::string& phase, int self, int count,
+                 const std::string& mine, const std::string& failure,
+                 const std::function<std::string(int)>& lostOf, std::chrono::milliseconds wait) {
   using Clock = std::chrono::steady_clock;
-  const std::string outcomeKey = "shrink/outcome";
+  const std::string outcomeKey = phase + "/outcome";
   if (!failure.empty()) {
     return rendezvous::toString(store.compareSet(
-        outcomeKey, {}, rendezvous::toBytes("lost " + std::to_string(self) + " " + failure)));
+        outcomeKey, {}, rendezvous::toBytes("failed " + std::to_string(self) + " " + failure)));
   }
-  store.set(readyKey(self), mine);
+  store.set(readyKey(phase, self), mine);
   std::vector<int> awaited;
   for (int i = 0; i < count; ++i) {
     if (i != self) awaited.push_back(i);
@@ -376,7 +393,8 @@ std::string meet(rendezvous::Store& store, int self, int count, const std::strin
     std::string proposal;
     if (!awaited.empty()) {
       std::vector<int> came;
-      awaited = absentOf(store, awaited, readyKey, came);
+      awaited = absentOf(
+          store, awaited, [&](int i) { return readyKey(phase, i); }, came);
       for (int i : awaited) {
         const std::string lost = lostOf(i);
         if (!lost.empty()) {
@@ -622,73 +640,99 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
   }
   const int newRank =
       static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  detail::faultAt("regroup.planned", rank_);
   // This generation ends on this rank (every call of it fails), the pairs with the survivors
   // go on in the next.
   runtime_->engine->reform(next, keep, deadline);
+  detail::faultAt("regroup.reformed", rank_);
 
   rendezvous::StoreOptions storeOptions;
   storeOptions.timeout = wait;
   storeOptions.rank = newRank;
   auto store = std::make_shared<rendezvous::PrefixStore>(
       "collx/" + jobId_ + "/" + std::to_string(next), rootStore_, storeOptions);
-  // The newcomers dial every member of lower place and are dialled by the others, as
-  // connect() pairs ranks.
-  std::string failure;
-  if (!slots.empty()) {
-    try {
-      const int self = runtime_->meshRank(rank_);
-      const bool listen = std::any_of(slots.begin(), slots.end(), [&](int s) { return s > self; });
-      store->set("grow/transport/" + std::to_string(self), runtime_->engine->joinAddress(listen));
-      std::vector<std::string> keys;
-      keys.reserve(slots.size());
-      for (int s : slots) keys.push_back("grow/transport/" + std::to_string(s));
-      const std::vector<rendezvous::Bytes> blobs = store->multiGet(keys, wait);
-      std::vector<std::string> addresses;
-      addresses.reserve(blobs.size());
-      for (const auto& blob : blobs) addresses.push_back(rendezvous::toString(blob));
-      runtime_->engine->welcome(slots, addresses, deadline);
-    } catch (const Error& e) {
-      failure = e.what();
-    }
-  }
   auto placeOf = [&](int i) {
     const int m = members[static_cast<std::size_t>(i)];
     return m >= 0 ? runtime_->meshRank(m) : slots[static_cast<std::size_t>(-1 - m)];
   };
-  PeerInfo self = peers_[static_cast<std::size_t>(rank_)];
-  const auto met = Clock::now();
-  const std::string outcome = detail::meet(
-      *store, newRank, static_cast<int>(members.size()),
-      rendezvous::toString(detail::encodePeerInfo(self)), failure,
-      [&](int i) { return mesh.lost(placeOf(i), met); }, wait);
-  if (outcome != "ok") {
-    // The attempt failed on every member alike: the new generation fails here (naming the
-    // rank lost, for the next agreement) and shrink(), grow() or reform() may be called again.
+  // An outcome other than "ok" fails the attempt on every member alike: the new generation
+  // fails here (naming the rank lost, for the next agreement; a member that could not go on
+  // names nobody) and shrink(), grow() or reform() may be called again.
+  auto failAttempt = [&](const std::string& outcome) {
+    std::string word, why;
     int lost = -1;
-    std::string why;
-    if (!detail::parseOutcome(outcome, static_cast<int>(members.size()), lost, why)) {
+    if (!detail::parseOutcome(outcome, static_cast<int>(members.size()), word, lost, why)) {
       throw MismatchError(where,
                           "the store holds a malformed outcome: '" + outcome.substr(0, 200) + "'");
     }
     const int old = members[static_cast<std::size_t>(lost)];
     const std::string who =
         old >= 0 ? "rank " + std::to_string(old) : "the newcomer for rank " + std::to_string(lost);
+    const std::string again = ": call " + std::string(name) + "() again";
     const std::string text =
-        outcome[1] == 'o'
-            ? who + " was lost before the members went on (" + why + "): call " + name + "() again"
-            : who + " did not come within " + std::to_string(wait.count()) + " ms: call " + name +
-                  "() again";
-    // (Named by its mesh rank there, as the transport names ranks.)
-    runtime_->engine->stop(ErrorKind::kIo, placeOf(lost), text);
-    throw IoError(Where{rank_, where.op, old}, text);
+        word == "lost" ? who + " was lost before the members went on (" + why + ")" + again
+        : word == "failed"
+            ? who + " could not go on (" + why + ")" + again
+            : who + " did not come within " + std::to_string(wait.count()) + " ms" + again;
+    // (Named by its mesh rank there, as the transport names ranks; nobody for "failed".)
+    const int culprit = word == "failed" ? -1 : placeOf(lost);
+    runtime_->engine->stop(ErrorKind::kIo, culprit, text);
+    throw IoError(Where{rank_, where.op, word == "failed" ? -1 : old}, text);
+  };
+  // Before the newcomers connect, every member says where it is (its address blob), or the
+  // attempt fails fast on all of them when one is lost meanwhile (nobody then waits out a
+  // connect to a member that is gone). A newcomer is told nothing of (it has no pair yet).
+  // The newcomers dial every member of lower place and are dialled by the others, as
+  // connect() pairs ranks.
+  std::string failure;
+  if (!slots.empty()) {
+    std::string mine;
+    try {
+      const int at = runtime_->meshRank(rank_);
+      const bool listen = std::any_of(slots.begin(), slots.end(), [&](int s) { return s > at; });
+      mine = runtime_->engine->joinAddress(listen);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+    const auto since = Clock::now();
+    const std::string published = detail::meet(
+        *store, "grow", newRank, static_cast<int>(members.size()), mine, failure,
+        [&](int i) {
+          const int m = members[static_cast<std::size_t>(i)];
+          return m >= 0 ? mesh.lost(runtime_->meshRank(m), since) : std::string();
+        },
+        wait);
+    if (published != "ok") failAttempt(published);
+    try {
+      std::vector<std::string> keys;
+      keys.reserve(slots.size());
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        if (members[i] < 0) keys.push_back(detail::readyKey("grow", static_cast<int>(i)));
+      }
+      const std::vector<rendezvous::Bytes> blobs = store->multiGet(keys, wait);
+      std::vector<std::string> addresses;
+      addresses.reserve(blobs.size());
+      for (const auto& blob : blobs) addresses.push_back(rendezvous::toString(blob));
+      runtime_->engine->welcome(slots, addresses, deadline);
+      detail::faultAt("regroup.connected", rank_);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
   }
+  PeerInfo self = peers_[static_cast<std::size_t>(rank_)];
+  const auto met = Clock::now();
+  const std::string outcome = detail::meet(
+      *store, "shrink", newRank, static_cast<int>(members.size()),
+      rendezvous::toString(detail::encodePeerInfo(self)), failure,
+      [&](int i) { return mesh.lost(placeOf(i), met); }, wait);
+  if (outcome != "ok") failAttempt(outcome);
   std::vector<std::pair<int, PeerInfo>> newcomers;
   if (!slots.empty()) {
     std::vector<std::string> keys;
     std::vector<int> ranks;
     for (std::size_t i = 0; i < members.size(); ++i) {
       if (members[i] < 0) {
-        keys.push_back(detail::readyKey(static_cast<int>(i)));
+        keys.push_back(detail::readyKey("shrink", static_cast<int>(i)));
         ranks.push_back(static_cast<int>(i));
       }
     }

@@ -90,17 +90,22 @@ struct Plan {
 std::string encodePlan(const Plan& plan);
 bool decodePlan(const std::string& text, Plan& plan);
 
-// The members of a new generation meet in its namespace `store` before any of them uses it:
-// each writes "shrink/ready/<rank>" = `mine` (unless `failure` says why it cannot go on:
-// then it proposes that), and the first to know the outcome writes it (compareSet):
-// "ok" when all are there, "lost <rank> <why>" when lostOf(rank) (the failure detector) says
-// one is lost or one failed, "late <rank>" past `wait`. Returns the outcome, the same on
-// every member.
-std::string meet(rendezvous::Store& store, int self, int count, const std::string& mine,
-                 const std::string& failure, const std::function<std::string(int)>& lostOf,
-                 std::chrono::milliseconds wait);
-inline std::string readyKey(int rank) { return "shrink/ready/" + std::to_string(rank); }
-// An outcome other than "ok": the rank it names and why (false: malformed).
-bool parseOutcome(const std::string& outcome, int count, int& rank, std::string& why);
+// The members of a new generation meet in its namespace `store` before any of them uses it,
+// once per `phase` ("grow": before the newcomers connect, each member's value its address
+// blob; "shrink": at the end, its join record): each writes "<phase>/ready/<rank>" = `mine`
+// (unless `failure` says why it cannot go on: then it proposes that), and the first to know
+// the outcome writes it (compareSet): "ok" when all are there, "lost <rank> <why>" when
+// lostOf(rank) (the failure detector) says one is lost, "failed <rank> <why>" when one could
+// not go on, "late <rank>" past `wait`. Returns the outcome, the same on every member.
+std::string meet(rendezvous::Store& store, const std::string& phase, int self, int count,
+                 const std::string& mine, const std::string& failure,
+                 const std::function<std::string(int)>& lostOf, std::chrono::milliseconds wait);
+inline std::string readyKey(const std::string& phase, int rank) {
+  return phase + "/ready/" + std::to_string(rank);
+}
+// An outcome other than "ok": its word ("lost", "failed", "late"), the rank it names and why
+// (false: malformed).
+bool parseOutcome(const std::string& outcome, int count, std::string& word, int& rank,
+                  std::string& why);
 
 }  // namespace collx::detail

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -64,6 +65,11 @@ struct Runtime {
   // Context::agree's rounds so far, and Context::shrink's attempts.
   std::atomic<std::uint64_t> agreements{0};
   std::atomic<std::uint64_t> shrinks{0};
+  // The ranks an agreement of this context found failed: every later one counts them failed
+  // from the start (a newcomer that took such a rank's place in a failed attempt answers for
+  // its place in the mesh, not for the rank).
+  std::mutex failedMutex;
+  std::set<int> agreedFailed;
   // The engine's generation when this context was made (Engine::generation): once the
   // survivors went on in another (Context::shrink), this context's calls fail (isOver()).
   std::int64_t generation = 0;
