@@ -133,7 +133,7 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
   if [ "$MODE" = replace ] && [ "$done_ranks" != "$P" ]; then
     problem="$problem; $done_ranks ranks finished, not $P"
   fi
-  if pgrep -f "$WORKER $worker_mode" >/dev/null; then problem="$problem; ranks outlived the job"; fi
+  if pgrep -f "$WORKER $worker_mode 4096 6\$" >/dev/null; then problem="$problem; ranks outlived the job"; fi
   shm_after=$(ls /dev/shm 2>/dev/null | grep -c '^collx' || true)
   [ "$shm_after" -le "$shm_before" ] || problem="$problem; /dev/shm segments left"
   faults_desc=""
