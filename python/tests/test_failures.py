@@ -183,7 +183,9 @@ def test_a_newcomer_takes_the_killed_ranks_place_in_reform(ranks):
         d = outcome(results, r)
         assert d.get("error") is None, d
         if r != 4:
-            assert d.get("failed_with") == "IoError", d
+            # (RevokedError where a survivor's reform() revoked the context before the
+            # failure's own notice reached this rank)
+            assert d.get("failed_with") in ("IoError", "RevokedError"), d
             assert d["reformed"] == [[2], [2], [0, 1, -1, 3]], d
         rank = 2 if r == 4 else r
         assert d["after"][:4] == [rank, 4, 1, 10.0], d  # 1 + 2 + 3 + 4
