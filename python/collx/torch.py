@@ -22,6 +22,7 @@ COLLX_IFNAME, ...) apply as for collx.init().
 
 import importlib.abc
 import importlib.util
+import datetime as _dt
 import inspect
 import itertools
 import os
@@ -39,7 +40,7 @@ from . import _collx_torch
 from ._collx_torch import ProcessGroupCollx, _all_reduce_at, _raise_last
 
 __all__ = ["ProcessGroupCollx", "BACKEND", "GroupOptions", "abort", "all_reduce", "backend_of",
-           "create_process_group", "dump_state", "monitored_barrier"]
+           "create_process_group", "dump_state", "monitored_barrier", "reform"]
 
 BACKEND = "collx"
 
@@ -85,6 +86,24 @@ def abort(group=None, why="collx.torch.abort() was called"):
     collective (torch's own abort_process_group is NCCL's only). The other ranks' calls fail
     as their peer's connection ends or at their deadline; destroy the group after."""
     backend_of(group).abort(why)
+
+
+def reform(group=None, timeout=None, replacement_wait=30.0):
+    """After a failure, on every live rank: ``group``'s collx context (default: the default
+    group's) re-forms with a newcomer in each failed rank's place (``collx-run --on-failure
+    replace`` starts one; its ``init_process_group("collx")`` joins), and the group goes on
+    in place, with the same ranks and size: DDP and the other users of the group carry on.
+    ``timeout`` and ``replacement_wait`` in seconds (or timedeltas; default 30 minutes, and
+    30 s for the newcomers). Returns (failed, joined). Raises
+    collx.InvalidArgument where a failed rank found no newcomer."""
+    pg = backend_of(group)
+    limit = timeout if timeout is not None else _dt.timedelta(minutes=30)
+    if not isinstance(limit, _dt.timedelta):
+        limit = _dt.timedelta(seconds=limit)
+    wait = replacement_wait
+    if not isinstance(wait, _dt.timedelta):
+        wait = _dt.timedelta(seconds=wait)
+    return pg.reform(limit, wait)
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):

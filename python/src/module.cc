@@ -390,12 +390,12 @@ PYBIND11_MODULE(_collx, m) {
         if (!store.is_none()) options.store = py::str(store).cast<std::string>();
         if (!jobId.is_none()) options.jobId = jobId.cast<std::string>();
         options.timeout = toDuration(timeout, Where{-1, "join", -1});
-        std::shared_ptr<Context> context;
+        std::shared_ptr<Context> joined;
         {
           py::gil_scoped_release release;
-          context = join(options);
+          joined = join(options);
         }
-        return std::make_shared<PyContext>(std::move(context));
+        return std::make_shared<PyContext>(std::move(joined));
       },
       py::kw_only(), py::arg("store") = py::none(), py::arg("job_id") = py::none(),
       py::arg("timeout") = py::none(),

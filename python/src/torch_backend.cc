@@ -569,6 +569,13 @@ at::Tensor receiver(const std::vector<at::Tensor>& list) {
 
 // ---- the process group -----------------------------------------------------------------
 
+// COLLX_JOIN=1 (a replacement that collx-run started): whether this, the process's first
+// group made through a store, joins the running job rather than forming it. Once.
+bool joinsOnce() {
+  static std::atomic<bool> asked{kJoin.get(Config::process())};
+  return asked.exchange(false);
+}
+
 class ProcessGroupCollx final : public BackendBase {
  public:
   ProcessGroupCollx(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -585,7 +592,24 @@ class ProcessGroupCollx final : public BackendBase {
     options.secret = jobSecretOf(Config::process());  // collx-run's, if it launched the job
     options.tls = tlsOf(Config::process());
     options.eraseKeys = false;  // torch's store lives and dies with torch's job
-    context_ = Context::create(std::move(adapter), rank, size, options);
+    if (joinsOnce()) {
+      // A replacement (collx-run --on-failure replace): its first group takes the dead
+      // rank's place in the running job, whose ranks re-form (ProcessGroupCollx.reform).
+      BootstrapOptions join;
+      join.storeObject = adapter;
+      join.jobId = options.jobId;
+      join.timeout = timeout;
+      context_ = collx::join(join);
+      if (context_->rank() != rank || context_->size() != size) {
+        throw InvalidArgument(Where{rank, "ProcessGroupCollx", -1},
+                              "this newcomer was taken in as rank " +
+                                  std::to_string(context_->rank()) + " of " +
+                                  std::to_string(context_->size()) + ", but torch made it rank " +
+                                  std::to_string(rank) + " of " + std::to_string(size));
+      }
+    } else {
+      context_ = Context::create(std::move(adapter), rank, size, options);
+    }
     eagerBytes_ = kTorchEagerBytes.get(Config::process());
     init();
   }
@@ -624,6 +648,26 @@ class ProcessGroupCollx final : public BackendBase {
 
   const std::string getBackendName() const override { return "collx"; }
   Context& context() { return *context_; }
+
+  // After a failure, on every live rank: the group's context re-forms (Context::reform) with
+  // newcomers in the failed ranks' places, and the group goes on in place over it, with the
+  // same ranks and size (torch's are fixed). Returns (failed, joined). Where some failed rank
+  // found no newcomer, the ranks changed: InvalidArgument, and the group stays failed.
+  std::pair<std::vector<int>, std::vector<int>> reform(milliseconds timeout,
+                                                       milliseconds replacementWait) {
+    inFlight_->drain();
+    Reformed r = context_->reform(timeout, replacementWait);
+    if (r.context->rank() != rank_ || r.context->size() != size_) {
+      throw InvalidArgument(Where{rank_, "ProcessGroupCollx.reform", -1},
+                            "the group re-formed with " + std::to_string(r.context->size()) +
+                                " ranks (failed ranks without a newcomer were left out), but a "
+                                "torch group keeps its " +
+                                std::to_string(size_) +
+                                ": make a new process group of the survivors");
+    }
+    context_ = std::move(r.context);
+    return {r.failed, r.joined};
+  }
 
   // The small-call path (collx.torch.all_reduce): an all_reduce in place, run to completion
   // here, with no torch dispatch, Work or future around it.
@@ -1588,6 +1632,15 @@ PYBIND11_MODULE(_collx_torch, m) {
           "abort(why=...)\n\nEnds every call of this group on this rank at once: each blocked "
           "call, and every later one, raises collx.Aborted with `why`. Thread-safe: a "
           "watchdog thread may call it while the main thread is blocked in a collective.")
+      .def("reform", &ProcessGroupCollx::reform, py::arg("timeout"),
+           py::arg("replacement_wait") = std::chrono::milliseconds(0),
+           py::call_guard<py::gil_scoped_release>(),
+           "reform(timeout, replacement_wait=timedelta(0)) -> (failed, joined)\n\nAfter a "
+           "failure, on every live rank: the group's context re-forms (collx.Context.reform) "
+           "with the newcomers (collx-run --on-failure replace's replacements, whose first "
+           "group joins) in the failed ranks' places, and this group goes on in place, with "
+           "the same ranks. Raises collx.InvalidArgument when a failed rank found no newcomer "
+           "(a torch group keeps its size).")
       .def("split", &ProcessGroupCollx::split, py::arg("ranks"), py::arg("name"),
            py::arg("timeout") = std::chrono::milliseconds(30 * 60 * 1000),
            py::call_guard<py::gil_scoped_release>(),

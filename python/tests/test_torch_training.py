@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import WORKERS, base_env, run_collx
+from conftest import WORKERS, base_env, collx_run, run_collx
 from test_launch import server_port
 
 torch = pytest.importorskip("torch", reason="python3-torch is not importable by "
@@ -194,3 +194,31 @@ def test_collx_run_runs_an_unchanged_script():
                      env=base_env(GLOO_SOCKET_IFNAME="lo"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "4 ranks: loss" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,
+                    reason="torch 1.13's init_process_group ends in a store barrier that "
+                           "counts to the world size exactly: a replacement's would wait "
+                           "forever (torch 2.x has none by default)")
+def test_ddp_goes_on_with_a_replacement_in_place(tmp_path):
+    # DDP on 3 ranks under collx-run --on-failure replace; the first rank 1 dies at step 10,
+    # the group re-forms in place with its replacement, and every rank ends at step 30 with
+    # the same parameters.
+    steps, kill_at, P = 30, 10, 3
+    cmd = [collx_run(), "-n", str(P),
+           "--on-failure", "replace", "--max-replacements", "1", "--timeout", "150s", "-t",
+           sys.executable, str(WORKERS / "torch_reform.py"), str(tmp_path), str(steps),
+           str(kill_at)]
+    done = subprocess.run(cmd, env=base_env(COLLX_PEER_TIMEOUT="1s"), capture_output=True,
+                          text=True, timeout=200)
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text
+    assert "starting a replacement" in text, text
+    results = [json.loads((tmp_path / ("rank%d.json" % r)).read_text()) for r in range(P)]
+    for d in results:
+        assert d["step"] == steps and d["same_as_rank0"], (d, text)
+        assert d["newcomer"] == (d["rank"] == 1), d
+        if d["rank"] != 1:
+            assert [(x["failed"], x["joined"]) for x in d["reforms"]] == [([1], [1])], d
+    assert len({d["checksum"] for d in results}) == 1, results
+

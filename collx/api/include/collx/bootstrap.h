@@ -45,6 +45,8 @@ class TlsContext;
 // are declared in bootstrap.cc too.
 extern const AutoSetting<kind::String> kStore;
 extern const AutoSetting<kind::String> kJobId;
+// COLLX_JOIN: init() joins a running job as a newcomer (collx::join).
+extern const Setting<kind::Bool> kJoin;
 // COLLX_STORE's value that asks for the PMIx bootstrap (also chosen by itself under PMIx).
 inline constexpr const char* kPmixStoreUrl = "pmix://";
 
