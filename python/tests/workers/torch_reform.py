@@ -2,7 +2,7 @@
 at step KILL_AT; the survivors re-form the default group in place (collx.torch.reform), the
 replacement's init_process_group("collx") joins, the newest committed state (parameters,
 optimizer's momentum, step) is broadcast from the lowest rank that has it, and training goes
-on with the same DDP model. Each rank writes its final parameters' checksum and what it saw
+on with the same model (each rank makes its DDP wrapper again, as the newcomer does). Each rank writes its final parameters' checksum and what it saw
 to OUT_DIR/rank<R>.json."""
 import json
 import os
@@ -20,6 +20,9 @@ rank, size = dist.get_rank(), dist.get_world_size()
 newcomer = os.environ.get("COLLX_JOIN") == "1"
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+# DDP syncs at construction (its parameters' shapes, then rank 0's values): after a re-form
+# every rank makes its wrapper again, the survivors and the newcomer alike, over the same
+# model and the same (re-formed) default group.
 net = torch.nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
 w_true = torch.linspace(-1, 1, 8)
@@ -83,6 +86,7 @@ while step < steps:
     except Exception as e:  # noqa: BLE001 - a collx error through torch: re-form and go on
         failed, joined = collx.torch.reform(timeout=60, replacement_wait=30)
         reforms.append({"failed": failed, "joined": joined, "error": type(e).__name__})
+        net = torch.nn.parallel.DistributedDataParallel(model)
         synchronize()
 checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
 flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
