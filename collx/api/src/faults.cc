@@ -15,16 +15,16 @@
 
 namespace collx {
 
-const Setting<kind::String> kFault(
+const AutoSetting<kind::String> kFault(
     {.name = "COLLX_FAULT",
      .component = "recovery",
-     .defaultValue = "",
+     .automatic = "none: no fault is injected",
      .help = "Fault injection, for tests and trials: POINT:ACTION[:RANK] entries, comma "
              "separated. POINT: revoke, agree.entered, agree.decided, regroup.planned, "
              "regroup.reformed, regroup.connected (inside shrink, grow and reform), "
              "join.ticket, join.connected (a newcomer's). ACTION: kill (SIGKILL), stop "
              "(SIGSTOP), sleep=MS. RANK: the context's rank there (a newcomer: new); "
-             "default every rank. Each entry fires once per process. Empty: none."});
+             "default every rank. Each entry fires once per process."});
 
 namespace detail {
 
@@ -66,7 +66,7 @@ std::vector<Fault> parseFaults(const std::string& text) {
 }  // namespace
 
 void faultAt(const char* point, int rank) {
-  static std::vector<Fault> faults = parseFaults(kFault.get(Config::process()));
+  static std::vector<Fault> faults = parseFaults(kFault.get(Config::process()).value_or(""));
   if (faults.empty()) return;
   static std::mutex mutex;
   std::unique_lock<std::mutex> lock(mutex);
