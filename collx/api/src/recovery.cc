@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collx/base/config.h"
@@ -161,6 +162,17 @@ bool parseOutcome(const std::string& outcome, int count, std::string& word, int&
 
 namespace {
 
+// The polls of agree, the meetings and the plan: the first after 50 us, each next one after
+// twice the pause before, at most 50 ms apart (an answer that is there at once costs a few
+// store requests; one that takes long, one poll's requests every 50 ms).
+constexpr std::chrono::microseconds kFirstPause(50);
+void pollPause(std::chrono::microseconds& step, std::chrono::steady_clock::time_point deadline) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= deadline) return;
+  std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(step, deadline - now));
+  step = std::min<std::chrono::microseconds>(step * 2, std::chrono::milliseconds(50));
+}
+
 // Of `ranks` (whose keys keyOf() gives), those whose key is absent now, in order, with one
 // request; the others go to `came`.
 std::vector<int> absentOf(rendezvous::Store& store, const std::vector<int>& ranks,
@@ -260,7 +272,7 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
     if (r != rank_ && failed.count(r) == 0) awaited.push_back(r);
   }
   std::string decided;
-  auto step = std::chrono::milliseconds(1);
+  auto step = kFirstPause;
   while (true) {
     if (auto answer = valueIfAny(*store_, decisionKey, wait)) {
       decided = std::move(*answer);
@@ -319,7 +331,7 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
           decisionKey, {}, rendezvous::toBytes(detail::encodeAgreement(all, failed))));
       break;
     }
-    rendezvous::detail::backoffSleep(step, deadline, std::chrono::milliseconds(50));
+    pollPause(step, deadline);
   }
 
   Agreement result;
@@ -387,7 +399,7 @@ std::string meet(rendezvous::Store& store, const std::string& phase, int self, i
     if (i != self) awaited.push_back(i);
   }
   const auto deadline = Clock::now() + wait;
-  auto step = std::chrono::milliseconds(1);
+  auto step = kFirstPause;
   while (true) {
     if (auto known = valueIfAny(store, outcomeKey, wait)) return *known;
     std::string proposal;
@@ -410,7 +422,7 @@ std::string meet(rendezvous::Store& store, const std::string& phase, int self, i
     if (!proposal.empty()) {
       return rendezvous::toString(store.compareSet(outcomeKey, {}, rendezvous::toBytes(proposal)));
     }
-    rendezvous::detail::backoffSleep(step, deadline, std::chrono::milliseconds(50));
+    pollPause(step, deadline);
   }
 }
 
@@ -580,7 +592,7 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
     const std::string planKey = std::string(name) + "/" + std::to_string(attempt) + "/plan";
     const auto joinDeadline = start + joinWait;
     std::string decided;
-    auto step = std::chrono::milliseconds(1);
+    auto step = kFirstPause;
     while (true) {
       if (auto known = valueIfAny(*store_, planKey, wait)) {
         decided = std::move(*known);
@@ -600,7 +612,7 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
             rendezvous::toString(store_->compareSet(planKey, {}, rendezvous::toBytes(proposal)));
         break;
       }
-      rendezvous::detail::backoffSleep(step, joinDeadline, std::chrono::milliseconds(50));
+      pollPause(step, joinDeadline);
     }
     if (decided == "none") {
       throw TimeoutError(where, "fewer than " + std::to_string(wanted) + " newcomer" +

@@ -191,8 +191,8 @@ class Context : public std::enable_shared_from_this<Context> {
   // failed, then proposes the result; the first proposal, taken atomically (compareSet),
   // is every rank's answer, so no rank coordinates and any rank may die at any point of it.
   // A rank the answer names as failed gets ExcludedError instead. O(1) store requests per
-  // rank per poll (a poll every 1 to 50 ms while it waits). Thread-safe with this
-  // context's calls (it uses no connection). Throws the store's errors where the store
+  // rank per poll (polls 50 us apart at first, twice as far each time, up to 50 ms). Thread-safe
+  // with this context's calls (it uses no connection). Throws the store's errors where the store
   // fails (a lost store ends the job).
   Agreement agree(std::uint64_t flags = ~std::uint64_t{0},
                   std::optional<std::chrono::milliseconds> timeout = {});
