@@ -754,11 +754,7 @@ void Engine::reform(std::int64_t generation, const std::vector<bool>& keep,
     throw TimeoutError(Where{rank(), "reform", -1},
                        std::string("the calls of the old generation did not end in time: ") + what);
   };
-  std::unique_lock<std::mutex> drive(drive_, std::defer_lock);
-  while (!drive.try_lock()) {  // a thread still in a failed call lets go within a wait's check
-    late("another thread still drives progress");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  std::unique_lock<std::mutex> drive = takeDrive(deadline, "reform");
   // The old generation ends here if it had not: every call in flight, and every one started
   // (incoming_), fails with its error.
   if (!mesh_->failure()) {
@@ -786,14 +782,27 @@ void Engine::reform(std::int64_t generation, const std::vector<bool>& keep,
   mesh_->reform(generation, keep);
 }
 
-std::string Engine::joinAddress(bool listen) {
-  std::lock_guard<std::mutex> drive(drive_);
+std::unique_lock<std::mutex> Engine::takeDrive(Clock::time_point deadline, const char* op) {
+  std::unique_lock<std::mutex> drive(drive_, std::defer_lock);
+  while (!drive.try_lock()) {  // a thread still in a failed call lets go within a wait's check
+    if (Clock::now() >= deadline) {
+      throw TimeoutError(Where{rank(), op, -1},
+                         "the calls of the old generation did not end in time: another thread "
+                         "still drives progress");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return drive;
+}
+
+std::string Engine::joinAddress(bool listen, Clock::time_point deadline) {
+  std::unique_lock<std::mutex> drive = takeDrive(deadline, "grow");
   return mesh_->joinAddress(listen);
 }
 
 void Engine::welcome(const std::vector<int>& slots, const std::vector<std::string>& addresses,
                      Clock::time_point deadline) {
-  std::lock_guard<std::mutex> drive(drive_);
+  std::unique_lock<std::mutex> drive = takeDrive(deadline, "grow");
   if (!active_.empty()) {
     throw InvalidArgument(Where{rank(), "grow", -1},
                           std::to_string(active_.size()) + " calls are in flight");

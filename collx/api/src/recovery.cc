@@ -702,7 +702,7 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
     try {
       const int at = runtime_->meshRank(rank_);
       const bool listen = std::any_of(slots.begin(), slots.end(), [&](int s) { return s > at; });
-      mine = runtime_->engine->joinAddress(listen);
+      mine = runtime_->engine->joinAddress(listen, deadline);
     } catch (const Error& e) {
       failure = e.what();
     }

@@ -109,7 +109,7 @@ class Engine {
   void reform(std::int64_t generation, const std::vector<bool>& keep, Clock::time_point deadline);
   // Newcomers fill the mesh's places `slots` in this generation (Mesh::joinAddress/admit):
   // the driving thread's, taken as reform() takes it; nothing may be in flight.
-  std::string joinAddress(bool listen);
+  std::string joinAddress(bool listen, Clock::time_point deadline);
   void welcome(const std::vector<int>& slots, const std::vector<std::string>& addresses,
                Clock::time_point deadline);
   // The mesh's generation (Mesh::generation): a context of another is over.
@@ -132,6 +132,9 @@ class Engine {
   void resetStats() noexcept;
 
  private:
+  // The driving thread's lock (reform, joinAddress, welcome): a thread still in a failed call
+  // lets go within a wait's check; TimeoutError (naming `op`) past `deadline`.
+  std::unique_lock<std::mutex> takeDrive(Clock::time_point deadline, const char* op);
   friend class Execution;
   class DriveLock;
   struct Lane;
