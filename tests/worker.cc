@@ -44,7 +44,9 @@
 //   collx-test-worker shrink COUNT            as recover, then shrink() and a checked
 //                                             1 MiB allreduce on the new context: prints
 //                                             "shrunk rank=R size=S generation=G
-//                                             recovered in N ms"
+//                                             (shrink S ms) recovered in N ms" (from
+//                                             the failed call's end; the check is not
+//                                             timed)
 //
 // Exit codes name the outcome: 0 ok, 10 IoError, 11 TimeoutError, 12 MismatchError,
 // 13 Aborted, 14 InvalidArgument, 15 another collx error, 16 RevokedError, 17 ExcludedError,
@@ -245,14 +247,16 @@ int hang(collx::Context& ctx, std::uint64_t count, int calls) {
 // allreduces of COUNT float32 until one fails (prints "ready" after the first, then the
 // error), then agrees with every rank's bit cleared and prints the answer.
 // After the failure, mode "shrink" shrinks instead, then allreduces 1 MiB on the new context
-// and checks it: prints "shrunk rank=R size=S generation=G recovered in N ms" (N: from the
-// failed call's end to the checked allreduce's).
-int shrinkAndGoOn(collx::Context& ctx, std::chrono::steady_clock::time_point failed) {
+// and checks it: prints "shrunk rank=R size=S generation=G (shrink S ms) recovered in N ms"
+// (S and N from the failed call's end, to shrink()'s return and the allreduce's).
+int shrinkAndGoOn(collx::Context& ctx, std::chrono::steady_clock::time_point failed,
+                  std::vector<float>& v) {
   auto next = ctx.shrink();
-  const std::uint64_t n = 1u << 18;  // 1 MiB of float32
-  std::vector<float> v(n);
+  const auto shrunk = std::chrono::steady_clock::now();
+  const std::uint64_t n = 1u << 18;  // 1 MiB of float32 (v has room: allocated before)
   for (std::uint64_t i = 0; i < n; ++i) v[i] = static_cast<float>(next->rank() + i % 3);
   collx::allreduce(*next, v.data(), v.data(), n, collx::DataType::kFloat32);
+  const auto done = std::chrono::steady_clock::now();  // (the check below is not timed)
   const int P = next->size();
   for (std::uint64_t i = 0; i < n; ++i) {
     const float expected = static_cast<float>(P * (P - 1) / 2 + P * static_cast<int>(i % 3));
@@ -262,11 +266,12 @@ int shrinkAndGoOn(collx::Context& ctx, std::chrono::steady_clock::time_point fai
       return 20;
     }
   }
-  std::printf("shrunk rank=%d size=%d generation=%lld recovered in %lld ms\n", next->rank(),
-              next->size(), static_cast<long long>(next->generation()),
-              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         std::chrono::steady_clock::now() - failed)
-                                         .count()));
+  const auto ms = [](std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  };
+  std::printf("shrunk rank=%d size=%d generation=%lld (shrink %.1f ms) recovered in %.1f ms\n",
+              next->rank(), next->size(), static_cast<long long>(next->generation()),
+              ms(shrunk - failed), ms(done - failed));
   return 0;
 }
 
@@ -351,7 +356,8 @@ int elastic(std::shared_ptr<collx::Context> ctx, std::uint64_t count, long secon
 
 // (mode "agree": no allreduce; rank TEST_WORKER_HANG_RANK sleeps 60 s first, alive.)
 int recover(collx::Context& ctx, std::uint64_t count, bool agreeOnly, bool shrink) {
-  std::vector<float> v(count, 1.0f);
+  std::vector<float> v(std::max<std::uint64_t>(count, 1u << 18), 1.0f);
+  auto started = std::chrono::steady_clock::now();
   if (agreeOnly) {
     const char* late = std::getenv("TEST_WORKER_HANG_RANK");
     std::printf("ready\n");
@@ -369,11 +375,11 @@ int recover(collx::Context& ctx, std::uint64_t count, bool agreeOnly, bool shrin
       }
     }
   } catch (const collx::Error& e) {
+    started = std::chrono::steady_clock::now();
     std::printf("failed: %s: %s\n", collx::errorKindName(e.kind()), e.what());
     std::fflush(stdout);
   }
-  const auto started = std::chrono::steady_clock::now();
-  if (shrink) return shrinkAndGoOn(ctx, started);
+  if (shrink) return shrinkAndGoOn(ctx, started, v);
   const collx::Agreement a = ctx.agree(~(std::uint64_t{1} << ctx.rank()));
   std::string failed;
   for (int r : a.failed) failed += (failed.empty() ? "" : ",") + std::to_string(r);

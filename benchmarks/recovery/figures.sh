@@ -61,7 +61,7 @@ one() {  # P transport mode
     sed -n 's/^\[[0-9]*\] reformed .* in \([0-9]*\) ms$/\1/p' "$out"
     sed -n 's/^\[[0-9]*\] joined .* in \([0-9]*\) ms$/join \1/p' "$out"
   else
-    sed -n 's/^\[[0-9]*\] shrunk .* recovered in \([0-9]*\) ms$/\1/p' "$out"
+    sed -n 's/^\[[0-9]*\] shrunk .* recovered in \([0-9.]*\) ms$/\1/p' "$out"
   fi
 }
 

@@ -135,6 +135,22 @@ Bytes Store::get(const std::string& key, std::chrono::milliseconds timeout) {
   return std::move(values.at(0));
 }
 
+std::optional<Bytes> Store::tryGet(const std::string& key) {
+  auto values = tryMultiGet({key}, std::chrono::milliseconds(0));
+  if (!values) return std::nullopt;
+  return std::move(values->at(0));
+}
+
+std::optional<std::vector<Bytes>> Store::tryMultiGet(const std::vector<std::string>& keys,
+                                                     std::chrono::milliseconds wait) {
+  validateKeys(keys, "get");
+  std::vector<Bytes> values;
+  if (keys.empty()) return values;
+  const auto deadline = Clock::now() + std::max(wait, std::chrono::milliseconds(0));
+  if (!doMultiGet(keys, deadline, values).empty()) return std::nullopt;
+  return values;
+}
+
 std::vector<Bytes> Store::multiGet(const std::vector<std::string>& keys) {
   return multiGet(keys, timeout_);
 }

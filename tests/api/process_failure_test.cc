@@ -159,7 +159,7 @@ TEST_P(ProcessFailures, AfterAKillTheSurvivorsShrinkAndGoOn) {
     }
     EXPECT_EQ(job.rank(r).exitCode(), 0) << "rank " << r << ": " << job.rank(r).err();
     const std::string expected =
-        "shrunk rank=" + std::to_string(r == 0 ? 0 : r - 1) + " size=3 generation=1 recovered in";
+        "shrunk rank=" + std::to_string(r == 0 ? 0 : r - 1) + " size=3 generation=1 (shrink";
     EXPECT_NE(job.rank(r).out().find(expected), std::string::npos)
         << "rank " << r << ": " << job.rank(r).out();
   }

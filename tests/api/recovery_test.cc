@@ -337,6 +337,32 @@ TEST_P(Shrink, AHealthyContextShrinksToAllOfItsRanks) {
   });
 }
 
+// Ranks that leave at different points meet all the same: rank 0 fails (it aborts its own
+// context) only once the others are inside shrink() with healthy contexts, so it leaves the
+// generation before agreeing and they after; nobody failed, every rank goes on.
+TEST_P(Shrink, RanksThatLeaveBeforeAndAfterAgreeingMeetAllTheSame) {
+  const int P = GetParam();
+  World world(P);
+  world.runOk([&](int rank, Context& ctx) {
+    checkAllreduce(ctx, 100);
+    barrier(ctx);
+    if (rank == 0) {
+      std::vector<std::string> keys;
+      for (int r = 1; r < P; ++r) keys.push_back("test/in-shrink/" + std::to_string(r));
+      world.store()->wait(keys, 30s);
+      std::this_thread::sleep_for(50ms);
+      ctx.abort("rank 0 fails after the others called shrink()");
+    } else {
+      world.store()->set("test/in-shrink/" + std::to_string(rank), "1");
+    }
+    auto shrunk = ctx.shrink(30s);
+    EXPECT_EQ(shrunk->size(), P);
+    EXPECT_EQ(shrunk->rank(), rank);
+    for (std::uint64_t count : {1, 300000}) checkAllreduce(*shrunk, count);
+    barrier(*shrunk);
+  });
+}
+
 class Grow : public ::testing::TestWithParam<int> {};
 
 BootstrapOptions joinOptions(World& world) {

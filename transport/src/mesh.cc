@@ -485,6 +485,13 @@ void Mesh::reform(std::int64_t generation, const std::vector<bool>& keep) {
               generation, std::count(keep.begin(), keep.end(), true), n);
 }
 
+void Mesh::drop(const std::vector<int>& peers, const Error& error) {
+  for (int peer : peers) {
+    if (peer < 0 || peer >= options_.size || peer == options_.rank) continue;
+    if (Pair* pair = pairs_[static_cast<std::size_t>(peer)]) pair->drop(error);
+  }
+}
+
 std::string Device::listenAgain() {
   throw Unsupported(Where{-1, "grow", -1},
                     std::string("the ") + name() + " transport takes no peer after connecting");

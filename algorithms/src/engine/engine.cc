@@ -782,6 +782,13 @@ void Engine::reform(std::int64_t generation, const std::vector<bool>& keep,
   mesh_->reform(generation, keep);
 }
 
+void Engine::drop(const std::vector<int>& peers, const std::string& why,
+                  Clock::time_point deadline) {
+  if (peers.empty()) return;
+  std::unique_lock<std::mutex> drive = takeDrive(deadline, "reform");
+  mesh_->drop(peers, IoError(Where{rank(), "reform", -1}, why));
+}
+
 std::unique_lock<std::mutex> Engine::takeDrive(Clock::time_point deadline, const char* op) {
   std::unique_lock<std::mutex> drive(drive_, std::defer_lock);
   while (!drive.try_lock()) {  // a thread still in a failed call lets go within a wait's check

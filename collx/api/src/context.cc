@@ -567,8 +567,9 @@ void Context::connectNewcomer(const ContextOptions& options, const Newcomer& joi
   startReporter(config);
 }
 
-void Context::startReporter(const Config& config) {
+void Context::startReporter(const Config& config, const detail::HangReporter* predecessor) {
   detail::HangReporter::Setup report;
+  report.predecessor = predecessor;
   report.recorder = runtime_->recorder ? runtime_->recorder : runtime_->engine->recorder();
   report.store = store_;
   report.notes = notes_;
@@ -1004,6 +1005,10 @@ void Context::eraseKeys() {
     keys.push_back("transport/" + std::to_string(r));
   }
   keys.push_back("split/next");
+  // The entries of the last agreement (each rank erased those of the rounds before).
+  if (const std::uint64_t rounds = runtime_ ? runtime_->agreements.load() : 0; rounds > 0) {
+    for (int r = 0; r < size_; ++r) keys.push_back(detail::agreeEntryKey(0, rounds, r));
+  }
   for (const std::string& key : keys) store_->erase(key);
   detail::HangReporter::eraseKeys(*store_, size_);
   store_->erase("left");

@@ -158,19 +158,38 @@ bool parseOutcome(const std::string& outcome, int count, std::string& word, int&
   return true;
 }
 
+std::string agreeEntryKey(std::uint64_t subContext, std::uint64_t round, int rank) {
+  return "agree/" + std::to_string(subContext) + "/" + std::to_string(round) + "/in/" +
+         std::to_string(rank);
+}
+
 }  // namespace detail
 
 namespace {
 
-// The polls of agree, the meetings and the plan: the first after 50 us, each next one after
-// twice the pause before, at most 50 ms apart (an answer that is there at once costs a few
-// store requests; one that takes long, one poll's requests every 50 ms).
+// The polls of the plan: the first after 50 us, each next one after twice the pause before,
+// at most 50 ms apart (an answer that is there at once costs a few store requests; one that
+// takes long, one poll's requests every 50 ms).
 constexpr std::chrono::microseconds kFirstPause(50);
 void pollPause(std::chrono::microseconds& step, std::chrono::steady_clock::time_point deadline) {
   const auto now = std::chrono::steady_clock::now();
   if (now >= deadline) return;
   std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(step, deadline - now));
   step = std::min<std::chrono::microseconds>(step * 2, std::chrono::milliseconds(50));
+}
+
+// The waits of agree and the meetings, in slices: the store wakes a wait when the last key it
+// waits for comes, so a slice bounds only how late a loss, or another rank's answer, is seen
+// between them. The first slice 1 ms (a TCP store's waits count whole milliseconds), each
+// next twice the one before, at most 50 ms, never past the deadline (then 0: one look).
+constexpr std::chrono::milliseconds kFirstSlice(1);
+std::chrono::milliseconds nextSlice(std::chrono::milliseconds& step,
+                                    std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  const auto slice = std::clamp(left, std::chrono::milliseconds(0), step);
+  step = std::min(step * 2, std::chrono::milliseconds(50));
+  return slice;
 }
 
 // Of `ranks` (whose keys keyOf() gives), those whose key is absent now, in order, with one
@@ -193,11 +212,11 @@ std::vector<int> absentOf(rendezvous::Store& store, const std::vector<int>& rank
   return still;
 }
 
-// The value of `key` when it is there (one check, then the read), else nullopt.
-std::optional<std::string> valueIfAny(rendezvous::Store& store, const std::string& key,
-                                      std::chrono::milliseconds wait) {
-  if (!store.check({key})) return std::nullopt;
-  return rendezvous::toString(store.get(key, wait));
+// The value of `key` when it is there now, else nullopt.
+std::optional<std::string> valueIfAny(rendezvous::Store& store, const std::string& key) {
+  auto value = store.tryGet(key);
+  if (!value) return std::nullopt;
+  return rendezvous::toString(*value);
 }
 
 std::string listOf(const std::set<int>& ranks) {
@@ -216,23 +235,28 @@ std::string listOf(const std::set<int>& ranks) {
 }  // namespace
 
 Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::milliseconds> timeout) {
-  using Clock = std::chrono::steady_clock;
-  Where where{rank_, "agree", -1};
+  const Where where{rank_, "agree", -1};
   if (!runtime_) throw InvalidArgument(where, "the context has no transports");
   const std::chrono::milliseconds wait = timeout.value_or(timeout_);
   if (wait.count() <= 0) {
     throw InvalidArgument(
         where, "the timeout must be positive, got " + std::to_string(wait.count()) + " ms");
   }
+  return agreeEntering(flags, wait, {});
+}
+
+Agreement Context::agreeEntering(std::uint64_t flags, std::chrono::milliseconds wait,
+                                 const std::function<void(const std::vector<int>&)>& entering) {
+  using Clock = std::chrono::steady_clock;
+  Where where{rank_, "agree", -1};
   if (runtime_->replaced.load()) runtime_->throwOver(where);
   const std::uint64_t round = runtime_->agreements.fetch_add(1) + 1;
   where.op = "agree#" + std::to_string(round);
   const auto start = Clock::now();
   const auto deadline = start + wait;
-  const std::string base =
-      "agree/" + std::to_string(subContext_) + "/" + std::to_string(round) + "/";
-  const std::string decisionKey = base + "decision";
-  auto entryKey = [&](int r) { return base + "in/" + std::to_string(r); };
+  const std::string decisionKey =
+      "agree/" + std::to_string(subContext_) + "/" + std::to_string(round) + "/decision";
+  auto entryKey = [&](int r) { return detail::agreeEntryKey(subContext_, round, r); };
   transport::Mesh& mesh = runtime_->engine->mesh();
 
   // What this rank knows failed: the rank that its context's error names as the one that
@@ -263,6 +287,7 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
       if (failed.insert(r).second) why[r] = "an earlier agreement found it failed";
     }
   }
+  if (entering) entering(std::vector<int>(failed.begin(), failed.end()));
   store_->set(entryKey(rank_), detail::encodeAgreement(flags, failed));
   detail::faultAt("agree.entered", rank_);
 
@@ -271,49 +296,56 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
   for (int r = 0; r < size_; ++r) {
     if (r != rank_ && failed.count(r) == 0) awaited.push_back(r);
   }
-  std::string decided;
-  auto step = kFirstPause;
-  while (true) {
-    if (auto answer = valueIfAny(*store_, decisionKey, wait)) {
-      decided = std::move(*answer);
-      break;
-    }
-    if (!awaited.empty()) {
-      // The entries that came since the last look: one request for which, one for them.
-      std::vector<int> came;
-      const std::vector<int> still = absentOf(*store_, awaited, entryKey, came);
-      std::vector<std::string> cameKeys;
-      cameKeys.reserve(came.size());
-      for (int r : came) cameKeys.push_back(entryKey(r));
-      if (!cameKeys.empty()) {
-        const std::vector<rendezvous::Bytes> values = store_->multiGet(cameKeys, wait);
-        for (std::size_t i = 0; i < came.size(); ++i) {
-          std::uint64_t theirFlags = 0;
-          std::set<int> theirFailed;
-          if (!detail::decodeAgreement(rendezvous::toString(values[i]), size_, theirFlags,
-                                       theirFailed)) {
-            COLLX_WARN(kCore,
-                       "rank {}: {}: rank {}'s entry in the store is malformed; it counts "
-                       "as flags 0 and no failures",
-                       rank_, where.op, came[i]);
-          }
-          flagsOf[came[i]] = theirFlags;
-          for (int f : theirFailed) {
-            if (failed.insert(f).second)
-              why[f] = "rank " + std::to_string(came[i]) + " found it so";
-          }
-        }
+  // The entries of `ranks` (their flags, and whom they found failed) into this rank's view.
+  auto absorb = [&](const std::vector<int>& ranks, const std::vector<rendezvous::Bytes>& values) {
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      std::uint64_t theirFlags = 0;
+      std::set<int> theirFailed;
+      if (!detail::decodeAgreement(rendezvous::toString(values[i]), size_, theirFlags,
+                                   theirFailed)) {
+        COLLX_WARN(kCore,
+                   "rank {}: {}: rank {}'s entry in the store is malformed; it counts "
+                   "as flags 0 and no failures",
+                   rank_, where.op, ranks[i]);
       }
-      awaited.clear();
-      for (int r : still) {
-        if (failed.count(r) != 0) continue;
-        const std::string lost = mesh.lost(runtime_->meshRank(r), start);
-        if (!lost.empty()) {
-          failed.insert(r);
-          why[r] = lost;
-          continue;
+      flagsOf[ranks[i]] = theirFlags;
+      for (int f : theirFailed) {
+        if (failed.insert(f).second) why[f] = "rank " + std::to_string(ranks[i]) + " found it so";
+      }
+    }
+  };
+  auto keysOf = [&](const std::vector<int>& ranks) {
+    std::vector<std::string> keys;
+    keys.reserve(ranks.size());
+    for (int r : ranks) keys.push_back(entryKey(r));
+    return keys;
+  };
+  // Wait for the awaited entries (all of them in one slice, at once when they are there);
+  // between slices, take those that came, drop the ranks lost meanwhile, and look for an
+  // answer another rank gave. Any rank that has every entry it awaits proposes; the first
+  // proposal is every rank's answer.
+  std::string decided;
+  auto step = kFirstSlice;
+  while (true) {
+    if (!awaited.empty()) {
+      if (auto values = store_->tryMultiGet(keysOf(awaited), nextSlice(step, deadline))) {
+        absorb(awaited, *values);
+        awaited.clear();
+      } else {
+        std::vector<int> came;
+        const std::vector<int> still = absentOf(*store_, awaited, entryKey, came);
+        if (!came.empty()) absorb(came, store_->multiGet(keysOf(came), wait));
+        awaited.clear();
+        for (int r : still) {
+          if (failed.count(r) != 0) continue;
+          const std::string lost = mesh.lost(runtime_->meshRank(r), start);
+          if (!lost.empty()) {
+            failed.insert(r);
+            why[r] = lost;
+            continue;
+          }
+          awaited.push_back(r);
         }
-        awaited.push_back(r);
       }
     }
     const bool late = Clock::now() >= deadline;
@@ -326,12 +358,14 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
       for (const auto& [r, f] : flagsOf) {
         if (failed.count(r) == 0) all &= f;
       }
-      // The first proposal is every rank's answer.
       decided = rendezvous::toString(store_->compareSet(
           decisionKey, {}, rendezvous::toBytes(detail::encodeAgreement(all, failed))));
       break;
     }
-    pollPause(step, deadline);
+    if (auto answer = store_->tryGet(decisionKey)) {
+      decided = rendezvous::toString(*answer);
+      break;
+    }
   }
 
   Agreement result;
@@ -368,16 +402,17 @@ Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::millise
                         "context is over for it (collx::join() brings the process back as "
                         "a newcomer, when the others take one in: grow(), reform())");
   }
-  // The last rank to read the answer erases the entries (the answer itself stays: a rank that
-  // was excluded may come to read it late).
-  try {
-    const auto readers = static_cast<std::int64_t>(size_ - agreedFailed.size());
-    if (store_->add(base + "read", 1) == readers) {
-      for (int r = 0; r < size_; ++r) store_->erase(entryKey(r));
-      store_->erase(base + "read");
+  // Each rank erases its entry of the agreement before this one (every rank that waited for
+  // it has an answer there to read instead), so the first agreement of a context erases
+  // nothing and a context keeps one round of entries (the answers stay: a rank that was
+  // excluded may come to read one late). The last round's go with the context's keys.
+  if (round > 1) {
+    try {
+      store_->erase(detail::agreeEntryKey(subContext_, round - 1, rank_));
+    } catch (const Error& e) {
+      COLLX_DEBUG(kCore, "rank {}: {}: erasing its entry of the agreement before: {}", rank_,
+                  where.op, e.what());
     }
-  } catch (const Error& e) {
-    COLLX_DEBUG(kCore, "rank {}: {}: erasing its entries: {}", rank_, where.op, e.what());
   }
   return result;
 }
@@ -399,11 +434,17 @@ std::string meet(rendezvous::Store& store, const std::string& phase, int self, i
     if (i != self) awaited.push_back(i);
   }
   const auto deadline = Clock::now() + wait;
-  auto step = kFirstPause;
+  auto step = kFirstSlice;
+  auto keysOf = [&](const std::vector<int>& members) {
+    std::vector<std::string> keys;
+    keys.reserve(members.size());
+    for (int i : members) keys.push_back(readyKey(phase, i));
+    return keys;
+  };
   while (true) {
-    if (auto known = valueIfAny(store, outcomeKey, wait)) return *known;
+    // All the others in one slice (at once when they are there), else who is still missing.
     std::string proposal;
-    if (!awaited.empty()) {
+    if (!awaited.empty() && !store.tryMultiGet(keysOf(awaited), nextSlice(step, deadline))) {
       std::vector<int> came;
       awaited = absentOf(
           store, awaited, [&](int i) { return readyKey(phase, i); }, came);
@@ -414,6 +455,8 @@ std::string meet(rendezvous::Store& store, const std::string& phase, int self, i
           break;
         }
       }
+    } else {
+      awaited.clear();
     }
     if (proposal.empty() && awaited.empty()) proposal = "ok";
     if (proposal.empty() && Clock::now() >= deadline) {
@@ -422,7 +465,7 @@ std::string meet(rendezvous::Store& store, const std::string& phase, int self, i
     if (!proposal.empty()) {
       return rendezvous::toString(store.compareSet(outcomeKey, {}, rendezvous::toBytes(proposal)));
     }
-    pollPause(step, deadline);
+    if (auto known = store.tryGet(outcomeKey)) return rendezvous::toString(*known);
   }
 }
 
@@ -453,12 +496,51 @@ std::chrono::milliseconds recoveryWait(const Where& where, const detail::Runtime
 
 }  // namespace
 
+struct Context::Left {
+  std::uint64_t attempt = 0;
+  std::vector<bool> kept;  // by mesh rank
+  bool everyone = false;   // every member left before agreeing: no meeting after
+};
+
+// Bit 0 of shrink()'s agreement: this rank left the generation before its entry went in.
+constexpr std::uint64_t kLeftBefore = 1;
+
 std::shared_ptr<Context> Context::shrink(std::optional<std::chrono::milliseconds> timeout) {
   const auto wait = recoveryWait(Where{rank_, "shrink", -1}, runtime_.get(), parent_ != nullptr,
                                  timeout, timeout_);
-  // Who goes on: the same answer on every survivor (a rank left out gets ExcludedError).
-  const Agreement agreed = agree(~std::uint64_t{0}, wait);
-  return regroup(agreed, 0, false, std::chrono::milliseconds(0), wait, nullptr);
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  // After a failure (the generation's calls fail everywhere: a failed mesh tells every
+  // peer), this rank leaves the generation (its pairs with the ranks it knows alive go on in
+  // the next) before its entry in the agreement goes in. When every survivor did, an answer
+  // is there only once every rank it names has left: no frame of the next generation can
+  // reach a rank still in this one, and the agreement was the survivors' meeting. A rank
+  // whose context is healthy leaves after the answer (another may still be finishing its
+  // last call with it), and then all meet. The answer names every failure this rank knew
+  // (the rank that answered read its entry), perhaps more: those pairs end after it.
+  const bool early = runtime_->engine->failure() != nullptr;
+  std::optional<Left> left;
+  std::function<void(const std::vector<int>&)> leave;
+  if (early) {
+    leave = [&](const std::vector<int>& failed) {
+      Left l;
+      l.attempt = runtime_->shrinks.fetch_add(1) + 1;
+      l.kept.assign(static_cast<std::size_t>(runtime_->engine->mesh().size()), false);
+      for (int r = 0; r < size_; ++r) {
+        if (!std::binary_search(failed.begin(), failed.end(), r)) {
+          l.kept[static_cast<std::size_t>(runtime_->meshRank(r))] = true;
+        }
+      }
+      runtime_->engine->reform(generation_ + static_cast<std::int64_t>(l.attempt), l.kept,
+                               deadline);
+      left = std::move(l);
+      detail::faultAt("regroup.reformed", rank_);
+    };
+  }
+  const Agreement agreed =
+      agreeEntering(early ? ~std::uint64_t{0} : ~kLeftBefore, wait, leave);
+  if (left) left->everyone = (agreed.flags & kLeftBefore) != 0;
+  return regroup(agreed, 0, false, std::chrono::milliseconds(0), wait, nullptr,
+                 left ? &*left : nullptr);
 }
 
 std::shared_ptr<Context> Context::grow(int count,
@@ -515,14 +597,14 @@ Reformed Context::reform(std::optional<std::chrono::milliseconds> timeout,
 std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, bool inPlace,
                                           std::chrono::milliseconds joinWait,
                                           std::chrono::milliseconds wait,
-                                          std::vector<int>* membersOut) {
+                                          std::vector<int>* membersOut, const Left* left) {
   using Clock = std::chrono::steady_clock;
   const char* name = wanted == 0 ? "shrink" : inPlace ? "reform" : "grow";
   const auto start = Clock::now();
   const auto deadline = start + wait;
   // Every member makes the same attempts (an attempt fails on all of them alike, below):
   // the k-th takes generation + k, whose namespace no earlier attempt used.
-  const std::uint64_t attempt = runtime_->shrinks.fetch_add(1) + 1;
+  const std::uint64_t attempt = left ? left->attempt : runtime_->shrinks.fetch_add(1) + 1;
   const std::int64_t next = generation_ + static_cast<std::int64_t>(attempt);
   Where where{rank_, std::string(name) + "(generation " + std::to_string(next) + ")", -1};
   transport::Mesh& mesh = runtime_->engine->mesh();
@@ -594,12 +676,12 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
     std::string decided;
     auto step = kFirstPause;
     while (true) {
-      if (auto known = valueIfAny(*store_, planKey, wait)) {
+      if (auto known = valueIfAny(*store_, planKey)) {
         decided = std::move(*known);
         break;
       }
       std::int64_t first = 1;
-      if (auto text = valueIfAny(*rootStore_, detail::joinsKey(jobId_, "next"), wait)) {
+      if (auto text = valueIfAny(*rootStore_, detail::joinsKey(jobId_, "next"))) {
         first = std::max<std::int64_t>(1, std::atoll(text->c_str()));
       }
       const std::int64_t waiting =
@@ -654,9 +736,20 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
       static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
   detail::faultAt("regroup.planned", rank_);
   // This generation ends on this rank (every call of it fails), the pairs with the survivors
-  // go on in the next.
-  runtime_->engine->reform(next, keep, deadline);
-  detail::faultAt("regroup.reformed", rank_);
+  // go on in the next; or it ended before the agreement, and the pairs with the ranks it
+  // found failed end now.
+  if (left) {
+    std::vector<int> gone;
+    for (int m = 0; m < meshSize; ++m) {
+      if (left->kept[static_cast<std::size_t>(m)] && !keep[static_cast<std::size_t>(m)]) {
+        gone.push_back(m);
+      }
+    }
+    runtime_->engine->drop(gone, "the survivors agreed that the peer failed", deadline);
+  } else {
+    runtime_->engine->reform(next, keep, deadline);
+    detail::faultAt("regroup.reformed", rank_);
+  }
 
   rendezvous::StoreOptions storeOptions;
   storeOptions.timeout = wait;
@@ -731,13 +824,17 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
       failure = e.what();
     }
   }
-  PeerInfo self = peers_[static_cast<std::size_t>(rank_)];
-  const auto met = Clock::now();
-  const std::string outcome = detail::meet(
-      *store, "shrink", newRank, static_cast<int>(members.size()),
-      rendezvous::toString(detail::encodePeerInfo(self)), failure,
-      [&](int i) { return mesh.lost(placeOf(i), met); }, wait);
-  if (outcome != "ok") failAttempt(outcome);
+  // The members meet in the new generation (unless every one left before agreeing: the
+  // agreement was their meeting).
+  if (!left || !left->everyone || !slots.empty()) {
+    PeerInfo self = peers_[static_cast<std::size_t>(rank_)];
+    const auto met = Clock::now();
+    const std::string outcome = detail::meet(
+        *store, "shrink", newRank, static_cast<int>(members.size()),
+        rendezvous::toString(detail::encodePeerInfo(self)), failure,
+        [&](int i) { return mesh.lost(placeOf(i), met); }, wait);
+    if (outcome != "ok") failAttempt(outcome);
+  }
   std::vector<std::pair<int, PeerInfo>> newcomers;
   if (!slots.empty()) {
     std::vector<std::string> keys;
@@ -755,8 +852,10 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
   }
   auto formed = std::make_shared<Context>(Key{}, *this, members, next, newcomers);
   runtime_->replaced = true;
+  // The next generation's reports go through this one's connection to the store, and the
+  // watcher's thread goes on (started before this generation's reports end).
+  formed->startReporter(Config::process(), reporter_.get());
   if (reporter_) reporter_->stop();  // this generation's reports are over
-  formed->startReporter(Config::process());
   COLLX_DEBUG(kCore,
               "rank {}: {}: generation {} of {} ranks (failed: {}; newcomers: {}), rank {} "
               "there, in {} ms",

@@ -60,6 +60,8 @@ inline void parseRevoked(const std::string& value, int& rank, std::string& text)
 // separated>". decodeAgreement() reads one of a context of `size` ranks (outside input:
 // false for anything else).
 std::string encodeAgreement(std::uint64_t flags, const std::set<int>& failed);
+// Where rank `rank` enters round `round` of sub-context `subContext`'s agreements.
+std::string agreeEntryKey(std::uint64_t subContext, std::uint64_t round, int rank);
 bool decodeAgreement(const std::string& text, int size, std::uint64_t& flags,
                      std::set<int>& failed);
 

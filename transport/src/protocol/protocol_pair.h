@@ -86,6 +86,7 @@ class ProtocolPair : public Pair {
 
   // Fails every request in flight with `error`; nothing refers to their buffers after it.
   void failAll(const Error& error) noexcept;
+  void drop(const Error& error) noexcept final { failAll(error); }
   // Requests in flight on this pair.
   std::size_t inFlight() const noexcept { return live_; }
   bool busy() const noexcept final { return live_ > 0; }

@@ -107,6 +107,9 @@ class Engine {
   // which fail (the mesh fails first if it had not), then reforms the mesh. Thread-safe;
   // a call started meanwhile fails with the old generation's error.
   void reform(std::int64_t generation, const std::vector<bool>& keep, Clock::time_point deadline);
+  // After reform(): the pairs with `peers` (mesh ranks) end after all (Mesh::drop), taken as
+  // reform() takes the driving thread's lock; nothing of the new generation may be in flight.
+  void drop(const std::vector<int>& peers, const std::string& why, Clock::time_point deadline);
   // Newcomers fill the mesh's places `slots` in this generation (Mesh::joinAddress/admit):
   // the driving thread's, taken as reform() takes it; nothing may be in flight.
   std::string joinAddress(bool listen, Clock::time_point deadline);

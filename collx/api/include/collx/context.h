@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -190,8 +191,11 @@ class Context : public std::enable_shared_from_this<Context> {
   // writes its flags and the failures it knows, waits for every rank it does not know
   // failed, then proposes the result; the first proposal, taken atomically (compareSet),
   // is every rank's answer, so no rank coordinates and any rank may die at any point of it.
-  // A rank the answer names as failed gets ExcludedError instead. O(1) store requests per
-  // rank per poll (polls 50 us apart at first, twice as far each time, up to 50 ms). Thread-safe
+  // A rank the answer names as failed gets ExcludedError instead. Each rank waits for the
+  // entries in one store request per slice (the store answers as soon as the last entry
+  // came; slices of 1 ms at first, twice as long each time, up to 50 ms, between which it
+  // looks for ranks lost and for an answer given): in all, 4 store requests per rank when
+  // nothing more fails. Thread-safe
   // with this context's calls (it uses no connection). Throws the store's errors where the store
   // fails (a lost store ends the job).
   Agreement agree(std::uint64_t flags = ~std::uint64_t{0},
@@ -206,11 +210,16 @@ class Context : public std::enable_shared_from_this<Context> {
   // its generation, and nothing of an older one is ever delivered (Mesh::reform). This
   // context is over once it returns: its calls, and those of its sub-contexts, fail with
   // RevokedError. Its collectives take the point-to-point algorithms (shared memory's pairs
-  // within a host; no shared-memory group of its own yet). Throws IoError naming the rank
-  // when a survivor is lost before all of them went on (the others throw it too: call
-  // shrink() again), TimeoutError past `timeout` (default this context's; the agreement and
-  // the survivors' meeting in the new generation each wait at most that long), Unsupported
-  // where a survivor is reached over ibverbs (its queue pairs cannot be reset yet).
+  // within a host; no shared-memory group of its own yet). After a failure each rank leaves
+  // the old generation before its entry in the agreement goes in; when every survivor did,
+  // the agreement is also their meeting and nothing more is waited for once it answers (a
+  // survivor lost after it is named by the first call of the new context: shrink() that
+  // one again). Otherwise (a healthy context somewhere) the survivors meet in the new
+  // generation after agreeing, and a survivor lost before all of them went on makes every
+  // one throw IoError naming it (call shrink() again). Throws TimeoutError past `timeout`
+  // (default this context's; the agreement and the meeting each wait at most that long),
+  // Unsupported where a survivor is reached over ibverbs (its queue pairs cannot be reset
+  // yet).
   std::shared_ptr<Context> shrink(std::optional<std::chrono::milliseconds> timeout = {});
   // Newcomers join the survivors (the grow; ULFM leaves it to MPI_Comm_spawn):
   // called by every live rank of a healthy context (not a sub-context), it agrees on who
@@ -301,8 +310,9 @@ class Context : public std::enable_shared_from_this<Context> {
  private:
   void join();
   void connect(const ContextOptions& options);
-  // The hang report's watcher for this context (connect, and a shrunk context).
-  void startReporter(const Config& config);
+  // The hang report's watcher for this context (connect, and a shrunk context, which takes
+  // over the reporter of the context it came from: its store connection, not a new one).
+  void startReporter(const Config& config, const detail::HangReporter* predecessor = nullptr);
   // A context of `members` of `from` (split, shrink): its peers renumbered, its local rank,
   // and a runtime over `from`'s engine with the members' mesh ranks and a recorder of its
   // own. (rank_, size_ and timeout_ set before.)
@@ -311,9 +321,17 @@ class Context : public std::enable_shared_from_this<Context> {
   // shrink, grow and reform: the members of the next generation once `agreed` (with
   // `wanted` newcomers appended, or in the failed ranks' places when `inPlace`, waiting up
   // to `joinWait` for them; `wanted` < 0: as many as there are failed places).
+  // `left`: the attempt and the pairs kept of a generation this rank left before agreeing
+  // (shrink: the agreement was the meeting); null: regroup leaves it, and the members meet.
+  struct Left;
   std::shared_ptr<Context> regroup(const Agreement& agreed, int wanted, bool inPlace,
                                    std::chrono::milliseconds joinWait,
-                                   std::chrono::milliseconds wait, std::vector<int>* joined);
+                                   std::chrono::milliseconds wait, std::vector<int>* joined,
+                                   const Left* left = nullptr);
+  // agree(), calling `entering(failed)` (the ranks this rank knows failed, in order) just
+  // before this rank's entry goes in.
+  Agreement agreeEntering(std::uint64_t flags, std::chrono::milliseconds wait,
+                          const std::function<void(const std::vector<int>&)>& entering);
   void leave() noexcept;
   // The last rank to leave: erases every key of this generation.
   void eraseKeys();

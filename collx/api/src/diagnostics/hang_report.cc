@@ -18,6 +18,7 @@
 #include "collx/base/config.h"
 #include "collx/base/log.h"
 #include "collx/base/setting.h"
+#include "collx/rendezvous/prefix_store.h"
 #include "collx/rendezvous/store.h"
 #include "hang_diagnosis.h"
 #include "process_probe.h"
@@ -253,6 +254,17 @@ HangReporter::HangReporter(Setup setup, const Config& config) : setup_(std::move
   rendezvous::StoreOptions options;
   options.timeout = grace_;
   options.rank = setup_.rank;
+  // (A predecessor's connection serves when both are namespaces of one store.)
+  const auto* mine = dynamic_cast<const rendezvous::PrefixStore*>(setup_.store.get());
+  const auto* theirs = setup_.predecessor ? dynamic_cast<const rendezvous::PrefixStore*>(
+                                                setup_.predecessor->store_.get())
+                                          : nullptr;
+  if (mine != nullptr && theirs != nullptr) {
+    store_ = std::make_shared<rendezvous::PrefixStore>(mine->prefix(), theirs->inner(), options);
+    setup_.predecessor = nullptr;
+    return;
+  }
+  setup_.predecessor = nullptr;
   try {
     store_ = std::shared_ptr<rendezvous::Store>(setup_.store->reopen(options));
   } catch (const Error& e) {

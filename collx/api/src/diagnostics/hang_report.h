@@ -75,6 +75,10 @@ class HangReporter {
     // `revoked(rank, text)` when it finds it (either unset: not looked at).
     std::function<bool()> healthy;
     std::function<void(int rank, const std::string& text)> revoked;
+    // Another reporter whose store connection this one talks through (in its own namespace)
+    // instead of opening one: a shrunk context's takes its predecessor's (null: it opens
+    // its own).
+    const HangReporter* predecessor = nullptr;
   };
 
   // Registers a reporter with the process's watcher (started on first use); nullptr when the

@@ -80,6 +80,14 @@ class Store {
   std::vector<Bytes> multiGet(const std::vector<std::string>& keys,
                               std::chrono::milliseconds timeout);
 
+  // The value of `key` when it exists now (non-blocking), and the values of every key of
+  // `keys` when all exist within `wait` (returning as soon as the last came); nullopt
+  // otherwise, which is no error: for callers that wait in slices, looking at something else
+  // between them. One request to a TCP store.
+  std::optional<Bytes> tryGet(const std::string& key);
+  std::optional<std::vector<Bytes>> tryMultiGet(const std::vector<std::string>& keys,
+                                                std::chrono::milliseconds wait);
+
   // Blocks until every key exists.
   void wait(const std::vector<std::string>& keys);
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);

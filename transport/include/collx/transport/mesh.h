@@ -97,6 +97,10 @@ class Mesh {
   // keep their numbers (the new context maps its own onto them). The driving thread only,
   // with nothing in flight. Unsupported over ibverbs (its pairs cannot be reset yet).
   void reform(std::int64_t generation, const std::vector<bool>& keep);
+  // After reform(): the pairs with `peers` (mesh ranks) end after all, as if reform() had
+  // left them out (their requests fail with `error`; nothing of them is read again); the
+  // mesh stays healthy. The driving thread only.
+  void drop(const std::vector<int>& peers, const Error& error);
   // Context::grow, on a survivor: newcomers fill the places (mesh ranks) of peers that a
   // reform() left out. First joinAddress(): this rank's address blob for them (over tcp; a
   // new listener when `listen`, for newcomers of higher rank, who dial it); then admit():

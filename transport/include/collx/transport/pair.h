@@ -33,6 +33,9 @@ class Pair {
   // (Mesh::reform), its protocol state as new, over the same connection. Default: nothing
   // to do.
   virtual void reset() {}
+  // Ends the pair in this generation: every request in flight fails with `error`, and it is
+  // neither read nor polled again (Mesh::drop). Default: nothing to end.
+  virtual void drop(const Error& error) noexcept { (void)error; }
   // Frames of another generation read and dropped (for tests).
   virtual std::uint64_t staleFrames() const noexcept { return 0; }
   virtual std::uint64_t arrivals() const noexcept { return 0; }
