@@ -536,8 +536,7 @@ std::shared_ptr<Context> Context::shrink(std::optional<std::chrono::milliseconds
       detail::faultAt("regroup.reformed", rank_);
     };
   }
-  const Agreement agreed =
-      agreeEntering(early ? ~std::uint64_t{0} : ~kLeftBefore, wait, leave);
+  const Agreement agreed = agreeEntering(early ? ~std::uint64_t{0} : ~kLeftBefore, wait, leave);
   if (left) left->everyone = (agreed.flags & kLeftBefore) != 0;
   return regroup(agreed, 0, false, std::chrono::milliseconds(0), wait, nullptr,
                  left ? &*left : nullptr);

@@ -256,9 +256,10 @@ HangReporter::HangReporter(Setup setup, const Config& config) : setup_(std::move
   options.rank = setup_.rank;
   // (A predecessor's connection serves when both are namespaces of one store.)
   const auto* mine = dynamic_cast<const rendezvous::PrefixStore*>(setup_.store.get());
-  const auto* theirs = setup_.predecessor ? dynamic_cast<const rendezvous::PrefixStore*>(
-                                                setup_.predecessor->store_.get())
-                                          : nullptr;
+  const auto* theirs =
+      setup_.predecessor
+          ? dynamic_cast<const rendezvous::PrefixStore*>(setup_.predecessor->store_.get())
+          : nullptr;
   if (mine != nullptr && theirs != nullptr) {
     store_ = std::make_shared<rendezvous::PrefixStore>(mine->prefix(), theirs->inner(), options);
     setup_.predecessor = nullptr;
