@@ -8,6 +8,12 @@
 #     re-form, rank 2 kills itself right after its entry in the agreement (agree.entered):
 #     the attempt fails, replacements come for both, and all 4 ranks end with the same
 #     "done size=4".
+#  3. --on-failure replace: rank 1 is killed; rank 0 kills itself once the members and rank
+#     1's replacement published their addresses (regroup.met), before that newcomer dials
+#     it: the newcomer
+#     learns at once that rank 0 is gone (its dial is refused; not at its connect deadline,
+#     30 s, past the survivors' wait for replacements, 10 s), joins the next attempt with
+#     rank 0's replacement, and all 4 ranks end with the same "done size=4".
 #   fault_inside_recovery.sh BUILD_DIR
 set -uo pipefail
 BUILD=${1:?usage: fault_inside_recovery.sh BUILD_DIR}
@@ -51,5 +57,7 @@ trial() {  # name fault done-size done-count collx-run-args... -- worker-args...
 
 trial shrink "regroup.reformed:kill:2" 2 2 --on-failure continue -- "$WORKER" elastic 4096 5
 trial replace "agree.entered:kill:2" 4 4 --on-failure replace --max-replacements 6 -- \
+  "$WORKER" replace 4096 5
+trial replace-dialed "regroup.met:kill:0" 4 4 --on-failure replace --max-replacements 6 -- \
   "$WORKER" replace 4096 5
 exit $failed

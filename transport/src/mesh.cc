@@ -111,7 +111,9 @@ Mesh::Mesh(const MeshOptions& options) : options_(options) {
 #endif
   }
   if (forced == "auto" || forced == "tcp") {
-    devices_.push_back(std::make_unique<tcp::TcpDevice>(link_, options_, options_.tcp));
+    TcpOptions tcp = options_.tcp;
+    tcp.peersListen = options_.joinGeneration >= 0;
+    devices_.push_back(std::make_unique<tcp::TcpDevice>(link_, options_, tcp));
   }
   pairs_.assign(static_cast<std::size_t>(options_.size), nullptr);
   deviceOf_.assign(static_cast<std::size_t>(options_.size), nullptr);

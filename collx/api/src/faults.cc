@@ -21,7 +21,8 @@ const AutoSetting<kind::String> kFault(
      .automatic = "none: no fault is injected",
      .help = "Fault injection, for tests and trials: POINT:ACTION[:RANK] entries, comma "
              "separated. POINT: revoke, agree.entered, agree.decided, regroup.planned, "
-             "regroup.reformed, regroup.connected (inside shrink, grow and reform), "
+             "regroup.reformed, regroup.met, regroup.connected (inside shrink, grow and "
+             "reform), "
              "join.ticket, join.connected (a newcomer's). ACTION: kill (SIGKILL), stop "
              "(SIGSTOP), sleep=MS. RANK: the context's rank there (a newcomer: new); "
              "default every rank. Each entry fires once per process."});

@@ -6,8 +6,9 @@ namespace collx::detail {
 
 // The points: "revoke", "agree.entered" (its entry is in the store), "agree.decided" (it read
 // the answer), "regroup.planned" (the members of shrink, grow or reform are known),
-// "regroup.reformed" (the old generation ended here), "regroup.connected" (the newcomers'
-// connections are made), "join.ticket" (a newcomer took its ticket), "join.connected" (a
+// "regroup.reformed" (the old generation ended here), "regroup.met" (the members and the
+// newcomers published their addresses), "regroup.connected" (the newcomers' connections
+// are made), "join.ticket" (a newcomer took its ticket), "join.connected" (a
 // newcomer's connections are made). Does what COLLX_FAULT says for `point` on `rank` (the
 // context's rank there; -1 for a newcomer before it has one), else nothing.
 void faultAt(const char* point, int rank);

@@ -807,6 +807,7 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
         },
         wait);
     if (published != "ok") failAttempt(published);
+    detail::faultAt("regroup.met", rank_);
     try {
       std::vector<std::string> keys;
       keys.reserve(slots.size());

@@ -322,6 +322,12 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
     tcp::endpoint endpoint = parseEndpoint(addresses[i], where);
     socket->async_connect(endpoint, [&, socket, hello, ack, proof, i, retry, refused,
                                      readVerdict](const asio::error_code& ec) {
+      if (ec == asio::error::connection_refused && options_.peersListen) {
+        fatal = "rank " + std::to_string(peers[i]) + " (" + addresses[i] +
+                ") refused the connection: nothing listens there any more, it is gone (it "
+                "listened before it published that address)";
+        return finished();
+      }
       if (ec) return retry(ec.message());
       asio::async_write(
           *socket, asio::buffer(hello.get(), sizeof(Hello)),
@@ -526,6 +532,7 @@ std::vector<Pair*> TcpDevice::connect(const std::vector<int>& peers,
   for (const auto& row : fds) {
     for (int fd : row) configureSocket(fd, options_.bufferBytes);
   }
+  options_.peersListen = true;  // (a later connect() is admit()'s: see TcpOptions)
   std::vector<std::vector<std::unique_ptr<secure::TlsStream>>> tls;
   if (job_.tls) {
     try {

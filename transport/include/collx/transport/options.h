@@ -71,6 +71,12 @@ struct TcpOptions {
   // so that the peers of a connection send at the same time: then each sendmsg writes at
   // most 256 KiB (tcp_pair.cc). Not a setting: the API layer decides it from the join.
   bool shortWrites = true;
+  // Whether every peer of this device's first connect() listens already (a newcomer's:
+  // the members published their addresses only once they listened): then a refused dial
+  // means the peer is gone, and connect() fails at once instead of dialing again until its
+  // deadline. Every later connect() (admit(): the newcomers published theirs listening)
+  // counts so too. Not a setting: the mesh decides it.
+  bool peersListen = false;
 };
 
 struct ShmOptions {
