@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <set>
 #include <thread>
 
 namespace collx::rendezvous {
@@ -247,31 +248,42 @@ std::vector<std::string> pollForKeys(const std::vector<std::string>& keys,
 std::vector<std::string> waitThrough(Store& inner, const std::vector<std::string>& innerKeys,
                                      const std::vector<std::string>& keys,
                                      Clock::time_point deadline, std::vector<Bytes>* values) {
-  auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  if (remaining.count() <= 0) remaining = std::chrono::milliseconds(1);
-  try {
-    if (values != nullptr) {
-      *values = inner.multiGet(innerKeys, remaining);
-    } else {
-      inner.wait(innerKeys, remaining);
+  // A deadline passed or nearer than a millisecond is one look, not a wait.
+  const auto remaining =
+      std::max(std::chrono::milliseconds(0),
+               std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()));
+  if (values != nullptr) {
+    if (auto got = inner.tryMultiGet(innerKeys, remaining)) {
+      *values = std::move(*got);
+      return {};
     }
-    return {};
-  } catch (const TimeoutError&) {
-    // Report the missing keys in the outer store's terms.
-    std::vector<std::string> missing;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      if (!inner.check({innerKeys[i]})) missing.push_back(keys[i]);
-    }
-    if (!missing.empty()) return missing;
-    // Every key appeared just after the inner deadline: take them without waiting again.
-    if (values == nullptr) return {};
+  } else if (remaining.count() > 0) {
     try {
-      *values = inner.multiGet(innerKeys, std::chrono::milliseconds(1));
+      inner.wait(innerKeys, remaining);
       return {};
     } catch (const TimeoutError&) {
-      return keys;
+      // (which keys, below)
     }
   }
+  // The missing keys in the outer store's terms, with one request (a request per key made a
+  // wait of P keys that ran out cost P requests).
+  const std::vector<std::string> absent = inner.missing(innerKeys);
+  if (absent.empty()) {
+    // Every key appeared just after the inner deadline: take them without waiting again.
+    if (values == nullptr) return {};
+    if (auto got = inner.tryMultiGet(innerKeys, std::chrono::milliseconds(0))) {
+      *values = std::move(*got);
+      return {};
+    }
+    return keys;
+  }
+  const std::set<std::string> gone(absent.begin(), absent.end());
+  std::vector<std::string> missing;
+  missing.reserve(absent.size());
+  for (std::size_t i = 0; i < innerKeys.size(); ++i) {
+    if (gone.count(innerKeys[i]) != 0) missing.push_back(keys[i]);
+  }
+  return missing;
 }
 
 void backoffSleep(std::chrono::milliseconds& step, Clock::time_point deadline,
