@@ -29,6 +29,7 @@
 #include "collx/base/error.h"
 #include "collx/base/reduce_op.h"
 #include "collx/base/units.h"
+#include "collx/context.h"
 
 namespace {
 
@@ -77,6 +78,7 @@ struct Args {
   std::uint64_t chunkBytes = collx::algorithms::kChunkBytes.defaultValue();
   collx::algorithms::TimeModel model;
   std::uint64_t maxTasks = 50'000'000;
+  bool agree = false;
 };
 
 void listAlgorithms() {
@@ -146,6 +148,10 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
   cli.bytes("--max-tasks", a.maxTasks, "N",
             "skip a run whose schedules hold more tasks over all ranks than N (default 50M: "
             "about 3 GB of memory)");
+  cli.flag("--agree", a.agree,
+           "instead: what one agreement (agree, shrink, grow, reform) costs in store requests "
+           "and keys per rank and at the store, for P = 2, 4, ..., 65536 (see "
+           "COLLX_AGREE_COORDINATOR_FROM)");
   cli.parse(argc, argv);
 
   if (algorithmList == "list") {
@@ -243,7 +249,38 @@ struct Row {
   std::uint64_t rounds = 0, messages = 0, bytes = 0;
 };
 
+// --agree: the agreement's store traffic, from the same accounting as the library's
+// (collx::agreementCost), by P; the setting's choice beside both ways.
+int runAgree() {
+  std::printf(
+      "collx-sim: one agreement's store traffic (nothing failed, no wait ran out; a wait that\n"
+      "runs out adds a request: of one key for a rank that waits for the answer, of up to P\n"
+      "keys for a reader). Requests/keys per rank; store keys: every rank's together, as\n"
+      "COLLX_AGREE_COORDINATOR_FROM chooses, then with every rank reading, then coordinated.\n\n");
+  std::printf("%7s %8s %16s %16s %14s | %16s %16s\n", "P", "readers", "reader req/keys",
+              "waiter req/keys", "store keys", "all read: store", "coordinated");
+  for (std::int64_t p = 2; p <= 65536; p *= 2) {
+    const int P = static_cast<int>(p);
+    const collx::AgreementCost cost = collx::agreementCost(P);
+    const collx::AgreementCost all = collx::agreementCost(P, p + 1);
+    const collx::AgreementCost one = collx::agreementCost(P, 1);
+    char reader[32], waiter[32];
+    std::snprintf(reader, sizeof reader, "%llu/%llu",
+                  static_cast<unsigned long long>(cost.readerRequests),
+                  static_cast<unsigned long long>(cost.readerKeys));
+    std::snprintf(waiter, sizeof waiter, "%llu/%llu",
+                  static_cast<unsigned long long>(cost.waiterRequests),
+                  static_cast<unsigned long long>(cost.waiterKeys));
+    std::printf("%7d %8d %16s %16s %14llu | %16llu %16llu\n", P, cost.readers, reader,
+                cost.readers == P ? "-" : waiter, static_cast<unsigned long long>(cost.storeKeys),
+                static_cast<unsigned long long>(all.storeKeys),
+                static_cast<unsigned long long>(one.storeKeys));
+  }
+  return 0;
+}
+
 int run(const Args& a) {
+  if (a.agree) return runAgree();
   collx::algorithms::SimOptions options;
   options.moveBytes = false;
   options.dtype = a.dtype;

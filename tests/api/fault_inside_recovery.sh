@@ -14,6 +14,11 @@
 #     learns at once that rank 0 is gone (its dial is refused; not at its connect deadline,
 #     30 s, past the survivors' wait for replacements, 10 s), joins the next attempt with
 #     rank 0's replacement, and all 4 ranks end with the same "done size=4".
+#  4. --on-failure continue, every agreement through a coordinator
+#     (COLLX_AGREE_COORDINATOR_FROM=2): rank 1 is killed; rank 0, the coordinator, kills
+#     itself right after its entry in the agreement: rank 2 takes its part once it sees rank
+#     0 lost, the attempt fails (rank 0 is gone), the next goes on without both, and ranks 2
+#     and 3 end with the same "done size=2".
 #   fault_inside_recovery.sh BUILD_DIR
 set -uo pipefail
 BUILD=${1:?usage: fault_inside_recovery.sh BUILD_DIR}
@@ -26,7 +31,9 @@ failed=0
 trial() {  # name fault done-size done-count collx-run-args... -- worker-args...
   local name=$1 fault=$2 size=$3 count=$4 out="$WORK/$1.out"
   shift 4
-  COLLX_FAULT=$fault COLLX_PEER_TIMEOUT=1s COLLX_TIMEOUT=30s "$RUN" -n 4 --timeout 90s -t "$@" \
+  # shellcheck disable=SC2086 # (TRIAL_ENV: words of NAME=VALUE)
+  env ${TRIAL_ENV:-} COLLX_FAULT="$fault" COLLX_PEER_TIMEOUT=1s COLLX_TIMEOUT=30s \
+    "$RUN" -n 4 --timeout 90s -t "$@" \
     >"$out" 2>&1 &
   local launcher=$! i pid
   for ((i = 0; i < 400; i++)); do
@@ -60,4 +67,6 @@ trial replace "agree.entered:kill:2" 4 4 --on-failure replace --max-replacements
   "$WORKER" replace 4096 5
 trial replace-dialed "regroup.met:kill:0" 4 4 --on-failure replace --max-replacements 6 -- \
   "$WORKER" replace 4096 5
+TRIAL_ENV=COLLX_AGREE_COORDINATOR_FROM=2 trial coordinator "agree.entered:kill:0" 2 2 \
+  --on-failure continue -- "$WORKER" elastic 4096 5
 exit $failed

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "collx/collx.h"
+#include "collx/rendezvous/hash_store.h"
 #include "collx/rendezvous/store.h"
 #include "util/world.h"
 
@@ -203,6 +205,177 @@ TEST_P(Agree, ARankThatDoesNotComeByTheDeadlineIsExcludedAndToldSoWhenItComes) {
     ADD_FAILURE() << "the late rank was not told it is excluded";
   } catch (const ExcludedError& e) {
     EXPECT_TRUE(contains(e.what(), "agreed without this one")) << e.what();
+  }
+}
+
+// A store in this process that counts, for the rank its calling thread is tagged with, the
+// requests and the keys of each (a request of n keys counts n).
+class CountingStore final : public rendezvous::Store {
+ public:
+  struct Count {
+    std::uint64_t requests = 0, keys = 0, widest = 0;  // widest: the most keys of one request
+    std::chrono::steady_clock::duration took{};        // (the test's: how long the call took)
+  };
+  explicit CountingStore(int size)
+      : Store(rendezvous::StoreOptions{}), counts_(static_cast<std::size_t>(size)) {}
+  // The rank whose requests this thread's go to (-1: none; the watchers' threads).
+  static thread_local int tagged;
+  Count count(int rank) const { return counts_[static_cast<std::size_t>(rank)]; }
+  std::string describe() const override { return "counting hash://"; }
+  bool authenticated() const override { return true; }
+
+ protected:
+  void doSet(const std::string& key, const rendezvous::Bytes& value) override {
+    counted(1);
+    inner_.set(key, value);
+  }
+  std::vector<std::string> doWait(const std::vector<std::string>& keys,
+                                  rendezvous::Clock::time_point deadline) override {
+    counted(keys.size());
+    std::vector<rendezvous::Bytes> values;
+    return getting(keys, deadline, values);
+  }
+  std::vector<std::string> doMultiGet(const std::vector<std::string>& keys,
+                                      rendezvous::Clock::time_point deadline,
+                                      std::vector<rendezvous::Bytes>& values) override {
+    counted(keys.size());
+    return getting(keys, deadline, values);
+  }
+  std::int64_t doAdd(const std::string& key, std::int64_t delta) override {
+    counted(1);
+    return inner_.add(key, delta);
+  }
+  rendezvous::Bytes doCompareSet(const std::string& key, const rendezvous::Bytes& expected,
+                                 const rendezvous::Bytes& desired) override {
+    counted(1);
+    return inner_.compareSet(key, expected, desired);
+  }
+  bool doCheck(const std::vector<std::string>& keys) override {
+    counted(keys.size());
+    return inner_.check(keys);
+  }
+  std::vector<std::string> doMissing(const std::vector<std::string>& keys) override {
+    counted(keys.size());
+    return inner_.missing(keys);
+  }
+  bool doErase(const std::string& key) override {
+    counted(1);
+    return inner_.erase(key);
+  }
+
+ private:
+  void counted(std::size_t keys) {
+    if (tagged < 0) return;
+    Count& c = counts_[static_cast<std::size_t>(tagged)];
+    ++c.requests;
+    c.keys += keys;
+    c.widest = std::max<std::uint64_t>(c.widest, keys);
+  }
+  std::vector<std::string> getting(const std::vector<std::string>& keys,
+                                   rendezvous::Clock::time_point deadline,
+                                   std::vector<rendezvous::Bytes>& values) {
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - rendezvous::Clock::now());
+      if (auto got = inner_.tryMultiGet(keys, std::max(left, std::chrono::milliseconds(0)))) {
+        values = std::move(*got);
+        return {};
+      }
+      std::vector<std::string> absent = inner_.missing(keys);
+      if (!absent.empty()) return absent;
+    }
+  }
+
+  rendezvous::HashStore inner_;
+  std::vector<Count> counts_;  // each written by its rank's thread only
+};
+thread_local int CountingStore::tagged = -1;
+
+// Each rank's store traffic in an agreement is what collx::agreementCost() accounts for
+// (every rank a reader, or one coordinator and ranks that wait for the answer, as
+// COLLX_AGREE_COORDINATOR_FROM says: the "coordinated:" copy of this suite sets it to 2): at
+// least that many requests and keys, and only the waits in slices beyond it (a wait that ran
+// out: a few more requests; of one key for a rank that waits for the answer). Each request of a
+// waiting rank carries one key whatever P; a reader's, P - 1.
+TEST_P(Agree, EachRanksStoreTrafficIsWhatAgreementCostSays) {
+  const int P = GetParam();
+  auto store = std::make_shared<CountingStore>(P);
+  World world(P, {}, {}, store);
+  constexpr int kRounds = 3;
+  std::vector<std::vector<CountingStore::Count>> got(static_cast<std::size_t>(P),
+                                                     std::vector<CountingStore::Count>(kRounds));
+  world.runOk([&](int rank, Context& ctx) {
+    for (int round = 0; round < kRounds; ++round) {
+      barrier(ctx);
+      const CountingStore::Count before = store->count(rank);
+      CountingStore::tagged = rank;
+      const auto start = std::chrono::steady_clock::now();
+      const Agreement a = ctx.agree(~std::uint64_t{0});
+      const auto took = std::chrono::steady_clock::now() - start;
+      CountingStore::tagged = -1;
+      const CountingStore::Count after = store->count(rank);
+      ASSERT_TRUE(a.failed.empty()) << "rank " << rank;
+      CountingStore::Count& c =
+          got[static_cast<std::size_t>(rank)][static_cast<std::size_t>(round)];
+      c.requests = after.requests - before.requests;
+      c.keys = after.keys - before.keys;
+      c.widest = after.widest;
+      c.took = took;
+    }
+  });
+  for (int round = 0; round < kRounds; ++round) {
+    const AgreementCost cost = agreementCost(P, 0, static_cast<std::uint64_t>(round + 1));
+    ASSERT_GE(cost.readers, 1);
+    for (int r = 0; r < P; ++r) {
+      const CountingStore::Count& c =
+          got[static_cast<std::size_t>(r)][static_cast<std::size_t>(round)];
+      const bool reader = cost.readers == P || r == 0;  // (the coordinator: rank 0, alive)
+      const std::string where = "rank " + std::to_string(r) + ", round " +
+                                std::to_string(round + 1) + (reader ? " (reader)" : " (waiter)");
+      const std::uint64_t requests = reader ? cost.readerRequests : cost.waiterRequests;
+      const std::uint64_t keys = reader ? cost.readerKeys : cost.waiterKeys;
+      EXPECT_GE(c.requests, requests) << where;
+      EXPECT_GE(c.keys, keys) << where;
+      // The slices (1 ms, doubling, at most 50 ms) that fit in the call's time, each ending
+      // in at most 4 requests (the wait, which entries came, those read, the answer looked for).
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(c.took).count();
+      std::uint64_t slices = 1;
+      for (std::int64_t sum = 0, step = 1; sum <= ms;
+           sum += step, step = std::min<std::int64_t>(step * 2, 50)) {
+        ++slices;
+      }
+      EXPECT_LE(c.requests, requests + 4 * slices)
+          << where << " in " << ms << " ms: it polls instead of waiting";
+      if (!reader) {
+        EXPECT_EQ(c.keys, c.requests) << where << ": a request of more than one key";
+      }
+    }
+  }
+  if (agreementCost(P).readers < P) {
+    for (int r = 1; r < P; ++r) {
+      EXPECT_EQ(store->count(r).widest, 1u) << "rank " << r << " read more than the answer";
+    }
+  }
+}
+
+// The lowest rank (a coordinated agreement's coordinator) closed: the next takes its part,
+// and the answer names it failed, long before the deadline.
+TEST_P(Agree, TheLowestRankClosedIsFailedAndTheOthersAgreeWithoutIt) {
+  const int P = GetParam();
+  World world(P);
+  world.close(0);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Agreement> got(static_cast<std::size_t>(P));
+  world.runOk([&](int rank, Context& ctx) {
+    if (rank == 0) return;
+    got[static_cast<std::size_t>(rank)] = ctx.agree(~(std::uint64_t{1} << rank), 30s);
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  std::uint64_t expected = ~std::uint64_t{0};
+  for (int r = 1; r < P; ++r) expected &= ~(std::uint64_t{1} << r);
+  for (int r = 1; r < P; ++r) {
+    EXPECT_EQ(got[static_cast<std::size_t>(r)].flags, expected) << "rank " << r;
+    EXPECT_EQ(got[static_cast<std::size_t>(r)].failed, std::vector<int>{0}) << "rank " << r;
   }
 }
 

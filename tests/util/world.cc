@@ -80,9 +80,10 @@ World& worldOf(int size) {
   return *world;
 }
 
-World::World(int size, ContextOptions options, std::vector<std::string> hostIds)
+World::World(int size, ContextOptions options, std::vector<std::string> hostIds,
+             std::shared_ptr<rendezvous::Store> given)
     : size_(size), contexts_(size), errors_(size) {
-  store_ = std::make_shared<rendezvous::HashStore>();
+  store_ = given ? std::move(given) : std::make_shared<rendezvous::HashStore>();
   auto store = store_;
   if (!options.timeout) options.timeout = std::chrono::seconds(60);
   std::vector<std::thread> formers;

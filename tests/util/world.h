@@ -23,7 +23,9 @@ class World {
  public:
   // Forms a world of `size` ranks (throws what a rank threw while forming). `hostIds`, when
   // given, is every rank's ContextOptions::hostId: several simulated hosts in one process.
-  explicit World(int size, ContextOptions options = {}, std::vector<std::string> hostIds = {});
+  // `store`, when given, is the store the ranks meet through instead of a new HashStore.
+  explicit World(int size, ContextOptions options = {}, std::vector<std::string> hostIds = {},
+                 std::shared_ptr<rendezvous::Store> store = nullptr);
   ~World();
   World(const World&) = delete;
   World& operator=(const World&) = delete;

@@ -14,6 +14,7 @@
 
 #include "collx/base/config.h"
 #include "collx/base/log.h"
+#include "collx/base/setting.h"
 #include "collx/context.h"
 #include "collx/rendezvous/prefix_store.h"
 #include "collx/rendezvous/store.h"
@@ -167,6 +168,19 @@ std::string agreeEntryKey(std::uint64_t subContext, std::uint64_t round, int ran
 
 namespace {
 
+const Setting<kind::Integer> kAgreeCoordinatorFrom(
+    {.name = "COLLX_AGREE_COORDINATOR_FROM",
+     .component = "core",
+     .defaultValue = 64,
+     .range = {1, std::int64_t{1} << 30},
+     .help = "Contexts of at least this many ranks agree (agree, shrink, grow, reform) through a "
+             "coordinator: the lowest live rank reads every rank's entry in the store and writes "
+             "the answer, the others wait for the answer alone (a store request of theirs "
+             "carries one key, not one per rank; the store reads P keys per agreement, not P * "
+             "P). A coordinator that dies or stops answering passes its part to the next rank; "
+             "at the deadline every rank reads for itself. Smaller contexts: every rank reads "
+             "every entry, one store hop sooner. Ranks may differ; the answer is one anyway."});
+
 // The polls of the plan: the first after 50 us, each next one after twice the pause before,
 // at most 50 ms apart (an answer that is there at once costs a few store requests; one that
 // takes long, one poll's requests every 50 ms).
@@ -233,6 +247,26 @@ std::string listOf(const std::set<int>& ranks) {
 }
 
 }  // namespace
+
+AgreementCost agreementCost(int size, std::int64_t coordinatorFrom, std::uint64_t round) {
+  AgreementCost cost;
+  if (size < 1) return cost;
+  if (coordinatorFrom <= 0) coordinatorFrom = kAgreeCoordinatorFrom.get(Config::process());
+  const std::uint64_t erase = round > 1 ? 1 : 0;
+  const auto p = static_cast<std::uint64_t>(size);
+  // A reader: its entry in, the others' entries read (one request), its proposal
+  // (compareSet), the erasure; a waiter: its entry in, the answer read, the erasure.
+  cost.readers = size < coordinatorFrom ? size : 1;
+  cost.readerRequests = 1 + (size > 1 ? 1 : 0) + 1 + erase;
+  cost.readerKeys = 1 + (p - 1) + 1 + erase;
+  if (cost.readers < size) {
+    cost.waiterRequests = 2 + erase;
+    cost.waiterKeys = 2 + erase;
+  }
+  cost.storeKeys = static_cast<std::uint64_t>(cost.readers) * cost.readerKeys +
+                   (p - static_cast<std::uint64_t>(cost.readers)) * cost.waiterKeys;
+  return cost;
+}
 
 Agreement Context::agree(std::uint64_t flags, std::optional<std::chrono::milliseconds> timeout) {
   const Where where{rank_, "agree", -1};
@@ -320,13 +354,42 @@ Agreement Context::agreeEntering(std::uint64_t flags, std::chrono::milliseconds 
     for (int r : ranks) keys.push_back(entryKey(r));
     return keys;
   };
-  // Wait for the awaited entries (all of them in one slice, at once when they are there);
-  // between slices, take those that came, drop the ranks lost meanwhile, and look for an
-  // answer another rank gave. Any rank that has every entry it awaits proposes; the first
-  // proposal is every rank's answer.
+  // Who reads the entries. Below COLLX_AGREE_COORDINATOR_FROM ranks every rank does (the
+  // last entry in ends every rank's wait: no hop more). From there on one rank does, the
+  // coordinator (the lowest this rank does not know failed), and the others wait for the
+  // answer alone, watching it: each one's requests carry a key or two instead of P, the
+  // store's P keys instead of P * P. A coordinator lost meanwhile (its connection, its
+  // silence) passes the part to the next; at the deadline every rank reads for itself.
+  // A reader waits for the awaited entries (all of them in one slice, at once when they
+  // are there); between slices it takes those that came, drops the ranks lost meanwhile,
+  // and looks for an answer another rank gave. Any reader that has every entry it awaits
+  // proposes; the first proposal is every rank's answer.
+  std::set<int> passed;  // coordinators this rank saw lost (not failed: their entries count)
+  auto coordinatorNow = [&] {
+    for (int r = 0; r < size_; ++r) {
+      if (failed.count(r) == 0 && passed.count(r) == 0) return r;
+    }
+    return rank_;
+  };
+  int coordinator = size_ < kAgreeCoordinatorFrom.get(Config::process()) ? rank_ : coordinatorNow();
   std::string decided;
   auto step = kFirstSlice;
   while (true) {
+    if (coordinator != rank_) {
+      if (auto answer = store_->tryMultiGet({decisionKey}, nextSlice(step, deadline))) {
+        decided = rendezvous::toString(answer->front());
+        break;
+      }
+      if (!mesh.lost(runtime_->meshRank(coordinator), start).empty()) {
+        COLLX_DEBUG(kCore, "rank {}: {}: coordinator rank {} is lost; the next takes its part",
+                    rank_, where.op, coordinator);
+        passed.insert(coordinator);
+        coordinator = coordinatorNow();
+      }
+      if (Clock::now() >= deadline) coordinator = rank_;
+      if (coordinator == rank_) step = kFirstSlice;  // (late: one look)
+      continue;
+    }
     if (!awaited.empty()) {
       if (auto values = store_->tryMultiGet(keysOf(awaited), nextSlice(step, deadline))) {
         absorb(awaited, *values);

@@ -102,6 +102,21 @@ struct Agreement {
   std::vector<int> failed;
 };
 
+// What one agreement costs one rank in store requests and in keys (each key set, read or
+// erased), when nothing fails and no wait runs out (each wait that runs out adds a request:
+// of one key for a rank that waits for the answer, of up to `size` for a reader). A context
+// of fewer than COLLX_AGREE_COORDINATOR_FROM ranks has `size` readers; a larger one, one
+// (the coordinator) and size - 1 ranks that wait for the answer. `round` > 1 adds the
+// erasure of the round before. `coordinatorFrom` 0: as COLLX_AGREE_COORDINATOR_FROM says.
+// collx-sim --agree prints it for P up to 65536.
+struct AgreementCost {
+  int readers = 0;
+  std::uint64_t readerRequests = 0, readerKeys = 0;
+  std::uint64_t waiterRequests = 0, waiterKeys = 0;  // 0 when every rank reads
+  std::uint64_t storeKeys = 0;                       // every rank's keys together
+};
+AgreementCost agreementCost(int size, std::int64_t coordinatorFrom = 0, std::uint64_t round = 2);
+
 class Context;
 
 // What Context::reform() returns, the same on every rank it returns to (ranks of the old
