@@ -454,6 +454,52 @@ TEST_P(Shrink, TheSurvivorsGoOnRenumberedInTheNextGeneration) {
   for (int r = 0; r < P; ++r) EXPECT_EQ(test::messageOf(errors[static_cast<std::size_t>(r)]), "");
 }
 
+// A rank left out while it still runs its shared-memory call of the old generation (stopped,
+// then woken, under a real job): what it published there is nothing to the survivors, whose
+// calls of the new generation (the same sequence numbers from 0) take neither that group nor
+// what is in it. Rank 2 starts allreduce#0 and waits in it; ranks 0 and 1 shrink without it
+// and run their allreduce#0 there, rank 1 late so that rank 0 waits (and looks at the
+// shared-memory group's members, as a waiting call does) meanwhile.
+TEST_P(Shrink, WhatALeftOutRankPublishedInTheOldGroupIsNothingToTheSurvivors) {
+  const int P = GetParam();
+  if (P < 3) GTEST_SKIP() << "needs two survivors and a rank left out (P >= 3)";
+  ContextOptions options;
+  options.timeout = 3s;  // the left-out rank's call ends at it
+  World world(P, options);
+  const int out = P - 1;
+  std::vector<std::string> errors(static_cast<std::size_t>(P));
+  world.run([&](int rank, Context& ctx) {
+    if (rank == out) {
+      std::vector<float> v(1000, 1.0f);
+      try {
+        allreduce(ctx, v.data(), v.data(), v.size(), DataType::kFloat32);
+        errors[static_cast<std::size_t>(rank)] = "its allreduce returned";
+      } catch (const Error&) {
+      }
+      return;
+    }
+    std::this_thread::sleep_for(100ms);  // rank `out` is in its call, published
+    std::shared_ptr<Context> shrunk;
+    try {
+      shrunk = ctx.shrink(1500ms);
+    } catch (const Error& e) {
+      errors[static_cast<std::size_t>(rank)] = std::string("shrink: ") + e.what();
+      return;
+    }
+    if (shrunk->size() != P - 1) {
+      errors[static_cast<std::size_t>(rank)] = "shrunk to " + std::to_string(shrunk->size());
+      return;
+    }
+    if (rank == 1) std::this_thread::sleep_for(300ms);
+    try {
+      checkAllreduce(*shrunk, 1000);
+    } catch (const Error& e) {
+      errors[static_cast<std::size_t>(rank)] = std::string("allreduce: ") + e.what();
+    }
+  });
+  for (int r = 0; r < P; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
 int openDescriptors() {
   int n = 0;
   if (DIR* dir = ::opendir("/proc/self/fd")) {

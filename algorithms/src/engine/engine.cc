@@ -780,6 +780,14 @@ void Engine::reform(std::int64_t generation, const std::vector<bool>& keep,
                                                            "ended");
   }
   mesh_->reform(generation, keep);
+  // The old generation's shared-memory group is left failed with its device: lane 0 takes the
+  // mesh's (none), so nothing of the new generation reads it again. A member left out that
+  // wakes and goes on in it (a stopped rank, say) would otherwise publish there what this
+  // generation's calls take for a peer's (a mismatch with a rank that is no member).
+  Lane& shared = lanes_[0];
+  shared.group = mesh_->sharedGroup();
+  shared.runner = std::make_unique<shm::Runner>(shared.group);
+  setFailMesh(shared);
 }
 
 void Engine::drop(const std::vector<int>& peers, const std::string& why,
