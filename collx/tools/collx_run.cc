@@ -56,6 +56,8 @@ constexpr const char* kFooter =
 
 // How long node 0 keeps the store up for nodes whose ranks are still running.
 constexpr std::chrono::minutes kStoreLinger(10);
+// How long after the job's --timeout (and grace) node 0 keeps the store for the other nodes.
+constexpr std::chrono::seconds kNodeSlack(10);
 
 struct Args {
   int nproc = 0;
@@ -132,7 +134,9 @@ Args parseArgs(int argc, char** argv, collx::cli::CommandLine& cli) {
            "run the job without a secret: anyone who can reach its store or its ranks' ports "
            "can join it (every rank warns)");
   cli.duration("--timeout", args.timeout, "T",
-               "stop the job after T (e.g. 90s, 10m; a number is seconds); exit code 124");
+               "stop the job after T (e.g. 90s, 10m; a number is seconds); exit code 124. With "
+               "--nnodes, node 0 keeps the store for the other nodes until T + --grace + 10 s "
+               "at most (without --timeout: 10 min)");
   cli.duration("--grace", args.grace, "T", "wait T between SIGTERM and SIGKILL (default 5s)");
   cli.flag("-t,--tag-output", args.tag, "prefix every line the ranks print with \"[rank] \"");
   cli.text("--bind", args.bind, "MODE",
@@ -228,10 +232,12 @@ struct RunKeys {
 // With several nodes, node 0's store must outlive every node's ranks: each launcher records
 // that its ranks are done, and the one hosting the store waits (bounded) for all of them. The
 // last node erases collx-run's keys (the one hosting the store, if it is not the last, the
-// counter after it).
+// counter after it). The wait ends at `deadline` (a job with --timeout: its end on every node,
+// with their grace and some slack) or after kStoreLinger.
 void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::string& jobId,
                      bool hostsStore, const std::shared_ptr<const collx::secure::JobSecret>& secret,
-                     std::shared_ptr<const collx::secure::TlsContext> tls) {
+                     std::shared_ptr<const collx::secure::TlsContext> tls,
+                     std::chrono::steady_clock::time_point deadline) {
   using namespace collx::rendezvous;
   const RunKeys keys(jobId);
   const std::string& key = keys.nodesDone;
@@ -251,7 +257,8 @@ void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::s
       return;
     }
     if (!hostsStore) return;
-    const auto deadline = std::chrono::steady_clock::now() + kStoreLinger;
+    const auto started = std::chrono::steady_clock::now();
+    deadline = std::min(deadline, started + kStoreLinger);
     while (done < args.nnodes) {
       sigset_t pending;
       sigpending(&pending);
@@ -259,8 +266,10 @@ void awaitOtherNodes(const Args& args, const std::string& storeUrl, const std::s
       if (std::chrono::steady_clock::now() >= deadline) {
         std::cerr << "collx-run: stopping the store although only " << done << " of " << args.nnodes
                   << " nodes have finished (waited "
-                  << std::chrono::duration_cast<std::chrono::seconds>(kStoreLinger).count()
-                  << " s)\n";
+                  << std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::steady_clock::now() - started)
+                         .count()
+                  << " s" << (args.timeout ? ", until the job's --timeout" : "") << ")\n";
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -524,10 +533,17 @@ int launch(const Args& args, const collx::cli::CommandLine& cli) {
     auto& env = options.ranks.back().env;
     env.insert(env.end(), secretEnv.begin(), secretEnv.end());
   }
+  const auto started = std::chrono::steady_clock::now();
   int code = collx::run::supervise(options);
   // Every rank has exited: what a killed one could not remove, we do.
   collx::transport::removeShmLeftovers(pids);
-  if (args.nnodes > 1) awaitOtherNodes(args, storeUrl, jobId, server != nullptr, secret, tls);
+  if (args.nnodes > 1) {
+    // The other nodes' launchers stop their ranks by their own --timeout (and grace): a
+    // node that has not said it is done by then (and a little after) is not coming.
+    const auto deadline = args.timeout ? started + *args.timeout + args.grace + kNodeSlack
+                                       : std::chrono::steady_clock::time_point::max();
+    awaitOtherNodes(args, storeUrl, jobId, server != nullptr, secret, tls, deadline);
+  }
   if (!removeDir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(removeDir, ec);

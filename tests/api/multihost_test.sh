@@ -49,7 +49,7 @@ for tool in ip unshare mount hostname; do
   command -v "$tool" >/dev/null 2>&1 || skip "no '$tool' on this machine"
 done
 [ -x "$BIN/collx-run" ] && [ -x "$BIN/collx-bench" ] || fail "no collx-run or collx-bench in $BIN"
-if ip -4 addr show 2>/dev/null | grep -q " $NET\." || ip -4 route show 2>/dev/null | grep -q "^$NET\."; then
+if grep -q " $NET\." <<<"$(ip -4 addr show 2>/dev/null)" || grep -q "^$NET\." <<<"$(ip -4 route show 2>/dev/null)"; then
   skip "$NET.0/24 is already in use on this machine (ip addr / ip route)"
 fi
 
@@ -127,12 +127,14 @@ run_bench() {
       hostname "$1" && mount -t tmpfs tmpfs /dev/shm || exit 90
       shift
       out=$1; shm=$2; shift 2
-      env $ENV_EXTRA "$@" >"$out" 2>&1
+      # (bounded also if collx-run itself hangs: SIGTERM, which it forwards to its ranks)
+      timeout -k 10 60 env $ENV_EXTRA "$@" >"$out" 2>&1
       code=$?
+      [ "$code" = 124 ] && echo "multihost_test: collx-run did not end within 60 s" >>"$out"
       ls -A /dev/shm >"$shm"
       exit $code' sh "$PREFIX-host$i" "$WORK/$name.$i" "$WORK/$name.shm.$i" \
       "$BIN/collx-run" -n "$RANKS" --nnodes "$HOSTS" --node-rank "$i" \
-      "${meet[@]}" --job-id "mh$ID-$RUN" --timeout 60s \
+      "${meet[@]}" --job-id "mh$ID-$RUN" --timeout 40s \
       --secret-file "$SECRET" -- \
       "$BIN/collx-bench" "$@" &
     PIDS+=($!)
@@ -182,10 +184,13 @@ bench() {
   local name=$1
   shift
   if ! run_bench "$name" "$@"; then
-    fail "$name: collx-run exited non-zero; host 0 printed:
-$(cat "$WORK/$name.0" 2>/dev/null)
-host 1 printed:
-$(cat "$WORK/$name.1" 2>/dev/null)"
+    local printed="" i
+    for ((i = 0; i < HOSTS; i++)); do
+      printed+="
+host $i printed:
+$(cat "$WORK/$name.$i" 2>/dev/null)"
+    done
+    fail "$name: collx-run exited non-zero on a host;$printed"
   fi
 }
 
@@ -227,7 +232,6 @@ else
   # lost node for minutes after the job failed.
   lost="$(((HOSTS - 1) * RANKS))"
   FILE_STORE=1 ENV_EXTRA="COLLX_TIMEOUT=30s COLLX_PEER_TIMEOUT=1s" CUT_AFTER=1
-  start=$(date +%s.%N)
   if run_bench cut-link -c allreduce -a ring --sizes 4194304 -w 1 -n 100000; then
     fail "cut-link: the job went on without the lost host"
   fi
@@ -283,13 +287,13 @@ fi
 cleanup
 trap - EXIT
 leftover=""
-ip netns list 2>/dev/null | grep -q "$PREFIX" && leftover+=" namespaces($(ip netns list | grep "$PREFIX" | tr '\n' ' '))"
+grep -q "$PREFIX" <<<"$(ip netns list 2>/dev/null)" && leftover+=" namespaces($(ip netns list | grep "$PREFIX" | tr '\n' ' '))"
 # Links deleted with a namespace go away asynchronously: give them a moment.
 for ((try = 0; try < 100; try++)); do
-  ip -o link show 2>/dev/null | grep -qE "cxv${ID}|$BRIDGE" || break
+  grep -qE "cxv${ID}|$BRIDGE" <<<"$(ip -o link show 2>/dev/null)" || break
   sleep 0.05
 done
-ip -o link show 2>/dev/null | grep -qE "cxv${ID}|$BRIDGE" &&
+grep -qE "cxv${ID}|$BRIDGE" <<<"$(ip -o link show 2>/dev/null)" &&
   leftover+=" links($(ip -o link show | grep -oE "(cxv${ID}|$BRIDGE)[^:@]*" | tr '\n' ' '))"
 for env in /proc/[0-9]*/environ; do
   if { tr '\0' '\n' <"$env"; } 2>/dev/null | grep -q "^COLLX_JOB_ID=mh$ID-"; then

@@ -96,8 +96,10 @@ for f in $elves; do
       fail "$f loads collx's library $lib, not one of $PKG/lib"
   done < <(sed -n 's/^.*libcollx[^ ]* => \([^ ]*\) .*$/\1/p' <<<"$deps")
 done
-ldd "$PKG"/_collx.*.so | grep -q "libcollx.so => $PKG/" ||
-  fail "the module does not load libcollx.so from the package: $(ldd "$PKG"/_collx.*.so)"
+# (Read whole first: under pipefail, grep -q leaving early could fail ldd with SIGPIPE.)
+module_deps=$(ldd "$PKG"/_collx.*.so) || fail "ldd of the module failed"
+grep -q "libcollx.so => $PKG/" <<<"$module_deps" ||
+  fail "the module does not load libcollx.so from the package: $module_deps"
 ok "ldd: $(wc -w <<<"$elves") shared objects and tools resolve every library, collx's from $PKG/lib"
 
 say "python/tests/test_module.py on the installed package (a world of one; the stubs)"
