@@ -31,11 +31,13 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace collx::transport::shm {
 
@@ -110,6 +112,43 @@ static_assert(sizeof(SlotControl) == kLine);
 template <typename T>
 inline std::atomic_ref<T> atomic(T& value) {
   return std::atomic_ref<T>(value);
+}
+
+// The error an arena's owner publishes before it stores State::kFailed, and clears when it
+// opens again (a reform). A peer may read it while the owner writes the next one (it saw
+// the last failure; the owner re-formed and failed again): each field and each byte is an
+// atomic access, so that such a peer reads a mix of the two errors at worst, never a torn
+// field.
+struct PublishedError {
+  std::uint32_t kind = 0;
+  std::int32_t culprit = -1;
+  std::string text;
+};
+inline void publishError(ArenaHeader& h, std::uint32_t kind, std::int32_t culprit,
+                         std::string_view text) noexcept {
+  const std::size_t n = std::min(text.size(), kErrorTextBytes);
+  for (std::size_t i = 0; i < n; ++i)
+    atomic(h.errorText[i]).store(text[i], std::memory_order_relaxed);
+  atomic(h.errorLength).store(static_cast<std::uint32_t>(n), std::memory_order_relaxed);
+  atomic(h.errorKind).store(kind, std::memory_order_relaxed);
+  atomic(h.culprit).store(culprit, std::memory_order_relaxed);
+}
+inline void clearError(ArenaHeader& h) noexcept {
+  atomic(h.errorLength).store(0, std::memory_order_relaxed);
+  atomic(h.culprit).store(-1, std::memory_order_relaxed);
+}
+// (After an acquire load of `state` that saw State::kFailed.)
+inline PublishedError readError(const ArenaHeader& header) {
+  auto& h = const_cast<ArenaHeader&>(header);
+  PublishedError e;
+  e.kind = atomic(h.errorKind).load(std::memory_order_relaxed);
+  e.culprit = atomic(h.culprit).load(std::memory_order_relaxed);
+  const std::size_t n =
+      std::min<std::size_t>(atomic(h.errorLength).load(std::memory_order_relaxed), kErrorTextBytes);
+  e.text.resize(n);
+  for (std::size_t i = 0; i < n; ++i)
+    e.text[i] = atomic(h.errorText[i]).load(std::memory_order_relaxed);
+  return e;
 }
 
 struct Layout {

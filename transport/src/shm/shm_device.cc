@@ -452,8 +452,7 @@ void ShmDevice::reform(const std::vector<bool>& keep) {
   (void)keep;  // (the pairs reset themselves; the left-out ones stay dead)
   // Open again: the peers that go on read this rank's state as they wait on it.
   ArenaHeader* h = arena_->header();
-  h->errorLength = 0;
-  h->culprit = -1;
+  clearError(*h);
   atomic(h->state).store(static_cast<std::uint32_t>(State::kOpen), std::memory_order_seq_cst);
 }
 
@@ -462,12 +461,7 @@ void ShmDevice::failAll(const Error& error) noexcept {
   if (atomic(h->state).load(std::memory_order_acquire) ==
       static_cast<std::uint32_t>(State::kOpen)) {
     // Every peer learns why (the state, stored after these, publishes them).
-    const std::string& text = error.detail();
-    const std::size_t n = std::min(text.size(), kErrorTextBytes);
-    std::memcpy(h->errorText, text.data(), n);
-    h->errorLength = static_cast<std::uint32_t>(n);
-    h->errorKind = static_cast<std::uint32_t>(error.kind());
-    h->culprit = error.peer();
+    publishError(*h, static_cast<std::uint32_t>(error.kind()), error.peer(), error.detail());
   }
   letGo(State::kFailed);
   for (auto& pair : pairs_) pair->failAll(error);

@@ -426,15 +426,14 @@ void ShmGroup::checkState(int member, const CallNamer& name, bool starting) {
   const ArenaHeader& h = *m.mapping->header();
   const auto state = atomic(const_cast<std::uint32_t&>(h.state)).load(std::memory_order_acquire);
   if (state == static_cast<std::uint32_t>(State::kFailed)) {
-    const std::uint32_t length = std::min<std::uint32_t>(h.errorLength, kErrorTextBytes);
-    std::string text(h.errorText, length);
-    int culprit = h.culprit;
+    PublishedError e = readError(h);
+    int culprit = e.culprit;
     if (culprit < 0 || culprit == link_.rank) culprit = m.rank;
     // (A revoke names who revoked, whoever passed it on.)
-    if (culprit != m.rank && errorKindFrom(h.errorKind) != ErrorKind::kRevoked) {
-      text = "rank " + std::to_string(m.rank) + " failed: " + text;
+    if (culprit != m.rank && errorKindFrom(e.kind) != ErrorKind::kRevoked) {
+      e.text = "rank " + std::to_string(m.rank) + " failed: " + e.text;
     }
-    raise(errorKindFrom(h.errorKind), culprit, text, name, true);
+    raise(errorKindFrom(e.kind), culprit, e.text, name, true);
   }
   if (state == static_cast<std::uint32_t>(State::kClosed)) {
     raise(ErrorKind::kIo, m.rank,

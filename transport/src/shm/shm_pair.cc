@@ -334,9 +334,8 @@ void ShmPair::checkPeerState(std::uint32_t state) {
 
 void ShmPair::raisePeerFailure() {
   // The peer failed: raise its error here, naming the rank it names.
-  const ArenaHeader& h = *peerHeader_;
-  const std::uint32_t length = std::min<std::uint32_t>(h.errorLength, kErrorTextBytes);
-  raisePeerError(errorKindFrom(h.errorKind), std::string(h.errorText, length), h.culprit);
+  PublishedError e = readError(*peerHeader_);
+  raisePeerError(errorKindFrom(e.kind), std::move(e.text), e.culprit);
 }
 
 void ShmPair::peerExited() {
