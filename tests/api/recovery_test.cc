@@ -413,7 +413,8 @@ void checkAllreduce(Context& ctx, std::uint64_t count) {
 // A rank closes; the others shrink: a context of the survivors, renumbered in order, in
 // generation 1, whose collectives (small and large) give the right sums and whose point to
 // point reaches the right ranks; the old context's calls fail (its generation is over), and
-// it cannot shrink again. Then a second rank closes, and the survivors shrink again.
+// it cannot shrink again. Then a second rank closes, and the survivors shrink again. The
+// survivors, on one host, have a shared-memory group again where the job had one.
 TEST_P(Shrink, TheSurvivorsGoOnRenumberedInTheNextGeneration) {
   const int P = GetParam();
   World world(P);
@@ -425,6 +426,7 @@ TEST_P(Shrink, TheSurvivorsGoOnRenumberedInTheNextGeneration) {
     EXPECT_EQ(shrunk->size(), P - 1);
     EXPECT_EQ(shrunk->rank(), rank < gone ? rank : rank - 1);
     EXPECT_EQ(shrunk->generation(), 1);
+    EXPECT_EQ(shrunk->sharedMemory(), ctx.sharedMemory());
     EXPECT_EQ(shrunk->peers()[static_cast<std::size_t>(shrunk->rank())].rank, shrunk->rank());
     for (std::uint64_t count : {1, 1000, 300000}) checkAllreduce(*shrunk, count);
     // Point to point around the new ring.
@@ -449,7 +451,9 @@ TEST_P(Shrink, TheSurvivorsGoOnRenumberedInTheNextGeneration) {
     auto again = next[static_cast<std::size_t>(rank)]->shrink(30s);
     EXPECT_EQ(again->size(), P - 2);
     EXPECT_EQ(again->generation(), 2);
-    checkAllreduce(*again, 5000);
+    // (One rank alone is all over shared memory.)
+    EXPECT_EQ(again->sharedMemory(), P == 3 || world.context(0).sharedMemory());
+    for (std::uint64_t count : {1, 5000, 300000}) checkAllreduce(*again, count);
   });
   for (int r = 0; r < P; ++r) EXPECT_EQ(test::messageOf(errors[static_cast<std::size_t>(r)]), "");
 }
@@ -459,7 +463,9 @@ TEST_P(Shrink, TheSurvivorsGoOnRenumberedInTheNextGeneration) {
 // calls of the new generation (the same sequence numbers from 0) take neither that group nor
 // what is in it. Rank 2 starts allreduce#0 and waits in it; ranks 0 and 1 shrink without it
 // and run their allreduce#0 there, rank 1 late so that rank 0 waits (and looks at the
-// shared-memory group's members, as a waiting call does) meanwhile.
+// shared-memory group's members, as a waiting call does) meanwhile. Over shared memory the
+// survivors' group is made again, and rank 2's call ends before its timeout, told that the
+// others went on without it (or that their generation ended).
 TEST_P(Shrink, WhatALeftOutRankPublishedInTheOldGroupIsNothingToTheSurvivors) {
   const int P = GetParam();
   if (P < 3) GTEST_SKIP() << "needs two survivors and a rank left out (P >= 3)";
@@ -474,7 +480,12 @@ TEST_P(Shrink, WhatALeftOutRankPublishedInTheOldGroupIsNothingToTheSurvivors) {
       try {
         allreduce(ctx, v.data(), v.data(), v.size(), DataType::kFloat32);
         errors[static_cast<std::size_t>(rank)] = "its allreduce returned";
-      } catch (const Error&) {
+      } catch (const Error& e) {
+        if (ctx.sharedMemory() && e.kind() != ErrorKind::kExcluded &&
+            e.kind() != ErrorKind::kRevoked) {
+          errors[static_cast<std::size_t>(rank)] =
+              std::string("not told it was left out: ") + e.what();
+        }
       }
       return;
     }
@@ -486,8 +497,10 @@ TEST_P(Shrink, WhatALeftOutRankPublishedInTheOldGroupIsNothingToTheSurvivors) {
       errors[static_cast<std::size_t>(rank)] = std::string("shrink: ") + e.what();
       return;
     }
-    if (shrunk->size() != P - 1) {
-      errors[static_cast<std::size_t>(rank)] = "shrunk to " + std::to_string(shrunk->size());
+    if (shrunk->size() != P - 1 || shrunk->sharedMemory() != ctx.sharedMemory()) {
+      errors[static_cast<std::size_t>(rank)] = "shrunk to " + std::to_string(shrunk->size()) +
+                                               (shrunk->sharedMemory() ? " with" : " without") +
+                                               " a shared-memory group";
       return;
     }
     if (rank == 1) std::this_thread::sleep_for(300ms);
@@ -530,6 +543,7 @@ TEST_P(Shrink, ThirtyReformsLeaveNoDescriptorThreadOrSegmentBehind) {
     world.runOk([&](int rank, Context& ctx) {
       auto& mine = current[static_cast<std::size_t>(rank)];
       mine = (mine ? mine : std::shared_ptr<Context>(&ctx, [](Context*) {}))->shrink(30s);
+      EXPECT_EQ(mine->sharedMemory(), ctx.sharedMemory());
       checkAllreduce(*mine, 1000);
     });
     if (round == 0) {
@@ -551,6 +565,7 @@ TEST_P(Shrink, AHealthyContextShrinksToAllOfItsRanks) {
     auto shrunk = ctx.shrink(30s);
     EXPECT_EQ(shrunk->size(), P);
     EXPECT_EQ(shrunk->rank(), rank);
+    EXPECT_EQ(shrunk->sharedMemory(), ctx.sharedMemory());
     checkAllreduce(*shrunk, 100);
     barrier(*shrunk);
   });
@@ -577,6 +592,7 @@ TEST_P(Shrink, RanksThatLeaveBeforeAndAfterAgreeingMeetAllTheSame) {
     auto shrunk = ctx.shrink(30s);
     EXPECT_EQ(shrunk->size(), P);
     EXPECT_EQ(shrunk->rank(), rank);
+    EXPECT_EQ(shrunk->sharedMemory(), ctx.sharedMemory());
     for (std::uint64_t count : {1, 300000}) checkAllreduce(*shrunk, count);
     barrier(*shrunk);
   });
@@ -620,6 +636,7 @@ TEST_P(Grow, ANewcomerTakesALostRanksPlaceAtTheEnd) {
     EXPECT_EQ(grown->generation(), 2);
     EXPECT_THROW(barrier(*shrunk), RevokedError);
     EXPECT_EQ(grown->transports()[static_cast<std::size_t>(P - 1)], "tcp");
+    EXPECT_FALSE(grown->sharedMemory()) << "the newcomer is reached over tcp";
     checkAllreduce(*grown, 1000);
     checkAllreduce(*grown, 300000);
     barrier(*grown);

@@ -904,7 +904,7 @@ class BareGroup final : public SharedGroup {
   [[noreturn]] void fail(Failure, int, const std::string& what, const CallNamer&) override {
     throw std::runtime_error(what);
   }
-  bool announced(int, std::uint64_t&, Fingerprint&) const override { return false; }
+  bool announced(int, std::uint64_t&, Fingerprint&, std::int64_t&) const override { return false; }
   std::string describe(std::uint64_t, const Fingerprint&) const override { return ""; }
 };
 

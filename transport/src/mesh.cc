@@ -225,6 +225,12 @@ void Mesh::connect(const std::vector<std::string>& addresses, Clock::time_point 
           peer != options_.rank && !live[static_cast<std::size_t>(peer)].empty();
     }
   }
+  adoptSharedGroup();
+  if (liveness_) probeLiveness(deadline);
+}
+
+void Mesh::adoptSharedGroup() {
+  group_ = nullptr;
   for (auto& device : devices_) {
     if (SharedGroup* group = device->sharedGroup()) {
       group->setFailMesh([this](const Error& error) { fail(error); });
@@ -237,7 +243,6 @@ void Mesh::connect(const std::vector<std::string>& addresses, Clock::time_point 
       group_ = group;
     }
   }
-  if (liveness_) probeLiveness(deadline);
 }
 
 std::string Mesh::describePeer(int peer) const {
@@ -467,13 +472,25 @@ void Mesh::reform(std::int64_t generation, const std::vector<bool>& keep) {
   }
   link_.epoch = static_cast<std::uint8_t>(generation);
   link_.active.clear();
-  for (auto& device : devices_) device->reform(keep);
+  // Each device keeps the peers it reaches (a newcomer in a lost rank's place is the tcp
+  // device's, not the shared memory's of the rank it replaced).
+  for (auto& device : devices_) {
+    std::vector<bool> mine(keep.size(), false);
+    for (int peer = 0; peer < n; ++peer) {
+      mine[static_cast<std::size_t>(peer)] =
+          keep[static_cast<std::size_t>(peer)] &&
+          deviceOf_[static_cast<std::size_t>(peer)] == device.get();
+    }
+    device->reform(generation, mine);
+  }
   for (int peer = 0; peer < n; ++peer) {
     Pair* pair = pairs_[static_cast<std::size_t>(peer)];
     if (pair != nullptr && keep[static_cast<std::size_t>(peer)]) pair->reset();
   }
   for (Watch& w : watch_) w.busy = false;
-  group_ = nullptr;  // (the group of the old generation stays with its device, failed)
+  // The members kept, re-formed (the group of the old generation stays with its device,
+  // failed).
+  adoptSharedGroup();
   {
     std::lock_guard<std::mutex> lock(failureMutex_);
     failure_ = nullptr;
@@ -492,6 +509,8 @@ void Mesh::drop(const std::vector<int>& peers, const Error& error) {
     if (peer < 0 || peer >= options_.size || peer == options_.rank) continue;
     if (Pair* pair = pairs_[static_cast<std::size_t>(peer)]) pair->drop(error);
   }
+  for (auto& device : devices_) device->leaveOut(peers);
+  adoptSharedGroup();
 }
 
 std::string Device::listenAgain() {

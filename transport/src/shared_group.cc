@@ -47,6 +47,12 @@ inline bool reached(std::uint32_t epoch, std::uint64_t use) noexcept {
 
 }  // namespace
 
+bool SharedGroup::hasPublished(int member, std::uint32_t epoch, std::uint64_t use) const noexcept {
+  if (!reached(epoch, use)) return false;
+  return base_ == 0 || std::atomic_ref<std::uint64_t>(headerOf(member, use)->use)
+                               .load(std::memory_order_acquire) >= use;
+}
+
 std::uint8_t* SharedGroup::beginUse(const UseHeader& header, const Waiting& waiting) {
   check(-1, waiting.name, true);
   const std::uint64_t use = published_ + 1;
@@ -83,6 +89,20 @@ const std::uint8_t* SharedGroup::await(int member, std::uint64_t use, const UseH
       } else {
         waitFor(member, use, waiting);
       }
+    }
+    // A later use where this one was: the member re-formed without this rank and published
+    // that in its new generation's group (a member is never a use ahead in the same one: it
+    // waits for this member's epoch before it writes the buffer again).
+    const std::uint64_t at =
+        std::atomic_ref<std::uint64_t>(got.use).load(std::memory_order_acquire);
+    if (at != use) {
+      fail(Failure::kExcluded, member,
+           "rank " + std::to_string(rankOf(member)) +
+               " went on in a later generation without rank " +
+               std::to_string(ranks_[static_cast<std::size_t>(index_)]) + " (it published use " +
+               std::to_string(at) + " where this call waits for use " + std::to_string(use) +
+               "): this rank was left out of a shrink or reform",
+           waiting.name);
     }
     if (got.seq != expected.seq || got.fingerprint != expected.fingerprint) {
       fail(Failure::kMismatch, member,
@@ -155,7 +175,18 @@ void SharedGroup::recordDirect(DirectCall call, std::uint64_t bytes, bool direct
 void SharedGroup::checkCall(int member, const Waiting& waiting) {
   std::uint64_t seq = 0;
   Fingerprint fp;
-  if (!announced(member, seq, fp) || seq != waiting.seq || fp == waiting.fingerprint) return;
+  std::int64_t generation = 0;
+  if (!announced(member, seq, fp, generation)) return;
+  if (generation > generation_) {
+    fail(Failure::kExcluded, member,
+         "rank " + std::to_string(rankOf(member)) + " runs " + describe(seq, fp) +
+             " in generation " + std::to_string(generation) + ", without rank " +
+             std::to_string(ranks_[static_cast<std::size_t>(index_)]) + " (generation " +
+             std::to_string(generation_) + "): this rank was left out of a shrink or reform",
+         waiting.name);
+  }
+  // (An older generation's: the member has not announced a call of this one yet.)
+  if (generation < generation_ || seq != waiting.seq || fp == waiting.fingerprint) return;
   fail(Failure::kMismatch, member,
        "rank " + std::to_string(ranks_[static_cast<std::size_t>(index_)]) + " expected " +
            describe(waiting.seq, waiting.fingerprint) + " from rank " +
@@ -177,9 +208,10 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
     const int looks = policy_.spin.count() > 0 ? 64 : 1;
     for (int i = 0; i < looks; ++i) {
       const std::uint32_t epoch = epochOf(member);
-      if (reached(epoch, use)) {
+      if (hasPublished(member, epoch, use)) {
+        // (A re-formed group's epoch may still be the old generation's: only `use` is sure.)
         const auto ahead = static_cast<std::uint32_t>(epoch - static_cast<std::uint32_t>(use));
-        seen_[static_cast<std::size_t>(member)] = use + ahead;
+        seen_[static_cast<std::size_t>(member)] = use + (base_ == 0 ? ahead : 0);
         if (slept) endSleptWait(member, use, start, waiting);
         return;
       }
@@ -206,7 +238,7 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
       continue;
     }
     const std::uint32_t seen = epochOf(member);
-    if (reached(seen, use)) continue;
+    if (hasPublished(member, seen, use)) continue;
     check(member, name);
     if (!noted && waited >= kNoteAfter && waiting.sleeping) {
       noted = true;

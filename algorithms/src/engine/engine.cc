@@ -781,9 +781,13 @@ void Engine::reform(std::int64_t generation, const std::vector<bool>& keep,
   }
   mesh_->reform(generation, keep);
   // The old generation's shared-memory group is left failed with its device: lane 0 takes the
-  // mesh's (none), so nothing of the new generation reads it again. A member left out that
-  // wakes and goes on in it (a stopped rank, say) would otherwise publish there what this
-  // generation's calls take for a peer's (a mismatch with a rank that is no member).
+  // mesh's new one (the members kept, their uses numbered from this generation's first), so
+  // nothing of the new generation reads the old one again. A member left out that wakes and
+  // goes on in it (a stopped rank, say) publishes only there.
+  takeMeshGroup();
+}
+
+void Engine::takeMeshGroup() {
   Lane& shared = lanes_[0];
   shared.group = mesh_->sharedGroup();
   shared.runner = std::make_unique<shm::Runner>(shared.group);
@@ -795,6 +799,7 @@ void Engine::drop(const std::vector<int>& peers, const std::string& why,
   if (peers.empty()) return;
   std::unique_lock<std::mutex> drive = takeDrive(deadline, "reform");
   mesh_->drop(peers, IoError(Where{rank(), "reform", -1}, why));
+  takeMeshGroup();  // (its group made again without them)
 }
 
 std::unique_lock<std::mutex> Engine::takeDrive(Clock::time_point deadline, const char* op) {

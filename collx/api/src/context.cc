@@ -850,11 +850,26 @@ Context::Context(Key, const Context& old, const std::vector<int>& members, std::
   adoptMembers(old, members, newcomers);
   const detail::Runtime& above = *old.runtime_;
   runtime_->generation = above.engine->generation();
-  // No shared-memory group of its own (yet): the point-to-point algorithms, over shared
-  // memory's pairs within a host.
   runtime_->policy =
       algorithms::SelectionPolicy::fromConfig(Config::process(), size_ == 1, runtime_->hosts);
   runtime_->spinUs = above.spinUs;
+  // The shared-memory group that the reform made of the members kept on this host, where it
+  // holds every member (each member knows the same: the same members kept, on one host, all
+  // over shared memory); else the point-to-point algorithms, over shared memory's pairs
+  // within a host (a newcomer joined over tcp, say).
+  transport::SharedGroup* group = runtime_->engine->mesh().sharedGroup();
+  if (size_ > 1 && group != nullptr && group->size() == size_ &&
+      group->generation() == runtime_->generation) {
+    bool ordered = true;
+    for (int r = 0; r < size_; ++r) ordered &= group->rankOf(r) == runtime_->meshRank(r);
+    if (ordered) {
+      runtime_->group = group;
+      runtime_->policy.sharedMemory = true;
+    }
+  }
+  COLLX_DEBUG(kShm, "rank {}: generation {}: {}", rank_, generation_,
+              runtime_->group ? "shared-memory group of " + std::to_string(size_)
+                              : std::string("no shared-memory group"));
 }
 
 void Context::adoptMembers(const Context& from, const std::vector<int>& members,

@@ -42,7 +42,7 @@
 namespace collx::transport::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x314d48535f584c43ull;  // "CLX_SHM1"
-inline constexpr std::uint32_t kArenaVersion = 4;
+inline constexpr std::uint32_t kArenaVersion = 5;
 inline constexpr std::size_t kLine = 64;
 inline constexpr int kGroupBuffers = 4;  // SharedGroup::kBuffers
 inline constexpr int kSlots = 8;         // SharedGroup::kSubGroupSlots
@@ -97,6 +97,7 @@ struct GroupControl {
   alignas(kLine) std::uint64_t version;
   std::uint64_t seq;
   std::uint64_t fingerprint[2];
+  std::uint64_t generation;  // the job's generation of that call (a re-formed group's)
 };
 static_assert(sizeof(GroupControl) == 3 * kLine);
 

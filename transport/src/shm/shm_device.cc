@@ -327,8 +327,8 @@ std::vector<Pair*> ShmDevice::connect(const std::vector<int>& peers,
               [](const GroupMember& a, const GroupMember& b) { return a.rank < b.rank; });
     int index = 0;
     while (members[static_cast<std::size_t>(index)].rank != job_.rank) ++index;
-    group_ =
-        std::make_unique<ShmGroup>(link_, std::move(members), index, options_.groupBytes, sendFd_);
+    group_ = std::make_unique<ShmGroup>(link_, std::move(members), index, options_.groupBytes,
+                                        sendFd_, -1, nullptr, job_.generation);
   }
   COLLX_DEBUG(kShm, "rank {}: {} peer(s) over shared memory", job_.rank, pairs_.size());
   return out;
@@ -448,8 +448,53 @@ void ShmDevice::letGo(State state) noexcept {
   for (auto& pair : pairs_) pair->ring();
 }
 
-void ShmDevice::reform(const std::vector<bool>& keep) {
-  (void)keep;  // (the pairs reset themselves; the left-out ones stay dead)
+void ShmDevice::remakeGroup(std::int64_t generation, const std::vector<bool>& keep) {
+  // From the group made at connect (every peer of this host's), the members kept, in the
+  // same memory, numbering their uses from the generation's first: a member left out that
+  // still waits in an old group reads no use of the new one as its own (it sees a later use,
+  // or a later generation's call, and fails: left out).
+  const ShmGroup* first = retired_.empty() ? group_.get() : retired_.front().get();
+  if (first == nullptr) return;
+  std::vector<GroupMember> members;
+  int self = -1;
+  for (const GroupMember& m : first->members()) {
+    if (m.rank != job_.rank && (m.rank < 0 || m.rank >= static_cast<int>(keep.size()) ||
+                                !keep[static_cast<std::size_t>(m.rank)])) {
+      continue;
+    }
+    if (m.rank == job_.rank) self = static_cast<int>(members.size());
+    members.push_back(m);
+  }
+  std::unique_ptr<ShmGroup> group;
+  if (members.size() > 1 && self >= 0 && generation > first->generation()) {
+    group = std::make_unique<ShmGroup>(
+        link_, std::move(members), self, options_.groupBytes, sendFd_, -1, nullptr, generation,
+        static_cast<std::uint64_t>(generation) << SharedGroup::kGenerationShift);
+    group->setPolicy(first->policy());
+    group->setDirectReads(first->directReads());
+  }
+  if (group_) retired_.push_back(std::move(group_));
+  group_ = std::move(group);
+}
+
+void ShmDevice::leaveOut(const std::vector<int>& peers) {
+  if (!group_) return;
+  const bool member = std::any_of(peers.begin(), peers.end(), [&](int peer) {
+    return std::find(group_->ranks().begin(), group_->ranks().end(), peer) != group_->ranks().end();
+  });
+  if (!member) return;
+  // Made again without them, for the same generation (no call of it ran in this one yet).
+  std::vector<bool> keep(static_cast<std::size_t>(job_.size), false);
+  for (int rank : group_->ranks()) {
+    if (std::find(peers.begin(), peers.end(), rank) == peers.end()) {
+      keep[static_cast<std::size_t>(rank)] = true;
+    }
+  }
+  remakeGroup(group_->generation(), keep);
+}
+
+void ShmDevice::reform(std::int64_t generation, const std::vector<bool>& keep) {
+  remakeGroup(generation, keep);
   // Open again: the peers that go on read this rank's state as they wait on it.
   ArenaHeader* h = arena_->header();
   clearError(*h);

@@ -78,12 +78,18 @@ class ShmDevice final : public Device {
 
  public:
   std::string gone(int peer) const override;
-  void reform(const std::vector<bool>& keep) override;
+  // The pairs of the peers kept reset themselves (the others stay dead); the group is made
+  // again of the members kept (a re-formed ShmGroup in the same memory), the old one kept,
+  // failed, with this device.
+  void reform(std::int64_t generation, const std::vector<bool>& keep) override;
+  void leaveOut(const std::vector<int>& peers) override;
 
  private:
   void checkLiveness();
   void drainBell() noexcept;
   void letGo(State state) noexcept;
+  // group_ made again of the members `keep` names, for `generation`.
+  void remakeGroup(std::int64_t generation, const std::vector<bool>& keep);
   Where where(int peer = -1) const { return Where{link_.rank, "shm", peer}; }
 
   LinkState& link_;
@@ -105,6 +111,7 @@ class ShmDevice final : public Device {
   std::map<int, Confirmed> confirmed_;
   std::vector<std::unique_ptr<ShmPair>> pairs_;
   std::unique_ptr<ShmGroup> group_;
+  std::vector<std::unique_ptr<ShmGroup>> retired_;  // the old generations' (sub-groups' makers)
   std::vector<int> pidfds_;  // per pair; -1 for a thread of this process or without pidfd
   bool armed_ = false;
   std::chrono::steady_clock::time_point nextCheck_{};

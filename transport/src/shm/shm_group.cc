@@ -37,7 +37,8 @@ void futexWake(std::uint32_t* word) {
 }  // namespace
 
 ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
-                   std::size_t bufferBytes, int bellSocket, int slot, ShmGroup* parent)
+                   std::size_t bufferBytes, int bellSocket, int slot, ShmGroup* parent,
+                   std::int64_t generation, std::uint64_t base)
     : SharedGroup(
           [&] {
             std::vector<int> ranks;
@@ -45,7 +46,8 @@ ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
             for (const auto& m : members) ranks.push_back(m.rank);
             return ranks;
           }(),
-          self, bufferBytes, WaitPolicy{}),
+          self, bufferBytes, WaitPolicy{}, parent != nullptr ? parent->generation() : generation,
+          parent != nullptr ? parent->firstUse() : base),
       link_(link),
       members_(std::move(members)),
       bellSocket_(bellSocket),
@@ -62,7 +64,8 @@ ShmGroup::ShmGroup(LinkState& link, std::vector<GroupMember> members, int self,
   // the first calls that use them: a first touch of a shared page costs a fault, and 4 x 256
   // KiB of them made the first large broadcasts 10x slower than the next ones.
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  for (std::size_t m = 0; m < buffers_.size(); ++m) {
+  // (A re-formed group's pages are the old group's, touched already.)
+  for (std::size_t m = 0; m < buffers_.size() && base_ == 0; ++m) {
     if (static_cast<int>(m) != self && slot >= 0) {
       // A sub-group's members may be writing their slots already (they made the group
       // first): the kernel maps those pages without reading them here.
@@ -118,7 +121,9 @@ void ShmGroup::zeroSlot(int slot) noexcept {
 }
 
 SlotOffer ShmGroup::offerSlots(const std::vector<int>& ranks) {
-  if (parent_ != nullptr || ranks.size() < 2) return {};
+  // (Not a re-formed group: the old generation's sub-groups may still hold slots here, and
+  // members left out still read theirs. Its splits go over the pairs.)
+  if (parent_ != nullptr || base_ != 0 || ranks.size() < 2) return {};
   SlotOffer out;
   out.canRead = true;
   std::vector<int> indices;
@@ -243,9 +248,7 @@ void ShmGroup::ringSleepers() noexcept {
 }
 
 bool ShmGroup::reached(int member, std::uint64_t use) const noexcept {
-  // Epochs are the low 32 bits of the use count: compare them modulo 2^32.
-  const std::uint32_t epoch = epochOf(member);
-  return static_cast<std::int32_t>(epoch - static_cast<std::uint32_t>(use)) >= 0;
+  return hasPublished(member, epochOf(member), use);
 }
 
 bool ShmGroup::expect(int member, std::uint64_t use) {
@@ -311,16 +314,21 @@ void ShmGroup::announce(std::uint64_t seq, const Fingerprint& fingerprint) noexc
   atomic(mine->seq).store(seq, std::memory_order_relaxed);
   atomic(mine->fingerprint[0]).store(words[0], std::memory_order_relaxed);
   atomic(mine->fingerprint[1]).store(words[1], std::memory_order_relaxed);
+  atomic(mine->generation)
+      .store(static_cast<std::uint64_t>(generation_), std::memory_order_relaxed);
   version.store(v + 2, std::memory_order_release);
 }
 
-bool ShmGroup::announced(int member, std::uint64_t& seq, Fingerprint& fingerprint) const {
+bool ShmGroup::announced(int member, std::uint64_t& seq, Fingerprint& fingerprint,
+                         std::int64_t& generation) const {
   GroupControl* theirs = controls_[static_cast<std::size_t>(member)];
   const std::uint64_t before = atomic(theirs->version).load(std::memory_order_acquire);
   if (before == 0 || (before & 1) != 0) return false;
   seq = atomic(theirs->seq).load(std::memory_order_relaxed);
   std::uint64_t words[2] = {atomic(theirs->fingerprint[0]).load(std::memory_order_relaxed),
                             atomic(theirs->fingerprint[1]).load(std::memory_order_relaxed)};
+  generation =
+      static_cast<std::int64_t>(atomic(theirs->generation).load(std::memory_order_relaxed));
   std::atomic_thread_fence(std::memory_order_acquire);
   if (atomic(theirs->version).load(std::memory_order_relaxed) != before) return false;
   std::memcpy(&fingerprint, words, sizeof(Fingerprint));
@@ -444,8 +452,10 @@ void ShmGroup::checkState(int member, const CallNamer& name, bool starting) {
 }
 
 void ShmGroup::fail(Failure kind, int member, const std::string& what, const CallNamer& name) {
-  raise(kind == Failure::kTimeout ? ErrorKind::kTimeout : ErrorKind::kMismatch, rankOf(member),
-        what, name, true);
+  const ErrorKind error = kind == Failure::kTimeout    ? ErrorKind::kTimeout
+                          : kind == Failure::kExcluded ? ErrorKind::kExcluded
+                                                       : ErrorKind::kMismatch;
+  raise(error, rankOf(member), what, name, true);
 }
 
 std::string ShmGroup::describe(std::uint64_t seq, const Fingerprint& fp) const {

@@ -38,9 +38,12 @@ class ShmGroup final : public SharedGroup {
  public:
   // `members` in rank order, this rank's among them (index `self`). `bellSocket`: the
   // device's socket that rings members' doorbells. A sub-group (subGroup()) is made with its
-  // slot and the group that made it, which outlives it.
+  // slot and the group that made it, which outlives it. `generation`: the job's (its calls
+  // announce it); a group re-formed for generation g (ShmDevice::reform) numbers its uses from
+  // `base` = g << kGenerationShift on (a sub-group from its maker's), in the same memory.
   ShmGroup(LinkState& link, std::vector<GroupMember> members, int self, std::size_t bufferBytes,
-           int bellSocket, int slot = -1, ShmGroup* parent = nullptr);
+           int bellSocket, int slot = -1, ShmGroup* parent = nullptr, std::int64_t generation = 0,
+           std::uint64_t base = 0);
   // A sub-group lets go of its slot.
   ~ShmGroup() override;
 
@@ -77,7 +80,11 @@ class ShmGroup final : public SharedGroup {
   [[noreturn]] void fail(Failure kind, int member, const std::string& what,
                          const CallNamer& name) override;
   std::string describe(std::uint64_t seq, const Fingerprint& fp) const override;
-  bool announced(int member, std::uint64_t& seq, Fingerprint& fingerprint) const override;
+  bool announced(int member, std::uint64_t& seq, Fingerprint& fingerprint,
+                 std::int64_t& generation) const override;
+
+ public:
+  const std::vector<GroupMember>& members() const noexcept { return members_; }
 
  private:
   [[noreturn]] void raise(ErrorKind kind, int culprit, const std::string& detail,

@@ -147,6 +147,8 @@ class Engine {
   void releaseShared(Lane& lane) noexcept;
   // How a failed wait of the lane's group fails the mesh.
   void setFailMesh(Lane& lane);
+  // Lane 0 takes the mesh's shared-memory group (after a reform or a drop: a new one, or none).
+  void takeMeshGroup();
   // A removed lane whose calls ended: its group and runner go (driver, or under drive_).
   void retireLane(Lane& lane) noexcept;
   // A blocking shared-memory call's wait failed (on its own thread, without drive_): fails

@@ -224,9 +224,12 @@ class Context : public std::enable_shared_from_this<Context> {
   // connection and no shared-memory segment: the survivors' pairs go on, every frame says
   // its generation, and nothing of an older one is ever delivered (Mesh::reform). This
   // context is over once it returns: its calls, and those of its sub-contexts, fail with
-  // RevokedError. Its collectives take the point-to-point algorithms (shared memory's pairs
-  // within a host; no shared-memory group of its own yet). After a failure each rank leaves
-  // the old generation before its entry in the agreement goes in; when every survivor did,
+  // RevokedError. Where the survivors are all on one host over shared memory, their
+  // shared-memory group is made again in the same segments (its calls numbered apart from
+  // the old generation's) and the shared-memory algorithms run; else the point-to-point
+  // ones. A rank left out that still waits in an old shared-memory call fails with
+  // ExcludedError once a survivor runs a call of the new generation. After a failure each rank
+  // leaves the old generation before its entry in the agreement goes in; when every survivor did,
   // the agreement is also their meeting and nothing more is waited for once it answers (a
   // survivor lost after it is named by the first call of the new context: shrink() that
   // one again). Otherwise (a healthy context somewhere) the survivors meet in the new

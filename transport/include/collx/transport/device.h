@@ -64,9 +64,15 @@ class Device {
   // Fails every request in flight with `error` and stops touching their buffers.
   virtual void failAll(const Error& error) noexcept = 0;
 
-  // Mesh::reform: the device goes on with the peers `keep` says (by mesh rank), after a
-  // failure. Unsupported where it cannot. Default: nothing of its own to do.
-  virtual void reform(const std::vector<bool>& keep) { (void)keep; }
+  // Mesh::reform: the device goes on in `generation` with the peers `keep` says (by mesh
+  // rank), after a failure. Unsupported where it cannot. Default: nothing of its own to do.
+  virtual void reform(std::int64_t generation, const std::vector<bool>& keep) {
+    (void)generation, (void)keep;
+  }
+
+  // Mesh::drop: the peers are left out of this generation after all (its reform kept them).
+  // Default: nothing of its own to do (their pairs are dropped).
+  virtual void leaveOut(const std::vector<int>& peers) { (void)peers; }
 
   // Context::grow: listens again for connections (a newcomer's), returning the new address;
   // Unsupported where the device cannot take a peer after connect(). Default: cannot.

@@ -144,6 +144,9 @@ class Mesh {
   std::vector<Device*> deviceOf_;                 // by peer rank: the device of its pair
   std::vector<std::string> transportNames_;
   SharedGroup* group_ = nullptr;
+  // group_ from the devices' (at connect and at reform), wired to this mesh's failure,
+  // abort and liveness.
+  void adoptSharedGroup();
   std::vector<std::string> liveAddresses_;  // every peer's liveness address ("" none)
   std::vector<pollfd> fds_;
   std::vector<std::size_t> fdCounts_;  // per device, into fds_

@@ -204,6 +204,14 @@ class SharedGroup {
   int slot() const noexcept { return slot_; }
 
   void setPolicy(WaitPolicy policy) noexcept { policy_ = policy; }
+  WaitPolicy policy() const noexcept { return policy_; }
+  // The generation whose calls this group carries, and its first use (0 for a group made at
+  // connect): a group re-formed for generation g numbers its uses from g << 40 on, so that a
+  // member left out, still waiting in the old generation, never takes a use of the new one
+  // for its own (it reads a later use there, and learns that it was left out).
+  std::int64_t generation() const noexcept { return generation_; }
+  std::uint64_t firstUse() const noexcept { return base_; }
+  static constexpr int kGenerationShift = 40;
   // The time this member's waits that slept took, from their start to their end (read from
   // any thread; written by the thread that waits, one at a time). resetWaited() zeroes it.
   std::chrono::nanoseconds waited() const noexcept {
@@ -232,12 +240,16 @@ class SharedGroup {
   void setSilenceCheck(SilenceCheck check) { silenceCheck_ = std::move(check); }
 
  protected:
-  SharedGroup(std::vector<int> ranks, int index, std::size_t bufferBytes, WaitPolicy policy)
+  SharedGroup(std::vector<int> ranks, int index, std::size_t bufferBytes, WaitPolicy policy,
+              std::int64_t generation = 0, std::uint64_t base = 0)
       : ranks_(std::move(ranks)),
         index_(index),
         bufferBytes_(bufferBytes),
         policy_(policy),
-        seen_(ranks_.size(), 0) {}
+        generation_(generation),
+        base_(base),
+        published_(base),
+        seen_(ranks_.size(), base) {}
 
   // The member's published epoch (acquire).
   virtual std::uint32_t epochOf(int member) const = 0;
@@ -249,12 +261,19 @@ class SharedGroup {
   // closed its context (failing the mesh first). `starting`: a call that had not begun
   // ("the context failed earlier").
   virtual void check(int member, const CallNamer& name, bool starting = false) = 0;
-  enum class Failure { kTimeout, kMismatch };
+  // kExcluded: the member went on in a later generation without this one.
+  enum class Failure { kTimeout, kMismatch, kExcluded };
   // Fails the mesh with this error (every member learns of it), then throws it.
   [[noreturn]] virtual void fail(Failure kind, int member, const std::string& what,
                                  const CallNamer& name) = 0;
-  // The call `member` announced last: false when it announced none or was writing it.
-  virtual bool announced(int member, std::uint64_t& seq, Fingerprint& fingerprint) const = 0;
+  // The call `member` announced last, and the generation it announced it in: false when it
+  // announced none or was writing it.
+  virtual bool announced(int member, std::uint64_t& seq, Fingerprint& fingerprint,
+                         std::int64_t& generation) const = 0;
+  // Whether `member`, whose epoch reads `epoch`, published `use` (or a later one). In a
+  // re-formed group a member's epoch is its old generation's until it publishes in this one:
+  // there the use's header must hold `use` or a later one too.
+  bool hasPublished(int member, std::uint32_t epoch, std::uint64_t use) const noexcept;
   // "allreduce#42 float32x1024", for mismatch errors.
   virtual std::string describe(std::uint64_t seq, const Fingerprint& fp) const = 0;
 
@@ -264,6 +283,8 @@ class SharedGroup {
   std::size_t bufferBytes_;
   WaitPolicy policy_;
   bool canReadPeers_ = false;
+  std::int64_t generation_ = 0;
+  std::uint64_t base_ = 0;
   std::uint64_t published_ = 0;      // this member's epoch
   std::vector<std::uint64_t> seen_;  // a lower bound of each member's epoch
   std::function<void(const Error&)> failMesh_;
