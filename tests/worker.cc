@@ -247,8 +247,9 @@ int hang(collx::Context& ctx, std::uint64_t count, int calls) {
 // allreduces of COUNT float32 until one fails (prints "ready" after the first, then the
 // error), then agrees with every rank's bit cleared and prints the answer.
 // After the failure, mode "shrink" shrinks instead, then allreduces 1 MiB on the new context
-// and checks it: prints "shrunk rank=R size=S generation=G (shrink S ms) recovered in N ms"
-// (S and N from the failed call's end, to shrink()'s return and the allreduce's).
+// and checks it after a barrier: prints "shrunk rank=R size=S generation=G (shrink S ms)
+// recovered in N ms" (S and N from the failed call's end, to shrink()'s return and the
+// allreduce's).
 int shrinkAndGoOn(collx::Context& ctx, std::chrono::steady_clock::time_point failed,
                   std::vector<float>& v) {
   auto next = ctx.shrink();
@@ -257,6 +258,10 @@ int shrinkAndGoOn(collx::Context& ctx, std::chrono::steady_clock::time_point fai
   for (std::uint64_t i = 0; i < n; ++i) v[i] = static_cast<float>(next->rank() + i % 3);
   collx::allreduce(*next, v.data(), v.data(), n, collx::DataType::kFloat32);
   const auto done = std::chrono::steady_clock::now();  // (the check below is not timed)
+  // The survivors check their sums once every one of them has its own (as ulfm_shrink.c
+  // meets in a barrier before it exits): a survivor done early would otherwise take the CPU
+  // that the last ones still need for the timed allreduce, where ranks outnumber cores.
+  collx::barrier(*next);
   const int P = next->size();
   for (std::uint64_t i = 0; i < n; ++i) {
     const float expected = static_cast<float>(P * (P - 1) / 2 + P * static_cast<int>(i % 3));
