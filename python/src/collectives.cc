@@ -55,7 +55,7 @@ struct Binding {
 };
 
 Binding bind(PyContext& self, CallKind kind, py::handle dtype, py::handle algorithm,
-             py::handle timeout, bool async) {
+             py::handle timeout, bool async, bool uniform = false) {
   const char* what = callKindName(kind);
   Context& ctx = self.ctx(what);
   Binding b{self, ctx, Where{ctx.rank(), what, -1}, std::nullopt, async, Call{}, Held{}};
@@ -63,6 +63,7 @@ Binding bind(PyContext& self, CallKind kind, py::handle dtype, py::handle algori
   b.call.kind = kind;
   if (!algorithm.is_none()) b.call.options.algorithm = algorithm.cast<std::string>();
   b.call.options.timeout = toDuration(timeout, b.where);
+  b.call.options.uniform = uniform;
   return b;
 }
 
@@ -106,8 +107,9 @@ void reductionOutput(Binding& b, const Buffer& in, const Typed& t, py::handle ou
 // ---- the collectives -------------------------------------------------------------------
 
 py::object allreduceCall(PyContext& self, py::handle array, py::handle out, py::handle op,
-                         py::handle dtype, py::handle algorithm, py::handle timeout, bool async) {
-  Binding b = bind(self, CallKind::kAllreduce, dtype, algorithm, timeout, async);
+                         py::handle dtype, py::handle algorithm, py::handle timeout, bool async,
+                         bool uniform) {
+  Binding b = bind(self, CallKind::kAllreduce, dtype, algorithm, timeout, async, uniform);
   const PyReduceOp pyOp = toReduceOp(op, b.where);
   const bool inPlace = out.is_none() || out.is(array);
   Buffer in = Buffer::acquire(array, inPlace, "the input", b.where);
@@ -121,8 +123,9 @@ py::object allreduceCall(PyContext& self, py::handle array, py::handle out, py::
 }
 
 py::object reduceCall(PyContext& self, py::handle array, py::handle out, int root, py::handle op,
-                      py::handle dtype, py::handle algorithm, py::handle timeout, bool async) {
-  Binding b = bind(self, CallKind::kReduce, dtype, algorithm, timeout, async);
+                      py::handle dtype, py::handle algorithm, py::handle timeout, bool async,
+                      bool uniform) {
+  Binding b = bind(self, CallKind::kReduce, dtype, algorithm, timeout, async, uniform);
   const PyReduceOp pyOp = toReduceOp(op, b.where);
   const bool isRoot = b.ctx.rank() == root;
   const bool inPlace = !isRoot || out.is_none() || out.is(array);
@@ -138,8 +141,8 @@ py::object reduceCall(PyContext& self, py::handle array, py::handle out, int roo
 }
 
 py::object broadcastCall(PyContext& self, py::handle array, int root, py::handle dtype,
-                         py::handle algorithm, py::handle timeout, bool async) {
-  Binding b = bind(self, CallKind::kBroadcast, dtype, algorithm, timeout, async);
+                         py::handle algorithm, py::handle timeout, bool async, bool uniform) {
+  Binding b = bind(self, CallKind::kBroadcast, dtype, algorithm, timeout, async, uniform);
   Buffer buffer = Buffer::acquire(array, b.ctx.rank() != root, "the array", b.where);
   Typed t = typeOf(buffer, b.dtype, nullptr, "the array", b.where);
   b.call.count = t.count;
@@ -170,8 +173,8 @@ void gatherOutput(Binding& b, const Buffer& in, const Typed& t, py::handle out,
 }
 
 py::object allgatherCall(PyContext& self, py::handle array, py::handle out, py::handle dtype,
-                         py::handle algorithm, py::handle timeout, bool async) {
-  Binding b = bind(self, CallKind::kAllgather, dtype, algorithm, timeout, async);
+                         py::handle algorithm, py::handle timeout, bool async, bool uniform) {
+  Binding b = bind(self, CallKind::kAllgather, dtype, algorithm, timeout, async, uniform);
   const auto P = static_cast<std::uint64_t>(b.ctx.size());
   if (array.is_none()) {
     // In place: out's own block already holds this rank's contribution.
@@ -239,8 +242,8 @@ void vOutput(Binding& b, const Buffer* like, const Typed& t, py::handle out, std
 
 py::object allgathervCall(PyContext& self, py::handle array, py::handle counts, py::handle out,
                           py::handle displs, py::handle dtype, py::handle algorithm,
-                          py::handle timeout, bool async) {
-  Binding b = bind(self, CallKind::kAllgatherv, dtype, algorithm, timeout, async);
+                          py::handle timeout, bool async, bool uniform) {
+  Binding b = bind(self, CallKind::kAllgatherv, dtype, algorithm, timeout, async, uniform);
   Layout l;
   if (array.is_none()) {
     // In place: out's block of this rank already holds its contribution.
@@ -281,9 +284,9 @@ void blockOutput(Binding& b, const Buffer& in, const Typed& t, py::handle out,
 }
 
 py::object reduceScatterCall(PyContext& self, py::handle array, py::handle out, py::handle op,
-                             py::handle dtype, py::handle algorithm, py::handle timeout,
-                             bool async) {
-  Binding b = bind(self, CallKind::kReduceScatter, dtype, algorithm, timeout, async);
+                             py::handle dtype, py::handle algorithm, py::handle timeout, bool async,
+                             bool uniform) {
+  Binding b = bind(self, CallKind::kReduceScatter, dtype, algorithm, timeout, async, uniform);
   const PyReduceOp pyOp = toReduceOp(op, b.where);
   const auto P = static_cast<std::uint64_t>(b.ctx.size());
   Buffer in = Buffer::acquire(array, false, "the input", b.where);
@@ -301,8 +304,8 @@ py::object reduceScatterCall(PyContext& self, py::handle array, py::handle out, 
 
 py::object reduceScattervCall(PyContext& self, py::handle array, py::handle counts, py::handle out,
                               py::handle op, py::handle dtype, py::handle algorithm,
-                              py::handle timeout, bool async) {
-  Binding b = bind(self, CallKind::kReduceScatterv, dtype, algorithm, timeout, async);
+                              py::handle timeout, bool async, bool uniform) {
+  Binding b = bind(self, CallKind::kReduceScatterv, dtype, algorithm, timeout, async, uniform);
   const PyReduceOp pyOp = toReduceOp(op, b.where);
   Buffer in = Buffer::acquire(array, false, "the input", b.where);
   Typed t = typeOf(in, b.dtype, &pyOp.op, "the input", b.where);
@@ -326,8 +329,8 @@ py::object reduceScattervCall(PyContext& self, py::handle array, py::handle coun
 }
 
 py::object gatherCall(PyContext& self, py::handle array, py::handle out, int root, py::handle dtype,
-                      py::handle algorithm, py::handle timeout, bool async) {
-  Binding b = bind(self, CallKind::kGather, dtype, algorithm, timeout, async);
+                      py::handle algorithm, py::handle timeout, bool async, bool uniform) {
+  Binding b = bind(self, CallKind::kGather, dtype, algorithm, timeout, async, uniform);
   const auto P = static_cast<std::uint64_t>(b.ctx.size());
   Buffer in = Buffer::acquire(array, false, "the input", b.where);
   Typed t = typeOf(in, b.dtype, nullptr, "the input", b.where);
@@ -339,8 +342,8 @@ py::object gatherCall(PyContext& self, py::handle array, py::handle out, int roo
 
 py::object gathervCall(PyContext& self, py::handle array, py::handle counts, py::handle out,
                        py::handle displs, int root, py::handle dtype, py::handle algorithm,
-                       py::handle timeout, bool async) {
-  Binding b = bind(self, CallKind::kGatherv, dtype, algorithm, timeout, async);
+                       py::handle timeout, bool async, bool uniform) {
+  Binding b = bind(self, CallKind::kGatherv, dtype, algorithm, timeout, async, uniform);
   Buffer in = Buffer::acquire(array, false, "the input", b.where);
   Typed t = typeOf(in, b.dtype, nullptr, "the input", b.where);
   const Layout l = layoutOf(counts, displs, t.scale, "counts", b.where);
@@ -353,8 +356,9 @@ py::object gathervCall(PyContext& self, py::handle array, py::handle counts, py:
 }
 
 py::object scatterCall(PyContext& self, py::handle array, py::handle out, int root,
-                       py::handle dtype, py::handle algorithm, py::handle timeout, bool async) {
-  Binding b = bind(self, CallKind::kScatter, dtype, algorithm, timeout, async);
+                       py::handle dtype, py::handle algorithm, py::handle timeout, bool async,
+                       bool uniform) {
+  Binding b = bind(self, CallKind::kScatter, dtype, algorithm, timeout, async, uniform);
   const auto P = static_cast<std::uint64_t>(b.ctx.size());
   const bool isRoot = b.ctx.rank() == root;
   std::optional<Buffer> in;
@@ -396,8 +400,8 @@ py::object scatterCall(PyContext& self, py::handle array, py::handle out, int ro
 
 py::object scattervCall(PyContext& self, py::handle array, py::handle counts, py::handle out,
                         py::handle displs, int root, py::handle dtype, py::handle algorithm,
-                        py::handle timeout, bool async) {
-  Binding b = bind(self, CallKind::kScatterv, dtype, algorithm, timeout, async);
+                        py::handle timeout, bool async, bool uniform) {
+  Binding b = bind(self, CallKind::kScatterv, dtype, algorithm, timeout, async, uniform);
   if (out.is_none()) throw InvalidArgument(b.where, "out (the array that receives) is required");
   Buffer ob = Buffer::acquire(out, true, "out", b.where);
   Typed to = typeOf(ob, b.dtype, nullptr, "out", b.where);
@@ -424,8 +428,8 @@ py::object scattervCall(PyContext& self, py::handle array, py::handle counts, py
 }
 
 py::object alltoallCall(PyContext& self, py::handle array, py::handle out, py::handle dtype,
-                        py::handle algorithm, py::handle timeout, bool async) {
-  Binding b = bind(self, CallKind::kAlltoall, dtype, algorithm, timeout, async);
+                        py::handle algorithm, py::handle timeout, bool async, bool uniform) {
+  Binding b = bind(self, CallKind::kAlltoall, dtype, algorithm, timeout, async, uniform);
   const auto P = static_cast<std::uint64_t>(b.ctx.size());
   Buffer in = Buffer::acquire(array, false, "the input", b.where);
   Typed t = typeOf(in, b.dtype, nullptr, "the input", b.where);
@@ -447,8 +451,9 @@ py::object alltoallCall(PyContext& self, py::handle array, py::handle out, py::h
 
 py::object alltoallvCall(PyContext& self, py::handle array, py::handle sendCounts, py::handle out,
                          py::handle recvCounts, py::handle sendDispls, py::handle recvDispls,
-                         py::handle dtype, py::handle algorithm, py::handle timeout, bool async) {
-  Binding b = bind(self, CallKind::kAlltoallv, dtype, algorithm, timeout, async);
+                         py::handle dtype, py::handle algorithm, py::handle timeout, bool async,
+                         bool uniform) {
+  Binding b = bind(self, CallKind::kAlltoallv, dtype, algorithm, timeout, async, uniform);
   Buffer in = Buffer::acquire(array, false, "the input", b.where);
   Typed t = typeOf(in, b.dtype, nullptr, "the input", b.where);
   const Layout send = layoutOf(sendCounts, sendDispls, t.scale, "send_counts", b.where);
@@ -467,8 +472,9 @@ py::object alltoallvCall(PyContext& self, py::handle array, py::handle sendCount
   return b.run();
 }
 
-py::object barrierCall(PyContext& self, py::handle algorithm, py::handle timeout, bool async) {
-  return bind(self, CallKind::kBarrier, py::none(), algorithm, timeout, async).run();
+py::object barrierCall(PyContext& self, py::handle algorithm, py::handle timeout, bool async,
+                       bool uniform) {
+  return bind(self, CallKind::kBarrier, py::none(), algorithm, timeout, async, uniform).run();
 }
 
 py::object sendCall(PyContext& self, py::handle array, int peer, std::uint64_t tag,
@@ -497,14 +503,17 @@ py::object recvCall(PyContext& self, py::handle out, int peer, std::uint64_t tag
 
 // ---- docstrings ------------------------------------------------------------------------
 
-#define COLLX_COMMON_DOC                                                                     \
-  "\n\nKeyword arguments of every collective: dtype (a collx.DataType or name: reinterpret " \
-  "the arrays' bytes, e.g. a uint16 array as collx.bfloat16), algorithm (a name, else "      \
-  "COLLX_<COLL>_ALGO, else the default table), timeout (seconds or a timedelta, else the "   \
-  "context's), async_op (True: return a Work at once instead of waiting). Arrays are any "   \
-  "C-contiguous buffer-protocol object or CPU torch.Tensor; they must not be changed or "    \
-  "freed while an async call is in flight (the Work keeps them alive). The GIL is released " \
-  "while the call communicates."
+#define COLLX_COMMON_DOC                                                                       \
+  "\n\nKeyword arguments of every collective: dtype (a collx.DataType or name: reinterpret "   \
+  "the arrays' bytes, e.g. a uint16 array as collx.bfloat16), algorithm (a name, else "        \
+  "COLLX_<COLL>_ALGO, else the default table), timeout (seconds or a timedelta, else the "     \
+  "context's), async_op (True: return a Work at once instead of waiting), uniform (True: "     \
+  "the outcome is the same on every live rank: after the call the ranks agree whether every "  \
+  "rank's part succeeded, and every rank returns or every rank raises, a rank whose own part " \
+  "completed saying that another's did not; blocking calls only, one agreement through the "   \
+  "store per call). Arrays are any C-contiguous buffer-protocol object or CPU torch.Tensor; "  \
+  "they must not be changed or freed while an async call is in flight (the Work keeps them "   \
+  "alive). The GIL is released while the call communicates."
 
 const char* kAllreduceDoc =
     "allreduce(array, out=None, op='sum', *, dtype=None, algorithm=None, timeout=None, "
@@ -560,8 +569,8 @@ const char* kAlltoallvDoc =
     "to rank j, which receives them at out[recv_displs[i]:] (its recv_counts[i] must equal "
     "them). out is allocated 1-D when None. Returns out." COLLX_COMMON_DOC;
 const char* kBarrierDoc =
-    "barrier(*, algorithm=None, timeout=None, async_op=False)\n\nReturns once every rank has "
-    "entered the barrier (or a Work).";
+    "barrier(*, algorithm=None, timeout=None, async_op=False, uniform=False)\n\nReturns once "
+    "every rank has entered the barrier (or a Work).";
 const char* kSendDoc =
     "send(array, peer, tag=0, *, dtype=None, timeout=None, async_op=False)\n\nSends array to "
     "peer; the matching recv on peer has the same tag, count and dtype. Completes once the "
@@ -577,55 +586,64 @@ void defineCollectives(py::class_<PyContext, std::shared_ptr<PyContext>>& contex
       .def("allreduce", &allreduceCall, py::arg("array"), py::arg("out") = py::none(),
            py::arg("op") = py::none(), py::kw_only(), py::arg("dtype") = py::none(),
            py::arg("algorithm") = py::none(), py::arg("timeout") = py::none(),
-           py::arg("async_op") = false, kAllreduceDoc)
+           py::arg("async_op") = false, py::arg("uniform") = false, kAllreduceDoc)
       .def("reduce", &reduceCall, py::arg("array"), py::arg("out") = py::none(),
            py::arg("root") = 0, py::arg("op") = py::none(), py::kw_only(),
            py::arg("dtype") = py::none(), py::arg("algorithm") = py::none(),
-           py::arg("timeout") = py::none(), py::arg("async_op") = false, kReduceDoc)
+           py::arg("timeout") = py::none(), py::arg("async_op") = false, py::arg("uniform") = false,
+           kReduceDoc)
       .def("broadcast", &broadcastCall, py::arg("array"), py::arg("root") = 0, py::kw_only(),
            py::arg("dtype") = py::none(), py::arg("algorithm") = py::none(),
-           py::arg("timeout") = py::none(), py::arg("async_op") = false, kBroadcastDoc)
+           py::arg("timeout") = py::none(), py::arg("async_op") = false, py::arg("uniform") = false,
+           kBroadcastDoc)
       .def("allgather", &allgatherCall, py::arg("array"), py::arg("out") = py::none(),
            py::kw_only(), py::arg("dtype") = py::none(), py::arg("algorithm") = py::none(),
-           py::arg("timeout") = py::none(), py::arg("async_op") = false, kAllgatherDoc)
+           py::arg("timeout") = py::none(), py::arg("async_op") = false, py::arg("uniform") = false,
+           kAllgatherDoc)
       .def("allgatherv", &allgathervCall, py::arg("array"), py::arg("counts"),
            py::arg("out") = py::none(), py::arg("displs") = py::none(), py::kw_only(),
            py::arg("dtype") = py::none(), py::arg("algorithm") = py::none(),
-           py::arg("timeout") = py::none(), py::arg("async_op") = false, kAllgathervDoc)
+           py::arg("timeout") = py::none(), py::arg("async_op") = false, py::arg("uniform") = false,
+           kAllgathervDoc)
       .def("reduce_scatter", &reduceScatterCall, py::arg("array"), py::arg("out") = py::none(),
            py::arg("op") = py::none(), py::kw_only(), py::arg("dtype") = py::none(),
            py::arg("algorithm") = py::none(), py::arg("timeout") = py::none(),
-           py::arg("async_op") = false, kReduceScatterDoc)
+           py::arg("async_op") = false, py::arg("uniform") = false, kReduceScatterDoc)
       .def("reduce_scatterv", &reduceScattervCall, py::arg("array"), py::arg("counts"),
            py::arg("out") = py::none(), py::arg("op") = py::none(), py::kw_only(),
            py::arg("dtype") = py::none(), py::arg("algorithm") = py::none(),
-           py::arg("timeout") = py::none(), py::arg("async_op") = false, kReduceScattervDoc)
+           py::arg("timeout") = py::none(), py::arg("async_op") = false, py::arg("uniform") = false,
+           kReduceScattervDoc)
       .def("gather", &gatherCall, py::arg("array"), py::arg("out") = py::none(),
            py::arg("root") = 0, py::kw_only(), py::arg("dtype") = py::none(),
            py::arg("algorithm") = py::none(), py::arg("timeout") = py::none(),
-           py::arg("async_op") = false, kGatherDoc)
+           py::arg("async_op") = false, py::arg("uniform") = false, kGatherDoc)
       .def("gatherv", &gathervCall, py::arg("array"), py::arg("counts"),
            py::arg("out") = py::none(), py::arg("displs") = py::none(), py::arg("root") = 0,
            py::kw_only(), py::arg("dtype") = py::none(), py::arg("algorithm") = py::none(),
-           py::arg("timeout") = py::none(), py::arg("async_op") = false, kGathervDoc)
+           py::arg("timeout") = py::none(), py::arg("async_op") = false, py::arg("uniform") = false,
+           kGathervDoc)
       .def("scatter", &scatterCall, py::arg("array"), py::arg("out") = py::none(),
            py::arg("root") = 0, py::kw_only(), py::arg("dtype") = py::none(),
            py::arg("algorithm") = py::none(), py::arg("timeout") = py::none(),
-           py::arg("async_op") = false, kScatterDoc)
+           py::arg("async_op") = false, py::arg("uniform") = false, kScatterDoc)
       .def("scatterv", &scattervCall, py::arg("array"), py::arg("counts"), py::arg("out"),
            py::arg("displs") = py::none(), py::arg("root") = 0, py::kw_only(),
            py::arg("dtype") = py::none(), py::arg("algorithm") = py::none(),
-           py::arg("timeout") = py::none(), py::arg("async_op") = false, kScattervDoc)
+           py::arg("timeout") = py::none(), py::arg("async_op") = false, py::arg("uniform") = false,
+           kScattervDoc)
       .def("alltoall", &alltoallCall, py::arg("array"), py::arg("out") = py::none(), py::kw_only(),
            py::arg("dtype") = py::none(), py::arg("algorithm") = py::none(),
-           py::arg("timeout") = py::none(), py::arg("async_op") = false, kAlltoallDoc)
+           py::arg("timeout") = py::none(), py::arg("async_op") = false, py::arg("uniform") = false,
+           kAlltoallDoc)
       .def("alltoallv", &alltoallvCall, py::arg("array"), py::arg("send_counts"), py::arg("out"),
            py::arg("recv_counts"), py::arg("send_displs") = py::none(),
            py::arg("recv_displs") = py::none(), py::kw_only(), py::arg("dtype") = py::none(),
            py::arg("algorithm") = py::none(), py::arg("timeout") = py::none(),
-           py::arg("async_op") = false, kAlltoallvDoc)
+           py::arg("async_op") = false, py::arg("uniform") = false, kAlltoallvDoc)
       .def("barrier", &barrierCall, py::kw_only(), py::arg("algorithm") = py::none(),
-           py::arg("timeout") = py::none(), py::arg("async_op") = false, kBarrierDoc)
+           py::arg("timeout") = py::none(), py::arg("async_op") = false, py::arg("uniform") = false,
+           kBarrierDoc)
       .def("send", &sendCall, py::arg("array"), py::arg("peer"), py::arg("tag") = 0, py::kw_only(),
            py::arg("dtype") = py::none(), py::arg("timeout") = py::none(),
            py::arg("async_op") = false, kSendDoc)

@@ -176,6 +176,22 @@ def test_the_survivors_of_a_killed_rank_agree_on_it_and_shrink(ranks):
         assert d["old_after_shrink"] == "RevokedError", d
 
 
+def test_a_uniform_call_raises_on_every_rank_when_one_ranks_part_fails(ranks):
+    results = run(ranks, "uniform", n=4, timeout=45)
+    assert results[3][0] == -signal.SIGKILL, results[3][1]
+    for r in (0, 1, 2):
+        d = outcome(results, r)
+        assert d["healthy"] == 4.0, d
+        assert d["async"] == "InvalidArgument", d
+        assert "gather" not in d, d  # (without uniform, ranks 1 and 2 would return)
+        assert d.get("error") == "IoError", d
+        assert "rank 3" in d["message"], d
+        if r != 0:
+            assert "this rank's part completed, but not every rank's (failed rank 3)" in \
+                d["message"], d
+            assert d["attrs"]["op"] == "gather (uniform)", d
+
+
 def test_a_newcomer_takes_the_killed_ranks_place_in_reform(ranks):
     results = run(ranks, "replace", n=5, timeout=60)
     assert results[2][0] == -signal.SIGKILL, results[2][1]

@@ -200,6 +200,25 @@ try:
         except collx.Error as e:
             result["old_after_shrink"] = type(e).__name__
         new.close()
+    elif scenario == "uniform":
+        # A healthy uniform call returns everywhere; a nonblocking one is refused. Then ranks
+        # 0-2 gather to rank 0 while rank 3 dies instead: the senders' parts complete, the
+        # root's cannot, and every survivor raises all the same.
+        x = np.ones(1 << 10, np.float32)
+        ctx.allreduce(x, uniform=True)
+        result["healthy"] = float(x[0])
+        try:
+            ctx.allreduce(x, uniform=True, async_op=True)
+            result["async"] = "returned"
+        except collx.Error as e:
+            result["async"] = type(e).__name__
+        if R == 3:
+            time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGKILL)
+        mine = np.full(4, R, np.int32)
+        gathered = np.full(16, -1, np.int32) if R == 0 else None
+        ctx.gather(mine, gathered, root=0, algorithm="linear", timeout=20, uniform=True)
+        result["gather"] = "returned"
     elif scenario == "replace":
         # rank 2 dies between allreduces; the survivors re-form with the newcomer in its place
         result["rank"] = R
