@@ -19,6 +19,13 @@
 #     itself right after its entry in the agreement: rank 2 takes its part once it sees rank
 #     0 lost, the attempt fails (rank 0 is gone), the next goes on without both, and ranks 2
 #     and 3 end with the same "done size=2".
+#  5. --on-failure continue over tcp, ring allreduces: no rank is killed from outside; rank 2
+#     kills itself as its allreduce of sequence number 50 or later posts its step 3
+#     (allreduce.seq50.step3), mid-collective: ranks 0, 1 and 3 end with the same
+#     "done size=3".
+#  6. the same over shared memory (the shm algorithm's call is one step, 0): rank 3 stops
+#     itself (SIGSTOP) there, and the others find it silent after COLLX_PEER_TIMEOUT (1 s)
+#     and end with the same "done size=3".
 #   fault_inside_recovery.sh BUILD_DIR
 set -uo pipefail
 BUILD=${1:?usage: fault_inside_recovery.sh BUILD_DIR}
@@ -40,15 +47,31 @@ trial() {  # name fault done-size done-count collx-run-args... -- worker-args...
     [ "$(grep -c '\] ready$' "$out")" -ge 4 ] && break
     sleep 0.05
   done
+  # (KILL= : no rank is killed from outside)
   for pid in $(pgrep -P "$launcher"); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "COLLX_RANK=1"; then
+    if [ -n "${KILL-1}" ] && tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null |
+      grep -qx "COLLX_RANK=${KILL-1}"; then
       kill -KILL "$pid"
     fi
   done
+  # A rank that stopped itself resumes once the others are done (then it learns that it was
+  # excluded), so that the job can end.
+  (
+    for ((i = 0; i < 1800; i++)); do
+      [ "$(grep -c '\] done size=' "$out")" -ge "$count" ] && break
+      sleep 0.05
+    done
+    pkill -CONT -P "$launcher"
+  ) &
+  local resumer=$!
   wait "$launcher"
   local code=$? problem=""
+  kill "$resumer" 2>/dev/null
+  wait "$resumer" 2>/dev/null
   [ "$code" = 0 ] || problem="collx-run exited $code"
-  grep -q "COLLX_FAULT: kill at ${fault%%:*}" "$out" || problem="$problem; the fault did not fire"
+  local action=${fault#*:}
+  grep -q "COLLX_FAULT: ${action%%:*} at ${fault%%:*}" "$out" ||
+    problem="$problem; the fault did not fire"
   local finals
   finals=$(grep -oE '^\[[0-9]+\] done size=[0-9]+ generation=[0-9]+' "$out" | sed 's/^\[[0-9]*\] //' | sort | uniq -c)
   echo "$finals" | grep -qE "^ *$count done size=$size generation=[0-9]+$" ||
@@ -68,5 +91,9 @@ trial replace "agree.entered:kill:2" 4 4 --on-failure replace --max-replacements
 trial replace-dialed "regroup.met:kill:0" 4 4 --on-failure replace --max-replacements 6 -- \
   "$WORKER" replace 4096 5
 TRIAL_ENV=COLLX_AGREE_COORDINATOR_FROM=2 trial coordinator "agree.entered:kill:0" 2 2 \
+  --on-failure continue -- "$WORKER" elastic 4096 5
+TRIAL_ENV="COLLX_TRANSPORT=tcp COLLX_ALLREDUCE_ALGO=ring" KILL='' trial step \
+  "allreduce.seq50.step3:kill:2" 3 3 --on-failure continue -- "$WORKER" elastic 65536 5
+TRIAL_ENV="COLLX_ALLREDUCE_ALGO=shm" KILL='' trial shm-step "allreduce.seq50.step0:stop:3" 3 3 \
   --on-failure continue -- "$WORKER" elastic 4096 5
 exit $failed

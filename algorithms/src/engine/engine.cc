@@ -112,6 +112,8 @@ class Execution : public std::enable_shared_from_this<Execution> {
       switch (t.kind) {
         case TaskKind::kSend:
         case TaskKind::kRecv: {
+          if (engine_.options_.onStep) [[unlikely]]
+            engine_.options_.onStep(engine_.rank(), info_, t.step);
           Transfer& r = requests_[id];
           r.execution = this;
           r.task = id;
@@ -160,6 +162,8 @@ class Execution : public std::enable_shared_from_this<Execution> {
           break;
         }
         case TaskKind::kShared:
+          if (engine_.options_.onStep) [[unlikely]]
+            engine_.options_.onStep(engine_.rank(), info_, 0);
           sharedTask_ = id;  // Engine::pumpShared runs it in its turn
           break;
       }
@@ -634,6 +638,8 @@ bool Engine::runShared(const ScheduleParams& params, const Bindings& bindings, C
   observers_.running(info, 1, /*queued=*/false);
   observers_.admitted(info, CallState::kRunning, /*pending=*/true);
   const std::int64_t began = info.notes.tracer != nullptr ? Observers::nowNs() : 0;
+  if (options_.onStep) [[unlikely]]
+    options_.onStep(rank(), info, 0);
   try {
     lane.runner->start(params, bindings, info, /*blocking=*/true);
   } catch (const Error& e) {

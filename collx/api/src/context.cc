@@ -334,6 +334,7 @@ algorithms::EngineOptions engineOptionsFor(const ContextOptions& options, const 
     return text.empty() ? text : "\n" + text;
   };
   engine.callCounters = detail::Runtime::callCounters();
+  engine.onStep = detail::stepFaults();  // (COLLX_FAULT's collective steps; empty: none)
   return engine;
 }
 

@@ -23,9 +23,14 @@ const AutoSetting<kind::String> kFault(
              "separated. POINT: revoke, agree.entered, agree.decided, regroup.planned, "
              "regroup.reformed, regroup.met, regroup.connected (inside shrink, grow and "
              "reform), "
-             "join.ticket, join.connected (a newcomer's). ACTION: kill (SIGKILL), stop "
-             "(SIGSTOP), sleep=MS. RANK: the context's rank there (a newcomer: new); "
-             "default every rank. Each entry fires once per process."});
+             "join.ticket, join.connected (a newcomer's); and a collective's step: "
+             "COLL.stepS (the first call of COLL, e.g. allreduce, or of any, to post a "
+             "transfer of step S; a shared-memory algorithm's call has one step, 0), "
+             "COLL.seqQ.stepS (among its calls of sequence number Q and later). ACTION: kill "
+             "(SIGKILL), stop (SIGSTOP), sleep=MS. RANK: the context's rank there (a "
+             "newcomer: new; at a step, the rank the process had when the job formed, or the "
+             "place a newcomer took); default every rank. Each entry fires once per "
+             "process."});
 
 namespace detail {
 
@@ -36,7 +41,37 @@ struct Fault {
   std::string action;
   int rank = -2;  // -2: any; -1: a newcomer
   bool fired = false;
+  // A collective's step (point COLL[.seqQ].stepS): its collective ("any": every one), the
+  // least sequence number and the step.
+  bool isStep = false;
+  std::string collective;
+  std::uint64_t seq = 0;
+  std::uint32_t step = 0;
 };
+
+// "allreduce.step3", "any.seq20.step0": fills f's step fields; false when `point` is none.
+bool parseStep(const std::string& point, Fault& f) {
+  const std::size_t at = point.rfind(".step");
+  if (at == std::string::npos || at == 0) return false;
+  const std::string step = point.substr(at + 5);
+  if (step.empty() || step.find_first_not_of("0123456789") != std::string::npos) return false;
+  std::string collective = point.substr(0, at);
+  std::uint64_t seq = 0;
+  const std::size_t s = collective.rfind(".seq");
+  if (s != std::string::npos) {
+    const std::string number = collective.substr(s + 4);
+    if (number.empty() || number.find_first_not_of("0123456789") != std::string::npos) {
+      return false;
+    }
+    seq = std::stoull(number);
+    collective = collective.substr(0, s);
+  }
+  f.isStep = true;
+  f.collective = collective;
+  f.seq = seq;
+  f.step = static_cast<std::uint32_t>(std::stoul(step));
+  return true;
+}
 
 std::vector<Fault> parseFaults(const std::string& text) {
   std::vector<Fault> out;
@@ -59,23 +94,31 @@ std::vector<Fault> parseFaults(const std::string& text) {
       const std::string rank = entry.substr(b + 1);
       f.rank = rank == "new" ? -1 : std::atoi(rank.c_str());
     }
+    parseStep(f.point, f);
     out.push_back(std::move(f));
   }
   return out;
 }
 
-}  // namespace
+std::vector<Fault>& faults() {
+  static std::vector<Fault> all = parseFaults(kFault.get(Config::process()).value_or(""));
+  return all;
+}
 
-void faultAt(const char* point, int rank) {
-  static std::vector<Fault> faults = parseFaults(kFault.get(Config::process()).value_or(""));
-  if (faults.empty()) return;
+std::mutex& faultsMutex() {
   static std::mutex mutex;
-  std::unique_lock<std::mutex> lock(mutex);
-  for (Fault& f : faults) {
-    if (f.fired || f.point != point || (f.rank != -2 && f.rank != rank)) continue;
+  return mutex;
+}
+
+// Fires the first entry not fired yet that `matches`, if any; `where()` names the point.
+template <typename Matches, typename Where>
+void fire(int rank, Where where, Matches matches) {
+  std::unique_lock<std::mutex> lock(faultsMutex());
+  for (Fault& f : faults()) {
+    if (f.fired || (f.rank != -2 && f.rank != rank) || !matches(f)) continue;
     f.fired = true;
     lock.unlock();  // (a sleep holds up no other thread's point)
-    COLLX_WARN(kCore, "rank {}: COLLX_FAULT: {} at {}", rank, f.action, f.point);
+    COLLX_WARN(kCore, "rank {}: COLLX_FAULT: {} at {}", rank, f.action, where(f));
     if (f.action == "kill") {
       ::raise(SIGKILL);
     } else if (f.action == "stop") {
@@ -87,6 +130,32 @@ void faultAt(const char* point, int rank) {
     }
     return;
   }
+}
+
+}  // namespace
+
+void faultAt(const char* point, int rank) {
+  if (faults().empty()) return;
+  fire(
+      rank, [&](const Fault& f) { return f.point; },
+      [&](const Fault& f) { return !f.isStep && f.point == point; });
+}
+
+std::function<void(int, const algorithms::CallInfo&, std::uint32_t)> stepFaults() {
+  bool any = false;
+  for (const Fault& f : faults()) any = any || f.isStep;
+  if (!any) return {};
+  return [](int rank, const algorithms::CallInfo& call, std::uint32_t step) {
+    // (The library's own exchanges, generation -1, are not the user's collectives.)
+    if (call.generation < 0 || call.algorithm == nullptr) return;
+    const auto where = [&](const Fault& f) {
+      return f.point + " (" + algorithms::callName(call) + ")";
+    };
+    fire(rank, where, [&](const Fault& f) {
+      return f.isStep && f.step == step && call.key.seq >= f.seq &&
+             (f.collective == "any" || f.collective == call.collective);
+    });
+  };
 }
 
 }  // namespace detail
