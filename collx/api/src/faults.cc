@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,7 +27,8 @@ const AutoSetting<kind::String> kFault(
              "join.ticket, join.connected (a newcomer's); and a collective's step: "
              "COLL.stepS (the first call of COLL, e.g. allreduce, or of any, to post a "
              "transfer of step S; a shared-memory algorithm's call has one step, 0), "
-             "COLL.seqQ.stepS (among its calls of sequence number Q and later). ACTION: kill "
+             "COLL.seqQ.stepS (among its calls of sequence number Q and later), COLL.seqQ (at "
+             "the first transfer of such a call, whatever its step). ACTION: kill "
              "(SIGKILL), stop (SIGSTOP), sleep=MS. RANK: the context's rank there (a "
              "newcomer: new; at a step, the rank the process had when the job formed, or the "
              "place a newcomer took); default every rank. Each entry fires once per "
@@ -41,35 +43,45 @@ struct Fault {
   std::string action;
   int rank = -2;  // -2: any; -1: a newcomer
   bool fired = false;
-  // A collective's step (point COLL[.seqQ].stepS): its collective ("any": every one), the
-  // least sequence number and the step.
+  // A collective's step (point COLL[.seqQ][.stepS]): its collective ("any": every one), the
+  // least sequence number and the step (anyStep: none named, the call's first transfer).
   bool isStep = false;
   std::string collective;
   std::uint64_t seq = 0;
+  bool anyStep = false;
   std::uint32_t step = 0;
 };
 
-// "allreduce.step3", "any.seq20.step0": fills f's step fields; false when `point` is none.
-bool parseStep(const std::string& point, Fault& f) {
-  const std::size_t at = point.rfind(".step");
-  if (at == std::string::npos || at == 0) return false;
-  const std::string step = point.substr(at + 5);
-  if (step.empty() || step.find_first_not_of("0123456789") != std::string::npos) return false;
-  std::string collective = point.substr(0, at);
-  std::uint64_t seq = 0;
-  const std::size_t s = collective.rfind(".seq");
-  if (s != std::string::npos) {
-    const std::string number = collective.substr(s + 4);
-    if (number.empty() || number.find_first_not_of("0123456789") != std::string::npos) {
-      return false;
-    }
-    seq = std::stoull(number);
-    collective = collective.substr(0, s);
+// "digits" -> its value; anything else -> nothing.
+std::optional<std::uint64_t> number(const std::string& text) {
+  if (text.empty() || text.size() > 18 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
   }
+  return std::stoull(text);
+}
+
+// "allreduce.step3", "any.seq20.step0", "allreduce.seq50" (its first transfer, whatever its
+// step): fills f's step fields; false when `point` is none of these.
+bool parseStep(const std::string& point, Fault& f) {
+  std::string collective = point;
+  std::optional<std::uint64_t> step, seq;
+  if (const std::size_t at = collective.rfind(".step"); at != std::string::npos && at > 0) {
+    step = number(collective.substr(at + 5));
+    if (!step) return false;
+    collective.resize(at);
+  }
+  if (const std::size_t at = collective.rfind(".seq"); at != std::string::npos && at > 0) {
+    seq = number(collective.substr(at + 4));
+    if (!seq) return false;
+    collective.resize(at);
+  }
+  if (!step && !seq) return false;
   f.isStep = true;
   f.collective = collective;
-  f.seq = seq;
-  f.step = static_cast<std::uint32_t>(std::stoul(step));
+  f.seq = seq.value_or(0);
+  f.anyStep = !step;
+  f.step = static_cast<std::uint32_t>(step.value_or(0));
   return true;
 }
 
@@ -152,7 +164,7 @@ std::function<void(int, const algorithms::CallInfo&, std::uint32_t)> stepFaults(
       return f.point + " (" + algorithms::callName(call) + ")";
     };
     fire(rank, where, [&](const Fault& f) {
-      return f.isStep && f.step == step && call.key.seq >= f.seq &&
+      return f.isStep && (f.anyStep || f.step == step) && call.key.seq >= f.seq &&
              (f.collective == "any" || f.collective == call.collective);
     });
   };

@@ -22,9 +22,9 @@ void faultAt(const char* point, int rank);
 // The engine's hook (EngineOptions::onStep) for COLLX_FAULT's collective steps, or an empty
 // one when it names none. A step's point is "COLL.stepS" (the first call of collective COLL,
 // or of any with "any", to post a transfer of step S; a shared-memory algorithm's call has
-// one step, 0) or "COLL.seqQ.stepS" (the same among its calls of sequence number Q and
-// later); its rank is the engine's (the rank the process had when the job formed, or the
-// place a newcomer took).
+// one step, 0), "COLL.seqQ.stepS" (the same among its calls of sequence number Q and
+// later) or "COLL.seqQ" (the first transfer of such a call, whatever its step); its rank is the
+// engine's (the rank the process had when the job formed, or the place a newcomer took).
 std::function<void(int rank, const algorithms::CallInfo& call, std::uint32_t step)> stepFaults();
 
 }  // namespace collx::detail
