@@ -24,7 +24,8 @@
 //                                             (sleeps 3.5 s, then dies of SIGKILL); a rank
 //                                             that gets through all K sleeps 60 s after
 //   collx-test-worker recover COUNT           allreduces of COUNT float32 until one fails
-//                                             ("ready" after the first; then "failed: ..."),
+//                                             ("ready" after the first; then "failed at
+//                                             UNIX-SECONDS: ..."),
 //                                             then agree() with its bit cleared: prints
 //                                             "agreed flags=HEX failed=R,R in N ms"
 //   collx-test-worker agree COUNT             the same agree() at once ("ready" first),
@@ -381,7 +382,11 @@ int recover(collx::Context& ctx, std::uint64_t count, bool agreeOnly, bool shrin
     }
   } catch (const collx::Error& e) {
     started = std::chrono::steady_clock::now();
-    std::printf("failed: %s: %s\n", collx::errorKindName(e.kind()), e.what());
+    // (the wall clock too: benchmarks/recovery/figures.sh's "stop" times the detection from
+    // the stopped rank's COLLX_FAULT line)
+    const double at =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::printf("failed at %.3f: %s: %s\n", at, collx::errorKindName(e.kind()), e.what());
     std::fflush(stdout);
   }
   if (shrink) return shrinkAndGoOn(ctx, started, v);

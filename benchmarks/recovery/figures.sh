@@ -13,9 +13,15 @@
 #            the failed call's end until reform() returned with the replacement in rank 1's
 #            place (the replacement's process start and join included), and the
 #            replacement's own join (its init(), process start excluded).
+#   stop:    (only when MODES names it) rank 1 stops itself (SIGSTOP, COLLX_FAULT at its
+#            100th allreduce, its first transfer) instead: each survivor's time from the stop (the
+#            COLLX_FAULT line's clock) until its call failed naming a silent rank (after
+#            COLLX_PEER_TIMEOUT, default 5 s; PEER_TIMEOUT=1s sets it), and until its
+#            correct 1 MiB allreduce on the shrunk context.
 # Prints a Markdown table, and the CPU it ran on. Knobs: TRANSPORTS="tcp auto", MODES="shrink
-# replace", RAW=1 (instead of the table, one line per survivor: "P transport mode ms";
-# benchmarks/compare/ulfm.sh takes those).
+# replace" (and stop), RAW=1 (instead of the table, one line per survivor: "P transport mode
+# ms"; benchmarks/compare/ulfm.sh takes those; stop: "P transport stop detected-ms
+# recovered-ms").
 set -uo pipefail
 BUILD=${1:?usage: figures.sh BUILD_DIR [ROUNDS [P...]]}
 ROUNDS=${2:-3}
@@ -46,17 +52,44 @@ one() {  # P transport mode
     args=(--on-failure replace --max-replacements 1)
     work=(replace 65536 3)
   fi
+  local fault=""
+  [ "$mode" = stop ] && fault=allreduce.seq100:stop:1
   : >"$out"
-  COLLX_TRANSPORT=$transport COLLX_TIMEOUT=30s "$RUN" -n "$P" "${args[@]}" --timeout 60s -t \
+  COLLX_FAULT=$fault COLLX_PEER_TIMEOUT=${PEER_TIMEOUT:-5s} COLLX_TRANSPORT=$transport \
+    COLLX_TIMEOUT=30s "$RUN" -n "$P" "${args[@]}" --timeout 60s -t \
     -- "$WORKER" "${work[@]}" >"$out" 2>&1 &
   local launcher=$! i
   for ((i = 0; i < 600; i++)); do
     [ "$(grep -c '\] ready$' "$out")" -ge "$P" ] && break
     sleep 0.05
   done
-  sleep 0.3
+  if [ "$mode" = stop ]; then
+    # The stopped rank is killed once every survivor is done (it would wait out its own
+    # deadline otherwise).
+    for ((i = 0; i < 1200; i++)); do
+      [ "$(grep -c '\] shrunk ' "$out")" -ge $((P - 1)) ] && break
+      sleep 0.05
+    done
+  else
+    sleep 0.3
+  fi
   kill -KILL "$(rank_pid "$launcher" 1)" 2>/dev/null
   wait "$launcher"
+  if [ "$mode" = stop ]; then
+    local stamp stopped
+    stamp=$(sed -n 's/^\[1\] \[\([0-9-]* [0-9:.]*\)\].*COLLX_FAULT: stop at.*/\1/p' "$out" | head -1)
+    [ -n "$stamp" ] || return 0
+    stopped=$(date -d "$stamp" +%s.%N)
+    # "[r] failed at T: ..." then "[r] shrunk ... recovered in N ms", per survivor
+    local r at rec
+    for r in $(sed -n 's/^\[\([0-9]*\)\] failed at .*/\1/p' "$out"); do
+      at=$(sed -n "s/^\[$r\] failed at \([0-9.]*\):.*/\1/p" "$out" | head -1)
+      rec=$(sed -n "s/^\[$r\] shrunk .* recovered in \([0-9.]*\) ms$/\1/p" "$out" | head -1)
+      [ -n "$rec" ] || continue
+      awk -v a="$at" -v s="$stopped" -v n="$rec" 'BEGIN {printf "%.0f %.0f\n", (a - s) * 1e3, (a - s) * 1e3 + n}'
+    done
+    return 0
+  fi
   if [ "$mode" = replace ]; then
     sed -n 's/^\[[0-9]*\] reformed .* in \([0-9]*\) ms$/\1/p' "$out"
     sed -n 's/^\[[0-9]*\] joined .* in \([0-9]*\) ms$/join \1/p' "$out"
@@ -87,12 +120,20 @@ if [ "${RAW:-0}" = 1 ]; then
 fi
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs"
 echo
-echo "| P | transport | shrink: to a correct 1 MiB allreduce (ms) | replace: survivors' reform (ms) | replace: the newcomer's join (ms) |"
-echo "|---|---|---|---|---|"
+stops=0
+case " $MODES " in *" stop "*) stops=1 ;; esac
+head="| P | transport | shrink: to a correct 1 MiB allreduce (ms) | replace: survivors' reform (ms) | replace: the newcomer's join (ms) |"
+rule="|---|---|---|---|---|"
+if [ $stops = 1 ]; then
+  head="$head stop: detected (ms) | stop: to a correct 1 MiB allreduce (ms) |"
+  rule="$rule---|---|"
+fi
+echo "$head"
+echo "$rule"
 for P in "${SIZES[@]}"; do
   for transport in $TRANSPORTS; do
-    shrink="$WORK/shrink" reform="$WORK/reform" joins="$WORK/joins"
-    : >"$shrink"; : >"$reform"; : >"$joins"
+    shrink="$WORK/shrink" reform="$WORK/reform" joins="$WORK/joins" stop="$WORK/stop"
+    : >"$shrink"; : >"$reform"; : >"$joins"; : >"$stop"
     for ((r = 0; r < ROUNDS; r++)); do
       case " $MODES " in *" shrink "*) one "$P" "$transport" shrink >>"$shrink" ;; esac
       case " $MODES " in
@@ -102,8 +143,13 @@ for P in "${SIZES[@]}"; do
           sed -n 's/^join //p' "$WORK/rep" >>"$joins"
           ;;
       esac
+      [ $stops = 1 ] && one "$P" "$transport" stop >>"$stop"
     done
     name=$([ "$transport" = tcp ] && echo tcp || echo "shared memory")
-    echo "| $P | $name | $(summary <"$shrink") | $(summary <"$reform") | $(summary <"$joins") |"
+    row="| $P | $name | $(summary <"$shrink") | $(summary <"$reform") | $(summary <"$joins") |"
+    if [ $stops = 1 ]; then
+      row="$row $(awk '{print $1}' "$stop" | summary) | $(awk '{print $2}' "$stop" | summary) |"
+    fi
+    echo "$row"
   done
 done
