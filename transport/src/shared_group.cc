@@ -25,8 +25,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Between checks of a member's life and this mesh's health while waiting.
+// Between checks of a member's life and this mesh's health while waiting: spinning (on a
+// core of its own, for at most COLLX_SPIN_US), and while yielding the core between looks,
+// where a check (a poll of the member's pidfd, a few loads) is cheap beside sched_yield and
+// a member's death or a peer's failure is noticed within that, not at the first sleep.
 constexpr std::chrono::milliseconds kCheckPeriod(10);
+constexpr std::chrono::microseconds kYieldingCheckPeriod(100);
 // The longest sleep: a lost wakeup would cost at most this.
 constexpr std::chrono::milliseconds kMaxSleep(5);
 // A wait this long is worth telling Waiting::sleeping.
@@ -200,7 +204,8 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
   waiting.lastLook = start;
   if (waiting.deadline == Clock::time_point::max()) waiting.deadline = start + waiting.timeout;
   const auto deadline = waiting.deadline;
-  auto nextCheck = start + kCheckPeriod;
+  auto nextCheck =
+      start + std::min<Clock::duration>(kCheckPeriod, policy_.spin + kYieldingCheckPeriod);
   bool noted = false;
   bool slept = false;
   for (;;) {
@@ -219,10 +224,13 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
     }
     const auto now = Clock::now();
     waiting.lastLook = now;
+    const auto waited = now - start;
     if (now >= nextCheck) {
       check(member, name);
       checkCall(member, waiting);
-      nextCheck = now + kCheckPeriod;
+      nextCheck =
+          now + (waited < policy_.spin ? std::chrono::duration_cast<Clock::duration>(kCheckPeriod)
+                                       : kYieldingCheckPeriod);
     }
     if (now >= deadline) {
       fail(Failure::kTimeout, member,
@@ -231,7 +239,6 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
                " of the group buffers)",
            name);
     }
-    const auto waited = now - start;
     if (waited < policy_.spin) continue;
     if (waited < policy_.spin + policy_.yield) {
       sched_yield();

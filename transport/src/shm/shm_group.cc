@@ -358,8 +358,10 @@ void ShmGroup::setFailure(ErrorKind kind, int culprit, const std::string& text,
     errorText_ = text;
     errorWhat_ = what;
     failed_.store(true, std::memory_order_release);
-    // Members of this process sleeping on this rank wake and see it.
-    futexWake(&controls_[static_cast<std::size_t>(index_)]->epoch);
+    // Members of this process sleeping on this rank wake and see it; and every member that
+    // sleeps on another (a dead one, whose epoch nobody else would touch) wakes to look
+    // now instead of at the end of its sleep.
+    for (GroupControl* control : controls_) futexWake(&control->epoch);
   }
   if (parent_ != nullptr) return;
   std::lock_guard<std::mutex> lock(slotMutex_);
