@@ -386,7 +386,7 @@ int recover(collx::Context& ctx, std::uint64_t count, bool agreeOnly, bool shrin
     // the stopped rank's COLLX_FAULT line)
     const double at =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    std::printf("failed at %.3f: %s: %s\n", at, collx::errorKindName(e.kind()), e.what());
+    std::printf("failed at %.6f: %s: %s\n", at, collx::errorKindName(e.kind()), e.what());
     std::fflush(stdout);
   }
   if (shrink) return shrinkAndGoOn(ctx, started, v);
