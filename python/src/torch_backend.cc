@@ -101,6 +101,19 @@ class C10dStore final : public rendezvous::Store {
   std::vector<std::string> doWait(const std::vector<std::string>& keys,
                                   rendezvous::Clock::time_point deadline) override {
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - rendezvous::Clock::now());
+    if (left > milliseconds(0) && left < kShortWait) {
+      // A short wait (the recovery's agreement waits 1 ms, then twice as long, up to 50 ms,
+      // looking around in between) is a few looks: torch 2's TCPStore client logs a warning
+      // each time one of its waits times out ("waitForInput: poll for socket ... likely a
+      // timeout"), a line per wait on every rank.
+      for (;;) {
+        if (doCheck(keys)) return {};
+        const auto now = rendezvous::Clock::now();
+        if (now >= deadline) break;
+        std::this_thread::sleep_for(std::min<rendezvous::Clock::duration>(deadline - now, kLook));
+      }
+      return missingKeys(keys);
+    }
     if (left.count() > 0) {
       try {
         // c10d takes 0 to mean "no timeout": never pass it.
@@ -154,6 +167,9 @@ class C10dStore final : public rendezvous::Store {
   }
 
  private:
+  static constexpr milliseconds kShortWait{200};
+  static constexpr std::chrono::microseconds kLook{500};
+
   static std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
   static std::string describe(c10d::Store& store) {
