@@ -131,15 +131,21 @@ say("done: loss %.3g, every rank's parameters and momentum %s"
     % (loss.item(), "equal" if same.item() == 1 else "NOT EQUAL"))
 # Rank 0 holds torch's store (MASTER_ADDR's TCPStore): it leaves last, once every other rank
 # has let go of its group (whose goodbye goes through that store). Each DDP wrapper made
-# holds the group, and the hooks it put on the model's parameters hold it.
+# holds the group, and so do the hooks it put on the model's parameters, which the last
+# loss's graph holds too.
 store = dist.distributed_c10d._get_default_store()
-del net, model, opt, kept
+del net, model, opt, kept, loss
 gc.collect()
+code = 0 if same.item() == 1 else 1
 if rank != 0:
     dist.destroy_process_group()
     gc.collect()
     store.set("ddp_elastic/left/%d" % rank, "1")
-else:
-    store.wait(["ddp_elastic/left/%d" % r for r in range(1, size)])
-    dist.destroy_process_group()
-sys.exit(0 if same.item() == 1 else 1)
+    # (torch 2.6 keeps a replacement's group alive until the interpreter exits, with no
+    # Python object referring to it: its goodbye would then find rank 0's store gone and
+    # torch would print the failed request's C++ trace. Leave without it.)
+    sys.stdout.flush()
+    os._exit(code)
+store.wait(["ddp_elastic/left/%d" % r for r in range(1, size)])
+dist.destroy_process_group()
+sys.exit(code)

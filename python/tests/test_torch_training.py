@@ -222,3 +222,22 @@ def test_ddp_goes_on_with_a_replacement_in_place(tmp_path):
             assert [(x["failed"], x["joined"]) for x in d["reforms"]] == [([1], [1])], d
     assert len({d["checksum"] for d in results}) == 1, results
 
+
+
+@pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,
+                    reason="torch 1.13's init_process_group ends in a store barrier that "
+                           "counts to the world size exactly: a replacement's would wait "
+                           "forever (torch 2.x has none by default)")
+def test_the_ddp_example_loses_ranks_and_ends_with_equal_parameters():
+    # examples/ddp_elastic.py as the README runs it, shorter: 3 ranks for 10 s, rank r > 0
+    # killing itself r * 4 s into its life, each replaced.
+    cmd = [collx_run(), "-n", "3", "--on-failure", "replace", "--max-replacements", "20",
+           "--timeout", "150s", "-t", sys.executable, str(ROOT / "examples" / "ddp_elastic.py"),
+           "--seconds", "10", "--kill-every", "4"]
+    done = subprocess.run(cmd, env=base_env(), capture_output=True, text=True, timeout=200)
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text
+    assert "starting a replacement" in text, text
+    assert "re-formed: rank(s) [1] failed, newcomer(s) at [1]" in text, text
+    assert "every rank's parameters and momentum equal" in text, text
+    assert "Exception raised from" not in text, text  # (a clean goodbye: rank 0's store last)
