@@ -46,7 +46,12 @@ ulfm() {  # P btl
       --with-ft ulfm --mca mpi_ft_detector true --mca mpi_ft_detector_timeout $PEER_TIMEOUT \
       --mca mpi_ft_detector_period $period -np $1 --mca btl $2,self \
       --mca btl_tcp_if_include lo ./ulfm_shrink stop 2>/dev/null" >"$WORK/stop.out"
-    pkill -KILL -x ulfm_shrink 2>/dev/null  # (a rank left stopped, had the run timed out)
+    # (A rank left stopped, had the run timed out: the pids rank 0 wrote, if still ours.)
+    local p
+    for p in $(cat "$WORK/ulfm_shrink.pids" 2>/dev/null); do
+      [ "$(cat "/proc/$p/comm" 2>/dev/null)" = ulfm_shrink ] && kill -KILL "$p"
+    done
+    rm -f "$WORK/ulfm_shrink.pids"
     # Per survivor: detected, and recovered (both from the stop), in ms.
     awk '/^ulfm stopped at/ {s = $4} /^ulfm rank .* detected at/ {d[$3] = $6}
       /^ulfm rank .* recovered in/ {r[$3] = $8}

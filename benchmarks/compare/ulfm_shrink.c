@@ -38,6 +38,11 @@ int main(int argc, char** argv) {
   int* pids = malloc(sizeof(int) * (size_t)size);
   int pid = (int)getpid();
   MPI_Allgather(&pid, 1, MPI_INT, pids, 1, MPI_INT, comm);
+  if (stop && rank == 0) { /* (ulfm.sh ends these should the run time out) */
+    FILE* f = fopen("ulfm_shrink.pids", "w");
+    for (int r = 0; f != NULL && r < size; ++r) fprintf(f, "%d\n", pids[r]);
+    if (f != NULL) fclose(f);
+  }
   const int n = 262144; /* 1 MiB of float32 */
   float* buf = malloc(sizeof(float) * n);
   double failed = 0;

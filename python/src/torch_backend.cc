@@ -106,13 +106,8 @@ class C10dStore final : public rendezvous::Store {
       // looking around in between) is a few looks: torch 2's TCPStore client logs a warning
       // each time one of its waits times out ("waitForInput: poll for socket ... likely a
       // timeout"), a line per wait on every rank.
-      for (;;) {
-        if (doCheck(keys)) return {};
-        const auto now = rendezvous::Clock::now();
-        if (now >= deadline) break;
-        std::this_thread::sleep_for(std::min<rendezvous::Clock::duration>(deadline - now, kLook));
-      }
-      return missingKeys(keys);
+      return rendezvous::detail::pollForKeys(
+          keys, deadline, [&](const std::string& key) { return doCheck({key}); });
     }
     if (left.count() > 0) {
       try {
@@ -168,7 +163,6 @@ class C10dStore final : public rendezvous::Store {
 
  private:
   static constexpr milliseconds kShortWait{200};
-  static constexpr std::chrono::microseconds kLook{500};
 
   static std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 

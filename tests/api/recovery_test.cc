@@ -706,8 +706,11 @@ TEST(Replacements, AHundredReformsWithANewcomerEachLeaveNothingBehind) {
           } else {
             Reformed reformed = mine->reform(30s, 30s);
             if (reformed.failed != std::vector<int>{gone}) {
-              throw std::runtime_error("round " + std::to_string(round) + ": failed ranks " +
-                                       std::to_string(reformed.failed.size()));
+              std::string failed;
+              for (int f : reformed.failed) failed += " " + std::to_string(f);
+              throw std::runtime_error("rank " + std::to_string(r) + ", round " +
+                                       std::to_string(round) + ": reform() found failed" + failed +
+                                       ", not " + std::to_string(gone));
             }
             mine = reformed.context;
           }

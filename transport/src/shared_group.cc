@@ -29,8 +29,8 @@ using Clock = std::chrono::steady_clock;
 // core of its own, for at most COLLX_SPIN_US), and while yielding the core between looks,
 // where a check (a poll of the member's pidfd, a few loads) is cheap beside sched_yield and
 // a member's death or a peer's failure is noticed within that, not at the first sleep.
-constexpr std::chrono::milliseconds kCheckPeriod(10);
-constexpr std::chrono::microseconds kYieldingCheckPeriod(100);
+constexpr Clock::duration kCheckPeriod = std::chrono::milliseconds(10);
+constexpr Clock::duration kYieldingCheckPeriod = std::chrono::microseconds(100);
 // The longest sleep: a lost wakeup would cost at most this.
 constexpr std::chrono::milliseconds kMaxSleep(5);
 // A wait this long is worth telling Waiting::sleeping.
@@ -205,7 +205,7 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
   if (waiting.deadline == Clock::time_point::max()) waiting.deadline = start + waiting.timeout;
   const auto deadline = waiting.deadline;
   auto nextCheck =
-      start + std::min<Clock::duration>(kCheckPeriod, policy_.spin + kYieldingCheckPeriod);
+      start + std::min(kCheckPeriod, Clock::duration(policy_.spin) + kYieldingCheckPeriod);
   bool noted = false;
   bool slept = false;
   for (;;) {
@@ -228,9 +228,7 @@ void SharedGroup::waitFor(int member, std::uint64_t use, const Waiting& waiting)
     if (now >= nextCheck) {
       check(member, name);
       checkCall(member, waiting);
-      nextCheck =
-          now + (waited < policy_.spin ? std::chrono::duration_cast<Clock::duration>(kCheckPeriod)
-                                       : kYieldingCheckPeriod);
+      nextCheck = now + (waited < policy_.spin ? kCheckPeriod : kYieldingCheckPeriod);
     }
     if (now >= deadline) {
       fail(Failure::kTimeout, member,

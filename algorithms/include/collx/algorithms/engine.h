@@ -52,9 +52,9 @@ struct EngineOptions {
   // Call counters (CallNotes::counter, EngineStats::calls).
   std::size_t callCounters = 0;
   // Called on the driving thread as each send or receive of a call is posted, with the
-  // engine's rank, the call and the transfer's step (a shared-memory algorithm's call: once, step
-  // 0, when it is ready to run): the fault injector's hook (COLLX_FAULT's collective steps). Empty:
-  // nothing is called (one test per posted transfer).
+  // engine's rank, the call and the transfer's step (a shared-memory algorithm's call: once,
+  // step 0, when it is ready to run): the fault injector's hook (COLLX_FAULT's collective
+  // steps). Empty: nothing is called (one test per posted transfer).
   std::function<void(int rank, const CallInfo& call, std::uint32_t step)> onStep;
 };
 
