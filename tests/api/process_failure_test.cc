@@ -230,6 +230,47 @@ TEST_P(Liveness, ARankBusyOutsideCollxStillAnswersAndIsNeverFailed) {
   ASSERT_TRUE(job.rank(1).wait(5s));
 }
 
+// Two ranks stopped at once (as a host whose link is cut) in a ring, where the survivors
+// wait on rank 3 alone (rank 0 receives from 3, rank 1 from 0) and so name only it: in the
+// agreement that follows, rank 2's entry never comes, and rank 2 has been silent since the
+// stop, longer than the peer timeout by then. The survivors fail it once its pings go
+// unanswered for a quarter of the timeout, not after a second peer timeout counted from the
+// agreement's start: every survivor has shrunk within the timeout (2 s) and 0.5 s of the
+// stop, give or take a loaded machine (it was the timeout twice, 4 s, before).
+TEST_P(Liveness, RanksSilentSinceBeforeTheAgreementAreFailedWithoutASecondTimeout) {
+  if (GetParam() == "ibverbs") GTEST_SKIP() << "shrinking over ibverbs is Unsupported yet";
+  Job job(4, {"shrink", "1024"}, "60s", nullptr, GetParam(),
+          {{"COLLX_PEER_TIMEOUT", "2s"}, {"COLLX_ALLREDUCE_ALGO", "ring"}});
+  ASSERT_TRUE(job.allReady());
+  std::this_thread::sleep_for(2500ms);  // (every pair's last arrival long before the stop)
+  job.rank(2).signal(SIGSTOP);
+  job.rank(3).signal(SIGSTOP);
+  const double stopped =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (int r : {0, 1}) {
+    ASSERT_TRUE(job.rank(r).wait(30s)) << "rank " << r << " did not shrink";
+    EXPECT_EQ(job.rank(r).exitCode(), 0) << "rank " << r << ": " << job.rank(r).err();
+    const std::string& out = job.rank(r).out();
+    double failedAt = 0, shrinkMs = 0;
+    const auto f = out.find("failed at ");
+    const auto s = out.find("(shrink ");
+    ASSERT_NE(f, std::string::npos) << out;
+    ASSERT_NE(s, std::string::npos) << out;
+    failedAt = std::stod(out.substr(f + 10));
+    shrinkMs = std::stod(out.substr(s + 8));
+    EXPECT_NE(out.find("shrunk rank=" + std::to_string(r) + " size=2 "), std::string::npos) << out;
+    const double took = failedAt - stopped + shrinkMs / 1000;
+    EXPECT_GE(took, 1.9) << "rank " << r << ": " << out;
+    EXPECT_LT(took, 3.2) << "rank " << r << " shrank " << took << " s after the stop: " << out;
+    std::printf("rank %d shrank %.3f s after the stop\n", r, took);
+  }
+  for (int r : {2, 3}) {
+    job.rank(r).signal(SIGKILL);
+    job.rank(r).signal(SIGCONT);
+    ASSERT_TRUE(job.rank(r).wait(5s));
+  }
+}
+
 const std::vector<std::string> kTransports = {"tcp", "shm",
 #ifdef COLLX_VERBS_EMU_PATH
                                               "ibverbs"

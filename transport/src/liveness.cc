@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -72,13 +73,15 @@ Liveness::Liveness(int rank, int size, std::uint64_t job,
       pinged_(new std::atomic<std::uint64_t>[static_cast<std::size_t>(size)]),
       answered_(new std::atomic<std::uint64_t>[static_cast<std::size_t>(size)]),
       answeredAt_(new std::atomic<std::int64_t>[static_cast<std::size_t>(size)]),
-      pingedAt_(new std::atomic<std::int64_t>[static_cast<std::size_t>(size)]) {
+      pingedAt_(new std::atomic<std::int64_t>[static_cast<std::size_t>(size)]),
+      firstUnanswered_(new std::atomic<std::int64_t>[static_cast<std::size_t>(size)]) {
   const Where where{rank, "liveness", -1};
   for (int p = 0; p < size; ++p) {
     pinged_[p].store(0, std::memory_order_relaxed);
     answered_[p].store(0, std::memory_order_relaxed);
     answeredAt_[p].store(0, std::memory_order_relaxed);
     pingedAt_[p].store(0, std::memory_order_relaxed);
+    firstUnanswered_[p].store(0, std::memory_order_relaxed);
   }
   sockaddr_storage local{};
   socklen_t length = 0;
@@ -159,6 +162,13 @@ void Liveness::ping(int peer) noexcept {
   d.to = static_cast<std::uint32_t>(peer);
   d.job = job_;
   d.seq = pinged_[peer].fetch_add(1, std::memory_order_relaxed) + 1;
+  // The first PING after the last answer starts the unanswered time (an answer that comes
+  // after this look makes it look answered: unansweredFor() errs short).
+  const std::int64_t sentAt = nanosecondsOf(Clock::now());
+  std::int64_t first = firstUnanswered_[peer].load(std::memory_order_relaxed);
+  if (first <= answeredAt_[peer].load(std::memory_order_acquire)) {
+    firstUnanswered_[peer].compare_exchange_strong(first, sentAt, std::memory_order_relaxed);
+  }
   try {
     fillTag(d);
   } catch (...) {
@@ -183,6 +193,14 @@ Liveness::Clock::time_point Liveness::lastAnswer(int peer) const noexcept {
   if (peer < 0 || peer >= size_) return {};
   return Clock::time_point(
       std::chrono::nanoseconds(answeredAt_[peer].load(std::memory_order_acquire)));
+}
+
+Liveness::Clock::duration Liveness::unansweredFor(int peer, Clock::time_point now) const noexcept {
+  if (peer < 0 || peer >= size_) return {};
+  const std::int64_t first = firstUnanswered_[peer].load(std::memory_order_relaxed);
+  if (first == 0 || first <= answeredAt_[peer].load(std::memory_order_acquire)) return {};
+  return std::max<Clock::duration>(now - Clock::time_point(std::chrono::nanoseconds(first)),
+                                   Clock::duration::zero());
 }
 
 void Liveness::answer(const Datagram& d, const sockaddr_storage& from, socklen_t fromLength) {

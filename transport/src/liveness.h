@@ -54,6 +54,10 @@ class Liveness {
   void pingIfDue(int peer, Clock::time_point now, Clock::duration period) noexcept;
   // When `peer` last answered a PING (Clock::time_point{} if never). Any thread.
   Clock::time_point lastAnswer(int peer) const noexcept;
+  // How long the first PING sent to `peer` after its last answer has gone unanswered at
+  // `now` (zero when every PING was answered, or none was sent). Any thread; it may say less
+  // than the truth while an answer and a PING cross, never more.
+  Clock::duration unansweredFor(int peer, Clock::time_point now) const noexcept;
   // Datagrams dropped because they did not parse, named another job or rank, failed their
   // tag, or answered no PING (for tests).
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
@@ -80,6 +84,7 @@ class Liveness {
   std::unique_ptr<std::atomic<std::uint64_t>[]> answered_;
   std::unique_ptr<std::atomic<std::int64_t>[]> answeredAt_;
   std::unique_ptr<std::atomic<std::int64_t>[]> pingedAt_;  // pingIfDue's, in ns of Clock
+  std::unique_ptr<std::atomic<std::int64_t>[]> firstUnanswered_;  // ping()'s, in ns of Clock
   std::atomic<std::uint64_t> dropped_{0};
   std::thread thread_;
 };

@@ -132,6 +132,8 @@ Mesh::Mesh(const MeshOptions& options) : options_(options) {
                                            jobHash(options_.jobId, options_.generation),
                                            options_.secret, ip);
     watch_.assign(static_cast<std::size_t>(options_.size), Watch{});
+    heardAt_.reset(new std::atomic<std::int64_t>[static_cast<std::size_t>(options_.size)]);
+    for (int peer = 0; peer < options_.size; ++peer) heard(peer, Clock::now());
   }
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wakeFd_ < 0) {
@@ -348,11 +350,21 @@ void Mesh::checkLiveness(Clock::time_point now) {
   for (int peer = 0; peer < options_.size; ++peer) {
     Pair* pair = pairs_[static_cast<std::size_t>(peer)];
     Watch& w = watch_[static_cast<std::size_t>(peer)];
-    if (pair == nullptr || !pair->busy()) {
+    if (pair == nullptr) {
       w.busy = false;
       continue;
     }
+    // What arrived since the last look, waited for or not, is the peer's last sign of life
+    // (lost() counts from it).
     const std::uint64_t arrivals = pair->arrivals();
+    if (arrivals != w.seen) {
+      w.seen = arrivals;
+      heard(peer, now);
+    }
+    if (!pair->busy()) {
+      w.busy = false;
+      continue;
+    }
     if (!w.busy || arrivals != w.arrivals) {
       // A wait that starts now, or something arrived since the last look.
       w.busy = true;
@@ -377,6 +389,15 @@ std::string Mesh::silence(int peer, Clock::time_point heard, Clock::time_point n
   const auto timeout = options_.peerTimeout;
   const auto silent = now - std::max(heard, liveness_->lastAnswer(peer));
   if (silent >= timeout) {
+    // Silent for the timeout, and pings unanswered for a while (several of them: one lost
+    // datagram does not fail a peer). A wait pings from a quarter of the timeout on, so its
+    // pings have long gone unanswered here; the recovery asks of peers it had no reason to
+    // ping before, and pings them quickly now.
+    const auto grace = std::min<Clock::duration>(timeout / 4, std::chrono::milliseconds(250));
+    if (liveness_->unansweredFor(peer, now) < grace) {
+      liveness_->pingIfDue(peer, now, std::max<Clock::duration>(grace / 5, std::chrono::milliseconds(1)));
+      return {};
+    }
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
     try {
       return "rank " + std::to_string(peer) + " (" + describePeer(peer) +
@@ -448,7 +469,19 @@ std::string Mesh::lost(int peer, Clock::time_point since) noexcept {
   } catch (...) {
     // Out of memory for the words: the other signs still tell.
   }
-  return silence(peer, since, Clock::now());
+  return silence(peer, std::max(since, lastHeard(peer)), Clock::now());
+}
+
+void Mesh::heard(int peer, Clock::time_point now) noexcept {
+  heardAt_[static_cast<std::size_t>(peer)].store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+      std::memory_order_relaxed);
+}
+
+Clock::time_point Mesh::lastHeard(int peer) const noexcept {
+  if (!heardAt_) return {};
+  return Clock::time_point(std::chrono::nanoseconds(
+      heardAt_[static_cast<std::size_t>(peer)].load(std::memory_order_relaxed)));
 }
 
 void Mesh::reform(std::int64_t generation, const std::vector<bool>& keep) {
@@ -577,6 +610,7 @@ void Mesh::admit(const std::vector<int>& slots, const std::vector<std::string>& 
       liveAddresses_[at] = live[i];
       watch_[at] = Watch{};
       watch_[at].watched = !live[i].empty();
+      heard(slots[i], Clock::now());
     }
   }
   if (liveness_) liveness_->setPeers(liveAddresses_);

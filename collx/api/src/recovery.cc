@@ -380,7 +380,7 @@ Agreement Context::agreeEntering(std::uint64_t flags, std::chrono::milliseconds 
         decided = rendezvous::toString(answer->front());
         break;
       }
-      if (!mesh.lost(runtime_->meshRank(coordinator), start).empty()) {
+      if (!mesh.lost(runtime_->meshRank(coordinator), {}).empty()) {
         COLLX_DEBUG(kCore, "rank {}: {}: coordinator rank {} is lost; the next takes its part",
                     rank_, where.op, coordinator);
         passed.insert(coordinator);
@@ -401,7 +401,7 @@ Agreement Context::agreeEntering(std::uint64_t flags, std::chrono::milliseconds 
         awaited.clear();
         for (int r : still) {
           if (failed.count(r) != 0) continue;
-          const std::string lost = mesh.lost(runtime_->meshRank(r), start);
+          const std::string lost = mesh.lost(runtime_->meshRank(r), {});
           if (!lost.empty()) {
             failed.insert(r);
             why[r] = lost;

@@ -120,8 +120,11 @@ class Mesh {
   bool watched(int peer) const noexcept;
   // The recovery's failure detector (Context::agree): why `peer` is lost for certain (its
   // process exited, its connection closed, or nothing was heard of it since `since`, no
-  // answer to the pings this sends either, for the peer timeout), else "". Any thread; on a
-  // failed mesh too (it reads nothing, it only looks).
+  // answer to the pings this sends either, for the peer timeout), else "". "Heard" is the
+  // later of `since` and what the mesh last saw arrive from the peer: pass {} to count from
+  // that alone. A silent peer is failed only once its pings have gone unanswered for a
+  // quarter of the timeout, at most 0.25 s. Any thread; on a failed mesh too (it reads
+  // nothing, it only looks).
   std::string lost(int peer, Clock::time_point since) noexcept;
 
  private:
@@ -166,7 +169,13 @@ class Mesh {
     bool busy = false;
     std::uint64_t arrivals = 0;
     Clock::time_point heard{};
+    std::uint64_t seen = 0;  // arrivals at the last look, busy or not
   };
+  // When a look (checkLiveness) last saw something arrive from each peer, or it connected:
+  // written by the driving thread, read by lost() on any.
+  void heard(int peer, Clock::time_point now) noexcept;
+  Clock::time_point lastHeard(int peer) const noexcept;
+  std::unique_ptr<std::atomic<std::int64_t>[]> heardAt_;
   std::unique_ptr<Liveness> liveness_;
   std::vector<Watch> watch_;
   Clock::time_point nextCheck_{};
