@@ -22,14 +22,16 @@
 set -uo pipefail
 # shellcheck source=util/bench_output.sh
 . "$(dirname "$0")/../util/bench_output.sh"
+# shellcheck source=util/netns_hosts.sh
+. "$(dirname "$0")/../util/netns_hosts.sh"
 
 BIN=${1:?usage: multihost_test.sh BIN_DIR [HOSTS]}
 HOSTS=${2:-2}
 RANKS=2
 ID=$$
-NET=198.51.100
-PREFIX="collx-mh-$ID"
-BRIDGE="cxb$ID"
+hosts_init "$ID" "$HOSTS"
+NET=$NH_NET
+PREFIX=$NH_PREFIX
 PORT=$((20000 + ID % 20000))
 WORK=$(mktemp -d "/tmp/collx-multihost-$ID.XXXXXX")
 declare -a PIDS=()
@@ -44,14 +46,8 @@ fail() {
   exit 1
 }
 
-[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces (uid $(id -u))"
-for tool in ip unshare mount hostname; do
-  command -v "$tool" >/dev/null 2>&1 || skip "no '$tool' on this machine"
-done
+if why=$(hosts_unusable); then skip "$why"; fi
 [ -x "$BIN/collx-run" ] && [ -x "$BIN/collx-bench" ] || fail "no collx-run or collx-bench in $BIN"
-if grep -q " $NET\." <<<"$(ip -4 addr show 2>/dev/null)" || grep -q "^$NET\." <<<"$(ip -4 route show 2>/dev/null)"; then
-  skip "$NET.0/24 is already in use on this machine (ip addr / ip route)"
-fi
 
 # Removes what this run created, by name and pid only; safe to call twice.
 cleanup() {
@@ -60,46 +56,19 @@ cleanup() {
   done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
   PIDS=()
-  for ((i = 0; i < HOSTS; i++)); do
-    # The pair first, at once (a namespace's own links go away asynchronously with it).
-    ip link del "cxv${ID}h$i" 2>/dev/null
-    ip netns del "$PREFIX-$i" 2>/dev/null
-  done
-  ip link del "$BRIDGE" 2>/dev/null
+  hosts_remove
   [ -n "${KEEP:-}" ] && cp -r "$WORK" "$KEEP"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# The namespaces, a bridge, and a veth pair per host: host i is $NET.(10+i).
-if ! err=$(ip netns add "$PREFIX-0" 2>&1); then
-  skip "cannot create a network namespace: $err"
-fi
-if ! err=$(ip netns exec "$PREFIX-0" unshare --uts --mount true 2>&1); then
-  skip "cannot unshare uts and mount namespaces: $err"
-fi
-ip link add "$BRIDGE" type bridge || fail "cannot create bridge $BRIDGE"
-ip link set "$BRIDGE" up
-for ((i = 0; i < HOSTS; i++)); do
-  ns="$PREFIX-$i"
-  [ "$i" = 0 ] || ip netns add "$ns" || fail "ip netns add $ns"
-  ip link add "cxv${ID}h$i" type veth peer name "cxv${ID}n$i" || fail "veth for host $i"
-  ip link set "cxv${ID}h$i" master "$BRIDGE" up
-  ip link set "cxv${ID}n$i" netns "$ns"
-  ip -n "$ns" link set "cxv${ID}n$i" name eth0
-  ip -n "$ns" addr add "$NET.$((10 + i))/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" link set lo up
-  if [ -n "${RATE:-}" ]; then
-    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$RATE" burst 1mb latency 50ms ||
-      fail "tc tbf $RATE on host $i"
-  fi
-done
-for ((i = 1; i < HOSTS && $(command -v ping >/dev/null && echo 1 || echo 0); i++)); do
-  ip netns exec "$PREFIX-$i" ping -c 1 -W 2 "$NET.10" >/dev/null 2>&1 ||
-    fail "host $i cannot reach host 0 at $NET.10 over the bridge"
-done
+why=$(hosts_create "${RATE:-}")
+case $? in
+  0) ;;
+  2) skip "$why" ;;
+  *) fail "$why" ;;
+esac
 
 # Runs `collx-bench ARGS` on every host at once (extra environment in ENV_EXTRA); host 0's
 # output in $WORK/<name>.0, and each host's /dev/shm after its ranks ended in
@@ -123,16 +92,7 @@ run_bench() {
   fi
   PIDS=()
   for ((i = 0; i < HOSTS; i++)); do
-    ip netns exec "$PREFIX-$i" unshare --uts --mount sh -c '
-      hostname "$1" && mount -t tmpfs tmpfs /dev/shm || exit 90
-      shift
-      out=$1; shm=$2; shift 2
-      # (bounded also if collx-run itself hangs: SIGTERM, which it forwards to its ranks)
-      timeout -k 10 60 env $ENV_EXTRA "$@" >"$out" 2>&1
-      code=$?
-      [ "$code" = 124 ] && echo "multihost_test: collx-run did not end within 60 s" >>"$out"
-      ls -A /dev/shm >"$shm"
-      exit $code' sh "$PREFIX-host$i" "$WORK/$name.$i" "$WORK/$name.shm.$i" \
+    host_run "$i" "$WORK/$name.$i" "$WORK/$name.shm.$i" \
       "$BIN/collx-run" -n "$RANKS" --nnodes "$HOSTS" --node-rank "$i" \
       "${meet[@]}" --job-id "mh$ID-$RUN" --timeout 40s \
       --secret-file "$SECRET" -- \
@@ -165,7 +125,7 @@ cut_link() {
     fail "cut-link: host $((HOSTS - 1))'s ranks never made their $want connections ($have)"
   sleep "$1"
   CUT_AT=$(date +%s.%N)
-  ip link set "cxv${ID}h$((HOSTS - 1))" down || fail "cannot take host $((HOSTS - 1))'s link down"
+  host_link $((HOSTS - 1)) down || fail "cannot take host $((HOSTS - 1))'s link down"
 }
 
 # Checks a run's output on host 0: N hosts, P ranks, shm and $XPORT (tcp) peers, #wrong 0 on every
@@ -253,7 +213,7 @@ $(cat "$WORK/cut-link.$i")"
   # the others) within the peer timeout and the launchers' slack, not at the 30 s deadline.
   awk -v t="$took" 'BEGIN { exit !(t < 10) }' ||
     fail "cut-link: the job ended ${took}s after the cut (COLLX_PEER_TIMEOUT=1s)"
-  ip link set "cxv${ID}h$((HOSTS - 1))" up
+  host_link $((HOSTS - 1)) up
   say "ok: cut-link (every other host's errors named a rank of host $((HOSTS - 1)); ended ${took}s after the cut)"
   # TLS between the hosts (COLLX_TLS=1: node 0's store and every tcp connection across hosts),
   # one CA and certificate made by docs/running.md's OpenSSL lines; ring and hierarchical, so
@@ -286,15 +246,7 @@ fi
 # Nothing of this run may be left behind.
 cleanup
 trap - EXIT
-leftover=""
-grep -q "$PREFIX" <<<"$(ip netns list 2>/dev/null)" && leftover+=" namespaces($(ip netns list | grep "$PREFIX" | tr '\n' ' '))"
-# Links deleted with a namespace go away asynchronously: give them a moment.
-for ((try = 0; try < 100; try++)); do
-  grep -qE "cxv${ID}|$BRIDGE" <<<"$(ip -o link show 2>/dev/null)" || break
-  sleep 0.05
-done
-grep -qE "cxv${ID}|$BRIDGE" <<<"$(ip -o link show 2>/dev/null)" &&
-  leftover+=" links($(ip -o link show | grep -oE "(cxv${ID}|$BRIDGE)[^:@]*" | tr '\n' ' '))"
+leftover=$(hosts_leftover)
 for env in /proc/[0-9]*/environ; do
   if { tr '\0' '\n' <"$env"; } 2>/dev/null | grep -q "^COLLX_JOB_ID=mh$ID-"; then
     leftover+=" process(${env//[^0-9]/})"
