@@ -248,7 +248,12 @@ TEST_P(Liveness, RanksSilentSinceBeforeTheAgreementAreFailedWithoutASecondTimeou
   const double stopped =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (int r : {0, 1}) {
-    ASSERT_TRUE(job.rank(r).wait(30s)) << "rank " << r << " did not shrink";
+    if (!job.rank(r).wait(30s)) {
+      job.rank(r).signal(SIGKILL);
+      job.rank(r).wait(5s);
+      FAIL() << "rank " << r << " did not shrink within 30 s; it printed: " << job.rank(r).out()
+             << job.rank(r).err();
+    }
     EXPECT_EQ(job.rank(r).exitCode(), 0) << "rank " << r << ": " << job.rank(r).err();
     const std::string& out = job.rank(r).out();
     double failedAt = 0, shrinkMs = 0;

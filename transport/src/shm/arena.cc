@@ -213,6 +213,7 @@ Arena::Arena(int rank, int size, std::uint64_t job, std::int64_t generation,
   h->pid = ::getpid();
   h->job = job;
   h->generation = generation;
+  h->failedIn = -1;
   h->token = token_;
   h->ringBytes = ringBytes;
   h->groupBytes = groupBytes;

@@ -42,7 +42,7 @@
 namespace collx::transport::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x314d48535f584c43ull;  // "CLX_SHM1"
-inline constexpr std::uint32_t kArenaVersion = 5;
+inline constexpr std::uint32_t kArenaVersion = 6;
 inline constexpr std::size_t kLine = 64;
 inline constexpr int kGroupBuffers = 4;  // SharedGroup::kBuffers
 inline constexpr int kSlots = 8;         // SharedGroup::kSubGroupSlots
@@ -71,6 +71,10 @@ struct ArenaHeader {
   std::int32_t culprit;
   std::uint32_t errorLength;
   std::uint64_t cmaProbe;  // address (in the owner) of a word holding `token`, for the CMA probe
+  // The generation the owner last failed in (-1: none), stored before `state`. A peer still
+  // in that generation fails on it even when the owner has re-formed since (its `state` is
+  // open again, for the next generation): the notice outlasts the owner's moving on.
+  std::int64_t failedIn;
   // Line 2: the owner sleeps (a writer that sees 1 exchanges it for 0 and rings the doorbell).
   alignas(kLine) std::uint32_t sleeping;
   // Line 3: peers copying from the owner's memory right now (see ShmPair's pulls).
@@ -133,10 +137,6 @@ inline void publishError(ArenaHeader& h, std::uint32_t kind, std::int32_t culpri
   atomic(h.errorLength).store(static_cast<std::uint32_t>(n), std::memory_order_relaxed);
   atomic(h.errorKind).store(kind, std::memory_order_relaxed);
   atomic(h.culprit).store(culprit, std::memory_order_relaxed);
-}
-inline void clearError(ArenaHeader& h) noexcept {
-  atomic(h.errorLength).store(0, std::memory_order_relaxed);
-  atomic(h.culprit).store(-1, std::memory_order_relaxed);
 }
 // (After an acquire load of `state` that saw State::kFailed.)
 inline PublishedError readError(const ArenaHeader& header) {

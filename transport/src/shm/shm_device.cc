@@ -91,6 +91,7 @@ ShmDevice::ShmDevice(LinkState& link, const JobMember& job, const ShmOptions& op
       host_(hostId(options.hostId)),
       jobHash_(jobHash(job.jobId, job.generation)),
       ringBytes_(options.ringBytes > 0 ? options.ringBytes : defaultRingBytes(job.size)) {
+  generation_ = job_.generation;
   // The sizes are within their settings' ranges: the Mesh validated its options.
   if (options_.posix) removeShmLeftovers();  // of ranks that were killed before
   arena_ = std::make_unique<Arena>(job.rank, job.size, jobHash_, job.generation, ringBytes_,
@@ -495,9 +496,10 @@ void ShmDevice::leaveOut(const std::vector<int>& peers) {
 
 void ShmDevice::reform(std::int64_t generation, const std::vector<bool>& keep) {
   remakeGroup(generation, keep);
-  // Open again: the peers that go on read this rank's state as they wait on it.
+  generation_ = generation;
+  // Open again: the peers that go on read this rank's state as they wait on it. (The last
+  // error stays: a peer still in the failed generation reads it, see failedIn.)
   ArenaHeader* h = arena_->header();
-  clearError(*h);
   atomic(h->state).store(static_cast<std::uint32_t>(State::kOpen), std::memory_order_seq_cst);
 }
 
@@ -507,6 +509,7 @@ void ShmDevice::failAll(const Error& error) noexcept {
       static_cast<std::uint32_t>(State::kOpen)) {
     // Every peer learns why (the state, stored after these, publishes them).
     publishError(*h, static_cast<std::uint32_t>(error.kind()), error.peer(), error.detail());
+    atomic(h->failedIn).store(generation_, std::memory_order_relaxed);
   }
   letGo(State::kFailed);
   for (auto& pair : pairs_) pair->failAll(error);

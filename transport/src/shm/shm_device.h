@@ -94,6 +94,7 @@ class ShmDevice final : public Device {
 
   LinkState& link_;
   JobMember job_;
+  std::int64_t generation_ = 0;  // its pairs': the job's, then each reform()'s
   ShmOptions options_;
   std::uint64_t host_;
   std::uint64_t jobHash_;

@@ -306,8 +306,15 @@ bool ShmPair::progress(std::uint64_t& budget) {
   if (state != static_cast<std::uint32_t>(State::kOpen) && !closing()) {
     checkPeerState(state);
     moved = true;
+  } else if (peerFailedInThisGeneration() && !closing()) {
+    raisePeerFailure();  // it failed, then re-formed before this rank looked
   }
   return moved;
+}
+
+bool ShmPair::peerFailedInThisGeneration() const noexcept {
+  const std::int64_t failed = atomic(peerHeader_->failedIn).load(std::memory_order_acquire);
+  return failed >= 0 && static_cast<std::uint8_t>(failed) == link_.epoch;
 }
 
 bool ShmPair::wouldWake() {
@@ -319,7 +326,8 @@ bool ShmPair::wouldWake() {
     if (atomic(out_->head).load(std::memory_order_acquire) != outHeadSeen_) return true;
   }
   const auto state = atomic(peerHeader_->state).load(std::memory_order_acquire);
-  return state != static_cast<std::uint32_t>(State::kOpen) && !closing();
+  return (state != static_cast<std::uint32_t>(State::kOpen) || peerFailedInThisGeneration()) &&
+         !closing();
 }
 
 bool ShmPair::peerClosedArena() const noexcept {

@@ -117,6 +117,9 @@ class ShmPair final : public ProtocolPair {
   bool pumpPulls(std::uint64_t& budget);
   void checkPeerState(std::uint32_t state);
   [[noreturn]] void raisePeerFailure();
+  // The peer failed in the generation this rank's pairs are in (it may have re-formed since:
+  // its state says open again, for the next one).
+  bool peerFailedInThisGeneration() const noexcept;
 
   ShmPairOptions options_;
   PeerView peer_;
