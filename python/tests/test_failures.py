@@ -210,6 +210,16 @@ def test_a_newcomer_takes_the_killed_ranks_place_in_reform(ranks):
         assert d["again"] == [rank, 4, [], []], d
 
 
+def test_a_newcomer_is_appended_beyond_the_first_size(ranks):
+    results = run(ranks, "append", n=3, timeout=60, env={"COLLX_MAX_SIZE": "3"})
+    for r in (0, 1, 2):
+        d = outcome(results, r)
+        assert d.get("error") is None, d
+        assert d["after"][:4] == [r, 3, 1, 6.0], d  # 1 + 2 + 3
+        assert "this context has 0 such places" in d["beyond"], d
+    assert outcome(results, 2)["after"][4] == ["tcp", "tcp", "self"]
+
+
 def test_abort_wakes_a_blocked_call_with_aborted(ranks):
     d = outcome(run(ranks, "abort"), 0)
     assert d.get("error") == "Aborted", d

@@ -781,6 +781,116 @@ TEST_P(Grow, ReformPutsTheNewcomerInTheFailedRanksPlace) {
   EXPECT_EQ(newcomer->rank(), gone);
 }
 
+// A job formed with room to grow (ContextOptions::maxSize = P + 2): with nobody lost, a
+// newcomer is appended as rank P, over tcp, the members' pairs going on; then another as
+// rank P + 1; a third finds no place left (InvalidArgument, before anything happens). After
+// a member closes, a reform() takes a newcomer into its place, so that the others keep their
+// numbers in a job grown beyond its first size.
+TEST_P(Grow, NewcomersAreAppendedBeyondTheFirstSizeUpToMaxSize) {
+  const int P = GetParam();
+  ContextOptions options;
+  options.maxSize = P + 2;
+  World world(P, options);
+  auto joinOne = [&](std::shared_ptr<Context>& joined, std::exception_ptr& error) {
+    return std::thread([&] {
+      try {
+        joined = join(joinOptions(world));
+        checkAllreduce(*joined, 1000);
+        checkAllreduce(*joined, 300000);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+  };
+  std::shared_ptr<Context> first, second, third;
+  std::exception_ptr firstError, secondError, thirdError;
+  std::vector<std::shared_ptr<Context>> grown(static_cast<std::size_t>(P));
+  std::thread joiner = joinOne(first, firstError);
+  world.runOk([&](int rank, Context& ctx) {
+    auto next = ctx.grow(1, 30s);
+    EXPECT_EQ(next->size(), P + 1);
+    EXPECT_EQ(next->rank(), rank);
+    EXPECT_EQ(next->transports()[static_cast<std::size_t>(P)], "tcp");
+    checkAllreduce(*next, 1000);
+    checkAllreduce(*next, 300000);
+    grown[static_cast<std::size_t>(rank)] = next;
+  });
+  joiner.join();
+  ASSERT_EQ(test::messageOf(firstError), "");
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->rank(), P);
+  EXPECT_EQ(first->size(), P + 1);
+  // The second, grown by every member of the P + 1 (the first newcomer too).
+  joiner = joinOne(second, secondError);
+  std::shared_ptr<Context> firstGrown;
+  std::thread firstGrows([&] {
+    try {
+      firstGrown = first->grow(1, 30s);
+      checkAllreduce(*firstGrown, 1000);
+      checkAllreduce(*firstGrown, 300000);
+      EXPECT_THROW(firstGrown->grow(1, 30s), InvalidArgument);
+    } catch (...) {
+      thirdError = std::current_exception();
+    }
+  });
+  world.runOk([&](int rank, Context&) {
+    auto& ctx = grown[static_cast<std::size_t>(rank)];
+    ctx = ctx->grow(1, 30s);
+    EXPECT_EQ(ctx->size(), P + 2);
+    checkAllreduce(*ctx, 1000);
+    checkAllreduce(*ctx, 300000);
+    try {
+      ctx->grow(1, 30s);
+      ADD_FAILURE() << "rank " << rank << ": a grow beyond COLLX_MAX_SIZE was taken";
+    } catch (const InvalidArgument& e) {
+      EXPECT_TRUE(contains(e.what(), "count in [1, 0]") || contains(e.what(), "0 such places"))
+          << e.what();
+    }
+  });
+  joiner.join();
+  firstGrows.join();
+  ASSERT_EQ(test::messageOf(secondError), "");
+  ASSERT_EQ(test::messageOf(thirdError), "");
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->rank(), P + 1);
+  EXPECT_EQ(second->size(), P + 2);
+  // Rank 0 closes; a newcomer takes its place, the others keep their numbers.
+  const int gone = 0;
+  grown[static_cast<std::size_t>(gone)].reset();
+  world.close(gone);
+  joiner = joinOne(third, thirdError);
+  std::vector<std::thread> others;
+  std::vector<std::exception_ptr> otherErrors(2);
+  std::vector<std::shared_ptr<Context>*> appended = {&firstGrown, &second};
+  for (std::size_t i = 0; i < appended.size(); ++i) {
+    others.emplace_back([&, i] {
+      try {
+        Reformed r = (*appended[i])->reform(30s, 30s);
+        EXPECT_EQ(r.context->rank(), P + static_cast<int>(i));
+        checkAllreduce(*r.context, 1000);
+        checkAllreduce(*r.context, 300000);
+      } catch (...) {
+        otherErrors[i] = std::current_exception();
+      }
+    });
+  }
+  world.runOk([&](int rank, Context&) {
+    if (rank == gone) return;
+    Reformed r = grown[static_cast<std::size_t>(rank)]->reform(30s, 30s);
+    EXPECT_EQ(r.context->rank(), rank);
+    EXPECT_EQ(r.context->size(), P + 2);
+    EXPECT_EQ(r.joined, std::vector<int>{gone});
+    checkAllreduce(*r.context, 1000);
+    checkAllreduce(*r.context, 300000);
+  });
+  joiner.join();
+  for (auto& t : others) t.join();
+  ASSERT_EQ(test::messageOf(thirdError), "");
+  for (auto& e : otherErrors) ASSERT_EQ(test::messageOf(e), "");
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->rank(), gone);
+}
+
 // No newcomer comes: grow() fails on every rank alike at its deadline, and the context goes
 // on; a grow beyond the places that lost ranks left is refused before anything happens.
 TEST_P(Grow, WithoutANewcomerGrowTimesOutAndTheContextGoesOn) {

@@ -80,19 +80,22 @@ Mesh::Mesh(const MeshOptions& options) : options_(options) {
   }
   const std::string& forced = options_.transport;
   devices_.push_back(std::make_unique<SelfDevice>(options_.rank, link_));
-  if ((forced == "auto" || forced == "shm") && options_.size > 1) {
+  // Shared memory and verbs are for the ranks that form the mesh (a newcomer joins over tcp).
+  JobMember forming = options_;
+  if (options_.formed > 0) forming.size = options_.formed;
+  if ((forced == "auto" || forced == "shm") && forming.size > 1) {
     try {
-      devices_.push_back(std::make_unique<shm::ShmDevice>(link_, options_, options_.shm));
+      devices_.push_back(std::make_unique<shm::ShmDevice>(link_, forming, options_.shm));
     } catch (const IoError& e) {
       // No shared memory here (no memfd, no /dev/shm, ...): peers reach this rank over tcp.
       if (forced == "shm") throw;
       COLLX_WARN(kShm, "rank {}: no shared-memory transport: {}", options_.rank, e.what());
     }
   }
-  if ((forced == "auto" || forced == "ibverbs") && options_.size > 1) {
+  if ((forced == "auto" || forced == "ibverbs") && forming.size > 1) {
 #ifdef COLLX_HAVE_IBVERBS
     try {
-      devices_.push_back(std::make_unique<ibverbs::IbDevice>(link_, options_, options_.ib));
+      devices_.push_back(std::make_unique<ibverbs::IbDevice>(link_, forming, options_.ib));
     } catch (const Unsupported& e) {
       // No RDMA port here: peers on other hosts reach this rank over tcp.
       if (forced == "ibverbs") throw;
@@ -197,10 +200,12 @@ void Mesh::connect(const std::vector<std::string>& addresses, Clock::time_point 
     }
   }
   // A newcomer's mesh (options_.joinGeneration): the ranks lost before it came published
-  // nothing, and are none of its peers.
+  // nothing, and are none of its peers; nor are the places kept for newcomers to come.
   const bool joining = options_.joinGeneration >= 0;
+  const int formed = options_.formed > 0 ? options_.formed : n;
   for (int peer = 0; peer < n; ++peer) {
-    if (!assigned[peer] && !(joining && addresses[peer].empty())) {
+    const bool absent = (joining || peer >= formed) && addresses[peer].empty();
+    if (!assigned[peer] && !absent) {
       throw IoError(Where{options_.rank, "connect", peer},
                     "no transport can reach rank " + std::to_string(peer) + " (it published '" +
                         addresses[peer] + "', COLLX_TRANSPORT=" + options_.transport + ")");

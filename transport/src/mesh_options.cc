@@ -235,6 +235,12 @@ void MeshOptions::validate() const {
   if (ib.gidIndex) kIbGidIndex.check(*ib.gidIndex, kIbGidIndex.name());
   kIbEagerLimit.check(ib.eagerLimit, kIbEagerLimit.name());
   kIbMrCache.check(ib.mrCacheBytes, kIbMrCache.name());
+  if (formed < 0 || formed > size) {
+    throw InvalidArgument(Where{rank, "transport", -1},
+                          "the mesh is formed by " + std::to_string(formed) + " of its " +
+                              std::to_string(size) + " ranks: it must be 1 to " +
+                              std::to_string(size) + " (0: all)");
+  }
 }
 
 DirectReads directReadsNamed(std::string_view word, std::string_view what) {

@@ -299,6 +299,7 @@ transport::MeshOptions meshOptions(const ContextOptions& options, const Config& 
 
 // Every rank's transport addresses through the store (one key per rank, one multiGet), then
 // the connections, all within `timeout`.
+// The places a mesh keeps for newcomers (mesh.formed up to mesh.size) publish nothing.
 std::unique_ptr<transport::Mesh> connectMesh(const transport::MeshOptions& mesh,
                                              rendezvous::Store& store,
                                              std::chrono::milliseconds timeout,
@@ -306,9 +307,10 @@ std::unique_ptr<transport::Mesh> connectMesh(const transport::MeshOptions& mesh,
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto transports = std::make_unique<transport::Mesh>(mesh);
   store.set("transport/" + std::to_string(mesh.rank), transports->address());
+  const int forming = mesh.formed > 0 ? mesh.formed : mesh.size;
   std::vector<std::string> keys;
-  keys.reserve(static_cast<std::size_t>(mesh.size));
-  for (int r = 0; r < mesh.size; ++r) keys.push_back("transport/" + std::to_string(r));
+  keys.reserve(static_cast<std::size_t>(forming));
+  for (int r = 0; r < forming; ++r) keys.push_back("transport/" + std::to_string(r));
   std::vector<rendezvous::Bytes> blobs;
   try {
     blobs = store.multiGet(keys, timeout);
@@ -316,9 +318,8 @@ std::unique_ptr<transport::Mesh> connectMesh(const transport::MeshOptions& mesh,
     throw TimeoutError(where, "not every rank published its transport addresses within " +
                                   std::to_string(timeout.count()) + " ms: " + e.detail());
   }
-  std::vector<std::string> addresses;
-  addresses.reserve(blobs.size());
-  for (const auto& blob : blobs) addresses.push_back(rendezvous::toString(blob));
+  std::vector<std::string> addresses(static_cast<std::size_t>(mesh.size));
+  for (std::size_t r = 0; r < blobs.size(); ++r) addresses[r] = rendezvous::toString(blobs[r]);
   transports->connect(addresses, deadline);
   return transports;
 }
@@ -439,6 +440,11 @@ void Context::connect(const ContextOptions& options) {
   transport::MeshOptions mesh = meshOptions(options, config, where);
   mesh.rank = rank_;
   mesh.size = size_;
+  const int maxSize = options.maxSize.value_or(static_cast<int>(detail::kMaxSize.get(config)));
+  if (maxSize > size_) {
+    mesh.size = maxSize;  // places kept for newcomers that grow() appends
+    mesh.formed = size_;
+  }
   mesh.jobId = jobId_;
   mesh.generation = generation_;
   mesh.shm.hostId = hostId_;

@@ -164,6 +164,17 @@ std::string agreeEntryKey(std::uint64_t subContext, std::uint64_t round, int ran
          std::to_string(rank);
 }
 
+const Setting<kind::Integer> kMaxSize(
+    {.name = "COLLX_MAX_SIZE",
+     .component = "core",
+     .defaultValue = 0,
+     .range = {0, std::int64_t{1} << 24},
+     .help = "The most ranks a job may grow to: Context::grow() (Python: Context.grow) appends "
+             "newcomers (collx::join) beyond the job's first size up to this many ranks, once "
+             "the places of the ranks lost are taken. Its places are kept in every rank's "
+             "mesh, with no connection until a newcomer takes one (over tcp). Every rank of a "
+             "job must set the same. 0, or at most the first size: no place beyond it."});
+
 }  // namespace detail
 
 namespace {
@@ -613,9 +624,10 @@ std::shared_ptr<Context> Context::grow(int count,
   if (count < 1 || count > places) {
     throw InvalidArgument(
         where, "grow(" + std::to_string(count) + "): a newcomer takes the place of a rank lost " +
-                   "since the job formed, and this context has " + std::to_string(places) +
-                   " such place" + (places == 1 ? "" : "s") + " (count in [1, " +
-                   std::to_string(places) + "])");
+                   "since the job formed, or one kept beyond its first size up to " +
+                   "COLLX_MAX_SIZE (ContextOptions::maxSize), and this context has " +
+                   std::to_string(places) + " such place" + (places == 1 ? "" : "s") +
+                   " (count in [1, " + std::to_string(places) + "])");
   }
   const Agreement agreed = agree(~std::uint64_t{0}, wait);
   return regroup(agreed, count, false, wait, wait, nullptr);
@@ -764,9 +776,15 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
                                     std::to_string(joinWait.count()) +
                                     " ms (collx::join); this context goes on as it was");
     }
-    if (!detail::decodePlan(decided, plan) || plan.next != next || plan.meshSize != meshSize) {
+    if (!detail::decodePlan(decided, plan) || plan.next != next) {
       throw MismatchError(where,
                           "the store holds a malformed plan: '" + decided.substr(0, 200) + "'");
+    }
+    if (plan.meshSize != meshSize) {
+      throw MismatchError(where, "the plan is for a job of at most " +
+                                     std::to_string(plan.meshSize) + " ranks, and this rank's " +
+                                     "allows " + std::to_string(meshSize) +
+                                     ": every rank must set the same COLLX_MAX_SIZE");
     }
     // The newcomers learn their places; the next plan takes the tickets after theirs.
     for (std::size_t i = 0; i < plan.ticket.size(); ++i) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "collx/base/setting.h"
 #include "collx/context.h"
 #include "collx/rendezvous/store.h"
 
@@ -64,6 +65,9 @@ std::string encodeAgreement(std::uint64_t flags, const std::set<int>& failed);
 std::string agreeEntryKey(std::uint64_t subContext, std::uint64_t round, int rank);
 bool decodeAgreement(const std::string& text, int size, std::uint64_t& flags,
                      std::set<int>& failed);
+
+// COLLX_MAX_SIZE: the most ranks a job may grow to (ContextOptions::maxSize).
+extern const Setting<kind::Integer> kMaxSize;
 
 // A join record ("host=...\npid=...\n"), as Context::join writes it (context.cc).
 rendezvous::Bytes encodePeerInfo(const PeerInfo& info);

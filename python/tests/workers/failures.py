@@ -42,6 +42,10 @@ if scenario == "replace" and os.environ["COLLX_RANK"] == "4":
     ctx = collx.join(timeout=30)
 elif scenario == "replace":
     ctx = collx.init(rank=int(os.environ["COLLX_RANK"]), size=4)
+elif scenario == "append" and os.environ["COLLX_RANK"] == "2":
+    ctx = collx.join(timeout=30)  # appended: a job of 2 that may grow to 3 (COLLX_MAX_SIZE)
+elif scenario == "append":
+    ctx = collx.init(rank=int(os.environ["COLLX_RANK"]), size=2)
 else:
     ctx = collx.init()
 R = ctx.rank
@@ -241,6 +245,17 @@ try:
         again, failed, joined, _ = new.reform(timeout=30)
         result["again"] = [again.rank, again.size, failed, joined]
         again.close()
+    elif scenario == "append":
+        # Nobody failed: the two ranks grow by one, the newcomer appended as rank 2.
+        new = ctx if os.environ["COLLX_RANK"] == "2" else ctx.grow(1, timeout=30)
+        x = np.full(1 << 16, float(new.rank + 1), np.float32)
+        new.allreduce(x)
+        result["after"] = [new.rank, new.size, new.generation, float(x[0]), list(new.transports)]
+        try:
+            new.grow(1, timeout=30)
+        except collx.InvalidArgument as e:
+            result["beyond"] = str(e)
+        new.close()
     elif scenario == "gil":
         # While rank 0 waits in a blocking allreduce (rank 1 arrives 0.5 s late), another
         # Python thread of rank 0 keeps running: the call released the GIL.

@@ -82,6 +82,11 @@ struct ContextOptions {
   // the same one are on one host for the shared-memory transport and the hierarchical
   // algorithms. Tests simulate several hosts in one process with it.
   std::optional<std::string> hostId;
+  // The most ranks this job may grow to: grow() appends newcomers after the places of the
+  // ranks lost are taken, up to this size (its places are kept in every rank's mesh, with
+  // no connection until a newcomer takes one). Every rank of a job must give the same; at
+  // most the first size: no place beyond. Unset means COLLX_MAX_SIZE.
+  std::optional<int> maxSize;
   // Calls the flight recorder keeps (0: none); unset means COLLX_TRACE_BUFFER.
   std::optional<std::size_t> traceBuffer;
   // The directory this rank writes its Chrome trace to ("": none); unset means COLLX_TRACE.
@@ -245,9 +250,10 @@ class Context : public std::enable_shared_from_this<Context> {
   // `timeout`, default this context's: then TimeoutError on every rank, and this context
   // goes on), and returns a new context of the ranks, then the newcomers appended, in the
   // next generation. Only the newcomers open connections (tcp, to every member; the
-  // members' pairs go on); a newcomer takes the place in the mesh of a rank lost before, so
-  // at most as many newcomers join as ranks were lost since the job was formed
-  // (InvalidArgument beyond). This context is over once it returns, as after shrink();
+  // members' pairs go on); a newcomer takes the place in the mesh of a rank lost before, or
+  // one kept beyond the job's first size (ContextOptions::maxSize, COLLX_MAX_SIZE), so at
+  // most as many newcomers join as those places (InvalidArgument beyond). This context is
+  // over once it returns, as after shrink();
   // IoError when a member or newcomer is lost meanwhile (every member throws it: call
   // grow() or shrink() again).
   std::shared_ptr<Context> grow(int count = 1,

@@ -130,6 +130,11 @@ struct MeshOptions : JobMember {
   // in, which the hellos and liveness prove. -1: `generation`. With it, a peer that
   // published no address is no peer of this mesh (a rank lost before).
   std::int64_t joinGeneration = -1;
+  // The ranks that form the mesh (0: `size`); the places from it to `size` are kept for
+  // newcomers that a grow() appends (ContextOptions::maxSize): those ranks publish nothing
+  // when the mesh connects, have no pair until a newcomer takes one (over tcp), and the
+  // shared-memory and verbs devices are made for the ranks that form it.
+  int formed = 0;
   TcpOptions tcp;
   ShmOptions shm;
   IbOptions ib;
