@@ -313,8 +313,9 @@ PYBIND11_MODULE(_collx, m) {
           "until count processes wait in collx.join() (collx.TimeoutError past timeout, and "
           "this context goes on) and returns a context of this one's ranks, then the "
           "newcomers, in the next generation. Only the newcomers open connections (tcp). A "
-          "newcomer takes the place of a rank lost before (shrink()), so at most as many join "
-          "as were lost.")
+          "newcomer takes the place of a rank lost before (shrink()), or one kept beyond the "
+          "job's first size when it formed with COLLX_MAX_SIZE set: at most as many join as "
+          "there are such places.")
       .def(
           "reform",
           [](PyContext& s, py::handle timeout, py::handle replacementWait) {
