@@ -104,8 +104,16 @@ class State:
 
 
 def _synchronize(ctx, state):
-    """Every rank of ``ctx`` takes the newest committed state of any rank: the ranks agree on
-    the newest step (an allreduce of the steps), the lowest rank that has it broadcasts it."""
+    """Every rank of ``ctx`` takes the newest committed state of any rank (_transfer), and
+    commits it."""
+    root = _transfer(ctx, state)
+    state.commit()
+    return root
+
+
+def _transfer(ctx, state):
+    """The ranks agree on the newest committed step (an allreduce of the steps), and the
+    lowest rank that has it broadcasts its arrays to the others. Returns that rank."""
     steps = _np.array([state.committed_step], _np.int64)
     ctx.allreduce(steps, op=ReduceOp.MAX)
     newest = int(steps[0])
@@ -117,7 +125,6 @@ def _synchronize(ctx, state):
     for name in sorted(state.arrays):
         ctx.broadcast(state.arrays[name], root=root)
     object.__setattr__(state, "step", newest)
-    state.commit()
     return root
 
 

@@ -83,7 +83,7 @@ class Liveness {
   std::unique_ptr<std::atomic<std::uint64_t>[]> pinged_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> answered_;
   std::unique_ptr<std::atomic<std::int64_t>[]> answeredAt_;
-  std::unique_ptr<std::atomic<std::int64_t>[]> pingedAt_;  // pingIfDue's, in ns of Clock
+  std::unique_ptr<std::atomic<std::int64_t>[]> pingedAt_;         // pingIfDue's, in ns of Clock
   std::unique_ptr<std::atomic<std::int64_t>[]> firstUnanswered_;  // ping()'s, in ns of Clock
   std::atomic<std::uint64_t> dropped_{0};
   std::thread thread_;

@@ -400,7 +400,8 @@ std::string Mesh::silence(int peer, Clock::time_point heard, Clock::time_point n
     // ping before, and pings them quickly now.
     const auto grace = std::min<Clock::duration>(timeout / 4, std::chrono::milliseconds(250));
     if (liveness_->unansweredFor(peer, now) < grace) {
-      liveness_->pingIfDue(peer, now, std::max<Clock::duration>(grace / 5, std::chrono::milliseconds(1)));
+      liveness_->pingIfDue(peer, now,
+                           std::max<Clock::duration>(grace / 5, std::chrono::milliseconds(1)));
       return {};
     }
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
