@@ -41,6 +41,11 @@ def _copy(value):
     return value.detach().clone() if _is_tensor(value) else _np.array(value, copy=True)
 
 
+def _fits(kept, value):
+    return (_is_tensor(kept) == _is_tensor(value) and kept.shape == value.shape
+            and kept.dtype == value.dtype)
+
+
 def _assign(target, source):
     if _is_tensor(target):
         target.copy_(source)
@@ -89,8 +94,18 @@ class State:
 
     def commit(self):
         """Keeps a copy of every array and the step (in memory)."""
-        object.__setattr__(self, "_committed",
-                           (self.step, {k: _copy(v) for k, v in self._arrays.items()}))
+        # Into the last commit's copies where they fit (same shape and type): no new memory,
+        # whose first touch (page faults) would cost more than the copy itself.
+        last = self._committed[1] if self._committed is not None else {}
+        copies = {}
+        for name, value in self._arrays.items():
+            kept = last.get(name)
+            if kept is not None and _fits(kept, value):
+                _assign(kept, value)
+                copies[name] = kept
+            else:
+                copies[name] = _copy(value)
+        object.__setattr__(self, "_committed", (self.step, copies))
 
     def restore(self):
         """Takes back the last commit (arrays in place, and the step)."""

@@ -473,3 +473,33 @@ def test_stubs_cover_the_torch_backend():
             _compare_params("torch.pyi: " + name, _signature_params(getattr(backend, name)),
                             names[name], False, problems)
     assert not problems, "python/collx/torch.pyi is behind collx.torch:\n" + "\n".join(problems)
+
+
+def test_elastic_state_commit_keeps_a_copy_that_restore_brings_back():
+    from collx import elastic
+    w = np.arange(6, dtype=np.float32)
+    state = elastic.State(w=w)
+    state.w += 1            # in place: the live array changes, the commit does not
+    state.step = 4
+    state.commit()
+    kept = state._committed[1]["w"]
+    assert kept is not w
+    state.w *= 10
+    state.step = 5
+    state.restore()
+    assert state.w is w and state.step == 4
+    assert list(w) == [1, 2, 3, 4, 5, 6]
+    # A commit after goes into the same copy (same shape and type), and stays apart from w.
+    state.w += 1
+    state.commit()
+    assert state._committed[1]["w"] is kept
+    w[...] = 0
+    state.restore()
+    assert list(w) == [2, 3, 4, 5, 6, 7]
+    # An array that changed its shape gets a new copy.
+    state2 = elastic.State(v=np.zeros(3, np.int64))
+    first = state2._committed[1]["v"]
+    object.__getattribute__(state2, "_arrays")["v"] = np.ones(5, np.int64)
+    state2.commit()
+    assert state2._committed[1]["v"] is not first
+    assert list(state2._committed[1]["v"]) == [1] * 5
