@@ -144,19 +144,13 @@ TEST_P(ProcessFailures, ARankKilledBeforeItCameToAgreeIsFailedByTheOthers) {
 
 // Context::shrink after a rank is killed mid-allreduce: the survivors go on over their own
 // connections, renumbered, in generation 1, and their first allreduce there (1 MiB) is right.
-// Over ibverbs it is Unsupported, saying why (its queue pairs are not reset yet).
+// Over ibverbs the survivors' queue pairs are reset and say HELLO again (ib_pair.h).
 TEST_P(ProcessFailures, AfterAKillTheSurvivorsShrinkAndGoOn) {
   Job job(4, {"shrink", "50000"}, "60s", nullptr, GetParam());
   ASSERT_TRUE(job.allReady());
   job.rank(1).signal(SIGKILL);
   for (int r : {0, 2, 3}) {
     ASSERT_TRUE(job.rank(r).wait(30s)) << "rank " << r;
-    if (GetParam() == "ibverbs") {
-      EXPECT_EQ(job.rank(r).exitCode(), 15) << "rank " << r << ": " << job.rank(r).err();
-      EXPECT_NE(job.rank(r).err().find("cannot go on over ibverbs yet"), std::string::npos)
-          << job.rank(r).err();
-      continue;
-    }
     EXPECT_EQ(job.rank(r).exitCode(), 0) << "rank " << r << ": " << job.rank(r).err();
     const std::string expected =
         "shrunk rank=" + std::to_string(r == 0 ? 0 : r - 1) + " size=3 generation=1 (shrink";
@@ -238,7 +232,6 @@ TEST_P(Liveness, ARankBusyOutsideCollxStillAnswersAndIsNeverFailed) {
 // agreement's start: every survivor has shrunk within the timeout (2 s) and 0.5 s of the
 // stop, give or take a loaded machine (it was the timeout twice, 4 s, before).
 TEST_P(Liveness, RanksSilentSinceBeforeTheAgreementAreFailedWithoutASecondTimeout) {
-  if (GetParam() == "ibverbs") GTEST_SKIP() << "shrinking over ibverbs is Unsupported yet";
   Job job(4, {"shrink", "1024"}, "60s", nullptr, GetParam(),
           {{"COLLX_PEER_TIMEOUT", "2s"}, {"COLLX_ALLREDUCE_ALGO", "ring"}});
   ASSERT_TRUE(job.allReady());

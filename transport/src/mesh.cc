@@ -497,16 +497,6 @@ void Mesh::reform(std::int64_t generation, const std::vector<bool>& keep) {
         Where{options_.rank, "reform", -1},
         std::to_string(keep.size()) + " flags for " + std::to_string(n) + " ranks");
   }
-  for (int peer = 0; peer < n; ++peer) {
-    if (keep[static_cast<std::size_t>(peer)] &&
-        transportNames_[static_cast<std::size_t>(peer)] == "ibverbs") {
-      throw Unsupported(Where{options_.rank, "reform", peer},
-                        "the survivors cannot go on over ibverbs yet (rank " +
-                            std::to_string(peer) +
-                            " is reached over it): its queue pairs are not reset; form a new "
-                            "context instead, or use COLLX_TRANSPORT=tcp between hosts");
-    }
-  }
   if (!failed_.load(std::memory_order_acquire)) {
     fail(RevokedError(Where{options_.rank, "transport", -1},
                       "generation " + std::to_string(generation_.load()) +
@@ -544,6 +534,10 @@ void Mesh::reform(std::int64_t generation, const std::vector<bool>& keep) {
   generation_.store(generation, std::memory_order_release);
   COLLX_DEBUG(kTcp, "rank {}: transport: generation {} goes on with {} of {} ranks", options_.rank,
               generation, std::count(keep.begin(), keep.end(), true), n);
+}
+
+void Mesh::resume() {
+  for (auto& device : devices_) device->resume();
 }
 
 void Mesh::drop(const std::vector<int>& peers, const Error& error) {

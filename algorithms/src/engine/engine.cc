@@ -808,6 +808,11 @@ void Engine::drop(const std::vector<int>& peers, const std::string& why,
   takeMeshGroup();  // (its group made again without them)
 }
 
+void Engine::resume(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> drive = takeDrive(deadline, "reform");
+  mesh_->resume();
+}
+
 std::unique_lock<std::mutex> Engine::takeDrive(Clock::time_point deadline, const char* op) {
   std::unique_lock<std::mutex> drive(drive_, std::defer_lock);
   while (!drive.try_lock()) {  // a thread still in a failed call lets go within a wait's check

@@ -916,6 +916,8 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
         [&](int i) { return mesh.lost(placeOf(i), met); }, wait);
     if (outcome != "ok") failAttempt(outcome);
   }
+  // Every member has re-formed: their pairs may carry the new generation's first messages.
+  runtime_->engine->resume(deadline);
   std::vector<std::pair<int, PeerInfo>> newcomers;
   if (!slots.empty()) {
     std::vector<std::string> keys;

@@ -275,13 +275,13 @@ bool IbDevice::progress(const pollfd* results, std::size_t count) {
   return moved;
 }
 
-void IbDevice::drain(std::chrono::milliseconds budget) noexcept {
+void IbDevice::drain(std::chrono::milliseconds budget, int skip) noexcept {
   const auto until = std::chrono::steady_clock::now() + budget;
-  const VerbsApi& api = library_->api();
-  (void)api;
   for (;;) {
     bool outstanding = false;
-    for (IbPair* pair : active_) outstanding |= pair->sendsOutstanding() > 0;
+    for (IbPair* pair : active_) {
+      outstanding |= pair->peer() != skip && pair->sendsOutstanding() > 0;
+    }
     if (!outstanding || std::chrono::steady_clock::now() >= until) return;
     ibv_wc wc[kBatch];
     const int n = VerbsApi::pollCq(cq_.get(), kBatch, wc);
@@ -297,8 +297,21 @@ void IbDevice::drain(std::chrono::milliseconds budget) noexcept {
 void IbDevice::failAll(const Error& error) noexcept {
   // Every peer learns why this rank fails (as over tcp), then everything stops.
   for (IbPair* pair : active_) pair->sendError(error.kind(), error.detail(), error.peer());
-  drain(std::chrono::milliseconds(100));
+  // (Not waiting for the culprit's: a dead peer's queue pair answers only after its retries,
+  // half a second; the others' matter, and their SENDs complete at once.)
+  drain(std::chrono::milliseconds(100), error.kind() == ErrorKind::kIo ? error.peer() : -1);
   for (IbPair* pair : active_) pair->failAll(error);
+}
+
+void IbDevice::reform(std::int64_t generation, const std::vector<bool>& keep) {
+  for (IbPair* pair : active_) {
+    const auto peer = static_cast<std::size_t>(pair->peer());
+    if (peer < keep.size() && keep[peer]) pair->reformTo(generation);
+  }
+}
+
+void IbDevice::resume() {
+  for (IbPair* pair : active_) pair->resume();
 }
 
 }  // namespace collx::transport::ibverbs

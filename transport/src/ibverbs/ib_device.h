@@ -50,6 +50,10 @@ class IbDevice final : public Device {
   std::size_t addPollFds(std::vector<pollfd>& fds) override;
   bool progress(const pollfd* results, std::size_t count) override;
   void failAll(const Error& error) noexcept override;
+  // The kept peers' queue pairs start again in `generation` (ib_pair.h), parked until
+  // resume().
+  void reform(std::int64_t generation, const std::vector<bool>& keep) override;
+  void resume() override;
 
  private:
   struct Published {
@@ -62,9 +66,10 @@ class IbDevice final : public Device {
   // Returns how many there were.
   int pollOnce();
   void dispatch(const ibv_wc& wc);
-  // Best effort, bounded: polls until every pair's SENDs completed or `budget` passed,
-  // accounting completions without acting on them (closing or failing).
-  void drain(std::chrono::milliseconds budget) noexcept;
+  // Best effort, bounded: polls until every pair's SENDs (but those to `skip`, a rank known
+  // failed) completed or `budget` passed, accounting completions without acting on them
+  // (closing or failing).
+  void drain(std::chrono::milliseconds budget, int skip = -1) noexcept;
   void consumeEvents() noexcept;
 
   LinkState& link_;

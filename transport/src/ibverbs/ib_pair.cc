@@ -235,12 +235,13 @@ void IbPair::start(const PortAddress& peerPort, const QpAddress& peerQp) {
   moveTo(IBV_QPS_RTR);
   moveTo(IBV_QPS_RTS);
   lastHeard_ = std::chrono::steady_clock::now();
-  if (higher_) sendHello();
+  if (higher_ && !parked_) sendHello();
 }
 
 void IbPair::resetQp() {
-  // Only before anything but our HELLO was sent or received (see ib_pair.h): the peer's
-  // queue pair was not ready for it. Start again with the same PSNs.
+  // Start again with the same PSNs: while connecting, only before anything but our HELLO was
+  // sent or received (see ib_pair.h: the peer's queue pair was not ready for it); for a new
+  // generation, after a failure, when nothing of the old one matters any more.
   ++epoch_;  // the flushed work of the old one is ignored
   moveTo(IBV_QPS_RESET);
   moveTo(IBV_QPS_INIT);
@@ -252,6 +253,26 @@ void IbPair::resetQp() {
   owed_ = 0;
   helloOut_ = HelloState::kNotSent;
   start(peerPort_, peerQp_);
+}
+
+void IbPair::resetMedium() {
+  // (failAll() ran: the queue pair is in the error state, the requests and their
+  // registrations are gone.)
+  failed_ = false;
+  goodbyeSent_ = false;
+  peerGone_ = false;
+  probing_ = false;
+  helloIn_ = false;
+  parked_ = true;
+  limits_.eagerLimit = options_.eagerLimit;
+  resetQp();
+}
+
+void IbPair::resume() {
+  if (!parked_) return;
+  parked_ = false;
+  lastHeard_ = std::chrono::steady_clock::now();
+  if (higher_ && helloOut_ == HelloState::kNotSent && !failed_ && !dead()) sendHello();
 }
 
 std::string IbPair::waitingFor() const {
@@ -385,6 +406,7 @@ bool IbPair::postOne(Out& out) {
   std::uint32_t slot = 0;
   std::uint8_t* at = takeSlot(Kind::kFrame, &slot);
   out.frame.credit = takeCredit();
+  out.frame.epoch = link_.epoch;  // (stamped as it leaves, as every medium does)
   std::memcpy(at + kFrameOffset, &out.frame, sizeof(Frame));
   if (out.payloadLength > 0) std::memcpy(at + kPayloadOffset, out.payload, out.payloadLength);
   --credit_;
@@ -393,7 +415,9 @@ bool IbPair::postOne(Out& out) {
 }
 
 void IbPair::flushOut() {
-  if (posting_ || failed_) return;
+  // (Frames wait for both HELLOs: after a reset for a new generation, a frame before the
+  // HELLO would find the peer not knowing the generation yet.)
+  if (posting_ || failed_ || !established()) return;
   posting_ = true;
   struct Reset {
     bool& flag;
@@ -602,7 +626,8 @@ void IbPair::onReceive(const ibv_wc& wc) {
                   std::to_string(carried));
   }
   Sink sink = frameArrived(frame);
-  if (sink.length > 0) std::memcpy(sink.dst, bytes + kPayloadOffset, sink.length);
+  // (A stale frame's payload goes nowhere.)
+  if (sink.length > 0 && !sink.stale) std::memcpy(sink.dst, bytes + kPayloadOffset, sink.length);
   postRecv(slot);
   ++owed_;
   if (sink.length > 0 || frame.carriesPayload()) payloadArrived(sink);
@@ -612,7 +637,7 @@ void IbPair::afterProgress(std::chrono::steady_clock::time_point now) {
   if (failed_ || dead()) return;
   returnCredit();
   flushOut();
-  if (owed_ >= std::max(1, options_.slots / 2)) sendCreditOnly();
+  if (owed_ >= std::max(1, options_.slots / 2) && established()) sendCreditOnly();
   if (inFlight() == 0 || peerGone_) {
     lastHeard_ = now;
     return;

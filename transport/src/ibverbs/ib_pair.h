@@ -26,6 +26,15 @@
 // Failure: failAll() moves the queue pair to the error state first (the peer's writes into
 // this rank's buffers stop there) and only then forgets the requests and releases their
 // registrations.
+//
+// A new generation (Mesh::reform, the survivors of a failure): the same queue pair goes
+// back through RESET to RTS with the same PSNs and fresh receives, and the two HELLOs go
+// again, now naming the new generation. Until resume() the pair is parked: it receives (a
+// HELLO of the peer's, which it answers) but sends nothing of its own, HELLO included, since
+// the peer's queue pair may still be in the old generation, where a request at the old first
+// PSN counts as a duplicate (answered, never delivered). The caller resumes once every
+// member has re-formed (the members' meeting in the store); frames wait until both HELLOs
+// went through.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -95,6 +104,12 @@ class IbPair final : public ProtocolPair {
   void start(const PortAddress& peerPort, const QpAddress& peerQp);
   // Both HELLOs went through: the pair carries frames.
   bool established() const noexcept { return helloIn_ && helloOut_ == HelloState::kDone; }
+  // Mesh::reform (the device's part, before the protocol's reset and resetMedium()): the
+  // generation the next HELLOs name.
+  void reformTo(std::int64_t generation) noexcept { options_.generation = generation; }
+  // After a reset: sends this rank's HELLO (the higher rank) now that the peer re-formed.
+  // Throws IoError.
+  void resume();
   // What connecting waits for, for a TimeoutError ("its HELLO", "the answer to ours").
   std::string waitingFor() const;
 
@@ -122,6 +137,8 @@ class IbPair final : public ProtocolPair {
   void push(Transfer& transfer, const Frame& ready) override;
   void describeRecv(const Transfer& transfer, Frame& ready) override;
   void dropQueued() noexcept override;
+  // The queue pair afresh, parked (see the top).
+  void resetMedium() override;
 
  private:
   enum class Kind : std::uint16_t { kFrame = 1, kCredit = 2, kHello = 3 };
@@ -178,6 +195,8 @@ class IbPair final : public ProtocolPair {
   std::uint8_t* takeSlot(Kind kind, std::uint32_t* slot);
   void sendHello();
   void sendCreditOnly();
+  // RESET, INIT, receives posted, RTR, RTS (start()); everything sent or owed before is
+  // forgotten.
   void resetQp();
   void moveTo(ibv_qp_state state);
   void onReceive(const ibv_wc& wc);
@@ -232,6 +251,7 @@ class IbPair final : public ProtocolPair {
   bool failed_ = false;
   bool goodbyeSent_ = false;
   bool peerGone_ = false;  // the peer said goodbye and its queue pair is gone
+  bool parked_ = false;    // reset for a new generation, not resumed yet: sends nothing
   std::chrono::steady_clock::time_point lastHeard_;
   bool probing_ = false;
 };

@@ -115,6 +115,9 @@ class Engine {
   // After reform(): the pairs with `peers` (mesh ranks) end after all (Mesh::drop), taken as
   // reform() takes the driving thread's lock; nothing of the new generation may be in flight.
   void drop(const std::vector<int>& peers, const std::string& why, Clock::time_point deadline);
+  // After reform(), once every member re-formed (Mesh::resume), taken as reform() takes the
+  // driving thread's lock.
+  void resume(Clock::time_point deadline);
   // Newcomers fill the mesh's places `slots` in this generation (Mesh::joinAddress/admit):
   // the driving thread's, taken as reform() takes it; nothing may be in flight.
   std::string joinAddress(bool listen, Clock::time_point deadline);

@@ -70,6 +70,11 @@ class Device {
     (void)generation, (void)keep;
   }
 
+  // Mesh::resume: every member of the generation reform() began has re-formed too, so the
+  // device may now send to the peers it kept (ibverbs: the HELLOs of its queue pairs, which
+  // a peer still in the old generation would take for duplicates). Default: nothing waits.
+  virtual void resume() {}
+
   // Mesh::drop: the peers are left out of this generation after all (its reform kept them).
   // Default: nothing of its own to do (their pairs are dropped).
   virtual void leaveOut(const std::vector<int>& peers) { (void)peers; }

@@ -95,8 +95,12 @@ class Mesh {
   // 256, and a frame of another is read and dropped), the others stay dead and are neither
   // read nor polled again; the mesh is healthy again, with no shared-memory group. Its ranks
   // keep their numbers (the new context maps its own onto them). The driving thread only,
-  // with nothing in flight. Unsupported over ibverbs (its pairs cannot be reset yet).
+  // with nothing in flight. Over ibverbs the kept queue pairs are reset and parked.
   void reform(std::int64_t generation, const std::vector<bool>& keep);
+  // After reform(), once every member of the new generation has re-formed as well (they met
+  // in the store): the devices may send to their peers again (ibverbs: the queue pairs'
+  // HELLOs). The driving thread only.
+  void resume();
   // After reform(): the pairs with `peers` (mesh ranks) end after all, as if reform() had
   // left them out (their requests fail with `error`; nothing of them is read again); the
   // mesh stays healthy. The driving thread only.
