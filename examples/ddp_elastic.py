@@ -4,11 +4,9 @@ where the process group re-forms in place after a failure instead of the job res
     PYTHONPATH=build/python build/bin/collx-run -n 4 --on-failure replace \\
         --max-replacements 100 -t -- python3 examples/ddp_elastic.py --seconds 120 --kill-every 30
 
-torch 2.x (Debian 13's 2.6: tests/debian13/root.sh run ...; torch 1.13's init_process_group
-ends in a store barrier that counts to the world size exactly, which a replacement's would
-wait out). Every rank trains the same small model on its own batches; DDP all-reduces the
-gradients with backend collx; after every step each rank keeps a copy of the state
-(parameters, the optimizer's momentum, the step) in memory. With --kill-every S, rank r > 0
+torch 1.13 or 2.x. Every rank trains the same small model on its own batches; DDP
+all-reduces the gradients with backend collx; after every step each rank keeps a copy of
+the state (parameters, the optimizer's momentum, the step) in memory. With --kill-every S, rank r > 0
 kills itself (SIGKILL) r * S seconds into its life: collx-run starts a replacement in its
 place (COLLX_JOIN=1: its init_process_group("collx") joins the running job), every live
 rank re-forms the default group in place (collx.torch.reform: the same ProcessGroup, ranks
@@ -37,11 +35,6 @@ parser.add_argument("--kill-every", type=float, default=0,
                     help="rank r > 0 kills itself r * S seconds into its life (0: never)")
 args = parser.parse_args()
 born = time.monotonic()
-if int(torch.__version__.split(".")[0]) < 2:
-    sys.exit("ddp_elastic.py: torch %s: a replacement cannot join a torch 1.x job (its "
-             "init_process_group waits for exactly the world size); run it with torch 2.x"
-             % torch.__version__)
-
 dist.init_process_group("collx")  # (a replacement's joins the running job)
 rank, size = dist.get_rank(), dist.get_world_size()
 newcomer = os.environ.get("COLLX_JOIN") == "1"

@@ -368,8 +368,31 @@ def _create_group(options, backend_options=None):
             if split or not one_host or group.shared_memory:
                 return group
             del group
-    return ProcessGroupCollx(options.store, options.group_rank, options.group_size,
-                             options.timeout)
+    group = ProcessGroupCollx(options.store, options.group_rank, options.group_size,
+                              options.timeout)
+    if group.joined and not ranks and not _TORCH_2:
+        _through_the_formed_jobs_barrier(options.store)
+    return group
+
+
+# torch 2.x's register_backend takes the devices a backend serves; torch 1.13's does not.
+_TORCH_2 = "devices" in inspect.signature(_dist.Backend.register_backend).parameters
+
+
+def _through_the_formed_jobs_barrier(store):
+    """A newcomer's default group on torch 1.13, whose init_process_group ends in a store
+    barrier (distributed_c10d._store_based_barrier): each rank adds 1 to a key under the
+    "default_pg" prefix and waits until it equals the world size exactly. The job's ranks
+    counted it up when they formed, so the newcomer's 1 alone would make it one more for ever:
+    it takes one off first (a second newcomer meanwhile takes another, and each waits until
+    both added theirs back). The creator's store is PrefixStore(group name, that store)."""
+    under = getattr(store, "underlying_store", None)
+    if under is None:
+        raise RuntimeError("collx.torch: torch %s gave the backend a store without its "
+                           "underlying store: a newcomer cannot pass init_process_group's "
+                           "barrier" % torch.__version__)
+    c10d = _dist.distributed_c10d
+    under.add("%s:%d" % (c10d.STORE_BASED_BARRIER_PREFIX, c10d._group_count), -1)
 
 
 def _register():
@@ -377,7 +400,7 @@ def _register():
         return
     # torch 2.x puts backends behind its ProcessGroup per device type: collx serves "cpu"
     # (torch 1.13's register_backend has no devices, and the group is the backend).
-    if "devices" in inspect.signature(_dist.Backend.register_backend).parameters:
+    if _TORCH_2:
         _dist.Backend.register_backend(BACKEND, _create_group, extended_api=True,
                                        devices=["cpu"])
     else:

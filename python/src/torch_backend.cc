@@ -610,6 +610,7 @@ class ProcessGroupCollx final : public BackendBase {
       join.jobId = options.jobId;
       join.timeout = timeout;
       context_ = collx::join(join);
+      joined_ = true;
       if (context_->rank() != rank || context_->size() != size) {
         throw InvalidArgument(Where{rank, "ProcessGroupCollx", -1},
                               "this newcomer was taken in as rank " +
@@ -658,6 +659,7 @@ class ProcessGroupCollx final : public BackendBase {
 
   const std::string getBackendName() const override { return "collx"; }
   Context& context() { return *context_; }
+  bool joined() const noexcept { return joined_; }
 
   // After a failure, on every live rank: the group's context re-forms (Context::reform) with
   // newcomers in the failed ranks' places, and the group goes on in place over it, with the
@@ -1269,6 +1271,7 @@ class ProcessGroupCollx final : public BackendBase {
 
   std::uint64_t eagerBytes_ = 0;
   std::shared_ptr<Context> context_;
+  bool joined_ = false;  // a newcomer's group: it joined a running job
   std::shared_ptr<Completer> completer_;
   std::shared_ptr<bindings::InFlight> inFlight_ = std::make_shared<bindings::InFlight>();
 };
@@ -1661,6 +1664,10 @@ PYBIND11_MODULE(_collx_torch, m) {
       .def_property_readonly(
           "transports", [](ProcessGroupCollx& pg) { return pg.context().transports(); },
           "The collx transport to each rank ('self', 'tcp').")
+      .def_property_readonly(
+          "joined", [](ProcessGroupCollx& pg) { return pg.joined(); },
+          "Whether this group joined a running job as a newcomer (a replacement that "
+          "collx-run started with COLLX_JOIN=1) rather than forming a job.")
       .def_property_readonly(
           "shared_memory", [](ProcessGroupCollx& pg) { return pg.context().sharedMemory(); },
           "Whether the shared-memory algorithms run in this group: every rank on one host "

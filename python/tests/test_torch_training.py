@@ -196,10 +196,6 @@ def test_collx_run_runs_an_unchanged_script():
     assert "4 ranks: loss" in proc.stdout, proc.stdout + proc.stderr
 
 
-@pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,
-                    reason="torch 1.13's init_process_group ends in a store barrier that "
-                           "counts to the world size exactly: a replacement's would wait "
-                           "forever (torch 2.x has none by default)")
 def test_ddp_goes_on_with_a_replacement_in_place(tmp_path):
     # DDP on 3 ranks under collx-run --on-failure replace; the first rank 1 dies at step 10,
     # the group re-forms in place with its replacement, and every rank ends at step 30 with
@@ -224,10 +220,6 @@ def test_ddp_goes_on_with_a_replacement_in_place(tmp_path):
 
 
 
-@pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,
-                    reason="torch 1.13's init_process_group ends in a store barrier that "
-                           "counts to the world size exactly: a replacement's would wait "
-                           "forever (torch 2.x has none by default)")
 def test_the_ddp_example_loses_ranks_and_ends_with_equal_parameters():
     # examples/ddp_elastic.py as the README runs it, shorter: 3 ranks for 10 s, rank r > 0
     # killing itself r * 4 s into its life, each replaced.
