@@ -16,6 +16,10 @@
 # every failure, waiting up to 10 s for them): a trial then passes when every rank, a
 # replacement where it was faulted, ends with the same "done size=P generation=G".
 #
+# TRIALS_TRANSPORTS (default "tcp shm"): the transports a trial picks from; "ibverbs" runs
+# over the userspace verbs device (BUILD_DIR/lib/libcollx_verbs_emu.so; shrink mode only,
+# since newcomers join over tcp).
+#
 # Prints one line per trial and a summary; exits 1 on the first trial that fails, showing
 # its output. The test command runs a few trials (ctest: recovery_trials); run it with more
 # for the full set.
@@ -55,7 +59,8 @@ rank_pids() {  # launcher-pid
 
 for ((trial = 1; trial <= TRIALS; trial++)); do
   P=$((3 + RANDOM % (MAX_P - 2)))
-  transport=$([ $((RANDOM % 2)) = 0 ] && echo tcp || echo shm)
+  read -r -a choices <<<"${TRIALS_TRANSPORTS:-tcp shm}"
+  transport=${choices[$((RANDOM % ${#choices[@]}))]}
   # (A newcomer joins over tcp: with replacements, the ranks within the host keep shared
   # memory among themselves, and tcp for the newcomers.)
   [ "$MODE" = replace ] && [ "$transport" = shm ] && transport=auto
@@ -70,7 +75,8 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
   else
     policy=(--on-failure continue)
   fi
-  COLLX_TRANSPORT=$transport COLLX_PEER_TIMEOUT=1s COLLX_TIMEOUT=30s \
+  COLLX_IBVERBS_LIBRARY="$BUILD/lib/libcollx_verbs_emu.so" \
+    COLLX_TRANSPORT=$transport COLLX_PEER_TIMEOUT=1s COLLX_TIMEOUT=30s \
     "$RUN" -n "$P" "${policy[@]}" --timeout 90s -t -- \
     "$WORKER" $worker_mode 4096 6 >"$out" 2>&1 &
   launcher=$!
