@@ -93,6 +93,8 @@ def reform(group=None, timeout=None, replacement_wait=30.0):
     group's) re-forms with a newcomer in each failed rank's place (``collx-run --on-failure
     replace`` starts one; its ``init_process_group("collx")`` joins), and the group goes on
     in place, with the same ranks and size: DDP and the other users of the group carry on.
+    So do the sub-groups split from it (new_group's, DeviceMesh's): each is split again, in
+    the order they were made, as the newcomer's script makes them again.
     ``timeout`` and ``replacement_wait`` in seconds (or timedeltas; default 30 minutes, and
     30 s for the newcomers). Returns (failed, joined). Raises
     collx.InvalidArgument where a failed rank found no newcomer."""
@@ -393,6 +395,15 @@ def _through_the_formed_jobs_barrier(store):
                            "barrier" % torch.__version__)
     c10d = _dist.distributed_c10d
     under.add("%s:%d" % (c10d.STORE_BASED_BARRIER_PREFIX, c10d._group_count), -1)
+    # Every new_group of the job ends in the same barrier (on every rank, members or not),
+    # each with the next number: the newcomer's script makes them again in the same order,
+    # so it takes one off each count the job's ranks made (a key counted to 0 by no one was
+    # never made: the groups after it are new to every rank).
+    for number in itertools.count(c10d._group_count + 1):
+        key = "%s:%d" % (c10d.STORE_BASED_BARRIER_PREFIX, number)
+        if under.add(key, 0) <= 0:
+            break
+        under.add(key, -1)
 
 
 def _register():

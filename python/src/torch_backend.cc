@@ -26,6 +26,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <condition_variable>
@@ -638,7 +639,12 @@ class ProcessGroupCollx final : public BackendBase {
   // A group of `ranks` (this group's) over this group's connections; see Context::split.
   c10::intrusive_ptr<ProcessGroupCollx> split(const std::vector<int>& ranks,
                                               const std::string& name, milliseconds timeout) {
-    return c10::make_intrusive<ProcessGroupCollx>(context_->split(ranks, name, timeout));
+    auto child = c10::make_intrusive<ProcessGroupCollx>(context_->split(ranks, name, timeout));
+    std::lock_guard<std::mutex> lock(splitsMutex_);
+    forgetEndedSplits();
+    splits_.push_back(Split{
+        c10::weak_intrusive_ptr<BackendBase>(c10::intrusive_ptr<BackendBase>(child)), ranks, name});
+    return child;
   }
 
   ~ProcessGroupCollx() override {
@@ -678,6 +684,22 @@ class ProcessGroupCollx final : public BackendBase {
                                 ": make a new process group of the survivors");
     }
     context_ = std::move(r.context);
+    // This group's live splits (torch's sub-groups) go on in place too, each over a split of
+    // the re-formed context with the same ranks and name, in the order they were made: a
+    // newcomer's new_group calls, which its script makes in that order, make the same.
+    std::vector<Split> splits;
+    {
+      std::lock_guard<std::mutex> lock(splitsMutex_);
+      forgetEndedSplits();
+      splits = splits_;
+    }
+    for (const Split& s : splits) {
+      if (auto held = s.group.lock()) {
+        auto* child = static_cast<ProcessGroupCollx*>(held.get());
+        child->inFlight_->drain();
+        child->context_ = context_->split(s.ranks, s.name, timeout);
+      }
+    }
     return {r.failed, r.joined};
   }
 
@@ -1272,6 +1294,20 @@ class ProcessGroupCollx final : public BackendBase {
   std::uint64_t eagerBytes_ = 0;
   std::shared_ptr<Context> context_;
   bool joined_ = false;  // a newcomer's group: it joined a running job
+  // The groups split from this one (split()), which reform() splits again.
+  // (Held as the base: this class is incomplete here.)
+  struct Split {
+    c10::weak_intrusive_ptr<BackendBase> group;
+    std::vector<int> ranks;
+    std::string name;
+  };
+  void forgetEndedSplits() {
+    splits_.erase(std::remove_if(splits_.begin(), splits_.end(),
+                                 [](const Split& s) { return s.group.expired(); }),
+                  splits_.end());
+  }
+  std::mutex splitsMutex_;
+  std::vector<Split> splits_;
   std::shared_ptr<Completer> completer_;
   std::shared_ptr<bindings::InFlight> inFlight_ = std::make_shared<bindings::InFlight>();
 };
@@ -1652,7 +1688,9 @@ PYBIND11_MODULE(_collx_torch, m) {
            "failure, on every live rank: the group's context re-forms (collx.Context.reform) "
            "with the newcomers (collx-run --on-failure replace's replacements, whose first "
            "group joins) in the failed ranks' places, and this group goes on in place, with "
-           "the same ranks. Raises collx.InvalidArgument when a failed rank found no newcomer "
+           "the same ranks, and so do the groups split from it (torch's sub-groups: split "
+           "again, in the order they were made, as a newcomer's new_group calls make them). "
+           "Raises collx.InvalidArgument when a failed rank found no newcomer "
            "(a torch group keeps its size).")
       .def("split", &ProcessGroupCollx::split, py::arg("ranks"), py::arg("name"),
            py::arg("timeout") = std::chrono::milliseconds(30 * 60 * 1000),

@@ -198,8 +198,8 @@ def test_collx_run_runs_an_unchanged_script():
 
 def test_ddp_goes_on_with_a_replacement_in_place(tmp_path):
     # DDP on 3 ranks under collx-run --on-failure replace; the first rank 1 dies at step 10,
-    # the group re-forms in place with its replacement, and every rank ends at step 30 with
-    # the same parameters.
+    # the group re-forms in place with its replacement (two sub-groups too), and every rank
+    # ends at step 30 with the same parameters.
     steps, kill_at, P = 30, 10, 3
     cmd = [collx_run(), "-n", str(P),
            "--on-failure", "replace", "--max-replacements", "1", "--timeout", "150s", "-t",
@@ -217,6 +217,11 @@ def test_ddp_goes_on_with_a_replacement_in_place(tmp_path):
         if d["rank"] != 1:
             assert [(x["failed"], x["joined"]) for x in d["reforms"]] == [([1], [1])], d
     assert len({d["checksum"] for d in results}) == 1, results
+    # The sub-groups re-formed with the default group: {1, 2} (rank 1's place taken by the
+    # newcomer) and {0, 2} sum rank + 1 over their members.
+    expected = {0: {"0,2": 4.0}, 1: {"1,2": 5.0}, 2: {"1,2": 5.0, "0,2": 4.0}}
+    for d in results:
+        assert d["subgroups"] == expected[d["rank"]], (d, text)
 
 
 

@@ -2,8 +2,9 @@
 at step KILL_AT; the survivors re-form the default group in place (collx.torch.reform), the
 replacement's init_process_group("collx") joins, the newest committed state (parameters,
 optimizer's momentum, step) is broadcast from the lowest rank that has it, and training goes
-on with the same model (each rank makes its DDP wrapper again, as the newcomer does). Each rank writes its final parameters' checksum and what it saw
-to OUT_DIR/rank<R>.json."""
+on with the same model (each rank makes its DDP wrapper again, as the newcomer does). Two
+sub-groups go on too. Each rank writes its final parameters' checksum, what it saw and its
+sub-groups' sums to OUT_DIR/rank<R>.json."""
 import json
 import os
 import signal
@@ -18,6 +19,10 @@ out_dir, steps, kill_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 dist.init_process_group("collx")
 rank, size = dist.get_rank(), dist.get_world_size()
 newcomer = os.environ.get("COLLX_JOIN") == "1"
+# Two sub-groups (splits of the default group's context), made by every rank in the same
+# order, the newcomer's script too: one with rank 1, which dies, one without it. reform()
+# splits them again, and at the end each member all-reduces rank + 1 in each.
+subgroups = {ranks: dist.new_group(list(ranks)) for ranks in ((1, 2), (0, 2))}
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 # DDP syncs at construction (its parameters' shapes, then rank 0's values): after a re-form
@@ -92,7 +97,14 @@ checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
 flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 theirs = flat.clone()
 dist.broadcast(theirs, src=0)
+sums = {}
+for ranks, group in subgroups.items():
+    if rank in ranks:
+        t = torch.tensor([rank + 1.0])
+        dist.all_reduce(t, group=group)
+        sums["%d,%d" % ranks] = t.item()
 with open(os.path.join(out_dir, "rank%d.json" % rank), "w") as f:
     json.dump({"rank": rank, "step": step, "checksum": checksum, "newcomer": newcomer,
-               "same_as_rank0": bool(torch.equal(flat, theirs)), "reforms": reforms}, f)
+               "same_as_rank0": bool(torch.equal(flat, theirs)), "reforms": reforms,
+               "subgroups": sums}, f)
 dist.destroy_process_group()
