@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -572,6 +573,50 @@ TEST_P(Shrink, AHundredReformsLeaveNoDescriptorThreadOrSegmentBehind) {
   EXPECT_LE(openDescriptors(), descriptors);
   EXPECT_LE(threads(), tasks);
   EXPECT_LE(sharedMemorySegments(), segments);
+}
+
+// The descriptors of this process that are connections or shared memory (sockets, memfd
+// segments), by what they name ("socket:[inode]", "/memfd:..."), each with its number.
+std::set<std::string> connectionsAndSegments() {
+  std::set<std::string> out;
+  if (DIR* dir = ::opendir("/proc/self/fd")) {
+    while (const dirent* entry = ::readdir(dir)) {
+      char target[512] = {};
+      const std::string path = std::string("/proc/self/fd/") + entry->d_name;
+      const ssize_t n = ::readlink(path.c_str(), target, sizeof(target) - 1);
+      if (n <= 0) continue;
+      const std::string what(target, static_cast<std::size_t>(n));
+      if (what.rfind("socket:", 0) == 0 || what.rfind("/memfd:", 0) == 0) {
+        out.insert(what + " (fd " + entry->d_name + ")");
+      }
+    }
+    ::closedir(dir);
+  }
+  return out;
+}
+
+// A shrink opens nothing: the survivors go on over the connections and shared memory they
+// held (and their calls after it too, small and large); only the lost rank's go.
+TEST_P(Shrink, OpensNoConnectionAndNoSegment) {
+  const int P = GetParam();
+  World world(P);
+  world.runOk([&](int, Context& ctx) { checkAllreduce(ctx, 300000); });
+  const int gone = P - 1;
+  world.close(gone);
+  const std::set<std::string> before = connectionsAndSegments();
+  std::vector<std::shared_ptr<Context>> next(static_cast<std::size_t>(P));
+  auto errors = world.run([&](int rank, Context& ctx) {
+    if (rank == gone) return;
+    auto shrunk = ctx.shrink(30s);
+    for (std::uint64_t count : {1, 1000, 300000}) checkAllreduce(*shrunk, count);
+    barrier(*shrunk);
+    next[static_cast<std::size_t>(rank)] = std::move(shrunk);
+  });
+  for (int r = 0; r < P; ++r) EXPECT_EQ(test::messageOf(errors[static_cast<std::size_t>(r)]), "");
+  ASSERT_FALSE(before.empty());
+  for (const std::string& now : connectionsAndSegments()) {
+    EXPECT_EQ(before.count(now), 1u) << now << " was opened by the shrink or a call after it";
+  }
 }
 
 // A shrink of a healthy context keeps every rank: the same ranks in the next generation.

@@ -941,9 +941,9 @@ std::shared_ptr<Context> Context::regroup(const Agreement& agreed, int wanted, b
   if (reporter_) reporter_->stop();  // this generation's reports are over
   COLLX_DEBUG(kCore,
               "rank {}: {}: generation {} of {} ranks (failed: {}; newcomers: {}), rank {} "
-              "there, in {} ms",
+              "there, in {:.2f} ms",
               rank_, name, next, members.size(), listOf(failed), slots.size(), newRank,
-              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+              std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   if (membersOut) *membersOut = members;
   return formed;
 }
