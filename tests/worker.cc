@@ -399,13 +399,18 @@ int recover(collx::Context& ctx, std::uint64_t count, bool agreeOnly, bool shrin
   }
   if (shrink) return shrinkAndGoOn(ctx, started, prepared);
   const collx::Agreement a = ctx.agree(~(std::uint64_t{1} << ctx.rank()));
-  std::string failed;
+  std::string failed, causes;
   for (int r : a.failed) failed += (failed.empty() ? "" : ",") + std::to_string(r);
-  std::printf("agreed flags=%llx failed=%s in %lld ms\n", static_cast<unsigned long long>(a.flags),
-              failed.c_str(),
+  for (const collx::FailedRank& f : a.causes) {
+    causes += (causes.empty() ? "" : ",") + std::to_string(f.rank) + ":" +
+              collx::failureCauseName(f.cause);
+  }
+  std::printf("agreed flags=%llx failed=%s in %lld ms causes=%s\n",
+              static_cast<unsigned long long>(a.flags), failed.c_str(),
               static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                          std::chrono::steady_clock::now() - started)
-                                         .count()));
+                                         .count()),
+              causes.c_str());
   return 0;
 }
 

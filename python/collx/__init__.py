@@ -50,9 +50,9 @@ from ._collx import join as _join
 
 __all__ = [
     "Aborted", "Context", "DataType", "Error", "ExcludedError", "InvalidArgument", "IoError",
-    "MismatchError", "ReduceOp", "RevokedError", "TimeoutError", "Unsupported", "Work", "bfloat16",
-    "build_features", "config", "float16", "float32", "float64", "init", "int8", "int32",
-    "int64", "join", "uint8",
+    "MismatchError", "ReduceOp", "Reformed", "RevokedError", "TimeoutError", "Unsupported",
+    "Work", "bfloat16", "build_features", "config", "float16", "float32", "float64", "init",
+    "int8", "int32", "int64", "join", "uint8",
 ]
 
 # Contexts still open at exit are closed before the interpreter tears down (closing may wait
@@ -92,6 +92,25 @@ def join(*, store=None, job_id=None, timeout=None):
     ctx = _join(store=store, job_id=job_id, timeout=timeout)
     _open_contexts.add(ctx)
     return ctx
+
+
+class Reformed(tuple):
+    """What Context.reform() returns: a tuple (context, failed, joined, rank_of), which
+    unpacks so, with these as attributes too, and ``causes``: per failed rank, ``(cause,
+    why)`` as this rank saw it, the cause one of "killed" (its process ended, or it closed its
+    context), "stopped" (silent for COLLX_PEER_TIMEOUT on this host, its process still there),
+    "unreachable" (silent from another host: stopped, its host down or the network cut),
+    "excluded" (it did not come to the agreement in time) or "unknown"."""
+
+    def __new__(cls, context, failed, joined, rank_of, causes):
+        self = super().__new__(cls, (context, failed, joined, rank_of))
+        self.causes = causes
+        return self
+
+    context = property(lambda self: self[0], doc="the new context")
+    failed = property(lambda self: self[1], doc="the old context's ranks that failed")
+    joined = property(lambda self: self[2], doc="the new context's ranks that newcomers took")
+    rank_of = property(lambda self: self[3], doc="per old rank, its new rank (-1: failed)")
 
 
 @_atexit.register

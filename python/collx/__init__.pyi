@@ -29,10 +29,26 @@ from ._collx import uint8 as uint8
 
 __all__ = [
     "Aborted", "Context", "DataType", "Error", "ExcludedError", "InvalidArgument", "IoError",
-    "MismatchError", "ReduceOp", "RevokedError", "TimeoutError", "Unsupported", "Work", "bfloat16",
-    "build_features", "config", "float16", "float32", "float64", "init", "int8", "int32",
-    "int64", "uint8",
+    "MismatchError", "ReduceOp", "Reformed", "RevokedError", "TimeoutError", "Unsupported",
+    "Work", "bfloat16", "build_features", "config", "float16", "float32", "float64", "init",
+    "int8", "int32", "int64", "uint8",
 ]
+
+# What Context.reform() returns: unpacks as (context, failed, joined, rank_of); causes: per
+# failed rank, (cause, why) as this rank saw it ("killed", "stopped", "unreachable",
+# "excluded" or "unknown").
+class Reformed(tuple[Context, list[int], list[int], list[int]]):
+    causes: dict[int, tuple[str, str]]
+    def __new__(cls, context: Context, failed: list[int], joined: list[int],
+                rank_of: list[int], causes: dict[int, tuple[str, str]]) -> Reformed: ...
+    @property
+    def context(self) -> Context: ...
+    @property
+    def failed(self) -> list[int]: ...
+    @property
+    def joined(self) -> list[int]: ...
+    @property
+    def rank_of(self) -> list[int]: ...
 
 def init(*, rank: int | None = None, size: int | None = None, store: str | None = None,
          local_rank: int | None = None, job_id: str | None = None,

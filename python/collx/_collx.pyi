@@ -8,6 +8,8 @@ from typing import Any, ClassVar, Literal, overload
 
 from typing_extensions import TypeAlias
 
+from . import Reformed
+
 # What the collectives move: numpy arrays, any C-contiguous object with the buffer protocol
 # (bytearray, memoryview, array.array; bytes as an input) and CPU torch tensors. No one type
 # names them all without numpy and torch, hence Any.
@@ -139,7 +141,7 @@ class Context:
     def grow(self, count: int = ..., *, timeout: _Timeout | None = None) -> Context: ...
     def reform(self, *, timeout: _Timeout | None = None,
                replacement_wait: _Timeout | None = None
-               ) -> tuple[Context, list[int], list[int], list[int]]: ...
+               ) -> Reformed: ...
     def split(self, ranks: Iterable[int], name: str, *,
               timeout: _Timeout | None = None) -> Context: ...
     def close(self) -> None: ...

@@ -328,17 +328,25 @@ PYBIND11_MODULE(_collx, m) {
               py::gil_scoped_release release;
               reformed = c.reform(bound, wait);
             }
-            return py::make_tuple(std::make_shared<PyContext>(std::move(reformed.context)),
-                                  reformed.failed, reformed.joined, reformed.rankOf);
+            py::dict causes;
+            for (const FailedRank& f : reformed.causes) {
+              causes[py::int_(f.rank)] = py::make_tuple(failureCauseName(f.cause), f.why);
+            }
+            return py::module_::import("collx").attr("Reformed")(
+                std::make_shared<PyContext>(std::move(reformed.context)), reformed.failed,
+                reformed.joined, reformed.rankOf, causes);
           },
           py::kw_only(), py::arg("timeout") = py::none(), py::arg("replacement_wait") = py::none(),
-          "reform(*, timeout=None, replacement_wait=None) -> (context, failed, joined, "
-          "rank_of)\n\nRevoke (after a failure), agree, shrink and grow in one call, by every "
+          "reform(*, timeout=None, replacement_wait=None) -> collx.Reformed (context, failed, "
+          "joined, rank_of)\n\nRevoke (after a failure), agree, shrink and grow in one call, by "
+          "every "
           "live rank: the newcomers waiting in collx.join(), or arriving within "
           "replacement_wait seconds (default 0), take the failed ranks' places, so that the "
           "others keep their ranks; failed ranks with no newcomer are left out. Returns the "
           "new context, the old ranks that failed, the new ranks that newcomers took, and "
-          "each old rank's new rank (-1: failed).")
+          "each old rank's new rank (-1: failed), as a tuple; its causes attribute says why "
+          "each failed rank failed, as this rank saw it: {rank: (cause, why)}, the cause "
+          "killed, stopped, unreachable, excluded or unknown.")
       .def(
           "split",
           [](PyContext& s, const std::vector<int>& ranks, const std::string& name,

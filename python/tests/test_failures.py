@@ -203,6 +203,8 @@ def test_a_newcomer_takes_the_killed_ranks_place_in_reform(ranks):
             # failure's own notice reached this rank)
             assert d.get("failed_with") in ("IoError", "RevokedError"), d
             assert d["reformed"] == [[2], [2], [0, 1, -1, 3]], d
+            assert d["causes"] == {"2": "killed"}, d  # its process ended
+            assert d["context_is_new"], d
         rank = 2 if r == 4 else r
         assert d["after"][:4] == [rank, 4, 1, 10.0], d  # 1 + 2 + 3 + 4
         if r == 4:  # the newcomer reaches everyone over tcp

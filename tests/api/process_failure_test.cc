@@ -118,6 +118,8 @@ TEST_P(ProcessFailures, AfterAKillTheSurvivorsAgreeOnWhoFailed) {
     EXPECT_NE(job.rank(r).out().find("agreed flags=fffffffffffffff4 failed=2 in"),
               std::string::npos)
         << "rank " << r << ": " << job.rank(r).out();
+    EXPECT_NE(job.rank(r).out().find(" causes=2:killed\n"), std::string::npos)
+        << "rank " << r << ": " << job.rank(r).out();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - killed, 15s);
 }
@@ -200,6 +202,24 @@ TEST_P(Liveness, AStoppedRankFailsEveryOtherRankAtThePeerTimeoutNamingIt) {
     // machine more).
     EXPECT_GE(took, 500ms) << "rank " << r;
     EXPECT_LT(took, 4s) << "rank " << r;
+  }
+  job.rank(2).signal(SIGKILL);
+  job.rank(2).signal(SIGCONT);
+  ASSERT_TRUE(job.rank(2).wait(5s));
+}
+
+// The agreement after a stop names why: rank 2 answered nothing on this host, where its
+// process still exists (Agreement::causes: stopped, not killed).
+TEST_P(Liveness, AfterAStopTheSurvivorsAgreeThatTheRankIsStopped) {
+  Job job(4, {"recover", "1000"}, "60s", nullptr, GetParam(), {{"COLLX_PEER_TIMEOUT", "1s"}});
+  ASSERT_TRUE(job.allReady());
+  job.rank(2).signal(SIGSTOP);
+  for (int r : {0, 1, 3}) {
+    ASSERT_TRUE(job.rank(r).wait(20s)) << "rank " << r << " did not notice";
+    EXPECT_EQ(job.rank(r).exitCode(), 0) << "rank " << r << ": " << job.rank(r).err();
+    EXPECT_NE(job.rank(r).out().find("failed=2 in"), std::string::npos) << job.rank(r).out();
+    EXPECT_NE(job.rank(r).out().find(" causes=2:stopped\n"), std::string::npos)
+        << "rank " << r << ": " << job.rank(r).out();
   }
   job.rank(2).signal(SIGKILL);
   job.rank(2).signal(SIGCONT);

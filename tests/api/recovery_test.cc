@@ -2,6 +2,8 @@
 // Context::revoke on every rank, over the connections and through the store's record;
 // Context::agree on a healthy context, with a rank that closed, a rank that never comes, a
 // malformed answer in the store.
+#include "recovery.h"
+
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -28,6 +30,39 @@ using test::World;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// The cause each kind of evidence names (the texts as the transports and the agreement
+// write them), and a silent rank: stopped where its process is on this host and exists,
+// unreachable from another host.
+TEST(FailureCauses, EachEvidenceNamesItsCause) {
+  struct Case {
+    std::string why;
+    FailureCause here, elsewhere;
+  };
+  const Case cases[] = {
+      {"the connection to rank 2 (tcp 10.0.0.2:4000) was closed: rank 2 died or was killed",
+       FailureCause::kKilled, FailureCause::kKilled},
+      {"rank 2 (tcp 10.0.0.2:4000) closed its connection: it died, was killed or left",
+       FailureCause::kKilled, FailureCause::kKilled},
+      {"rank 2 (pid 77) exited: it died or was killed", FailureCause::kKilled,
+       FailureCause::kKilled},
+      {"rank 2 closed its context", FailureCause::kKilled, FailureCause::kKilled},
+      {"rank 2 (tcp 10.0.0.2:4000) has answered nothing for 5.0 s while this rank waited on "
+       "it (COLLX_PEER_TIMEOUT=5000ms): it is stopped, its host is down, or the network "
+       "between them is cut",
+       FailureCause::kStopped, FailureCause::kUnreachable},
+      {"it did not come within 300 ms", FailureCause::kExcluded, FailureCause::kExcluded},
+      {"an earlier agreement found it failed", FailureCause::kExcluded, FailureCause::kExcluded},
+      {"a frame without the frame magic (the stream is corrupt)", FailureCause::kUnknown,
+       FailureCause::kUnknown},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(detail::causeOf(c.why, true), c.here) << c.why;
+    EXPECT_EQ(detail::causeOf(c.why, false), c.elsewhere) << c.why;
+  }
+  EXPECT_STREQ(failureCauseName(FailureCause::kUnreachable), "unreachable");
+  EXPECT_STREQ(failureCauseName(FailureCause::kUnknown), "unknown");
 }
 
 class Revoke : public ::testing::TestWithParam<int> {};
@@ -186,6 +221,12 @@ TEST_P(Agree, ARankThatClosedIsFailedAndItsFlagsLeftOut) {
   for (int r = 0; r < gone; ++r) {
     EXPECT_EQ(got[static_cast<std::size_t>(r)].flags, expected) << "rank " << r;
     EXPECT_EQ(got[static_cast<std::size_t>(r)].failed, std::vector<int>{gone}) << "rank " << r;
+    // Why, as each survivor saw it: its connection or segment closed.
+    const auto& causes = got[static_cast<std::size_t>(r)].causes;
+    ASSERT_EQ(causes.size(), 1u) << "rank " << r;
+    EXPECT_EQ(causes[0].rank, gone);
+    EXPECT_EQ(causes[0].cause, FailureCause::kKilled) << "rank " << r << ": " << causes[0].why;
+    EXPECT_STREQ(failureCauseName(causes[0].cause), "killed");
   }
 }
 
@@ -202,6 +243,12 @@ TEST_P(Agree, ARankThatDoesNotComeByTheDeadlineIsExcludedAndToldSoWhenItComes) {
   });
   for (int r = 1; r < P; ++r) {
     EXPECT_EQ(got[static_cast<std::size_t>(r)].failed, std::vector<int>{late}) << "rank " << r;
+    const auto& causes = got[static_cast<std::size_t>(r)].causes;
+    ASSERT_EQ(causes.size(), 1u) << "rank " << r;
+    EXPECT_EQ(causes[0].cause, FailureCause::kExcluded) << "rank " << r << ": " << causes[0].why;
+    EXPECT_TRUE(contains(causes[0].why, "did not come within 300 ms") ||
+                contains(causes[0].why, "had not come in time"))
+        << causes[0].why;
   }
   try {
     world.context(late).agree(~std::uint64_t{0}, 10s);
@@ -806,6 +853,9 @@ TEST_P(Grow, ReformPutsTheNewcomerInTheFailedRanksPlace) {
   world.runOk([&](int rank, Context& ctx) {
     Reformed reformed = ctx.reform(30s, 30s);
     EXPECT_EQ(reformed.failed, std::vector<int>{gone});
+    ASSERT_EQ(reformed.causes.size(), 1u);
+    EXPECT_EQ(reformed.causes[0].rank, gone);
+    EXPECT_EQ(reformed.causes[0].cause, FailureCause::kKilled) << reformed.causes[0].why;
     EXPECT_EQ(reformed.joined, std::vector<int>{gone});
     ASSERT_EQ(reformed.rankOf.size(), static_cast<std::size_t>(P));
     for (int r = 0; r < P; ++r) {
@@ -816,6 +866,7 @@ TEST_P(Grow, ReformPutsTheNewcomerInTheFailedRanksPlace) {
     checkAllreduce(*reformed.context, 5000);
     auto again = reformed.context->reform(30s);
     EXPECT_TRUE(again.failed.empty());
+    EXPECT_TRUE(again.causes.empty());
     EXPECT_TRUE(again.joined.empty());
     EXPECT_EQ(again.context->rank(), rank);
     checkAllreduce(*again.context, 100);

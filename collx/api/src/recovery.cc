@@ -1,6 +1,8 @@
 // Recovery: Context::agree and Context::shrink (revoke is in context.cc, beside abort).
 #include "recovery.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -159,6 +161,22 @@ bool parseOutcome(const std::string& outcome, int count, std::string& word, int&
   return true;
 }
 
+FailureCause causeOf(const std::string& why, bool stoppedHere) {
+  const auto says = [&](const char* words) { return why.find(words) != std::string::npos; };
+  // (The words of the transports' and the agreement's own texts: mesh.cc's silence, the
+  // devices' gone() and peerGone(), agreeEntering's notes.)
+  if (says("answered nothing")) {
+    return stoppedHere ? FailureCause::kStopped : FailureCause::kUnreachable;
+  }
+  if (says("did not come within") || says("had not come") || says("an earlier agreement")) {
+    return FailureCause::kExcluded;
+  }
+  if (says("died") || says("killed") || says("closed") || says("exited") || says("queue pair")) {
+    return FailureCause::kKilled;
+  }
+  return FailureCause::kUnknown;
+}
+
 std::string agreeEntryKey(std::uint64_t subContext, std::uint64_t round, int rank) {
   return "agree/" + std::to_string(subContext) + "/" + std::to_string(round) + "/in/" +
          std::to_string(rank);
@@ -258,6 +276,22 @@ std::string listOf(const std::set<int>& ranks) {
 }
 
 }  // namespace
+
+const char* failureCauseName(FailureCause cause) noexcept {
+  switch (cause) {
+    case FailureCause::kKilled:
+      return "killed";
+    case FailureCause::kStopped:
+      return "stopped";
+    case FailureCause::kUnreachable:
+      return "unreachable";
+    case FailureCause::kExcluded:
+      return "excluded";
+    case FailureCause::kUnknown:
+      break;
+  }
+  return "unknown";
+}
 
 AgreementCost agreementCost(int size, std::int64_t coordinatorFrom, std::uint64_t round) {
   AgreementCost cost;
@@ -449,6 +483,25 @@ Agreement Context::agreeEntering(std::uint64_t flags, std::chrono::milliseconds 
                         "the store holds a malformed agreement: '" + decided.substr(0, 200) + "'");
   }
   result.failed.assign(agreedFailed.begin(), agreedFailed.end());
+  // Why each one failed, from what this rank saw of it: its own evidence first (the error
+  // that failed this context, a loss it found while waiting), else what its pair says now.
+  for (int r : result.failed) {
+    FailedRank f;
+    f.rank = r;
+    auto it = why.find(r);
+    const bool told = it == why.end() || it->second.find(" found it so") != std::string::npos;
+    const std::string seen = told && r != rank_ ? mesh.lost(runtime_->meshRank(r), {}) : "";
+    // (Nothing seen here: it still answers this rank, and the others left it out.)
+    f.why = !seen.empty()     ? seen
+            : it != why.end() ? it->second
+                              : "the agreement left it out, where this rank saw nothing wrong "
+                                "with it (it had not come in time for the rank that answered)";
+    const PeerInfo& peer = peers_[static_cast<std::size_t>(r)];
+    const bool here = hostIdentity(peer) == hostIdentity(peers_[static_cast<std::size_t>(rank_)]);
+    f.cause = detail::causeOf(f.why,
+                              here && peer.pid > 0 && ::kill(static_cast<pid_t>(peer.pid), 0) == 0);
+    result.causes.push_back(std::move(f));
+  }
   {
     std::lock_guard<std::mutex> lock(runtime_->failedMutex);
     runtime_->agreedFailed.insert(agreedFailed.begin(), agreedFailed.end());
@@ -657,6 +710,7 @@ Reformed Context::reform(std::optional<std::chrono::milliseconds> timeout,
   std::vector<int> members;
   out.context = regroup(agreed, -1, true, joinWait, wait, &members);
   out.failed = agreed.failed;
+  out.causes = agreed.causes;
   out.rankOf.assign(static_cast<std::size_t>(size_), -1);
   for (std::size_t i = 0; i < members.size(); ++i) {
     if (members[i] >= 0) {

@@ -66,6 +66,11 @@ std::string agreeEntryKey(std::uint64_t subContext, std::uint64_t round, int ran
 bool decodeAgreement(const std::string& text, int size, std::uint64_t& flags,
                      std::set<int>& failed);
 
+// The cause that `why` (a failed rank's evidence: a transport's error, or the agreement's
+// note) names; `stoppedHere`: its process is on this host and still exists, which tells a
+// stopped rank from an unreachable one when it answered nothing.
+FailureCause causeOf(const std::string& why, bool stoppedHere);
+
 // COLLX_MAX_SIZE: the most ranks a job may grow to (ContextOptions::maxSize).
 extern const Setting<kind::Integer> kMaxSize;
 

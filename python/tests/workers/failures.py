@@ -234,8 +234,11 @@ try:
                     ctx.allreduce(np.ones(1 << 14, np.float32))
             except collx.Error as e:
                 result["failed_with"] = type(e).__name__
-            new, failed, joined, rank_of = ctx.reform(timeout=30, replacement_wait=30)
+            reformed = ctx.reform(timeout=30, replacement_wait=30)
+            new, failed, joined, rank_of = reformed
             result["reformed"] = [failed, joined, rank_of]
+            result["causes"] = {str(r): c for r, (c, _) in reformed.causes.items()}
+            result["context_is_new"] = reformed.context is new
         else:
             new = ctx
         x = np.full(1 << 16, float(new.rank + 1), np.float32)

@@ -99,12 +99,36 @@ struct ContextOptions {
   std::shared_ptr<const secure::TlsContext> tls;
 };
 
-// What Context::agree() returns, the same on every rank it returns to.
+// Why a rank was found failed, as far as the rank that says so knows (FailedRank).
+enum class FailureCause {
+  kKilled,       // its process ended or it closed its context: a connection or segment
+                 // closed, its process's pidfd, its queue pair failed
+  kStopped,      // it answered nothing for COLLX_PEER_TIMEOUT on this host, where its process
+                 // still exists (SIGSTOP, a debugger)
+  kUnreachable,  // it answered nothing for COLLX_PEER_TIMEOUT from another host: stopped, its
+                 // host down, or the network between them cut (no one can tell these apart)
+  kExcluded,     // it did not come to the agreement by the deadline, or an earlier one left
+                 // it out
+  kUnknown,      // another rank found it failed; this one saw nothing of it
+};
+// "killed", "stopped", "unreachable", "excluded", "unknown".
+const char* failureCauseName(FailureCause cause) noexcept;
+
+struct FailedRank {
+  int rank = -1;  // in the context that agreed
+  FailureCause cause = FailureCause::kUnknown;
+  std::string why;  // what this rank saw: the error, or what the agreement found
+};
+
+// What Context::agree() returns, the same on every rank it returns to (but for `causes`).
 struct Agreement {
   // The AND of the flags of every rank that took part (the failed ranks' are not in it).
   std::uint64_t flags = 0;
   // This context's ranks found failed, ascending: the ones that did not take part.
   std::vector<int> failed;
+  // One per failed rank, in the same order: why, as this rank knows it (each rank tells
+  // from what it saw, so two ranks may give a failure different causes).
+  std::vector<FailedRank> causes;
 };
 
 // What one agreement costs one rank in store requests and in keys (each key set, read or
@@ -131,6 +155,7 @@ struct Reformed {
   std::vector<int> failed;           // the old context's ranks found failed, ascending
   std::vector<int> joined;           // the new context's ranks that newcomers took
   std::vector<int> rankOf;           // per old rank: its rank in the new context, -1 if failed
+  std::vector<FailedRank> causes;    // per failed rank, as Agreement::causes (this rank's view)
 };
 
 // What a rank told the others when it joined.
