@@ -436,13 +436,33 @@ void ShmDevice::letGo(State state) noexcept {
   atomic(h->state).compare_exchange_strong(open, static_cast<std::uint32_t>(state),
                                            std::memory_order_seq_cst);
   // Peers that began copying from this rank's buffers before they saw the new state finish
-  // first: after this, nobody reads them.
-  const auto until = Clock::now() + kPullersGrace;
+  // first: after this, nobody reads them. A peer that died while it copied never takes its
+  // count back: once one of them is gone, nobody is waited for (the live ones' calls fail
+  // with this rank's anyway, and reading what this rank's memory then holds harms nothing of
+  // this rank's).
+  const auto start = Clock::now();
+  const auto until = start + kPullersGrace;
+  auto nextLook = start;
   while (atomic(h->pulling).load(std::memory_order_seq_cst) != 0) {
-    if (Clock::now() >= until) {
+    const auto now = Clock::now();
+    if (now >= until) {
       COLLX_WARN(kShm, "rank {}: a peer is still copying from this rank's buffers after {} ms",
                  job_.rank, kPullersGrace.count());
       break;
+    }
+    if (now >= nextLook) {
+      nextLook = now + std::chrono::milliseconds(1);
+      bool gone = false;
+      for (std::size_t i = 0; i < pairs_.size() && !gone; ++i) {
+        gone = !pairs_[i]->samePid() && !alive(pairs_[i]->peerPid(), pidfds_[i]);
+      }
+      if (gone) {
+        COLLX_DEBUG(kShm,
+                    "rank {}: a peer that died may have been copying from this rank's "
+                    "buffers; the others are not waited for",
+                    job_.rank);
+        break;
+      }
     }
     std::this_thread::yield();
   }
