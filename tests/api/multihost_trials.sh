@@ -26,6 +26,11 @@
 # detection, after COLLX_PEER_TIMEOUT, PEER_TIMEOUT=5s by default), one "recovered N ms"
 # line per survivor, then their median (min-max).
 #
+# CUT_INSIDE=POINT instead: each trial kills rank 1 and lets the job's last rank cut
+# its host's link itself at POINT of the recovery that follows (COLLX_FAULT=POINT:cut=eth0,
+# e.g. agree.entered: after its entry is in the store; regroup.reformed), then checks the
+# trial as any other (the survivors agree, the cut host's ranks are excluded).
+#
 # Exit codes: 0 passed, 1 failed, 77 skipped (not root, no namespaces, the subnet in use).
 set -uo pipefail
 # shellcheck source=../util/netns_hosts.sh
@@ -188,6 +193,10 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
   job="mt$ID-$trial"
   transport=$([ $((RANDOM % 3)) = 0 ] && echo tcp || echo auto)
   ENV_EXTRA="$MARK COLLX_TRANSPORT=$transport COLLX_PEER_TIMEOUT=1s COLLX_TIMEOUT=30s"
+  # (The job's last rank: after a loss no process holds that rank again, so the entry fires
+  # in no later generation, whose ranks COLLX_FAULT's RANK names.)
+  cutter=$((P - 1))
+  [ -z "${CUT_INSIDE:-}" ] || ENV_EXTRA+=" COLLX_FAULT=$CUT_INSIDE:cut=eth0:$cutter"
   t0=$SECONDS
   start_job "$job" elastic 4096 6
   if ! await_ready "$job"; then
@@ -201,6 +210,27 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
   nfaults=$((1 + RANDOM % 3))
   lost=0
   desc=""
+  if [ -n "${CUT_INSIDE:-}" ]; then
+    # Rank 1 killed; the cut comes from inside, at the point named, when its rank gets there.
+    nfaults=0
+    sleep "0.$((RANDOM % 12))"
+    fault[1]=kill
+    kill -KILL "${pid_of[1]}" 2>/dev/null
+    kills=$((kills + 1))
+    h=$((HOSTS - 1))
+    for ((i = 0; i < 200; i++)); do
+      grep -q "COLLX_FAULT: cut=eth0 at $CUT_INSIDE" "$WORK/$job.$h" && break
+      sleep 0.05
+    done
+    grep -q "COLLX_FAULT: cut=eth0 at $CUT_INSIDE" "$WORK/$job.$h" ||
+      { say "FAILED: trial $trial: rank $cutter never cut its link at $CUT_INSIDE"; cat "$WORK/$job.$h"; exit 1; }
+    cut[$h]=1
+    for ((r = h * RANKS; r < (h + 1) * RANKS; r++)); do fault[$r]=cut; done
+    lost=$((1 + RANKS))
+    desc=" kill:1 cut:host$h@$CUT_INSIDE"
+    cuts=$((cuts + 1))
+    faults_total=$((faults_total + 2))
+  fi
   for ((f = 0; f < nfaults; f++)); do
     sleep "0.$((RANDOM % 12))"
     kind=$((RANDOM % 10))
@@ -269,6 +299,13 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
         problem+="; rank $r (${fault[$r]}) was neither excluded nor a survivor" ;;
     esac
   done
+  if [ -n "${CUT_INSIDE:-}" ]; then
+    # The cut took: the last host's ranks were excluded, none went on as a survivor.
+    for ((r = (HOSTS - 1) * RANKS; r < P; r++)); do
+      grep -qE "^collx-run: rank $r \(pid [0-9]+\) exited with code 17" <<<"$out" ||
+        problem+="; rank $r (its host cut at $CUT_INSIDE) was not excluded"
+    done
+  fi
   size=$(sed -n 's/^done size=\([0-9]*\) .*/\1/p' <<<"$finals")
   [ -n "$size" ] && [ "$size" -lt $((P - lost)) ] && problem+="; ended with $size ranks, fewer than the $((P - lost)) not faulted"
   [ -n "$(marked)" ] && problem+="; processes outlived the job: $(marked | tr '\n' ' ')"

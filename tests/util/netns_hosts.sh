@@ -99,8 +99,10 @@ host_run() {  # I OUT SHM CMD...
     exit $code' sh "$NH_PREFIX-host$i" "$out" "$shm" "${HOST_RUN_TIMEOUT:-60}" "$@"
 }
 
-host_link() {  # I up|down
+host_link() {  # I up|down (up: both ends; a rank may have taken its own side down, cut=eth0)
   ip link set "cxv${NH_ID}h$1" "$2"
+  [ "$2" = up ] && ip -n "$NH_PREFIX-$1" link set eth0 up
+  return 0
 }
 
 hosts_remove() {

@@ -1,9 +1,15 @@
 #include "faults.h"
 
+#include <net/if.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -29,7 +35,10 @@ const AutoSetting<kind::String> kFault(
              "transfer of step S; a shared-memory algorithm's call has one step, 0), "
              "COLL.seqQ.stepS (among its calls of sequence number Q and later), COLL.seqQ (at "
              "the first transfer of such a call, whatever its step). ACTION: kill "
-             "(SIGKILL), stop (SIGSTOP), sleep=MS. RANK: the context's rank there (a "
+             "(SIGKILL), stop (SIGSTOP), sleep=MS, cut=IFNAME (takes that network interface "
+             "down: its host's link cut, no FIN, no RST; for network-namespace hosts in "
+             "tests, it needs CAP_NET_ADMIN and is never undone by collx). RANK: the context's "
+             "rank there (a "
              "newcomer: new; at a step, the rank the process had when the job formed, or the "
              "place a newcomer took); default every rank. Each entry fires once per "
              "process."});
@@ -122,6 +131,29 @@ std::mutex& faultsMutex() {
   return mutex;
 }
 
+// Takes interface `name` down (cut=IFNAME); false, with why, when it cannot.
+bool takeDown(const std::string& name, std::string& why) {
+  if (name.empty() || name.size() >= IFNAMSIZ) {
+    why = "no interface name of 1 to " + std::to_string(IFNAMSIZ - 1) + " characters";
+    return false;
+  }
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    why = std::string("socket: ") + std::strerror(errno);
+    return false;
+  }
+  ifreq request{};
+  std::memcpy(request.ifr_name, name.data(), name.size());
+  bool ok = ::ioctl(fd, SIOCGIFFLAGS, &request) == 0;
+  if (ok) {
+    request.ifr_flags = static_cast<short>(request.ifr_flags & ~IFF_UP);
+    ok = ::ioctl(fd, SIOCSIFFLAGS, &request) == 0;
+  }
+  if (!ok) why = std::strerror(errno);
+  ::close(fd);
+  return ok;
+}
+
 // Fires the first entry not fired yet that `matches`, if any; `where()` names the point.
 template <typename Matches, typename Where>
 void fire(int rank, Where where, Matches matches) {
@@ -137,8 +169,15 @@ void fire(int rank, Where where, Matches matches) {
       ::raise(SIGSTOP);
     } else if (f.action.rfind("sleep=", 0) == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(f.action.c_str() + 6)));
+    } else if (f.action.rfind("cut=", 0) == 0) {
+      std::string why;
+      if (!takeDown(f.action.substr(4), why)) {
+        COLLX_WARN(kCore, "rank {}: COLLX_FAULT: cannot take interface '{}' down: {}", rank,
+                   f.action.substr(4), why);
+      }
     } else {
-      COLLX_WARN(kCore, "COLLX_FAULT: unknown action '{}' (kill, stop, sleep=MS)", f.action);
+      COLLX_WARN(kCore, "COLLX_FAULT: unknown action '{}' (kill, stop, sleep=MS, cut=IFNAME)",
+                 f.action);
     }
     return;
   }
