@@ -194,6 +194,9 @@ TEST_F(BenchPlot, TuneWritesRulesThatJobsThenFollow) {
     EXPECT_NE(tune.out().find(row), std::string::npos) << row << "\n" << tune.out();
   }
   EXPECT_NE(tune.out().find("worst regret: built-in"), std::string::npos) << tune.out();
+  EXPECT_NE(tune.out().find("slower than the fastest in every one of 2 rounds (*): built-in "),
+            std::string::npos)
+      << tune.out();
   EXPECT_EQ(readFile(home + "/.config/collx/collx-tune_allreduce.png").substr(0, 4),
             std::string("\x89PNG", 4));
   // The rows are the fastest algorithm of each point, by the median over the rounds.
@@ -218,6 +221,22 @@ TEST_F(BenchPlot, TuneWritesRulesThatJobsThenFollow) {
     EXPECT_EQ(row->algorithm->name, fastest) << point.dump();
     EXPECT_EQ(row->maxHosts, 1);
     EXPECT_EQ(row->sharedOnly, shared);
+    // A built-in pick above 1.05 that lost to the fastest in both rounds is listed, and
+    // only such a pick.
+    const std::string pick = point["builtin"].get<std::string>();
+    const auto& times = point["times_us"];
+    bool lostEvery = pick != fastest && times.contains(pick);
+    for (int r = 0; lostEvery && r < 2; ++r) {
+      lostEvery = times[pick][r].get<double>() > times[fastest][r].get<double>();
+    }
+    if (lostEvery) {
+      const auto& t = times[pick];
+      lostEvery = (t[0].get<double>() + t[1].get<double>()) / 2 > 1.05 * best;
+    }
+    const std::string listed = "collx-tune:   built-in " + point["transport"].get<std::string>() +
+                               " P=2 allreduce " + std::to_string(point["size"].get<int>()) + ": " +
+                               pick + " ";
+    EXPECT_EQ(tune.out().find(listed) != std::string::npos, lostEvery) << listed << tune.out();
     ++checked;
   }
   EXPECT_EQ(checked, 4);  // 2 sizes, 2 transports
