@@ -33,9 +33,15 @@ Schedule buildAllgatherRing(const ScheduleParams& p) {
   const int r = p.rank;
   const std::uint64_t block = p.bytes();  // one rank's contribution
   Schedule s("ring");
-  Deps own;
-  if (!p.inPlace && block > 0) own.push_back(s.copy(output(r * block), input(), block));
-  if (P == 1 || block == 0) return s;
+  // The own block goes into the output last (step 0 sends it from the input), so that the
+  // first transfers are under way while it is copied.
+  const auto placeOwn = [&] {
+    if (!p.inPlace && block > 0) s.copy(output(r * block), input(), block);
+  };
+  if (P == 1 || block == 0) {
+    placeOwn();
+    return s;
+  }
   const int left = patterns::mod(r - 1, P), right = patterns::mod(r + 1, P);
   const std::uint64_t pieceBytes =
       std::max<std::uint64_t>(p.elementSize, p.chunkBytes / p.elementSize * p.elementSize);
@@ -59,6 +65,7 @@ Schedule buildAllgatherRing(const ScheduleParams& p) {
       prevRecv[k] = got;
     }
   }
+  placeOwn();
   return s;
 }
 

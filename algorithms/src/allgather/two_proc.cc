@@ -27,11 +27,13 @@ Schedule buildAllgatherTwoProc(const ScheduleParams& p) {
   const std::uint64_t block = p.bytes();
   Schedule s("two_proc");
   Deps own;
+  if (!allgather::trivial(p)) {
+    const int other = 1 - p.rank;
+    s.recv(other, 0, output(static_cast<std::uint64_t>(other) * block), block);
+    s.send(other, 0, input(), block);
+  }
+  // The own block last: the exchange is under way while it is copied.
   allgather::placeOwnBlock(p, s, own);
-  if (allgather::trivial(p)) return s;
-  const int other = 1 - p.rank;
-  s.recv(other, 0, output(static_cast<std::uint64_t>(other) * block), block);
-  s.send(other, 0, input(), block);
   return s;
 }
 

@@ -1,5 +1,5 @@
 // gather / gatherv linear: every rank sends its block straight to the root, which receives
-// them all at their displacements (and copies its own). Per-rank counts come from
+// them all at their displacements (and then copies its own). Per-rank counts come from
 // ScheduleParams::counts at the root; the other ranks only know their own count.
 //
 // Cost: the root receives n - n_root bytes in P-1 messages: (P-1) alpha + n beta at the
@@ -24,14 +24,13 @@ Schedule buildGatherLinear(const ScheduleParams& p) {
     s.send(p.root, 0, input(), p.count * es);
     return s;
   }
+  // Every receive is posted before the root copies its own block, so that no sender waits
+  // for that copy (copied first, a 1 MiB block at P = 2 over TCP took 1.2x binomial's time).
   for (int i = 0; i < p.size; ++i) {
-    const std::uint64_t bytes = p.counts[i] * es;
-    if (i == p.rank) {
-      if (!p.inPlace && bytes > 0) s.copy(output(p.displs[i] * es), input(), bytes);
-      continue;
-    }
-    s.recv(i, 0, output(p.displs[i] * es), bytes);
+    if (i != p.rank) s.recv(i, 0, output(p.displs[i] * es), p.counts[i] * es);
   }
+  const std::uint64_t own = p.counts[p.rank] * es;
+  if (!p.inPlace && own > 0) s.copy(output(p.displs[p.rank] * es), input(), own);
   return s;
 }
 
