@@ -30,20 +30,29 @@ def children(pid):
 
 
 def status_of(pid):
+    """/proc's status fields and the count of descriptors (cheap), or None once it ended."""
     fields = {}
     try:
         with open("/proc/%d/status" % pid) as f:
             for line in f:
                 key, _, value = line.partition(":")
                 fields[key] = value.strip()
-        with open("/proc/%d/smaps_rollup" % pid) as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    fields["Pss"] = line.split(":")[1].strip()
         fields["fds"] = len(os.listdir("/proc/%d/fd" % pid))
     except OSError:
         return None
     return fields
+
+
+def pss_of(pid, fields):
+    """Adds Pss (smaps_rollup: slow, it walks the mappings); False once it ended."""
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    fields["Pss"] = line.split(":")[1].strip()
+    except OSError:
+        return False
+    return "Pss" in fields
 
 
 def kib(text):
@@ -110,17 +119,24 @@ def main():
         if "first collective returned" in line:
             break
     time.sleep(1.0)
-    ranks = [s for s in (status_of(c) for c in children(job.pid)) if s]
+    # Every rank's cheap fields first, then PSS: reading smaps_rollup of 512 ranks that share
+    # 2 CPUs took longer than the job, and ranks read late had ended (168 of 512 read on
+    # 2026-12-06, their descriptors closed).
+    pids = children(job.pid)
+    read = [(c, s) for c, s in ((c, status_of(c)) for c in pids) if s]
+    ranks = [s for _, s in read]
     shm = shm_bytes()
     launcher = status_of(job.pid)
+    pss = [s for c, s in read if pss_of(c, s)]
     job.communicate()
     if job.returncode != 0 or not ranks:
         sys.exit("scale_start.py: the job at P=%d failed (exit %s)" % (p, job.returncode))
-    med = lambda key, f=kib: statistics.median(f(r[key]) for r in ranks)  # noqa: E731
-    print("\nper rank at P=%d (%d ranks read, median): RSS %.1f MiB, PSS %.1f MiB, "
+    med = lambda key, f=kib, of=ranks: statistics.median(f(r[key]) for r in of)  # noqa: E731
+    print("\nper rank at P=%d (%d ranks read, median): RSS %.1f MiB, PSS %.1f MiB (%d ranks), "
           "%d descriptors, %d threads; /dev/shm (collx): %.1f MiB in all, %.2f MiB per rank; "
           "collx-run: RSS %.1f MiB, %d descriptors" %
-          (p, len(ranks), med("VmRSS") / 1024, med("Pss") / 1024, med("fds", int),
+          (p, len(ranks), med("VmRSS") / 1024,
+           med("Pss", of=pss) / 1024 if pss else float("nan"), len(pss), med("fds", int),
            med("Threads", int), shm / 2**20, shm / 2**20 / p,
            kib(launcher["VmRSS"]) / 1024 if launcher else -1,
            launcher["fds"] if launcher else -1))
